@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Set up (idempotently) the environment both README commands use: a git-ignored .venv at the
+# repository root holding the package in editable mode and everything it needs.
+#
+# Two routes:
+#   * A ROS 2 distro is sourced (ROS_DISTRO set, rclpy importable; e.g. Humble on a Jetson): the venv
+#     sees the distro's rclpy / vision_msgs / torch through --system-site-packages; only missing
+#     pure-Python tools are added. No ros-* wheel is installed there (they would shadow /opt/ros).
+#   * No ROS 2 distro (this machine kind, CI): pinned ROS 2 wheels from PyPI, vision_msgs built from
+#     vendor/vision_msgs with the pip-installed rosidl tooling, CPU torch, ONNX Runtime, test tools.
+#
+# A stamp (hash of every input of this script) makes a second run a no-op that changes nothing.
+# Environment: PYTHON (interpreter for the venv, default python3), TILED_DETECTOR_VENV (default .venv).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${TILED_DETECTOR_VENV:-$root/.venv}"
+python="${PYTHON:-python3}"
+stamp="$venv/.tiled-detector-setup"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+ros_route() {
+  [[ -n "${ROS_DISTRO:-}" ]] && "$python" -c 'import rclpy' >/dev/null 2>&1
+}
+
+inputs_hash() {
+  (
+    cd "$root"
+    cat scripts/setup.sh requirements/*.txt setup.py setup.cfg package.xml vendor/vision_msgs/CMakeLists.txt \
+      vendor/vision_msgs/package.xml vendor/vision_msgs/msg/*.msg
+    "$python" -c 'import sys; print(sys.version)'
+    echo "route=$(ros_route && echo "ros-${ROS_DISTRO}" || echo pypi)"
+  ) | sha256sum | cut -d' ' -f1
+}
+
+want="$(inputs_hash)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \
+  && "$venv/bin/python" -c 'import tiled_detector, rclpy, vision_msgs.msg' >/dev/null 2>&1; then
+  exit 0
+fi
+
+pip_install() {
+  # --disable-pip-version-check and -q keep the log short; pins come from the requirements files.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; } >&2
+  return "${PIPESTATUS[0]}"
+}
+
+if ros_route; then
+  log "ROS 2 ${ROS_DISTRO} is sourced: using its rclpy, messages and Python packages"
+  [[ -x "$venv/bin/python" ]] || "$python" -m venv --system-site-packages "$venv"
+  if ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
+    log "vision_msgs is missing: sudo apt install ros-${ROS_DISTRO}-vision-msgs, then run this again"
+    exit 1
+  fi
+  # Only what the distro / JetPack does not provide. torch, numpy and OpenCV stay the system's.
+  missing=()
+  for spec in onnxruntime rosbags mcap filelock pycocotools pytest hypothesis ruff pytest-timeout; do
+    mod="${spec//-/_}"
+    [[ "$mod" == pytest_timeout ]] && mod=pytest_timeout
+    "$venv/bin/python" -c "import $mod" >/dev/null 2>&1 || missing+=("$spec")
+  done
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    pip_install "${missing[@]}"
+  fi
+  pip_install --no-deps --no-build-isolation -e "$root"
+else
+  log "no ROS 2 distro sourced: building $venv from PyPI wheels"
+  if [[ ! -x "$venv/bin/python" ]]; then
+    "$python" -m venv "$venv"
+  fi
+  prefix="$(cd "$venv" && pwd)"
+  # numpy first, at its pinned version: the vision_msgs Python extension is compiled against it.
+  pip_install "$(grep -E '^numpy==' "$root/requirements/python.txt")"
+  pip_install -r "$root/requirements/ros.txt" -r "$root/requirements/ros-build.txt"
+
+  # The wheels' CMake exports name the include dirs of the interpreter they were built with.
+  pyinc="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  npinc="$("$venv/bin/python" -c 'import numpy; print(numpy.get_include())')"
+  { grep -rlE '/opt/python/cp3[0-9]+-cp3[0-9]+/' "$prefix/share" --include='*.cmake' || true; } \
+    | xargs -r sed -i -E \
+      -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/lib/python3\.[0-9]+/site-packages/numpy/(_core|core)/include#${npinc}#g" \
+      -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/include/python3\.[0-9]+#${pyinc}#g"
+
+  msgs_hash="$(cat "$root"/vendor/vision_msgs/CMakeLists.txt "$root"/vendor/vision_msgs/msg/*.msg \
+    "$root/requirements/ros.txt" | sha256sum | cut -d' ' -f1)"
+  if [[ "$(cat "$prefix/share/vision_msgs/.tiled-detector-msgs" 2>/dev/null)" != "$msgs_hash" ]] \
+    || ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
+    command -v cmake >/dev/null && command -v g++ >/dev/null \
+      || { log "cmake and g++ are needed to build vision_msgs: apt-get install cmake g++"; exit 1; }
+    log "building vision_msgs from vendor/vision_msgs (about 40 s)"
+    build="$(mktemp -d)"
+    trap 'rm -rf "$build"' EXIT
+    (
+      export PATH="$prefix/bin:$PATH" AMENT_PREFIX_PATH="$prefix" CMAKE_PREFIX_PATH="$prefix"
+      cmake -S "$root/vendor/vision_msgs" -B "$build" -DCMAKE_INSTALL_PREFIX="$prefix" \
+        -DPython3_EXECUTABLE="$venv/bin/python" -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >"$build/log" 2>&1 \
+        && cmake --build "$build" -j "$(nproc)" >>"$build/log" 2>&1 \
+        && cmake --install "$build" >>"$build/log" 2>&1
+    ) || { tail -40 "$build/log" >&2; log "vision_msgs build failed"; exit 1; }
+    echo "$msgs_hash" >"$prefix/share/vision_msgs/.tiled-detector-msgs"
+  fi
+
+  pip_install -r "$root/requirements/python.txt" -r "$root/requirements/test.txt"
+  pip_install --no-deps -e "$root"
+fi
+
+"$venv/bin/python" -c 'import tiled_detector, rclpy, vision_msgs.msg' \
+  || { log "smoke import failed"; exit 1; }
+echo "$want" >"$stamp"
+log "ready: $venv"

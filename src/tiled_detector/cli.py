@@ -1,0 +1,49 @@
+"""The one `tiled-detector` command line: subcommands are loaded lazily from `tiled_detector.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# name -> (module under tiled_detector.commands, one-line help). Each module defines
+# `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "the main job: run the node on a stream of frames and print a report"),
+    "detect": ("detect", "detect objects in image files"),
+    "eval": ("evaluate", "COCO metrics of tiled vs full-frame detection on synthetic scenes"),
+    "make-bag": ("make_bag", "write a rosbag2 bag of images (and ground truth)"),
+    "replay": ("replay", "replay a bag through the node and score its detections"),
+    "build-engine": ("build_engine", "build (and cache) a TensorRT engine from an ONNX model"),
+    "env": ("env", "versions of everything the detector depends on, and the GPU"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tiled-detector",
+        description="Tiled small-object detection for ROS 2.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="subcommands:\n" + "\n".join(f"  {n:<14} {h}" for n, (_, h) in COMMANDS.items()),
+    )
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="see below")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `tiled-detector` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        _top_parser().parse_args(args[:1] or ["--help"])
+        return 2
+    name, rest = args[0], args[1:]
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(f"tiled_detector.commands.{module_name}")
+    parser = argparse.ArgumentParser(prog=f"tiled-detector {name}", description=help_text)
+    module.add_arguments(parser)
+    return int(module.run(parser.parse_args(rest)) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `tiled-detector` CLI (see `tiled_detector.cli.COMMANDS`)."""

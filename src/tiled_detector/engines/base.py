@@ -1,0 +1,134 @@
+"""The engine interface every backend implements, and the registry that picks one by name.
+
+An engine takes one NCHW batch tensor on its device and returns its named outputs on the same device.
+Engines are stateless per call: nothing from a call is kept on `self` except reusable buffers.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import importlib.util
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (-1 for a dynamic dimension) and dtype of an engine input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class Backend(str, enum.Enum):
+    """Engine backends selectable by name."""
+
+    AUTO = "auto"
+    TENSORRT = "tensorrt"
+    ONNXRUNTIME = "onnxruntime"
+    TORCH = "torch"
+
+    @classmethod
+    def from_value(cls, value: str | Backend) -> Backend:
+        """Case-insensitive lookup that lists the valid values on error."""
+        try:
+            return cls(str(value.value if isinstance(value, Backend) else value).lower())
+        except ValueError:
+            valid = ", ".join(b.value for b in cls)
+            raise ValueError(f"unknown backend {value!r}; expected one of: {valid}") from None
+
+
+class Precision(str, enum.Enum):
+    """Numeric precision of the engine."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+    @classmethod
+    def from_value(cls, value: str | Precision) -> Precision:
+        """Case-insensitive lookup that lists the valid values on error."""
+        try:
+            return cls(str(value.value if isinstance(value, Precision) else value).lower())
+        except ValueError:
+            valid = ", ".join(p.value for p in cls)
+            raise ValueError(f"unknown precision {value!r}; expected one of: {valid}") from None
+
+
+class Engine(ABC):
+    """A loaded model. Subclasses set `input`, `outputs`, `device` and `max_batch` and implement `_infer`."""
+
+    input: TensorSpec  # (B, C, H, W); B may be -1 (dynamic)
+    outputs: tuple[TensorSpec, ...]
+    device: torch.device
+    max_batch: int
+    precision: Precision = Precision.FP32
+    backend: Backend
+
+    @property
+    def input_hw(self) -> tuple[int, int]:
+        """Model input height and width in pixels."""
+        return int(self.input.shape[2]), int(self.input.shape[3])
+
+    @abstractmethod
+    def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run one batch of at most `max_batch` images."""
+
+    def infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run a batch of any size, split into chunks of at most `max_batch`; outputs concatenated on dim 0."""
+        if batch.shape[0] <= self.max_batch:
+            return self._infer(batch)
+        parts = [self._infer(chunk) for chunk in torch.split(batch, self.max_batch)]
+        return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+
+
+# backend -> "module:Class"; modules are imported only when the backend is chosen.
+_ENGINES: dict[Backend, str] = {
+    Backend.ONNXRUNTIME: "tiled_detector.engines.onnxruntime:OnnxRuntimeEngine",
+    Backend.TORCH: "tiled_detector.engines.torch:TorchEngine",
+    Backend.TENSORRT: "tiled_detector.engines.tensorrt:TensorRTEngine",
+}
+
+
+def resolve_backend(model: str | Path, backend: str | Backend, device: str | torch.device) -> Backend:
+    """Pick the backend for `backend="auto"` from the model file's suffix and the device."""
+    chosen = Backend.from_value(backend)
+    if chosen is not Backend.AUTO:
+        return chosen
+    suffix = Path(model).suffix.lower()
+    if suffix in {".engine", ".plan", ".trt"}:
+        return Backend.TENSORRT
+    if suffix in {".pt", ".ts", ".pt2", ".torchscript"}:
+        return Backend.TORCH
+    if suffix == ".onnx":
+        if torch.device(device).type == "cuda" and importlib.util.find_spec("tensorrt") is not None:
+            return Backend.TENSORRT
+        return Backend.ONNXRUNTIME
+    raise ValueError(f"cannot choose a backend for {model!r}: expected .onnx, .engine/.plan, .pt/.ts/.pt2")
+
+
+def engine_class(backend: Backend) -> type[Engine]:
+    """The Engine subclass registered for a concrete backend (imports it lazily)."""
+    module_name, class_name = _ENGINES[backend].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def load_engine(
+    model: str | Path,
+    backend: str | Backend = Backend.AUTO,
+    device: str | torch.device = "cpu",
+    precision: str | Precision = Precision.FP32,
+    max_batch: int = 32,
+    **options: object,
+) -> Engine:
+    """Load `model` with the chosen backend (`auto` picks by suffix and device)."""
+    chosen = resolve_backend(model, backend, device)
+    return engine_class(chosen)(
+        Path(model), device=torch.device(device), precision=Precision.from_value(precision),
+        max_batch=max_batch, **options,
+    )

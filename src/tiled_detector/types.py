@@ -1,0 +1,46 @@
+"""Result type shared by the pipeline, the CLI and the ROS node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Detections of one frame as a struct of arrays, in frame pixel coordinates.
+
+    boxes: (N, 4) float32 x1, y1, x2, y2; scores: (N,) float32 in [0, 1]; class_ids: (N,) int64;
+    timings: stage name -> milliseconds for the call that produced them.
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+        scores = np.asarray(self.scores, dtype=np.float32).reshape(-1)
+        class_ids = np.asarray(self.class_ids, dtype=np.int64).reshape(-1)
+        if not len(boxes) == len(scores) == len(class_ids):
+            raise ValueError(
+                f"Detections need as many boxes as scores and class ids, got "
+                f"{len(boxes)}, {len(scores)} and {len(class_ids)}"
+            )
+        object.__setattr__(self, "boxes", boxes)
+        object.__setattr__(self, "scores", scores)
+        object.__setattr__(self, "class_ids", class_ids)
+
+    @classmethod
+    def empty(cls) -> Detections:
+        """No detections."""
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def __getitem__(self, index: np.ndarray | slice) -> Detections:
+        """Select detections by boolean mask, index array or slice (timings are kept)."""
+        return Detections(self.boxes[index], self.scores[index], self.class_ids[index], dict(self.timings))
