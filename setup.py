@@ -19,7 +19,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
+        (f"share/{PACKAGE}/config", [*glob("config/*.yaml"), f"src/{PACKAGE}/resources/fastdds_large_images.xml"]),
     ],
     install_requires=["setuptools"],
     zip_safe=False,

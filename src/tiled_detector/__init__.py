@@ -20,7 +20,15 @@ _EXPORTS = {
     "default_model_path": "tiled_detector.models",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
+__all__ = [
+    "Detections",
+    "DetectorConfig",
+    "TiledDetector",
+    "__version__",
+    "default_model_path",
+    "merge_detections",
+    "plan_tiles",
+]
 
 if TYPE_CHECKING:
     from tiled_detector.config import DetectorConfig

@@ -69,22 +69,55 @@ class Engine(ABC):
     max_batch: int
     precision: Precision = Precision.FP32
     backend: Backend
+    labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
 
     @property
     def input_hw(self) -> tuple[int, int]:
         """Model input height and width in pixels."""
         return int(self.input.shape[2]), int(self.input.shape[3])
 
+    @property
+    def fixed_batch(self) -> int | None:
+        """The batch size a static-batch model requires, None when the batch dimension is dynamic."""
+        return int(self.input.shape[0]) if self.input.shape[0] > 0 else None
+
+    def input_buffer(self, batch_size: int) -> torch.Tensor | None:
+        """A bound input tensor (at least `batch_size` long) to preprocess into; None: `infer` takes any."""
+        return None
+
     @abstractmethod
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run one batch of at most `max_batch` images."""
+        """Run one batch of at most `max_batch` images (exactly `fixed_batch` when the model has one)."""
 
     def infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run a batch of any size, split into chunks of at most `max_batch`; outputs concatenated on dim 0."""
-        if batch.shape[0] <= self.max_batch:
+        """Run a batch of any size, split into chunks of at most `max_batch`; outputs concatenated on dim 0.
+
+        A static-batch model gets its last chunk zero-padded to `fixed_batch`; padded rows are dropped.
+        """
+        if (
+            batch.device != self.device
+            or batch.dtype != self.input.dtype
+            or batch.shape[1:] != self.input.shape[1:]
+        ):
+            raise ValueError(
+                f"engine input must be (B, {', '.join(map(str, self.input.shape[1:]))}) "
+                f"{self.input.dtype} on {self.device}, "
+                f"got {tuple(batch.shape)} {batch.dtype} on {batch.device}"
+            )
+        if batch.shape[0] <= self.max_batch and batch.shape[0] == (self.fixed_batch or batch.shape[0]):
             return self._infer(batch)
-        parts = [self._infer(chunk) for chunk in torch.split(batch, self.max_batch)]
+        parts = [self._infer_padded(chunk) for chunk in torch.split(batch, self.max_batch)]
+        if len(parts) == 1:
+            return parts[0]
         return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+
+    def _infer_padded(self, chunk: torch.Tensor) -> dict[str, torch.Tensor]:
+        size = self.fixed_batch
+        if size is None or chunk.shape[0] == size:
+            return self._infer(chunk)
+        padded = chunk.new_zeros((size, *chunk.shape[1:]))
+        padded[: chunk.shape[0]] = chunk
+        return {name: out[: chunk.shape[0]] for name, out in self._infer(padded).items()}
 
 
 # backend -> "module:Class"; modules are imported only when the backend is chosen.
@@ -129,6 +162,9 @@ def load_engine(
     """Load `model` with the chosen backend (`auto` picks by suffix and device)."""
     chosen = resolve_backend(model, backend, device)
     return engine_class(chosen)(
-        Path(model), device=torch.device(device), precision=Precision.from_value(precision),
-        max_batch=max_batch, **options,
+        Path(model),
+        device=torch.device(device),
+        precision=Precision.from_value(precision),
+        max_batch=max_batch,
+        **options,
     )

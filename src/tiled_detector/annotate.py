@@ -1,0 +1,60 @@
+"""Drawing detections and tile outlines onto a frame (debug images, the demo's snapshot, `detect --save-dir`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from tiled_detector.types import Detections
+
+_PALETTE = np.array(
+    [
+        (230, 25, 75),
+        (60, 180, 75),
+        (255, 225, 25),
+        (0, 130, 200),
+        (245, 130, 48),
+        (145, 30, 180),
+        (70, 240, 240),
+    ],
+    dtype=np.uint8,
+)
+_TILE_COLOUR = (160, 160, 160)
+
+
+def annotate(
+    image: np.ndarray,
+    detections: Detections,
+    labels: Sequence[str] | None = None,
+    tiles: np.ndarray | None = None,
+) -> np.ndarray:
+    """A copy of an RGB (or mono) uint8 image with tile outlines and labelled boxes drawn on it."""
+    canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
+    canvas = canvas.copy() if canvas is image else canvas
+    if tiles is not None:
+        for x1, y1, x2, y2 in np.asarray(tiles, dtype=np.int64).tolist():
+            cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _TILE_COLOUR, 1, cv2.LINE_4)
+    for (x1, y1, x2, y2), score, cls in zip(
+        np.rint(detections.boxes).astype(np.int64).tolist(),
+        detections.scores.tolist(),
+        detections.class_ids.tolist(),
+        strict=True,
+    ):
+        colour = tuple(int(c) for c in _PALETTE[cls % len(_PALETTE)])
+        name = labels[cls] if labels is not None and 0 <= cls < len(labels) else str(cls)
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, 2)
+        cv2.putText(
+            canvas, f"{name} {score:.2f}", (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1
+        )
+    return canvas
+
+
+def _to_rgb(image: np.ndarray) -> np.ndarray:
+    """Mono8/mono16/RGBA to RGB uint8 for drawing."""
+    if image.dtype == np.uint16:
+        image = (image >> 8).astype(np.uint8)
+    if image.ndim == 2 or image.shape[2] == 1:
+        return cv2.cvtColor(image.reshape(image.shape[:2]), cv2.COLOR_GRAY2RGB)
+    return np.ascontiguousarray(image[..., :3])

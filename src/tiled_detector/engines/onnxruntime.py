@@ -1,0 +1,164 @@
+"""ONNX Runtime engine: torch tensors bound in place through I/O binding (CPU provider, CUDA if available)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
+
+# ONNX Runtime type string -> (torch dtype, numpy dtype used for binding)
+_TYPES: dict[str, tuple[torch.dtype, type]] = {
+    "tensor(float)": (torch.float32, np.float32),
+    "tensor(float16)": (torch.float16, np.float16),
+    "tensor(int64)": (torch.int64, np.int64),
+    "tensor(int32)": (torch.int32, np.int32),
+    "tensor(uint8)": (torch.uint8, np.uint8),
+    "tensor(bool)": (torch.bool, np.bool_),
+}
+
+
+def _dtypes(node: ort.NodeArg) -> tuple[torch.dtype, type]:
+    if node.type not in _TYPES:
+        raise ValueError(
+            f"unsupported ONNX tensor type {node.type} of {node.name!r}; expected one of {sorted(_TYPES)}"
+        )
+    return _TYPES[node.type]
+
+
+def _static(dim: object) -> int:
+    """-1 for a symbolic or unknown dimension."""
+    return dim if isinstance(dim, int) and dim > 0 else -1
+
+
+def _labels(session: ort.InferenceSession) -> tuple[str, ...] | None:
+    """Class names from the model's `names` metadata (Ultralytics writes a dict {0: 'person', ...})."""
+    names = session.get_modelmeta().custom_metadata_map.get("names")
+    if not names:
+        return None
+    try:
+        parsed = ast.literal_eval(names)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(parsed, dict):
+        return tuple(str(parsed[k]) for k in sorted(parsed))
+    return tuple(str(n) for n in parsed) if isinstance(parsed, list | tuple) else None
+
+
+class OnnxRuntimeEngine(Engine):
+    """An ONNX model in an ONNX Runtime session, fed and read through I/O binding on torch buffers.
+
+    `threads` sets the intra-op thread count (default: ONNX Runtime's own default, one per physical core).
+    Static-shaped outputs are written straight into torch tensors; dynamic ones are allocated by ONNX Runtime
+    and wrapped through DLPack. fp16 needs a model whose input is float16 (ONNX Runtime does not convert).
+    """
+
+    backend = Backend.ONNXRUNTIME
+
+    def __init__(
+        self,
+        model: Path,
+        device: torch.device | str = "cpu",
+        precision: Precision = Precision.FP32,
+        max_batch: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = 0 if threads is None else int(threads)
+        self._session = ort.InferenceSession(str(model), options, providers=self._providers())
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1 or len(inputs[0].shape) != 4:
+            raise ValueError(
+                f"{model}: expected one NCHW image input, got {[(i.name, i.shape) for i in inputs]}"
+            )
+        node = inputs[0]
+        shape = tuple(_static(d) for d in node.shape)
+        if shape[2] < 0 or shape[3] < 0:
+            raise ValueError(
+                f"{model}: input {node.name!r} needs a static height and width, got {node.shape}"
+            )
+        dtype, self._np_dtype = _dtypes(node)
+        self.precision = self._check_precision(Precision.from_value(precision), dtype, model)
+        self.input = TensorSpec(node.name, shape, dtype)
+        self.max_batch = shape[0] if shape[0] > 0 else int(max_batch)
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.outputs = tuple(
+            TensorSpec(o.name, tuple(_static(d) for d in o.shape), _dtypes(o)[0])
+            for o in self._session.get_outputs()
+        )
+        self._out_np_dtypes = {o.name: _dtypes(o)[1] for o in self._session.get_outputs()}
+        # outputs whose first dimension is the input's batch dimension and all others static: bound in place
+        batch_dim = node.shape[0]
+        self._batch_outputs = {
+            o.name
+            for o in self._session.get_outputs()
+            if o.shape and o.shape[0] == batch_dim and all(_static(d) > 0 for d in o.shape[1:])
+        }
+        self.labels = _labels(self._session)
+        self._device_type = "cuda" if self.device.type == "cuda" else "cpu"
+        self._device_id = (self.device.index or 0) if self.device.type == "cuda" else 0
+
+    def _providers(self) -> list[str | tuple[str, dict[str, str]]]:
+        if self.device.type == "cpu":
+            return ["CPUExecutionProvider"]
+        if self.device.type != "cuda" or "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise ValueError(
+                f"ONNX Runtime cannot run on {self.device}: available providers are "
+                f"{ort.get_available_providers()} (install onnxruntime-gpu for CUDA)"
+            )
+        stream = torch.cuda.current_stream(self.device).cuda_stream  # run on torch's stream: no extra syncs
+        cuda = {"device_id": str(self.device.index or 0), "user_compute_stream": str(stream)}
+        return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+
+    @staticmethod
+    def _check_precision(precision: Precision, dtype: torch.dtype, model: Path) -> Precision:
+        if precision is Precision.INT8:
+            raise ValueError(
+                "ONNX Runtime engine: int8 is not supported; use a quantized ONNX model as fp32 input"
+            )
+        if precision is Precision.FP16 and dtype != torch.float16:
+            raise ValueError(
+                f"ONNX Runtime engine: precision fp16 needs an fp16 model (float16 input), but {model} takes "
+                f"{dtype}; convert the model to fp16 or use precision fp32"
+            )
+        return Precision.FP16 if dtype == torch.float16 else Precision.FP32
+
+    def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch = batch.contiguous()
+        binding = self._session.io_binding()
+        binding.bind_input(
+            self.input.name,
+            self._device_type,
+            self._device_id,
+            self._np_dtype,
+            tuple(batch.shape),
+            batch.data_ptr(),
+        )
+        results: dict[str, torch.Tensor] = {}
+        for spec in self.outputs:
+            if spec.name in self._batch_outputs:
+                out = torch.empty((batch.shape[0], *spec.shape[1:]), dtype=spec.dtype, device=self.device)
+                binding.bind_output(
+                    spec.name,
+                    self._device_type,
+                    self._device_id,
+                    self._out_np_dtypes[spec.name],
+                    tuple(out.shape),
+                    out.data_ptr(),
+                )
+                results[spec.name] = out
+            else:
+                binding.bind_output(spec.name, self._device_type, self._device_id)
+        self._session.run_with_iobinding(binding)
+        allocated = [s.name for s in self.outputs if s.name not in self._batch_outputs]
+        if allocated:
+            values = dict(zip([s.name for s in self.outputs], binding.get_outputs(), strict=True))
+            results.update({name: torch.from_dlpack(values[name]) for name in allocated})
+        return {spec.name: results[spec.name] for spec in self.outputs}

@@ -1,0 +1,377 @@
+"""TensorRT engine whose buffers are torch tensors (no PyCUDA).
+
+Runs a serialized engine (.engine / .plan) or builds one from ONNX through the engine cache. The input
+buffer is preallocated at the profile maximum and exposed (`input_buffer`) so preprocessing can write
+straight into it; outputs are preallocated and reused until the batch shape changes. Work is enqueued on
+torch's current CUDA stream and a torch CUDA event is recorded after it (`done_event`): consumers on the
+same stream need nothing, consumers on another stream wait on the event.
+
+Two TensorRT APIs are handled, chosen by feature detection: named tensors (TensorRT >= 8.5: set_input_shape,
+set_tensor_address, execute_async_v3) and binding indices (TensorRT < 8.5: set_binding_shape,
+execute_async_v2). `current_stream`, `new_event` and `allocate` are the only CUDA touch points, kept as
+module functions so tests without a GPU can replace them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import torch
+
+from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
+
+LOG = logging.getLogger(__name__)
+R = TypeVar("R")
+
+# Module names of the TensorRT Python bindings, in order of preference: the full package, TensorRT-RTX,
+# the lean runtime (as `tensorrt_lean`, and as the standalone wheel's `tensorrt_lean_bindings`).
+TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx", "tensorrt_lean", "tensorrt_lean_bindings")
+
+# TensorRT DataType member name -> torch dtype
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "FLOAT": torch.float32,
+    "HALF": torch.float16,
+    "BF16": torch.bfloat16,
+    "INT8": torch.int8,
+    "UINT8": torch.uint8,
+    "INT32": torch.int32,
+    "INT64": torch.int64,
+    "BOOL": torch.bool,
+}
+
+
+class TensorRTError(RuntimeError):
+    """A TensorRT call failed."""
+
+
+def import_tensorrt() -> ModuleType:
+    """The first importable TensorRT binding module of `TENSORRT_MODULES`."""
+    failures = []
+    for name in TENSORRT_MODULES:
+        try:
+            return importlib.import_module(name)
+        except ImportError as err:
+            failures.append(f"{name}: {err}")
+    raise ImportError(
+        "no TensorRT Python bindings found (" + "; ".join(failures) + "). Jetson: `sudo apt install "
+        "python3-libnvinfer` and a venv made with --system-site-packages; x86_64: `pip install tensorrt`"
+    )
+
+
+def trt_version(trt: ModuleType) -> tuple[int, ...]:
+    """`trt.__version__` as integers, e.g. (10, 3, 0, 30)."""
+    return tuple(int(part) for part in re.findall(r"\d+", str(trt.__version__)))
+
+
+def checked(call: Callable[..., R], *args: Any, what: str, **kwargs: Any) -> R:
+    """Call a TensorRT function; a raised error, None or False becomes a `TensorRTError` naming `what`."""
+    try:
+        result = call(*args, **kwargs)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise TensorRTError(f"TensorRT {what} failed: {err}") from err
+    if result is None or result is False:
+        raise TensorRTError(f"TensorRT {what} failed (returned {result!r}); the TensorRT log above says why")
+    return result
+
+
+def make_logger(trt: ModuleType, verbose: bool = False) -> Any:
+    """A TensorRT logger that forwards to Python logging."""
+    severity = trt.ILogger.Severity
+    levels = {
+        severity.INTERNAL_ERROR: logging.CRITICAL,
+        severity.ERROR: logging.ERROR,
+        severity.WARNING: logging.WARNING,
+        severity.INFO: logging.INFO,
+        severity.VERBOSE: logging.DEBUG,
+    }
+
+    class _Logger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, sev: Any, msg: str) -> None:
+            if verbose or sev in (severity.INTERNAL_ERROR, severity.ERROR, severity.WARNING):
+                LOG.log(levels.get(sev, logging.INFO), "[TensorRT] %s", msg)
+
+    return _Logger()
+
+
+def deserialize(runtime: Any, data: bytes) -> Any | None:
+    """The ICudaEngine in `data`, or None when it is not an engine this TensorRT and GPU can run."""
+    try:
+        return runtime.deserialize_cuda_engine(data)
+    except (RuntimeError, TypeError, ValueError) as err:
+        LOG.warning("engine does not deserialize: %s", err)
+        return None
+
+
+# --- CUDA touch points (replaced in tests: no GPU there) -------------------------------------------------
+
+
+def current_stream(device: torch.device) -> Any:
+    """torch's current CUDA stream on `device` (`.cuda_stream` is the raw handle TensorRT needs)."""
+    return torch.cuda.current_stream(device)
+
+
+def new_event() -> Any:
+    """A torch CUDA event, recorded after every enqueue."""
+    return torch.cuda.Event()
+
+
+def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised buffer."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+# --- the two TensorRT I/O APIs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    """One engine input or output as TensorRT describes it."""
+
+    name: str
+    is_input: bool
+    shape: tuple[int, ...]  # -1 for dynamic dimensions
+    dtype: torch.dtype
+    max_shape: tuple[int, ...] | None  # profile 0 maximum (inputs only)
+
+
+def torch_dtype(trt_dtype: Any) -> torch.dtype:
+    """torch dtype of a TensorRT DataType."""
+    try:
+        return TORCH_DTYPES[trt_dtype.name]
+    except KeyError:
+        raise TensorRTError(f"TensorRT tensor type {trt_dtype.name} has no torch equivalent") from None
+
+
+class NamedTensorIO:
+    """TensorRT >= 8.5: tensors addressed by name, `execute_async_v3`."""
+
+    def __init__(self, trt: ModuleType, engine: Any, context: Any) -> None:
+        self._trt, self._engine, self._context = trt, engine, context
+
+    def tensors(self) -> list[IOTensor]:
+        """All I/O tensors in engine order."""
+        result = []
+        for i in range(self._engine.num_io_tensors):
+            name = self._engine.get_tensor_name(i)
+            is_input = self._engine.get_tensor_mode(name) == self._trt.TensorIOMode.INPUT
+            max_shape = tuple(self._engine.get_tensor_profile_shape(name, 0)[2]) if is_input else None
+            result.append(
+                IOTensor(
+                    name,
+                    is_input,
+                    tuple(self._engine.get_tensor_shape(name)),
+                    torch_dtype(self._engine.get_tensor_dtype(name)),
+                    max_shape,
+                )
+            )
+        return result
+
+    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """Fix the shape of a dynamic input for the next enqueue."""
+        checked(self._context.set_input_shape, name, shape, what=f"set_input_shape({name!r}, {shape})")
+
+    def output_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of an output given the input shapes set."""
+        return tuple(self._context.get_tensor_shape(name))
+
+    def enqueue(self, addresses: dict[str, int], stream_handle: int) -> None:
+        """Bind every tensor's address and enqueue the inference on `stream_handle`."""
+        for name, address in addresses.items():
+            checked(self._context.set_tensor_address, name, address, what=f"set_tensor_address({name!r})")
+        checked(self._context.execute_async_v3, stream_handle, what="execute_async_v3")
+
+
+class BindingIO:
+    """TensorRT < 8.5: tensors addressed by binding index, `execute_async_v2`."""
+
+    def __init__(self, trt: ModuleType, engine: Any, context: Any) -> None:
+        self._engine, self._context = engine, context
+        self._index = {engine.get_binding_name(i): i for i in range(engine.num_bindings)}
+
+    def tensors(self) -> list[IOTensor]:
+        """All bindings in index order."""
+        result = []
+        for name, i in self._index.items():
+            is_input = bool(self._engine.binding_is_input(i))
+            max_shape = tuple(self._engine.get_profile_shape(0, i)[2]) if is_input else None
+            result.append(
+                IOTensor(
+                    name,
+                    is_input,
+                    tuple(self._engine.get_binding_shape(i)),
+                    torch_dtype(self._engine.get_binding_dtype(i)),
+                    max_shape,
+                )
+            )
+        return result
+
+    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """Fix the shape of a dynamic input binding."""
+        checked(self._context.set_binding_shape, self._index[name], shape, what=f"set_binding_shape({name!r})")
+
+    def output_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of an output binding given the input shapes set."""
+        return tuple(self._context.get_binding_shape(self._index[name]))
+
+    def enqueue(self, addresses: dict[str, int], stream_handle: int) -> None:
+        """Enqueue with the address list ordered by binding index."""
+        bindings = [0] * len(self._index)
+        for name, address in addresses.items():
+            bindings[self._index[name]] = address
+        checked(
+            self._context.execute_async_v2, bindings=bindings, stream_handle=stream_handle, what="execute_async_v2"
+        )
+
+
+def tensor_io(trt: ModuleType, engine: Any, context: Any) -> NamedTensorIO | BindingIO:
+    """The I/O API this TensorRT offers: named tensors where the engine has them, else binding indices."""
+    if hasattr(engine, "num_io_tensors"):
+        return NamedTensorIO(trt, engine, context)
+    return BindingIO(trt, engine, context)
+
+
+# --- the engine -------------------------------------------------------------------------------------------
+
+
+class TensorRTEngine(Engine):
+    """A TensorRT engine on one CUDA device; see the module docstring.
+
+    Options: `opt_batch` (optimisation-profile batch when building: tiles per frame + full-frame view),
+    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `calib` (INT8 calibration images:
+    folder or rosbag), `calib_tiling` (callable frame -> batch, the run-time tiling), `verbose`.
+    """
+
+    backend = Backend.TENSORRT
+
+    def __init__(
+        self,
+        model: Path,
+        device: torch.device = torch.device("cuda"),
+        precision: Precision = Precision.FP32,
+        max_batch: int = 32,
+        opt_batch: int | None = None,
+        input_hw: tuple[int, int] | None = None,
+        cache_dir: str | Path | None = None,
+        calib: str | Path | None = None,
+        calib_tiling: Callable[[Any], torch.Tensor] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if torch.device(device).type != "cuda":
+            raise ValueError(f"TensorRT runs on CUDA devices only, got device={device}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.device = torch.device(device)
+        self.precision = Precision.from_value(precision)
+        self.trt = import_tensorrt()
+        self._logger = make_logger(self.trt, verbose)
+        self._runtime = checked(self.trt.Runtime, self._logger, what="Runtime()")
+        model = Path(model)
+        if model.suffix.lower() == ".onnx":
+            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
+
+            options = BuildOptions(
+                precision=self.precision,
+                max_batch=max_batch,
+                opt_batch=opt_batch or max_batch,
+                input_hw=input_hw,
+                calib=Path(calib) if calib else None,
+                calib_tiling=calib_tiling,
+            )
+            self._engine, self.engine_path = load_or_build(
+                self.trt, self._runtime, self._logger, model, options, self.device, cache_dir
+            )
+        else:
+            self._engine = deserialize(self._runtime, model.read_bytes())
+            if self._engine is None:
+                raise TensorRTError(
+                    f"{model} is not an engine this TensorRT ({self.trt.__version__}) and GPU can run: "
+                    "engines are tied to the TensorRT version and GPU that built them; rebuild it "
+                    "(tiled-detector build-engine MODEL.onnx) or pass the .onnx to build through the cache"
+                )
+            self.engine_path = model
+        self._context = checked(self._engine.create_execution_context, what="create_execution_context")
+        self._io = tensor_io(self.trt, self._engine, self._context)
+        tensors = self._io.tensors()
+        inputs = [t for t in tensors if t.is_input]
+        if len(inputs) != 1:
+            raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
+        self._in = inputs[0]
+        self._outs = [t for t in tensors if not t.is_input]
+        self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
+        self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
+        max_shape = self._in.max_shape or self._in.shape
+        self.max_batch = min(max_batch, max_shape[0])
+        self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
+        self._outputs: dict[str, torch.Tensor] = {}
+        self._done = new_event()
+
+    @property
+    def done_event(self) -> Any:
+        """torch CUDA event recorded after the last enqueue; `other_stream.wait_event(...)` before reading."""
+        return self._done
+
+    def input_buffer(self, batch: int) -> torch.Tensor:
+        """View of the engine's own input memory for `batch` images: write preprocessed tiles here and
+        pass the view to `infer`, which then binds it without a copy."""
+        if not 1 <= batch <= self.max_batch:
+            raise ValueError(f"batch must be in [1, {self.max_batch}], got {batch}")
+        return self._input[:batch]
+
+    def infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run any batch size. Outputs of a single call alias the reused buffers (valid until the next
+        call); batches over `max_batch` are split and each chunk's outputs copied out before the next."""
+        if batch.shape[0] <= self.max_batch:
+            return self._infer(batch)
+        parts: dict[str, list[torch.Tensor]] = {}
+        for chunk in torch.split(batch, self.max_batch):
+            for name, tensor in self._infer(chunk).items():
+                parts.setdefault(name, []).append(tensor.clone())
+        return {name: torch.cat(chunks) for name, chunks in parts.items()}
+
+    def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        source = self._bind_input(batch)
+        self._io.set_input_shape(self._in.name, tuple(source.shape))
+        addresses = {self._in.name: source.data_ptr()}
+        outputs = {}
+        for spec in self._outs:
+            out = self._output_buffer(spec, self._io.output_shape(spec.name))
+            outputs[spec.name] = out
+            addresses[spec.name] = out.data_ptr()
+        stream = current_stream(self.device)
+        self._io.enqueue(addresses, stream.cuda_stream)
+        self._done.record(stream)
+        return outputs
+
+    def _bind_input(self, batch: torch.Tensor) -> torch.Tensor:
+        """`batch` itself when TensorRT can read it in place, else a copy into the input buffer."""
+        expected = self._input.shape[1:]
+        if batch.dim() != 4 or batch.shape[1:] != expected or not 1 <= batch.shape[0] <= self.max_batch:
+            raise ValueError(
+                f"input batch must be (1..{self.max_batch}, {', '.join(map(str, expected))}), "
+                f"got {tuple(batch.shape)}"
+            )
+        if batch.dtype == self._input.dtype and batch.device == self._input.device and batch.is_contiguous():
+            return batch
+        buffer = self._input[: batch.shape[0]]
+        buffer.copy_(batch)
+        return buffer
+
+    def _output_buffer(self, spec: IOTensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The reused output buffer, reallocated only when the shape changes."""
+        if any(d < 0 for d in shape):
+            raise TensorRTError(f"output {spec.name!r} has a data-dependent shape {shape}: not supported")
+        buffer = self._outputs.get(spec.name)
+        if buffer is None or tuple(buffer.shape) != shape:
+            buffer = allocate(shape, spec.dtype, self.device)
+            self._outputs[spec.name] = buffer
+        return buffer

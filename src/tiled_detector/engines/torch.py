@@ -1,0 +1,133 @@
+"""PyTorch engine: a TorchScript file (.ts / .pt / .torchscript) or a torch.export program (.pt2).
+
+Metadata convention, written into the file when exporting (read back here, overridable by options):
+
+    extra = {"input_shape": "-1,3,640,640", "labels": json.dumps(["car", "person"])}
+    torch.jit.save(torch.jit.trace(model, example), "model.ts", _extra_files=extra)
+    program = torch.export.export(model, (example,), dynamic_shapes=...)
+    torch.export.save(program, "model.pt2", extra_files=extra)
+
+`input_shape` is "B,C,H,W" with B = -1 for a dynamic batch (split at `max_batch`) or a positive number for a
+model traced for exactly that batch (padded and split to it). Without it, a .pt2 program's input shape is read
+from its graph (symbolic dimensions are dynamic); TorchScript files without it need the `input_shape` option.
+`labels` is a JSON list of class names (or one name per line). Outputs are named output0, output1, ... in the
+order the model returns them (a dict output keeps its keys).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
+
+TORCHSCRIPT_SUFFIXES = {".ts", ".pt", ".torchscript"}
+EXPORT_SUFFIXES = {".pt2"}
+
+
+def parse_input_shape(text: str | Sequence[int]) -> tuple[int, int, int, int]:
+    """'B,C,H,W' (or a sequence) -> a 4-tuple; B may be -1 (dynamic), C, H and W must be positive."""
+    try:
+        dims = tuple(int(d) for d in (text.split(",") if isinstance(text, str) else text))
+    except ValueError:
+        dims = ()
+    if len(dims) != 4 or dims[0] == 0 or dims[0] < -1 or min(dims[1:]) <= 0:
+        raise ValueError(f"input_shape must be 'B,C,H,W' with B = -1 or > 0 and C, H, W > 0, got {text!r}")
+    return dims  # type: ignore[return-value]
+
+
+def parse_labels(text: str) -> tuple[str, ...] | None:
+    """A JSON list of names or one name per line; None for empty text."""
+    text = text.strip()
+    if not text:
+        return None
+    if text.startswith("["):
+        return tuple(str(n) for n in json.loads(text))
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _named_outputs(result: object) -> dict[str, torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return {"output0": result}
+    if isinstance(result, dict):
+        items = list(result.items())
+    elif isinstance(result, list | tuple):
+        items = [(f"output{i}", r) for i, r in enumerate(result)]
+    else:
+        raise TypeError(
+            f"model returned {type(result).__name__}; expected a tensor, or a tuple/list/dict of tensors"
+        )
+    bad = [name for name, value in items if not isinstance(value, torch.Tensor)]
+    if bad:
+        raise TypeError(f"model outputs {bad} are not tensors; export a model that returns tensors only")
+    return {str(name): value for name, value in items}
+
+
+class TorchEngine(Engine):
+    """A TorchScript or torch.export model run eagerly under `torch.inference_mode` on CPU or CUDA."""
+
+    backend = Backend.TORCH
+
+    def __init__(
+        self,
+        model: Path,
+        device: torch.device | str = "cpu",
+        precision: Precision = Precision.FP32,
+        max_batch: int = 32,
+        input_shape: str | Sequence[int] | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.precision = Precision.from_value(precision)
+        if self.precision is Precision.INT8:
+            raise ValueError("torch engine: int8 is not supported; use fp32 or fp16")
+        module, extra, graph_shape = self._load(Path(model))
+        shape_text = input_shape if input_shape is not None else extra.get("input_shape") or graph_shape
+        if not shape_text:
+            raise ValueError(
+                f"{model}: no input shape; pass input_shape='B,3,H,W' or save it in the file's extra files "
+                f"(see tiled_detector.engines.torch)"
+            )
+        shape = parse_input_shape(shape_text)
+        dtype = torch.float16 if self.precision is Precision.FP16 else torch.float32
+        self._module = module.half() if dtype == torch.float16 else module
+        self.input = TensorSpec("images", shape, dtype)
+        self.max_batch = shape[0] if shape[0] > 0 else int(max_batch)
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.labels = parse_labels(extra.get("labels", ""))
+        probe = self._infer(torch.zeros((max(shape[0], 1), *shape[1:]), dtype=dtype, device=self.device))
+        self.outputs = tuple(
+            TensorSpec(name, (shape[0], *out.shape[1:]), out.dtype) for name, out in probe.items()
+        )
+
+    def _load(self, path: Path) -> tuple[torch.nn.Module, dict[str, str], str]:
+        """The module on the device, its extra files, and the input shape found in its graph ('' if none)."""
+        extra = {"input_shape": "", "labels": ""}
+        suffix = path.suffix.lower()
+        if suffix in EXPORT_SUFFIXES:
+            program = torch.export.load(str(path), extra_files=extra)
+            program = torch.export.passes.move_to_device_pass(program, self.device)
+            return program.module(), extra, _program_input_shape(program)
+        if suffix in TORCHSCRIPT_SUFFIXES:
+            module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
+            return module.eval(), extra, ""
+        raise ValueError(
+            f"torch engine: cannot load {path}; "
+            f"expected one of {sorted(TORCHSCRIPT_SUFFIXES | EXPORT_SUFFIXES)}"
+        )
+
+    def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.inference_mode():
+            return _named_outputs(self._module(batch))
+
+
+def _program_input_shape(program: torch.export.ExportedProgram) -> str:
+    """'B,C,H,W' of an exported program's only user input, symbolic dimensions as -1."""
+    names = set(program.graph_signature.user_inputs)
+    values = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder" and n.name in names]
+    if len(values) != 1 or not isinstance(values[0], torch.Tensor) or values[0].dim() != 4:
+        return ""
+    return ",".join(str(d) if isinstance(d, int) else "-1" for d in values[0].shape)

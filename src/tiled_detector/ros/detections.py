@@ -1,0 +1,132 @@
+"""Detection arrays <-> vision_msgs/Detection2DArray for vision_msgs 2.x, 3.x and 4.x.
+
+The message layout is found by feature detection on message instances, not by distro name:
+- 4.x (Humble+): bbox.center.position.x/y (vision_msgs/Pose2D), results[].hypothesis.class_id/score;
+- 3.x (Galactic): bbox.center.x/y (geometry_msgs/Pose2D), results[].hypothesis.class_id/score;
+- 2.x (Foxy): bbox.center.x/y, results[].id/score.
+Boxes are in the image's pixel frame. Each Detection2D carries the image header and one hypothesis whose
+class id is the label name when known, else the decimal class id. Detection2D.id is left empty: it names a
+tracked object and these detections are untracked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+Labels = Sequence[str] | Mapping[int, str]
+
+
+def _label_map(labels: Labels | None) -> dict[int, str]:
+    """Class id -> name, from a list of names (index = id) or a mapping."""
+    if labels is None:
+        return {}
+    if isinstance(labels, Mapping):
+        return {int(key): str(value) for key, value in labels.items()}
+    return {index: str(name) for index, name in enumerate(labels)}
+
+
+def _center(bbox: Any) -> Any:
+    """The object holding x / y of a BoundingBox2D centre (4.x nests it in center.position)."""
+    return getattr(bbox.center, "position", bbox.center)
+
+
+def _hypothesis(result: Any) -> tuple[Any, str]:
+    """The object holding class id and score of an ObjectHypothesisWithPose, and the class id field name."""
+    hypothesis = getattr(result, "hypothesis", result)  # 3.x / 4.x nest an ObjectHypothesis
+    return hypothesis, ("class_id" if hasattr(hypothesis, "class_id") else "id")
+
+
+def _checked_arrays(boxes: Any, scores: Any, class_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    boxes = np.asarray(boxes, dtype=np.float64)
+    if boxes.size == 0:
+        boxes = boxes.reshape(0, 4)
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    ids = np.asarray(class_ids).reshape(-1)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes must have shape (N, 4), got {boxes.shape}")
+    if not len(boxes) == len(scores) == len(ids):
+        raise ValueError(
+            f"need as many boxes as scores and class ids, got {len(boxes)}, {len(scores)} and {len(ids)}"
+        )
+    if not (np.isfinite(boxes).all() and np.isfinite(scores).all()):
+        raise ValueError("boxes and scores must be finite")
+    if (boxes[:, 2:] < boxes[:, :2]).any():
+        raise ValueError("boxes must be x1, y1, x2, y2 with x2 >= x1 and y2 >= y1")
+    if ids.size and not (ids.dtype.kind in "iu" or np.array_equal(ids, np.round(ids))):
+        raise ValueError(f"class ids must be integers, got {ids.dtype} values")
+    return boxes, scores, ids.astype(np.int64)
+
+
+def detections_to_msg(
+    boxes: Any,
+    scores: Any,
+    class_ids: Any,
+    header: Any,
+    labels: Labels | None = None,
+    *,
+    msg_types: Any = None,
+) -> Any:
+    """Boxes (N, 4) x1, y1, x2, y2 in image pixels, scores (clipped to [0, 1]), class ids -> Detection2DArray.
+
+    `header` (stamp, frame_id) is set on the array and on every detection. `msg_types` is a namespace with
+    Detection2DArray, Detection2D and ObjectHypothesisWithPose (default: vision_msgs.msg).
+    """
+    if msg_types is None:
+        import vision_msgs.msg as msg_types
+    boxes, scores, ids = _checked_arrays(boxes, scores, class_ids)
+    names = _label_map(labels)
+    centres = ((boxes[:, :2] + boxes[:, 2:]) / 2).tolist()
+    sizes = (boxes[:, 2:] - boxes[:, :2]).tolist()
+    class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
+    detections = []
+    for (cx, cy), (width, height), score, name in zip(
+        centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True
+    ):
+        detection = msg_types.Detection2D()
+        detection.header = header
+        center = _center(detection.bbox)
+        center.x, center.y = cx, cy
+        detection.bbox.size_x, detection.bbox.size_y = width, height
+        result = msg_types.ObjectHypothesisWithPose()
+        hypothesis, id_field = _hypothesis(result)
+        setattr(hypothesis, id_field, name)
+        hypothesis.score = score
+        detection.results = [result]
+        detections.append(detection)
+    array_msg = msg_types.Detection2DArray()
+    array_msg.header = header
+    array_msg.detections = detections
+    return array_msg
+
+
+def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Detection2DArray -> (boxes (N, 4) float32 x1, y1, x2, y2, scores (N,) float32, class ids (N,) int64).
+
+    Each detection contributes its highest-scoring hypothesis; detections without any are skipped. Class ids
+    are looked up in `labels` by name, else parsed as integers (ValueError if neither works).
+    """
+    ids_by_name = {name: class_id for class_id, name in _label_map(labels).items()}
+    rows: list[tuple[float, float, float, float, float]] = []
+    class_ids: list[int] = []
+    for detection in msg.detections:
+        if not detection.results:
+            continue
+        hypotheses = (_hypothesis(result) for result in detection.results)
+        hypothesis, id_field = max(hypotheses, key=lambda pair: pair[0].score)
+        name = str(getattr(hypothesis, id_field))
+        if name in ids_by_name:
+            class_ids.append(ids_by_name[name])
+        else:
+            try:
+                class_ids.append(int(name))
+            except ValueError:
+                raise ValueError(f"class id {name!r} is neither a known label nor an integer") from None
+        center = _center(detection.bbox)
+        rows.append((center.x, center.y, detection.bbox.size_x, detection.bbox.size_y, hypothesis.score))
+    values = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
+    half = values[:, 2:4] / 2
+    boxes = np.concatenate([values[:, :2] - half, values[:, :2] + half], axis=1)
+    return boxes.astype(np.float32), values[:, 4].astype(np.float32), np.asarray(class_ids, dtype=np.int64)

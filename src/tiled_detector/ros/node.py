@@ -1,0 +1,316 @@
+"""The `tiled_detector` ROS 2 node: camera images in, vision_msgs/Detection2DArray out.
+
+Latest-frame semantics: the subscription callback only keeps the newest frame; one worker thread runs the
+pipeline, so no queue can grow when the model is slower than the camera; overwritten frames are counted as
+dropped. Everything numeric lives in the ROS-free core (`tiled_detector.detector`); this module converts
+messages, owns parameters, QoS and threads, and reports /diagnostics.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
+from sensor_msgs.msg import CompressedImage, Image
+from vision_msgs.msg import Detection2DArray
+
+from tiled_detector.annotate import annotate
+from tiled_detector.detector import TiledDetector
+from tiled_detector.models import load_labels
+from tiled_detector.ros.detections import detections_to_msg
+from tiled_detector.ros.images import (
+    ImageConversionError,
+    array_to_imgmsg,
+    compressed_to_array,
+    imgmsg_to_array,
+)
+from tiled_detector.ros.params import BY_NAME, PARAMS, Param, pipeline_changes, string_list
+
+NODE_NAME = "tiled_detector"
+
+
+class FrameSlot:
+    """Holds only the newest frame: `put` replaces an unprocessed one (a drop), `take` waits for one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._item: Any = None
+        self._closed = False
+
+    def put(self, item: Any) -> bool:
+        """Store `item`; True when it replaced a frame the worker never saw."""
+        with self._cond:
+            dropped = self._item is not None
+            self._item = item
+            self._cond.notify()
+            return dropped
+
+    def take(self, timeout: float) -> Any:
+        """The newest frame, or None after `timeout` seconds or once closed."""
+        with self._cond:
+            if self._item is None and not self._closed:
+                self._cond.wait(timeout)
+            item, self._item = self._item, None
+            return item
+
+    def close(self) -> None:
+        """Wake the worker for shutdown."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class Stats:
+    """Counters and recent latencies shared by the callback, the worker and the diagnostics timer."""
+
+    WINDOW = 300
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts = dict.fromkeys(("received", "processed", "dropped", "malformed", "failed"), 0)
+        self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
+        self.stages: dict[str, deque[float]] = {}
+        self._last_counts = dict(self.counts)
+        self._last_time = time.monotonic()
+
+    def add(self, name: str) -> None:
+        """Count one event."""
+        with self.lock:
+            self.counts[name] += 1
+
+    def record(self, latency_ms: float, timings: dict[str, float]) -> None:
+        """Record one processed frame."""
+        with self.lock:
+            self.counts["processed"] += 1
+            self.latency_ms.append(latency_ms)
+            for stage, ms in timings.items():
+                self.stages.setdefault(stage, deque(maxlen=self.WINDOW)).append(ms)
+
+    def snapshot(self) -> dict[str, float]:
+        """Counters, rates since the last snapshot and latency percentiles."""
+        with self.lock:
+            now = time.monotonic()
+            elapsed = max(now - self._last_time, 1e-9)
+            out: dict[str, float] = {f"frames_{k}": float(v) for k, v in self.counts.items()}
+            out["input_rate_hz"] = (self.counts["received"] - self._last_counts["received"]) / elapsed
+            out["output_rate_hz"] = (self.counts["processed"] - self._last_counts["processed"]) / elapsed
+            out["dropped_since_last"] = float(self.counts["dropped"] - self._last_counts["dropped"])
+            self._last_counts, self._last_time = dict(self.counts), now
+            series = {"latency": self.latency_ms, **self.stages}
+            for name, values in series.items():
+                if values:
+                    p50, p95 = np.percentile(np.fromiter(values, float), [50, 95])
+                    out[f"{name}_ms_p50"], out[f"{name}_ms_p95"] = float(p50), float(p95)
+            return out
+
+
+def image_qos(reliability: str) -> QoSProfile:
+    """Depth-1 keep-last image QoS; best effort (sensor data) unless `reliable` is asked for."""
+    return QoSProfile(
+        depth=1,
+        history=HistoryPolicy.KEEP_LAST,
+        reliability=ReliabilityPolicy.RELIABLE
+        if reliability == "reliable"
+        else ReliabilityPolicy.BEST_EFFORT,
+    )
+
+
+class DetectorNode(Node):
+    """Subscribes `image` (or `image/compressed`), publishes `detections`, `debug_image` and `/diagnostics`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        for param in PARAMS:
+            self.declare_parameter(param.name, _declared_value(param), param.descriptor())
+        self._values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
+        for param in PARAMS:
+            reason = param.check(self._values[param.name])
+            if reason:
+                raise ValueError(reason)
+
+        model = self._values["model"] or None
+        detector = TiledDetector(
+            model=model,
+            backend=self._values["backend"],
+            device=self._values["device"],
+            precision=self._values["precision"],
+            max_batch=self._values["max_batch"],
+            channel_order=self._values["model_channel_order"],
+        )
+        self.labels = (
+            string_list(self._values["labels"]) or detector.labels or load_labels(detector.config.model)
+        )
+        self._detector = detector.with_config(**pipeline_changes(self._values, self.labels))
+        self._detector_lock = threading.Lock()
+
+        self.stats = Stats()
+        self._last_hw: tuple[int, int] | None = None
+        self._slot = FrameSlot()
+        self._stop = threading.Event()
+        self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)
+        self.debug_pub = self.create_publisher(Image, "debug_image", 1)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        compressed = self._values["transport"] == "compressed"
+        self.image_sub = self.create_subscription(
+            CompressedImage if compressed else Image,
+            "image/compressed" if compressed else "image",
+            self._on_image,
+            image_qos(self._values["image_reliability"]),
+        )
+        self._convert = compressed_to_array if compressed else imgmsg_to_array
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.create_timer(self._values["diagnostics_period"], self._publish_diagnostics)
+        self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
+        self._worker.start()
+        engine = self._detector.engine
+        self.get_logger().info(
+            f"ready: model={self._detector.config.model} backend={engine.backend.value} device={engine.device} "
+            f"precision={engine.precision.value} input={self.image_sub.topic_name} "
+            f"tiles={self._detector.config.tile_size} overlap={self._detector.config.overlap}"
+        )
+
+    # --- callbacks -------------------------------------------------------------------------------------------
+
+    def _on_image(self, msg: Image | CompressedImage) -> None:
+        self.stats.add("received")
+        if self._slot.put((msg, time.monotonic())):
+            self.stats.add("dropped")
+
+    def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
+        changed = {p.name: p.value for p in params if p.name in BY_NAME}
+        for name, value in changed.items():
+            reason = BY_NAME[name].check(value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        merged = {**self._values, **changed}
+        runtime = {k: merged[k] for k in changed if not BY_NAME[k].read_only}
+        if "tile_width" in runtime or "tile_height" in runtime:
+            runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
+        try:
+            candidate = self._current_detector().with_config(**pipeline_changes(runtime, self.labels))
+        except ValueError as error:
+            return SetParametersResult(successful=False, reason=str(error))
+        with self._detector_lock:
+            self._detector = candidate
+            self._values = merged
+        return SetParametersResult(successful=True)
+
+    def _current_detector(self) -> TiledDetector:
+        with self._detector_lock:
+            return self._detector
+
+    # --- worker ----------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            item = self._slot.take(timeout=0.1)
+            if item is not None:
+                self._process(*item)
+
+    def _process(self, msg: Image | CompressedImage, received: float) -> None:
+        detector = self._current_detector()
+        try:
+            frame, encoding = self._convert(msg)
+        except ImageConversionError as error:
+            self.stats.add("malformed")
+            self.get_logger().warning(f"skipped a malformed image: {error}", throttle_duration_sec=2.0)
+            return
+        try:
+            detections = detector.detect(frame, encoding)
+        except (RuntimeError, ValueError) as error:
+            self.stats.add("failed")
+            self.get_logger().error(f"detection failed for one frame: {error}", throttle_duration_sec=2.0)
+            return
+        self._last_hw = frame.shape[:2]
+        labels = self.labels if self._values["output_format"] == "labels" else None
+        self.detections_pub.publish(
+            detections_to_msg(detections.boxes, detections.scores, detections.class_ids, msg.header, labels)
+        )
+        if self.debug_pub.get_subscription_count() > 0:
+            plan = detector.plan_for(frame.shape[0], frame.shape[1])
+            drawn = annotate(frame, detections, self.labels, plan.tiles)
+            self.debug_pub.publish(
+                array_to_imgmsg(drawn, encoding if drawn.ndim == 3 else "rgb8", msg.header)
+            )
+        self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
+
+    def _publish_diagnostics(self) -> None:
+        detector = self._current_detector()
+        values = self.stats.snapshot()
+        engine = detector.engine
+        info = {
+            "backend": engine.backend.value,
+            "device": str(engine.device),
+            "precision": engine.precision.value,
+            "model": str(detector.config.model),
+            "tile_size": "x".join(map(str, detector.config.tile_size)),
+            "full_frame": str(detector.config.full_frame),
+        }
+        if self._last_hw is not None:
+            plan = detector.plan_for(*self._last_hw)
+            info["tiles_per_frame"] = str(len(plan.tiles))
+            info["batch_size"] = str(plan.batch_size)
+        problems = values["frames_malformed"] + values["frames_failed"]
+        status = DiagnosticStatus(
+            level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
+            name=f"{self.get_fully_qualified_name()}: pipeline",
+            message="skipping bad frames" if problems else "ok",
+            hardware_id=str(engine.device),
+            values=[KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else v)
+                    for k, v in {**values, **info}.items()],
+        )  # fmt: skip
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_pub.publish(msg)
+
+    def shutdown(self) -> None:
+        """Stop and join the worker thread."""
+        self._stop.set()
+        self._slot.close()
+        self._worker.join(timeout=10)
+
+
+def _declared_value(param: Param) -> Any:
+    """The value to declare: the default, or the type alone for parameters that are 'not set' by default."""
+    if param.default is None:
+        return Parameter.Type.STRING_ARRAY if param.value_type is list else Parameter.Type.STRING
+    return param.default
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    """Run the node until Ctrl-C / SIGTERM; exits 0 on a clean shutdown, 1 when the node cannot start."""
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    node: DetectorNode | None = None
+    try:
+        node = DetectorNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except (ValueError, RuntimeError, FileNotFoundError) as error:
+        print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if node is not None:
+            node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

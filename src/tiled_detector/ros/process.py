@@ -1,0 +1,149 @@
+"""Run the detector node as a real process with an isolated, large-image-ready ROS 2 environment.
+
+Used by the tests, `tiled-detector demo` and `tiled-detector replay`. Imports no rclpy itself, so it can
+prepare the environment before rclpy is loaded in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+# Fast DDS shared-memory profile with a segment large enough for full-resolution frames.
+FASTDDS_PROFILE = Path(str(resources.files("tiled_detector") / "resources" / "fastdds_large_images.xml"))
+
+
+def ros_environment(domain_id: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a ROS 2 process: Fast DDS with the large-image profile, discovery on this host only.
+
+    Both `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST` (Iron and later) and `ROS_LOCALHOST_ONLY=1` (Humble) are set,
+    so no DDS traffic leaves the host whatever the distro. An explicit `domain_id` isolates concurrent runs.
+    """
+    env = dict(os.environ if base is None else base)
+    env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(FASTDDS_PROFILE))
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    env["ROS_LOCALHOST_ONLY"] = "1"
+    env.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+    env["PYTHONUNBUFFERED"] = "1"
+    if domain_id is not None:
+        if not 0 <= domain_id <= 101:
+            raise ValueError(f"ROS_DOMAIN_ID must be in [0, 101] for Fast DDS on Linux, got {domain_id}")
+        env["ROS_DOMAIN_ID"] = str(domain_id)
+    return env
+
+
+def apply_ros_environment(domain_id: int | None = None) -> None:
+    """Set `ros_environment()` in this process (call before rclpy creates its first context)."""
+    os.environ.update(ros_environment(domain_id))
+
+
+def pick_domain_id(seed: int | None = None) -> int:
+    """A domain id in [1, 100] that differs between concurrently running processes."""
+    value = os.getpid() if seed is None else seed
+    return 1 + (value * 7919 + time.monotonic_ns() // 1_000_000) % 100
+
+
+DETECTOR_NODE = (sys.executable, "-m", "tiled_detector.ros.node")
+
+
+def node_command(
+    params_file: str | Path | None = None,
+    parameters: Mapping[str, object] | None = None,
+    remaps: Mapping[str, str] | None = None,
+    log_level: str | None = None,
+    program: Sequence[str] = DETECTOR_NODE,
+) -> list[str]:
+    """The command line that starts a node program (default: the detector node) with `--ros-args`."""
+    cmd = [*program, "--ros-args"]
+    if params_file is not None:
+        cmd += ["--params-file", str(params_file)]
+    for name, value in (parameters or {}).items():
+        cmd += ["-p", f"{name}:={_param_literal(value)}"]
+    for source, target in (remaps or {}).items():
+        cmd += ["-r", f"{source}:={target}"]
+    if log_level:
+        cmd += ["--log-level", log_level]
+    return cmd
+
+
+def _param_literal(value: object) -> str:
+    """A value as rcl's `-p name:=value` YAML parser reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'" if value else "''"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(_param_literal(v) for v in value) + "]"
+    return str(value)
+
+
+class NodeProcess:
+    """The detector node in its own process; a context manager that stops it with SIGINT (like Ctrl-C).
+
+    Output goes to a temporary log file (`.log_text()`), so a chatty node can never block on a full pipe.
+    """
+
+    def __init__(
+        self,
+        params_file: str | Path | None = None,
+        parameters: Mapping[str, object] | None = None,
+        remaps: Mapping[str, str] | None = None,
+        domain_id: int | None = None,
+        log_level: str | None = None,
+        program: Sequence[str] = DETECTOR_NODE,
+    ) -> None:
+        self.command = node_command(params_file, parameters, remaps, log_level, program)
+        self.env = ros_environment(domain_id)
+        self._log = tempfile.NamedTemporaryFile(prefix="tiled_detector_node_", suffix=".log", delete=False)  # noqa: SIM115
+        self.process: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+
+    def start(self) -> NodeProcess:
+        """Start the node process."""
+        self.process = subprocess.Popen(
+            self.command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        return self
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Send SIGINT, wait for a clean exit (SIGKILL after `timeout`), return the exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.returncode = self.process.returncode
+        return self.returncode
+
+    def log_text(self) -> str:
+        """Everything the node printed so far."""
+        self._log.flush()
+        return Path(self._log.name).read_text(errors="replace")
+
+    def __enter__(self) -> NodeProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        self._log.close()
+        if exc_type is None:
+            Path(self._log.name).unlink(missing_ok=True)

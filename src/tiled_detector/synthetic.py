@@ -1,0 +1,328 @@
+"""Deterministic synthetic scenes: small coloured shapes on cluttered backgrounds, with exact ground truth.
+
+Every scene is a pure function of its seed (a private `numpy.random.Generator`; no global state). Objects of
+`CLASSES` are 8-48 px, drawn with colour, lighting, blur and noise variation, partly occluded, among distractors
+(class shapes in other colours, other shapes in class colours), and some are placed across the seams of the
+640-px tiles (overlap 0.2) that the detector cuts a frame into. Ground-truth boxes are tight around the visible
+pixels of each object (before blur). `make_crop` renders a tile-sized scene with the same statistics, for training.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
+
+# Hue (degrees) of each class, and hues that never belong to a class (distractors), far from the class hues.
+_CLASS_HUES = (0.0, 225.0, 55.0, 125.0)
+_DISTRACTOR_HUES = (90.0, 180.0, 285.0, 320.0)
+# Shapes: the class shapes in class order, then shapes that are never a class.
+_SHAPES = ("disc", "square", "triangle", "cross", "ring", "bar", "diamond_outline")
+_SHIFT = 4  # sub-pixel bits for cv2 drawing
+_MIN_VISIBLE = 0.35  # an object is labelled when at least this fraction of it is visible ...
+_MIN_SIDE = 4  # ... and its visible box is at least this many pixels on each side
+
+
+@dataclass(frozen=True)
+class Scene:
+    """One rendered frame: image (H, W, 3) uint8 RGB, boxes (N, 4) float32 x1, y1, x2, y2, class_ids (N,) int64."""
+
+    image: np.ndarray
+    boxes: np.ndarray
+    class_ids: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.image.ndim != 3 or self.image.shape[2] != 3 or self.image.dtype != np.uint8:
+            raise ValueError(f"Scene image must be (H, W, 3) uint8, got {self.image.shape} {self.image.dtype}")
+        if self.boxes.shape != (len(self.class_ids), 4):
+            raise ValueError(
+                f"Scene needs one (4,) box per class id, got boxes {self.boxes.shape} and "
+                f"{len(self.class_ids)} class ids"
+            )
+
+
+@dataclass(frozen=True)
+class SceneStyle:
+    """Statistics of a scene; object counts are per megapixel so crops and frames share the same density."""
+
+    objects_per_mpix: float = 30.0
+    distractors_per_mpix: float = 24.0
+    min_size: float = 8.0
+    max_size: float = 48.0
+    seam_fraction: float = 0.25  # of the objects, placed across a tile seam (frames only)
+    occluded_fraction: float = 0.2
+    tile: int = 640
+    overlap: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_size <= self.max_size:
+            raise ValueError(f"need 0 < min_size <= max_size, got {self.min_size} and {self.max_size}")
+        for name in ("seam_fraction", "occluded_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+def tile_seams(length: int, tile: int, overlap: float) -> np.ndarray:
+    """Positions of the tile edges inside [0, length] for tiles of `tile` px with `overlap` (last tile snapped)."""
+    if length <= tile:
+        return np.zeros(0, np.float32)
+    step = max(1, int(tile * (1.0 - overlap)))
+    starts = sorted({*range(0, length - tile, step), length - tile})
+    edges = {s for s in starts if s > 0} | {s + tile for s in starts if s + tile < length}
+    return np.array(sorted(edges), np.float32)
+
+
+def _rgb(hue: float, sat: float, val: float) -> tuple[float, float, float]:
+    r, g, b = colorsys.hsv_to_rgb((hue % 360.0) / 360.0, sat, val)
+    return (r * 255.0, g * 255.0, b * 255.0)
+
+
+def _poly(cx: float, cy: float, radius: float, angles: Sequence[float]) -> np.ndarray:
+    pts = [(cx + radius * math.cos(a), cy + radius * math.sin(a)) for a in angles]
+    return (np.array(pts) * (1 << _SHIFT)).round().astype(np.int32)
+
+
+def _draw_shape(mask: np.ndarray, shape: str, cx: float, cy: float, size: float, angle: float) -> None:
+    """Fill `shape` of outer diameter `size` centred at (cx, cy) into the uint8 `mask` (value 1)."""
+    r = size / 2.0
+    if shape == "disc":
+        centre = (round(cx * (1 << _SHIFT)), round(cy * (1 << _SHIFT)))
+        cv2.circle(mask, centre, round(r * (1 << _SHIFT)), 1, -1, cv2.LINE_8, _SHIFT)
+    elif shape == "ring":
+        centre = (round(cx * (1 << _SHIFT)), round(cy * (1 << _SHIFT)))
+        thickness = max(2, round(size / 6))
+        cv2.circle(mask, centre, round((r - thickness / 2) * (1 << _SHIFT)), 1, thickness, cv2.LINE_8, _SHIFT)
+    elif shape == "square":
+        cv2.fillPoly(mask, [_poly(cx, cy, r, [angle + k * math.pi / 2 for k in range(4)])], 1, cv2.LINE_8, _SHIFT)
+    elif shape == "triangle":
+        pts = _poly(cx, cy, r, [angle + k * 2 * math.pi / 3 for k in range(3)])
+        cv2.fillPoly(mask, [pts], 1, cv2.LINE_8, _SHIFT)
+    elif shape == "diamond_outline":
+        pts = _poly(cx, cy, r, [angle + k * math.pi / 2 for k in range(4)])
+        cv2.polylines(mask, [pts], True, 1, max(2, round(size / 7)), cv2.LINE_8, _SHIFT)
+    else:  # cross (plus sign) and bar: rotated rectangles
+        arms = [(r, r / 5.0)] if shape == "bar" else [(r, r / 3.0), (r / 3.0, r)]
+        c, s = math.cos(angle), math.sin(angle)
+        for hw, hh in arms:
+            corners = [(-hw, -hh), (hw, -hh), (hw, hh), (-hw, hh)]
+            pts = [(cx + x * c - y * s, cy + x * s + y * c) for x, y in corners]
+            cv2.fillPoly(mask, [(np.array(pts) * (1 << _SHIFT)).round().astype(np.int32)], 1, cv2.LINE_8, _SHIFT)
+
+
+def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """Low-saturation gradients, mid-frequency texture, lines and blobs."""
+    coarse = rng.uniform(40, 200, (rng.integers(2, 6), rng.integers(3, 8), 3)).astype(np.float32)
+    grey = coarse.mean(axis=2, keepdims=True)
+    coarse = grey + (coarse - grey) * rng.uniform(0.1, 0.45)  # keep the background desaturated
+    cell = int(rng.integers(6, 24))
+    grid = (width // cell + 2, height // cell + 2)
+    texture = rng.normal(0, rng.uniform(6, 22), (grid[1], grid[0], 1)).astype(np.float32)
+    small = np.clip(cv2.resize(coarse, grid, interpolation=cv2.INTER_CUBIC) + texture, 0, 255).astype(np.uint8)
+    image = cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
+    mpix = height * width / 1e6
+    for _ in range(rng.poisson(30 * mpix)):  # blobs
+        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.35), rng.uniform(0.2, 0.9))
+        centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
+        axes = (int(rng.integers(6, 90)), int(rng.integers(6, 90)))
+        cv2.ellipse(image, centre, axes, float(rng.uniform(0, 180)), 0, 360, colour, -1, cv2.LINE_AA)
+    for _ in range(rng.poisson(40 * mpix)):  # lines
+        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.4), rng.uniform(0.1, 1.0))
+        p1 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
+        length, theta = rng.uniform(20, 400), rng.uniform(0, 2 * math.pi)
+        p2 = (int(p1[0] + length * math.cos(theta)), int(p1[1] + length * math.sin(theta)))
+        cv2.line(image, p1, p2, colour, int(rng.integers(1, 4)), cv2.LINE_AA)
+    return image
+
+
+def _finish(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
+    """Global lighting field, blur and sensor noise."""
+    height, width = image.shape[:2]
+    light = rng.uniform(0.55, 1.25, (rng.integers(2, 5), rng.integers(2, 5))).astype(np.float32)
+    light = cv2.resize(light, (width, height), interpolation=cv2.INTER_CUBIC)
+    light = cv2.cvtColor(np.clip(light * 128.0, 0, 255).astype(np.uint8), cv2.COLOR_GRAY2RGB)
+    image = cv2.multiply(image, light, scale=1.0 / 128.0)
+    sigma = float(rng.uniform(0.3, 1.3))
+    image = cv2.GaussianBlur(image, (0, 0), sigma)
+    amplitude = int(rng.integers(4, 24))
+    noise = np.frombuffer(rng.bytes(height * width), np.uint8).reshape(height, width) % amplitude
+    noise = cv2.cvtColor(noise, cv2.COLOR_GRAY2RGB)
+    shift = np.clip(np.arange(256) - amplitude // 2, 0, 255).astype(np.uint8)
+    return cv2.LUT(cv2.add(image, noise), shift)
+
+
+def _sample_size(rng: np.random.Generator, style: SceneStyle) -> float:
+    """Object diameter, log-uniform so that small objects dominate."""
+    return float(math.exp(rng.uniform(math.log(style.min_size), math.log(style.max_size))))
+
+
+def _centres(
+    rng: np.random.Generator, count: int, width: int, height: int, style: SceneStyle, seams: bool
+) -> np.ndarray:
+    """Object centres; with `seams`, a fraction of them sit on a tile edge so the object crosses it."""
+    margin = -style.max_size / 2 if not seams else style.max_size / 2  # crops: objects may leave the frame
+    xs = rng.uniform(margin, width - margin, count)
+    ys = rng.uniform(margin, height - margin, count)
+    seam_x, seam_y = tile_seams(width, style.tile, style.overlap), tile_seams(height, style.tile, style.overlap)
+    if seams and (len(seam_x) or len(seam_y)):
+        on_seam = rng.random(count) < style.seam_fraction
+        vertical = rng.random(count) < len(seam_x) / (len(seam_x) + len(seam_y))
+        jitter = rng.uniform(-0.3, 0.3, count) * style.min_size
+        if len(seam_x):
+            pick = np.asarray(seam_x)[rng.integers(0, len(seam_x), count)]
+            xs = np.where(on_seam & vertical, pick + jitter, xs)
+        if len(seam_y):
+            pick = np.asarray(seam_y)[rng.integers(0, len(seam_y), count)]
+            ys = np.where(on_seam & ~vertical, pick + jitter, ys)
+    return np.stack([xs, ys], axis=1)
+
+
+def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle, seams: bool) -> Scene:
+    image = _background(rng, height, width)
+    owner = np.full((height, width), -1, np.int32)  # index of the object that owns each pixel, -1 = none
+    mpix = width * height / 1e6
+    n_obj = int(rng.poisson(style.objects_per_mpix * mpix))
+    n_dis = int(rng.poisson(style.distractors_per_mpix * mpix))
+    centres = _centres(rng, n_obj + n_dis, width, height, style, seams)
+    # Draw order is random so distractors and objects occlude each other; occluders come last.
+    order = rng.permutation(n_obj + n_dis)
+    class_ids = rng.integers(0, len(CLASSES), n_obj)
+    full_area = np.zeros(n_obj, np.int64)
+    regions: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * n_obj
+    for k in order:
+        size = _sample_size(rng, style)
+        angle = float(rng.uniform(0, 2 * math.pi))
+        if k < n_obj:
+            shape, hue = _SHAPES[class_ids[k]], _CLASS_HUES[class_ids[k]] + rng.uniform(-8, 8)
+        elif rng.random() < 0.5:  # a class shape in a colour that is not the class colour
+            shape = _SHAPES[rng.integers(0, len(CLASSES))]
+            hue = _DISTRACTOR_HUES[rng.integers(0, len(_DISTRACTOR_HUES))] + rng.uniform(-8, 8)
+        else:  # a non-class shape in any colour
+            shape = _SHAPES[rng.integers(len(CLASSES), len(_SHAPES))]
+            hue = (_CLASS_HUES + _DISTRACTOR_HUES)[rng.integers(0, 8)] + rng.uniform(-8, 8)
+        sat = rng.uniform(0.25, 0.6) if rng.random() < 0.15 and k >= n_obj else rng.uniform(0.6, 1.0)
+        colour = np.array(_rgb(hue, sat, rng.uniform(0.55, 1.0)), np.float32)
+        cx, cy = centres[k]
+        pad = int(size / 2 + 2)
+        x0, y0 = int(cx) - pad, int(cy) - pad
+        patch = np.zeros((2 * pad + 2, 2 * pad + 2), np.uint8)
+        _draw_shape(patch, shape, cx - x0, cy - y0, size, angle)
+        if k < n_obj:
+            full_area[k] = int(patch.sum())
+        # clip the patch to the frame
+        px0, py0 = max(0, -x0), max(0, -y0)
+        fx0, fy0 = max(0, x0), max(0, y0)
+        fx1, fy1 = min(width, x0 + patch.shape[1]), min(height, y0 + patch.shape[0])
+        if fx1 <= fx0 or fy1 <= fy0:
+            continue
+        sub = patch[py0 : py0 + fy1 - fy0, px0 : px0 + fx1 - fx0].astype(bool)
+        shade = 1.0 + rng.uniform(-0.15, 0.15) * np.linspace(-1, 1, sub.shape[1], dtype=np.float32)
+        pixels = np.minimum(colour[None, None, :] * shade[None, :, None], 255).astype(np.uint8)
+        image[fy0:fy1, fx0:fx1][sub] = np.broadcast_to(pixels, (*sub.shape, 3))[sub]
+        owner[fy0:fy1, fx0:fx1][sub] = k if k < n_obj else -1
+        if k < n_obj:
+            regions[k] = (fx0, fy0, fx1, fy1)
+    boxes, labels = _visible_boxes(owner, regions, full_area, class_ids, style)
+    occluded = _occlude(rng, image, owner, regions, boxes, labels, style)
+    if occluded:
+        boxes, labels = _visible_boxes(owner, regions, full_area, class_ids, style)
+    return Scene(_finish(rng, image), boxes, labels)
+
+
+def _occlude(
+    rng: np.random.Generator,
+    image: np.ndarray,
+    owner: np.ndarray,
+    regions: list[tuple[int, int, int, int]],
+    boxes: np.ndarray,
+    labels: np.ndarray,
+    style: SceneStyle,
+) -> bool:
+    """Cover part of some labelled objects with a background-coloured blob; returns whether any was drawn."""
+    drawn = False
+    for box in boxes[rng.random(len(boxes)) < style.occluded_fraction]:
+        x1, y1, x2, y2 = box
+        w, h = x2 - x1, y2 - y1
+        side = int(rng.integers(0, 4))
+        cx = [x1, x2, (x1 + x2) / 2, (x1 + x2) / 2][side] + rng.uniform(-0.1, 0.1) * w
+        cy = [(y1 + y2) / 2, (y1 + y2) / 2, y1, y2][side] + rng.uniform(-0.1, 0.1) * h
+        axes = (max(2, int(w * rng.uniform(0.3, 0.6))), max(2, int(h * rng.uniform(0.3, 0.6))))
+        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.3), rng.uniform(0.2, 0.9))
+        mask = np.zeros(owner.shape, np.uint8)
+        x_lo, y_lo = max(0, int(cx) - axes[0] - 1), max(0, int(cy) - axes[1] - 1)
+        x_hi, y_hi = min(owner.shape[1], int(cx) + axes[0] + 2), min(owner.shape[0], int(cy) + axes[1] + 2)
+        if x_hi <= x_lo or y_hi <= y_lo:
+            continue
+        local = mask[y_lo:y_hi, x_lo:x_hi]
+        cv2.ellipse(local, (int(cx) - x_lo, int(cy) - y_lo), axes, 0, 0, 360, 1, -1, cv2.LINE_8)
+        sel = local.astype(bool)
+        image[y_lo:y_hi, x_lo:x_hi][sel] = np.array(colour, np.uint8)
+        owner[y_lo:y_hi, x_lo:x_hi][sel] = -1
+        drawn = True
+    return drawn
+
+
+def _visible_boxes(
+    owner: np.ndarray,
+    regions: list[tuple[int, int, int, int]],
+    full_area: np.ndarray,
+    class_ids: np.ndarray,
+    style: SceneStyle,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tight boxes of the visible pixels of each object that is visible enough to be labelled."""
+    boxes, labels = [], []
+    for k, (x0, y0, x1, y1) in enumerate(regions):
+        if x1 <= x0 or full_area[k] == 0:
+            continue
+        ys, xs = np.nonzero(owner[y0:y1, x0:x1] == k)
+        if len(xs) < _MIN_VISIBLE * full_area[k]:
+            continue
+        box = (x0 + xs.min(), y0 + ys.min(), x0 + xs.max() + 1, y0 + ys.max() + 1)
+        if box[2] - box[0] < _MIN_SIDE or box[3] - box[1] < _MIN_SIDE:
+            continue
+        boxes.append(box)
+        labels.append(class_ids[k])
+    return np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64)
+
+
+def make_scene(seed: int, width: int = 1920, height: int = 1080, style: SceneStyle | None = None) -> Scene:
+    """A full frame; objects cross the tile seams of `style.tile` / `style.overlap`."""
+    if width < 16 or height < 16:
+        raise ValueError(f"scene must be at least 16x16 pixels, got {width}x{height}")
+    rng = np.random.default_rng([int(seed), width, height, 0])
+    return _render(rng, width, height, style or SceneStyle(), seams=True)
+
+
+def make_crop(seed: int, size: int = 640, style: SceneStyle | None = None) -> Scene:
+    """A tile-sized scene with the statistics of a frame tile: objects may be cut by the crop border."""
+    if size < 16:
+        raise ValueError(f"crop must be at least 16 pixels, got {size}")
+    rng = np.random.default_rng([int(seed), size, size, 1])
+    return _render(rng, size, size, style or SceneStyle(), seams=False)
+
+
+def to_coco(scenes: Iterable[Scene], first_image_id: int = 1) -> dict:
+    """COCO detection ground truth (images, annotations with xywh bbox / area / iscrowd, categories)."""
+    images, annotations = [], []
+    for image_id, scene in enumerate(scenes, start=first_image_id):
+        height, width = scene.image.shape[:2]
+        images.append({"id": image_id, "width": width, "height": height, "file_name": f"{image_id:06d}.png"})
+        for box, cls in zip(scene.boxes.tolist(), scene.class_ids.tolist(), strict=True):
+            w, h = box[2] - box[0], box[3] - box[1]
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [box[0], box[1], w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
+    categories = [{"id": i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(CLASSES)]
+    return {"images": images, "annotations": annotations, "categories": categories}

@@ -1,0 +1,218 @@
+"""Tile planning: which frame regions go into the batch, and how model-input pixels map back to the frame.
+
+Every image of the batch is a *view*: a rectangle of the frame letterboxed into the model input (resized by
+`scale = min(in_h / h, in_w / w)`, then centred with `pad_x`, `pad_y` pixels of padding). Views 0..N-1 are the
+tiles; view N (when `full_frame`) is the whole frame. A point (u, v) of model-input pixels of view i maps to
+the frame point (u * scales[i] + offsets[i, 0], v * scales[i] + offsets[i, 1]), with
+scales[i] = 1 / scale and offsets[i] = view origin - pad / scale.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+def _check_size(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _starts(size: int, tile: int, overlap: float) -> np.ndarray:
+    """Tile start offsets along one axis, as SAHI's get_slice_bboxes places them."""
+    if size <= tile:
+        return np.zeros(1, np.int64)
+    step = tile - int(overlap * tile)  # SAHI: overlap pixels = int(ratio * tile)
+    count = -(-(size - tile) // step) + 1  # fewest tiles whose last one reaches the border
+    starts = np.arange(count, dtype=np.int64) * step
+    starts[-1] = size - tile  # the last tile is shifted back onto the border
+    return starts
+
+
+def plan_tiles(height: int, width: int, tile_height: int, tile_width: int, overlap: float) -> np.ndarray:
+    """Full-size overlapping tiles covering a frame: (N, 4) int64 x1, y1, x2, y2, row-major (y outer, x inner).
+
+    Equal to SAHI's `get_slice_bboxes(height, width, tile_height, tile_width, overlap, overlap)` when the frame
+    is at least one tile in each dimension. In a dimension where the frame is smaller than a tile there is one
+    tile starting at 0 that extends past the border (the preprocessing pads it).
+    """
+    height, width = _check_size("height", height), _check_size("width", width)
+    tile_height, tile_width = _check_size("tile_height", tile_height), _check_size("tile_width", tile_width)
+    if not 0.0 <= float(overlap) < 1.0:
+        raise ValueError(f"overlap must be a ratio in [0, 1), got {overlap!r}")
+    ys = _starts(height, tile_height, float(overlap))
+    xs = _starts(width, tile_width, float(overlap))
+    x1 = np.tile(xs, len(ys))
+    y1 = np.repeat(ys, len(xs))
+    return np.stack([x1, y1, x1 + tile_width, y1 + tile_height], axis=1)
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """How a (h, w) region is fitted into the model input: resized to `resized_hw`, then padded."""
+
+    scale: float
+    pad_x: int
+    pad_y: int
+    resized_hw: tuple[int, int]
+
+    @classmethod
+    def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
+        """Largest aspect-preserving resize of `source_hw` into `input_hw`, centred (pads rounded down)."""
+        scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
+        resized = (min(input_hw[0], round(source_hw[0] * scale)), min(input_hw[1], round(source_hw[1] * scale)))
+        return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
+
+
+class PlanTensors(NamedTuple):
+    """A plan's per-view arrays as tensors on one device (see TilePlan)."""
+
+    scales: torch.Tensor  # (B,) float32
+    offsets: torch.Tensor  # (B, 2) float32
+    views: torch.Tensor  # (B, 4) float32 frame regions x1, y1, x2, y2
+    inner_edges: torch.Tensor  # (B, 4) bool: left, top, right, bottom edge is an inner seam
+
+
+@dataclass(frozen=True, eq=False)
+class TilePlan:
+    """Everything the pipeline needs about one (frame size, tiling, model input) combination.
+
+    Batch image i < len(tiles) is tile i; image len(tiles) (when `full_frame`) is the letterboxed frame.
+    `views` (B, 4) int64 are the frame regions of the batch images; `scales` (B,) and `offsets` (B, 2) float32
+    map model-input pixels to frame pixels (frame = model * scale + offset); `inner_edges` (B, 4) bool marks
+    which view edges (left, top, right, bottom) are seams inside the frame rather than on its border.
+    Build plans with `make_plan` (cached); compare them by identity.
+    """
+
+    frame_hw: tuple[int, int]
+    tile_hw: tuple[int, int]
+    input_hw: tuple[int, int]
+    overlap: float
+    full_frame: bool
+    tiles: np.ndarray
+    tile_letterbox: Letterbox
+    frame_letterbox: Letterbox
+    views: np.ndarray
+    scales: np.ndarray
+    offsets: np.ndarray
+    inner_edges: np.ndarray
+    _device_cache: dict[str, PlanTensors] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        b = self.batch_size
+        for name, shape in (("views", (b, 4)), ("scales", (b,)), ("offsets", (b, 2)), ("inner_edges", (b, 4))):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"TilePlan.{name} must have shape {shape}, got {getattr(self, name).shape}")
+        for array in (self.tiles, self.views, self.scales, self.offsets, self.inner_edges):
+            array.setflags(write=False)
+
+    @property
+    def num_tiles(self) -> int:
+        """Number of tiles N (the full-frame view, if any, is not counted)."""
+        return len(self.tiles)
+
+    @property
+    def batch_size(self) -> int:
+        """Images per engine call: the tiles plus one when the full-frame view is on."""
+        return len(self.tiles) + int(self.full_frame)
+
+    @property
+    def scale(self) -> float:
+        """Full-frame letterbox scale: frame pixels * scale = model-input pixels."""
+        return self.frame_letterbox.scale
+
+    @property
+    def pad_x(self) -> int:
+        """Full-frame letterbox padding on the left, in model-input pixels."""
+        return self.frame_letterbox.pad_x
+
+    @property
+    def pad_y(self) -> int:
+        """Full-frame letterbox padding on the top, in model-input pixels."""
+        return self.frame_letterbox.pad_y
+
+    def tensors(self, device: torch.device | str) -> PlanTensors:
+        """The per-view arrays on `device`, copied there once and cached in the plan."""
+        key = str(torch.device(device))
+        cached = self._device_cache.get(key)
+        if cached is None:
+            cached = PlanTensors(
+                *(
+                    torch.tensor(np.asarray(a, dtype=dt), device=device)
+                    for a, dt in (
+                        (self.scales, np.float32),
+                        (self.offsets, np.float32),
+                        (self.views, np.float32),
+                        (self.inner_edges, np.bool_),
+                    )
+                )
+            )
+            self._device_cache[key] = cached
+        return cached
+
+    def to_frame(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+        """Map (M, 4) x1, y1, x2, y2 boxes in model-input pixels of batch images `image_index` (M,) to frame
+        pixels (float32, clipped to the frame, on the boxes' device)."""
+        t = self.tensors(boxes.device)
+        scale = t.scales[image_index].unsqueeze(1)
+        offset = t.offsets[image_index].repeat(1, 2)
+        frame = boxes.float() * scale + offset
+        h, w = self.frame_hw
+        limits = frame.new_tensor([w, h, w, h])
+        return torch.minimum(frame.clamp_min(0.0), limits)
+
+
+def make_plan(
+    frame_hw: tuple[int, int],
+    tile_hw: tuple[int, int],
+    overlap: float,
+    input_hw: tuple[int, int],
+    full_frame: bool,
+) -> TilePlan:
+    """The TilePlan for these sizes (cached per argument tuple)."""
+    return _make_plan(
+        (_check_size("frame height", frame_hw[0]), _check_size("frame width", frame_hw[1])),
+        (_check_size("tile height", tile_hw[0]), _check_size("tile width", tile_hw[1])),
+        float(overlap),
+        (_check_size("input height", input_hw[0]), _check_size("input width", input_hw[1])),
+        bool(full_frame),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _make_plan(
+    frame_hw: tuple[int, int], tile_hw: tuple[int, int], overlap: float, input_hw: tuple[int, int], full_frame: bool
+) -> TilePlan:
+    h, w = frame_hw
+    tiles = plan_tiles(h, w, tile_hw[0], tile_hw[1], overlap)
+    tile_lb = Letterbox.fit(tile_hw, input_hw)
+    frame_lb = Letterbox.fit(frame_hw, input_hw)
+    views = np.concatenate([tiles, [[0, 0, w, h]]]) if full_frame else tiles
+    scales = np.full(len(views), 1.0 / tile_lb.scale)
+    pads = np.tile(np.array([tile_lb.pad_x, tile_lb.pad_y], np.float64), (len(views), 1))
+    if full_frame:
+        scales[-1] = 1.0 / frame_lb.scale
+        pads[-1] = frame_lb.pad_x, frame_lb.pad_y
+    offsets = views[:, :2] - pads * scales[:, None]
+    inner = np.stack([views[:, 0] > 0, views[:, 1] > 0, views[:, 2] < w, views[:, 3] < h], axis=1)
+    if full_frame:
+        inner[-1] = False
+    return TilePlan(
+        frame_hw=frame_hw,
+        tile_hw=tile_hw,
+        input_hw=input_hw,
+        overlap=overlap,
+        full_frame=full_frame,
+        tiles=tiles,
+        tile_letterbox=tile_lb,
+        frame_letterbox=frame_lb,
+        views=views,
+        scales=scales.astype(np.float32),
+        offsets=offsets.astype(np.float32),
+        inner_edges=inner,
+    )

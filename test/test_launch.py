@@ -1,0 +1,148 @@
+"""Structural tests of the launch file, the params file and the ament_python install layout.
+
+`launch` and `launch_ros` cannot be installed here, so the launch file is loaded against small recording fakes
+of the classes it uses; the assertions are on what it declares and on the Node action it builds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import setuptools
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Recorder:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+class _LaunchConfiguration(_Recorder):
+    def perform(self, context: Any) -> str:
+        return context.launch_configurations[self.args[0]]
+
+
+def _fake_launch_modules() -> dict[str, types.ModuleType]:
+    launch = types.ModuleType("launch")
+    launch.LaunchDescription = type("LaunchDescription", (_Recorder,), {})
+    launch.LaunchContext = type("LaunchContext", (), {})
+    actions = types.ModuleType("launch.actions")
+    for name in ("DeclareLaunchArgument", "OpaqueFunction", "SetEnvironmentVariable"):
+        setattr(actions, name, type(name, (_Recorder,), {}))
+    substitutions = types.ModuleType("launch.substitutions")
+    substitutions.LaunchConfiguration = _LaunchConfiguration
+    substitutions.PathJoinSubstitution = type("PathJoinSubstitution", (_Recorder,), {})
+    launch_ros = types.ModuleType("launch_ros")
+    ros_actions = types.ModuleType("launch_ros.actions")
+    ros_actions.Node = type("Node", (_Recorder,), {})
+    ros_substitutions = types.ModuleType("launch_ros.substitutions")
+    ros_substitutions.FindPackageShare = type("FindPackageShare", (_Recorder,), {})
+    return {
+        "launch": launch, "launch.actions": actions, "launch.substitutions": substitutions,
+        "launch_ros": launch_ros, "launch_ros.actions": ros_actions, "launch_ros.substitutions": ros_substitutions,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def launch_description(monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, module in _fake_launch_modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location("detector_launch", ROOT / "launch" / "detector.launch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generate_launch_description()
+
+
+def _node_for(description: Any, **configurations: str) -> Any:
+    defaults = {"image": "image", "model": "", "use_sim_time": "false"}
+    context = types.SimpleNamespace(launch_configurations={**defaults, **configurations})
+    (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
+    (node,) = opaque.kwargs["function"](context)
+    return node
+
+
+def test_launch_arguments(launch_description: Any) -> None:
+    declared = {
+        e.args[0]: e.kwargs for e in launch_description.args[0] if type(e).__name__ == "DeclareLaunchArgument"
+    }
+    assert set(declared) == {
+        "image",
+        "params_file",
+        "model",
+        "namespace",
+        "use_sim_time",
+        "log_level",
+        "fastdds_profile",
+    }
+    assert all(kw["description"] for kw in declared.values())
+    assert declared["use_sim_time"]["default_value"] == "false"
+    params_default = declared["params_file"]["default_value"]
+    assert params_default.args[0][1:] == ["config", "detector.yaml"]
+    assert params_default.args[0][0].args == ("tiled_detector",)
+
+
+def test_launch_sets_the_large_image_dds_profile(launch_description: Any) -> None:
+    (env,) = [e for e in launch_description.args[0] if type(e).__name__ == "SetEnvironmentVariable"]
+    assert env.args[0] == "FASTDDS_DEFAULT_PROFILES_FILE"
+    assert env.args[1].args == ("fastdds_profile",)
+
+
+def test_launch_node_action(launch_description: Any) -> None:
+    node = _node_for(launch_description, image="/front/image_raw", use_sim_time="true")
+    assert node.kwargs["package"] == "tiled_detector"
+    assert node.kwargs["executable"] == "detector_node"
+    assert node.kwargs["name"] == "tiled_detector"
+    assert node.kwargs["namespace"].args == ("namespace",)
+    assert node.kwargs["remappings"] == [
+        ("image", "/front/image_raw"), ("image/compressed", "/front/image_raw/compressed"),
+    ]  # fmt: skip
+    params_file, overrides = node.kwargs["parameters"]
+    assert params_file.args == ("params_file",)
+    assert overrides == {"use_sim_time": True}  # no model: the params file's model stays in force
+    assert node.kwargs["arguments"][:2] == ["--ros-args", "--log-level"]
+
+
+def test_launch_model_argument_overrides_params_file(launch_description: Any) -> None:
+    node = _node_for(launch_description, model="/models/yolo.onnx")
+    assert node.kwargs["parameters"][1] == {"use_sim_time": False, "model": "/models/yolo.onnx"}
+
+
+def test_params_yaml_documents_every_parameter_with_its_default() -> None:
+    from tiled_detector.ros.params import PARAMS
+
+    text = (ROOT / "config" / "detector.yaml").read_text()
+    values = yaml.safe_load(text)["/**"]["ros__parameters"]
+    for param in PARAMS:
+        if param.default is None:
+            assert f"# {param.name}:" in text, f"{param.name} is not documented"
+        else:
+            assert values[param.name] == param.default, param.name
+    assert set(values) <= {p.name for p in PARAMS}
+
+
+def test_ament_python_install_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured: dict[str, Any] = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(ROOT)
+    exec(compile((ROOT / "setup.py").read_text(), "setup.py", "exec"), {"__name__": "__main__"})
+    data = dict(captured["data_files"])
+    assert data["share/ament_index/resource_index/packages"] == ["resource/tiled_detector"]
+    assert data["share/tiled_detector"] == ["package.xml"]
+    assert data["share/tiled_detector/launch"] == ["launch/detector.launch.py"]
+    assert "config/detector.yaml" in data["share/tiled_detector/config"]
+    assert all((ROOT / f).is_file() for files in data.values() for f in files)
+    scripts = captured["entry_points"]["console_scripts"]
+    assert "detector_node = tiled_detector.ros.node:main" in scripts
+    assert "install_scripts=$base/lib/tiled_detector" in (ROOT / "setup.cfg").read_text()
+    package_xml = (ROOT / "package.xml").read_text()
+    assert '<package format="3">' in package_xml
+    assert "<build_type>ament_python</build_type>" in package_xml
+    for dep in ("rclpy", "sensor_msgs", "std_msgs", "vision_msgs", "diagnostic_msgs"):
+        assert f"<exec_depend>{dep}</exec_depend>" in package_xml

@@ -1,0 +1,277 @@
+"""Tests for tiled_detector.ros.detections: arrays <-> vision_msgs/Detection2DArray (2.x, 3.x, 4.x layouts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from rclpy.serialization import deserialize_message, serialize_message
+from std_msgs.msg import Header
+from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose
+
+from tiled_detector.ros.detections import detections_to_msg, msg_to_detections
+
+ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM_4X_HASH = "RIHS01_214274120007f4a683866481336b70310268cfa107aebe9d594a6acf75bda968"
+LABELS = ["person", "car", "boat"]
+BOXES = np.array([[10, 20, 30, 60], [100.5, 200.25, 101.5, 260.75], [0, 0, 0, 0]], np.float32)
+SCORES = np.array([0.9, 1.7, -0.2], np.float32)
+CLASS_IDS = np.array([0, 2, 7], np.int64)
+
+
+# --- fakes of older vision_msgs layouts (fields as in the upstream .msg files) ---------------------------
+
+
+@dataclass
+class Pose2DGeometry:  # geometry_msgs/Pose2D (2.x, 3.x centre)
+    x: float = 0.0
+    y: float = 0.0
+    theta: float = 0.0
+
+
+@dataclass
+class BoundingBox2DOld:
+    center: Pose2DGeometry = field(default_factory=Pose2DGeometry)
+    size_x: float = 0.0
+    size_y: float = 0.0
+
+
+@dataclass
+class ObjectHypothesis3:
+    class_id: str = ""
+    score: float = 0.0
+
+
+@dataclass
+class ObjectHypothesisWithPose3:
+    hypothesis: ObjectHypothesis3 = field(default_factory=ObjectHypothesis3)
+    pose: object = None
+
+
+@dataclass
+class Detection2D3:
+    header: object = None
+    results: list = field(default_factory=list)
+    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
+    id: str = ""
+
+
+@dataclass
+class ObjectHypothesisWithPose2:  # Foxy: id and score directly on the hypothesis
+    id: str = ""
+    score: float = 0.0
+    pose: object = None
+
+
+@dataclass
+class Detection2D2:  # Foxy: no id, tracking fields instead
+    header: object = None
+    results: list = field(default_factory=list)
+    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
+    source_img: object = None
+    is_tracking: bool = False
+    tracking_id: str = ""
+
+
+@dataclass
+class Detection2DArrayFake:
+    header: object = None
+    detections: list = field(default_factory=list)
+
+
+FAKES = {
+    "3.x": SimpleNamespace(
+        Detection2DArray=Detection2DArrayFake,
+        Detection2D=Detection2D3,
+        ObjectHypothesisWithPose=ObjectHypothesisWithPose3,
+    ),
+    "2.x": SimpleNamespace(
+        Detection2DArray=Detection2DArrayFake,
+        Detection2D=Detection2D2,
+        ObjectHypothesisWithPose=ObjectHypothesisWithPose2,
+    ),
+}
+
+
+def image_header() -> Header:
+    header = Header(frame_id="camera_optical")
+    header.stamp.sec, header.stamp.nanosec = 1700000000, 123456789
+    return header
+
+
+# --- 4.x (the real messages) ----------------------------------------------------------------------------
+
+
+def test_real_messages_carry_boxes_scores_labels_and_header() -> None:
+    header = image_header()
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, header, LABELS)
+    assert isinstance(msg, Detection2DArray) and len(msg.detections) == 3
+    assert msg.header.frame_id == "camera_optical" and msg.header.stamp.nanosec == 123456789
+    first, second, third = msg.detections
+    assert isinstance(first, Detection2D) and isinstance(first.results[0], ObjectHypothesisWithPose)
+    assert all(
+        d.header.frame_id == "camera_optical" and d.header.stamp.sec == 1700000000 for d in msg.detections
+    )
+    assert (first.bbox.center.position.x, first.bbox.center.position.y) == (20.0, 40.0)
+    assert (first.bbox.size_x, first.bbox.size_y, first.bbox.center.theta) == (20.0, 40.0, 0.0)
+    assert (second.bbox.center.position.x, second.bbox.center.position.y) == (101.0, 230.5)
+    assert (second.bbox.size_x, second.bbox.size_y) == (1.0, 60.5)
+    assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["person", "boat", "7"]
+    assert first.results[0].hypothesis.score == pytest.approx(0.9)
+    assert (second.results[0].hypothesis.score, third.results[0].hypothesis.score) == (1.0, 0.0)
+    assert all(len(d.results) == 1 and d.id == "" for d in msg.detections)
+
+
+def test_fields_are_python_scalars() -> None:
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, msg_types=FAKES["3.x"])
+    for detection in msg.detections:
+        values = [detection.bbox.center.x, detection.bbox.size_x, detection.results[0].hypothesis.score]
+        assert all(type(value) is float for value in values)
+        assert type(detection.results[0].hypothesis.class_id) is str
+
+
+def test_without_labels_class_ids_are_decimal_strings() -> None:
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header())
+    assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["0", "2", "7"]
+
+
+def test_labels_as_a_mapping() -> None:
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), {7: "kite"})
+    assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["0", "2", "kite"]
+    _, _, ids = msg_to_detections(msg, {7: "kite"})
+    np.testing.assert_array_equal(ids, CLASS_IDS)
+
+
+def test_empty_input_gives_an_empty_array_with_the_header() -> None:
+    msg = detections_to_msg(np.zeros((0, 4)), [], [], image_header(), LABELS)
+    assert msg.detections == [] and msg.header.frame_id == "camera_optical"
+    boxes, scores, ids = msg_to_detections(msg)
+    assert boxes.shape == (0, 4) and scores.shape == (0,) and ids.shape == (0,)
+    assert (boxes.dtype, scores.dtype, ids.dtype) == (np.float32, np.float32, np.int64)
+
+
+@pytest.mark.parametrize("labels", [None, LABELS])
+def test_serialization_round_trip(labels: list[str] | None) -> None:
+    header = image_header()
+    wire = serialize_message(detections_to_msg(BOXES, SCORES, CLASS_IDS, header, labels))
+    msg = deserialize_message(wire, Detection2DArray)
+    assert msg.header == header and all(d.header == header for d in msg.detections)
+    boxes, scores, ids = msg_to_detections(msg, labels)
+    np.testing.assert_array_equal(boxes, BOXES)
+    np.testing.assert_array_equal(scores, np.clip(SCORES, 0, 1))
+    np.testing.assert_array_equal(ids, CLASS_IDS)
+    assert (boxes.dtype, scores.dtype, ids.dtype) == (np.float32, np.float32, np.int64)
+
+
+@pytest.mark.parametrize("layout", sorted(FAKES))
+def test_older_layouts_by_feature_detection(layout: str) -> None:
+    header = image_header()
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, header, LABELS, msg_types=FAKES[layout])
+    first = msg.detections[0]
+    assert msg.header is header and first.header is header
+    assert (first.bbox.center.x, first.bbox.center.y, first.bbox.size_x, first.bbox.size_y) == (
+        20,
+        40,
+        20,
+        40,
+    )
+    result = first.results[0]
+    if layout == "2.x":
+        assert (result.id, result.score) == ("person", pytest.approx(0.9))
+    else:
+        assert (result.hypothesis.class_id, result.hypothesis.score) == ("person", pytest.approx(0.9))
+        assert first.id == ""
+    boxes, scores, ids = msg_to_detections(msg, LABELS)
+    np.testing.assert_array_equal(boxes, BOXES)
+    np.testing.assert_array_equal(scores, np.clip(SCORES, 0, 1))
+    np.testing.assert_array_equal(ids, CLASS_IDS)
+
+
+def test_reverse_takes_the_best_hypothesis_and_skips_empty_detections() -> None:
+    msg = detections_to_msg(BOXES[:2], [0.3, 0.6], [0, 1], image_header(), LABELS)
+    extra = ObjectHypothesisWithPose()
+    extra.hypothesis.class_id, extra.hypothesis.score = "boat", 0.8
+    msg.detections[0].results.append(extra)
+    msg.detections[1].results = []
+    boxes, scores, ids = msg_to_detections(msg, LABELS)
+    np.testing.assert_array_equal(boxes, BOXES[:1])
+    np.testing.assert_allclose(scores, [0.8])
+    np.testing.assert_array_equal(ids, [2])
+
+
+def test_reverse_rejects_unknown_class_names() -> None:
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS)
+    with pytest.raises(ValueError, match="class id 'person' is neither a known label nor an integer"):
+        msg_to_detections(msg)
+
+
+@pytest.mark.parametrize(
+    ("boxes", "scores", "class_ids", "reason"),
+    [
+        (np.zeros((2, 3)), [0.5, 0.5], [0, 0], r"boxes must have shape \(N, 4\)"),
+        (np.zeros((2, 4)), [0.5], [0, 0], "as many boxes as scores and class ids, got 2, 1 and 2"),
+        ([[0, 0, np.nan, 1]], [0.5], [0], "finite"),
+        ([[0, 0, 1, 1]], [np.inf], [0], "finite"),
+        ([[5, 0, 1, 1]], [0.5], [0], "x2 >= x1"),
+        ([[0, 0, 1, 1]], [0.5], [1.5], "class ids must be integers"),
+    ],
+)
+def test_invalid_inputs_raise_value_error(
+    boxes: object, scores: object, class_ids: object, reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        detections_to_msg(boxes, scores, class_ids, image_header())
+
+
+coordinates = st.floats(0, 8192, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    corners=arrays(np.float32, st.tuples(st.integers(0, 12), st.just(2)), elements=coordinates),
+    sizes=arrays(np.float32, st.tuples(st.integers(0, 12), st.just(2)), elements=st.floats(0, 512, width=32)),
+    data=st.data(),
+)
+def test_generated_boxes_round_trip_exactly(
+    corners: np.ndarray, sizes: np.ndarray, data: st.DataObject
+) -> None:
+    count = min(len(corners), len(sizes))
+    boxes = np.concatenate([corners[:count], corners[:count] + sizes[:count]], axis=1)
+    scores = data.draw(arrays(np.float32, count, elements=st.floats(-1, 2, width=32)))
+    ids = data.draw(arrays(np.int64, count, elements=st.integers(0, 5)))
+    msg = detections_to_msg(boxes, scores, ids, image_header(), LABELS)
+    for detection, (x1, y1, x2, y2) in zip(msg.detections, boxes.tolist(), strict=True):
+        centre = detection.bbox.center.position
+        assert (centre.x, centre.y) == ((x1 + x2) / 2, (y1 + y2) / 2)
+        assert detection.bbox.size_x >= 0 and detection.bbox.size_y >= 0
+    back_boxes, back_scores, back_ids = msg_to_detections(msg, LABELS)
+    np.testing.assert_array_equal(back_boxes, boxes)
+    np.testing.assert_array_equal(back_scores, np.clip(scores, 0, 1))
+    np.testing.assert_array_equal(back_ids, ids)
+
+
+# --- the message definition itself ----------------------------------------------------------------------
+
+
+def test_generated_type_hash_equals_upstream_4x() -> None:
+    described = json.loads((ROOT / ".venv/share/vision_msgs/msg/Detection2DArray.json").read_text())
+    hashes = {entry["type_name"]: entry["hash_string"] for entry in described["type_hashes"]}
+    assert hashes["vision_msgs/msg/Detection2DArray"] == UPSTREAM_4X_HASH
+
+
+def test_vendored_msg_definitions_hash_to_upstream_4x() -> None:
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    store = get_typestore(Stores.ROS2_JAZZY)
+    types = {}
+    for path in sorted((ROOT / "vendor/vision_msgs/msg").glob("*.msg")):
+        types.update(get_types_from_msg(path.read_text(), f"vision_msgs/msg/{path.stem}"))
+    store.register(types)
+    assert store.hash_rihs01("vision_msgs/msg/Detection2DArray") == UPSTREAM_4X_HASH

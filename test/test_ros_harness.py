@@ -1,0 +1,88 @@
+"""The multi-process ROS harness: isolated environment, node subprocess with a params file, DDS round trip."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiled_detector.ros.process import (
+    FASTDDS_PROFILE,
+    NodeProcess,
+    node_command,
+    pick_domain_id,
+    ros_environment,
+)
+
+ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
+
+
+def test_environment_isolates_and_enables_large_images() -> None:
+    env = ros_environment(42, base={"PATH": "/bin"})
+    assert env["ROS_DOMAIN_ID"] == "42"
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert env["ROS_LOCALHOST_ONLY"] == "1"
+    assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
+    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]) == FASTDDS_PROFILE
+    assert "<segment_size>67108864</segment_size>" in FASTDDS_PROFILE.read_text()
+    with pytest.raises(ValueError, match="ROS_DOMAIN_ID"):
+        ros_environment(300)
+
+
+def test_domain_ids_stay_in_range() -> None:
+    assert all(1 <= pick_domain_id(seed) <= 100 for seed in range(500))
+
+
+def test_node_command_passes_ros_args() -> None:
+    cmd = node_command(
+        "p.yaml",
+        {"conf_threshold": 0.5, "full_frame": False, "model": "", "classes": ["a", "b"]},
+        {"image": "/cam"},
+    )
+    assert cmd[1:3] == ["-m", "tiled_detector.ros.node"]
+    assert cmd[3:6] == ["--ros-args", "--params-file", "p.yaml"]
+    assert "conf_threshold:=0.5" in cmd
+    assert "full_frame:=false" in cmd
+    assert "model:=''" in cmd
+    assert "classes:=['a', 'b']" in cmd
+    assert cmd[-2:] == ["-r", "image:=/cam"]
+
+
+@pytest.mark.ros
+def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
+    """One process publishes a 1920x1080 rgb8 image; another answers with a Detection2DArray built from it."""
+    from tiled_detector.ros.client import DetectorClient
+    from tiled_detector.ros.detections import msg_to_detections
+    from tiled_detector.ros.images import array_to_imgmsg
+
+    params = tmp_path / "echo.yaml"
+    params.write_text("echo_detector:\n  ros__parameters:\n    threshold: 250\n")
+    domain = pick_domain_id()
+    frame = np.full((1080, 1920, 3), 40, np.uint8)
+    frame[500:540, 1000:1064] = 255
+    frame[100:110, 100:110] = 240  # below the params file's threshold: must be ignored
+    with (
+        NodeProcess(params, domain_id=domain, program=ECHO_NODE) as node,
+        DetectorClient(domain_id=domain) as client,
+    ):
+        assert client.wait_for_node(timeout=20), node.log_text()
+        msg = array_to_imgmsg(frame, "rgb8")
+        msg.header.frame_id = "camera_optical"
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 123, 456
+        reply = None
+        started = time.monotonic()
+        # best-effort images may be lost before discovery fully settles: resend until answered
+        while reply is None and time.monotonic() - started < 20:
+            client.publish(msg)
+            reply = client.wait_for_stamp(123 * 1_000_000_000 + 456, timeout=1.0)
+        assert reply is not None, node.log_text()
+        assert reply.header.frame_id == "camera_optical"
+        boxes, scores, class_ids = msg_to_detections(reply, ["bright"])
+        np.testing.assert_array_equal(boxes, [[1000, 500, 1064, 540]])
+        assert scores.tolist() == [1.0]
+        assert class_ids.tolist() == [0]
+        assert time.monotonic() - started < 10
+    assert node.returncode == 0, node.log_text()
