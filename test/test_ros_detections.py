@@ -239,9 +239,7 @@ coordinates = st.floats(0, 8192, width=32)
     sizes=arrays(np.float32, st.tuples(st.integers(0, 12), st.just(2)), elements=st.floats(0, 512, width=32)),
     data=st.data(),
 )
-def test_generated_boxes_round_trip_exactly(
-    corners: np.ndarray, sizes: np.ndarray, data: st.DataObject
-) -> None:
+def test_generated_boxes_round_trip(corners: np.ndarray, sizes: np.ndarray, data: st.DataObject) -> None:
     count = min(len(corners), len(sizes))
     boxes = np.concatenate([corners[:count], corners[:count] + sizes[:count]], axis=1)
     scores = data.draw(arrays(np.float32, count, elements=st.floats(-1, 2, width=32)))
@@ -252,7 +250,8 @@ def test_generated_boxes_round_trip_exactly(
         assert (centre.x, centre.y) == ((x1 + x2) / 2, (y1 + y2) / 2)
         assert detection.bbox.size_x >= 0 and detection.bbox.size_y >= 0
     back_boxes, back_scores, back_ids = msg_to_detections(msg, LABELS)
-    np.testing.assert_array_equal(back_boxes, boxes)
+    # exact for pixel-scale values; float64 centre/size arithmetic loses only denormal-sized remainders
+    np.testing.assert_allclose(back_boxes, boxes, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(back_scores, np.clip(scores, 0, 1))
     np.testing.assert_array_equal(back_ids, ids)
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
@@ -277,6 +277,8 @@ def test_every_bayer_pattern_gives_a_different_result() -> None:
         ({"width": 2.5}, "width must be a non-negative integer"),
         ({"data": [1, 2, 300]}, "flat sequence of bytes"),
         ({"data": memoryview(bytes(144))[::2]}, "not a contiguous buffer"),
+        ({"data": None}, "flat sequence of bytes"),
+        ({"encoding": None}, "unknown encoding None"),
     ],
 )
 def test_malformed_messages_state_the_reason(fields: dict, reason: str) -> None:
@@ -287,26 +289,34 @@ def test_malformed_messages_state_the_reason(fields: dict, reason: str) -> None:
         imgmsg_to_array(msg)
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    encoding=st.sampled_from(SUPPORTED_ENCODINGS) | st.text(max_size=12),
-    height=st.integers(-2, 9),
-    width=st.integers(-2, 9),
-    step=st.integers(-2, 40),
-    size=st.integers(0, 400),
-    bigendian=st.booleans(),
-)
-def test_generated_messages_convert_or_raise_image_conversion_error(
-    *, encoding: str, height: int, width: int, step: int, size: int, bigendian: bool
-) -> None:
-    msg = SimpleNamespace(
+@st.composite
+def image_messages(draw: st.DrawFn) -> SimpleNamespace:
+    """Image look-alikes near the valid/invalid boundary: step and data size are drawn around their minimum."""
+    encoding = draw(st.sampled_from([*SUPPORTED_ENCODINGS, "RGB8", "rgb16", "bayer_rggb16", "32FC1", ""]))
+    height, width = draw(st.integers(-1, 9)), draw(st.integers(-1, 9))
+    step = max(width, 0) * BYTES_PER_PIXEL.get(encoding, 1) + draw(st.integers(-2, 6))
+    size = max(step * height + draw(st.integers(-3, 6)), 0)
+    data_type = draw(st.sampled_from(["array", "bytes", "memoryview", "list"]))
+    data = {
+        "array": array.array("B", bytes(size)),
+        "bytes": bytes(size),
+        "memoryview": memoryview(bytes(size)),
+    }
+    return SimpleNamespace(
         height=height,
         width=width,
         encoding=encoding,
-        is_bigendian=int(bigendian),
+        is_bigendian=draw(st.integers(0, 1)),
         step=step,
-        data=bytes(size),
+        data=data.get(data_type, [0] * size),
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(msg=image_messages())
+def test_generated_messages_convert_or_raise_image_conversion_error(msg: SimpleNamespace) -> None:
+    encoding, height, width, step = msg.encoding, msg.height, msg.width, msg.step
+    size = len(msg.data)
     bpp = BYTES_PER_PIXEL.get(encoding)
     valid = (
         bpp is not None
@@ -317,6 +327,7 @@ def test_generated_messages_convert_or_raise_image_conversion_error(
         and not (encoding in ("yuv422", "uyvy", "yuv422_yuy2", "yuyv") and width % 2)
         and not (encoding.startswith("bayer_") and min(width, height) < 2)
     )
+    event("valid" if valid else "invalid")
     if not valid:
         with pytest.raises(ImageConversionError):
             imgmsg_to_array(msg)
@@ -412,6 +423,19 @@ def test_malformed_compressed_messages_raise(fields: dict, reason: str) -> None:
         compressed_to_array(msg)
 
 
+@settings(max_examples=60, deadline=None)
+@given(fmt=st.sampled_from(["jpeg", "png"]), cut=st.integers(0, 400), noise=st.binary(max_size=64))
+def test_truncated_or_corrupt_compressed_data_decodes_or_raises(fmt: str, cut: int, noise: bytes) -> None:
+    valid = array_to_compressed(smooth_rgb(16, 16), "rgb8", fmt)
+    msg = SimpleNamespace(format=valid.format, data=bytes(valid.data)[:cut] + noise)
+    try:
+        image, encoding = compressed_to_array(msg)
+    except ImageConversionError as error:
+        assert str(error)
+    else:
+        assert encoding in PIPELINE_ENCODINGS and image.size > 0
+
+
 def test_compressed_without_format_string_is_sniffed() -> None:
     image = random_image("bgr8", 5, 5)
     ok, encoded = cv2.imencode(".png", image)
@@ -440,5 +464,17 @@ def test_full_hd_conversion_is_a_view_and_fast() -> None:
     assert shares_message_buffer(back, msg)
     repeats = 2000
     per_call_us = min(timeit.repeat(lambda: imgmsg_to_array(msg), number=repeats, repeat=3)) / repeats * 1e6
-    print(f"\nimgmsg_to_array 1920x1080 rgb8: {per_call_us:.1f} us per call")
+    publish_ms = min(timeit.repeat(lambda: array_to_imgmsg(image, "rgb8"), number=5, repeat=3)) / 5 * 1e3
+    print(
+        f"\n1920x1080 rgb8: imgmsg_to_array {per_call_us:.1f} us, array_to_imgmsg {publish_ms:.2f} ms per call"
+    )
     assert per_call_us < 1000  # a copy of 6 MB alone would take about that long on a slow core
+
+
+def test_published_message_owns_its_bytes() -> None:
+    image = random_image("rgb8")
+    msg = array_to_imgmsg(image, "rgb8")
+    image[:] = 0
+    back, _ = imgmsg_to_array(msg)
+    assert back.any()
+    assert not np.shares_memory(back, image)

@@ -24,8 +24,12 @@ overlaps = st.floats(0.0, 0.95, allow_nan=False)
         ((100, 180), (100, 100), 0.2, [[0, 0, 100, 100], [80, 0, 180, 100]]),
         ((100, 190), (100, 100), 0.2, [[0, 0, 100, 100], [80, 0, 180, 100], [90, 0, 190, 100]]),
         ((150, 100), (100, 100), 0.0, [[0, 0, 100, 100], [0, 50, 100, 150]]),
-        ((50, 300), (100, 100), 0.5, [[0, 0, 100, 100], [50, 0, 150, 100], [100, 0, 200, 100], [150, 0, 250, 100],
-                                      [200, 0, 300, 100]]),
+        (
+            (50, 300),
+            (100, 100),
+            0.5,
+            [[0, 0, 100, 100], [50, 0, 150, 100], [100, 0, 200, 100], [150, 0, 250, 100], [200, 0, 300, 100]],
+        ),
         ((40, 30), (64, 64), 0.2, [[0, 0, 64, 64]]),
     ],
 )
@@ -49,8 +53,9 @@ def test_plan_tiles_equals_sahi_and_covers_frame(h, w, th, tw, overlap):
     np.testing.assert_array_equal(tiles[:, 3] - tiles[:, 1], th)
     assert (tiles[:, :2] >= 0).all()
     if h >= th and w >= tw:
-        expected = sahi_slicing.get_slice_bboxes(h, w, th, tw, overlap_height_ratio=overlap,
-                                                 overlap_width_ratio=overlap)
+        expected = sahi_slicing.get_slice_bboxes(
+            h, w, th, tw, overlap_height_ratio=overlap, overlap_width_ratio=overlap
+        )
         np.testing.assert_array_equal(tiles, np.array(expected))
         assert (tiles[:, 2] <= w).all() and (tiles[:, 3] <= h).all()
     else:
@@ -126,8 +131,14 @@ def test_make_plan_rejects_bad_sizes():
 
 def test_to_frame_maps_tiles_and_full_frame():
     plan = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)
-    boxes = torch.tensor([[10.0, 20.0, 30.0, 40.0], [10.0, 20.0, 30.0, 40.0], [0.0, 140.0, 640.0, 500.0],
-                          [600.0, 600.0, 700.0, 700.0]])
+    boxes = torch.tensor(
+        [
+            [10.0, 20.0, 30.0, 40.0],
+            [10.0, 20.0, 30.0, 40.0],
+            [0.0, 140.0, 640.0, 500.0],
+            [600.0, 600.0, 700.0, 700.0],
+        ]
+    )
     index = torch.tensor([0, 5, 8, 7])
     out = plan.to_frame(boxes, index)
     x1, y1 = plan.tiles[5, :2]

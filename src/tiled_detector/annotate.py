@@ -51,8 +51,13 @@ def annotate(
     return canvas
 
 
+def annotated_encoding(encoding: str) -> str:
+    """Encoding of `annotate`'s output for an input of `encoding` (alpha dropped, mono expanded to RGB)."""
+    return "bgr8" if encoding in ("bgr8", "bgra8") else "rgb8"
+
+
 def _to_rgb(image: np.ndarray) -> np.ndarray:
-    """Mono8/mono16/RGBA to RGB uint8 for drawing."""
+    """Mono8/mono16 to RGB, 4 channels to their first 3 (channel order kept), uint8 for drawing."""
     if image.dtype == np.uint16:
         image = (image >> 8).astype(np.uint8)
     if image.ndim == 2 or image.shape[2] == 1:

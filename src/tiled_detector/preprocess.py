@@ -197,7 +197,7 @@ class Preprocessor:
     def _tile_index(self, plan: TilePlan, height: int, width: int) -> _TileIndex:
         if plan is self._plan and self._index is not None:
             return self._index
-        tiles = torch.as_tensor(np.asarray(plan.tiles, dtype=np.int64), device=self.device)
+        tiles = torch.tensor(plan.tiles, dtype=torch.int64, device=self.device)
         tile_h = int(tiles[0, 3] - tiles[0, 1])
         tile_w = int(tiles[0, 2] - tiles[0, 0])
         rows = tiles[:, 1:2] + torch.arange(tile_h, device=self.device)  # (N, th)

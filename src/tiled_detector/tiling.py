@@ -65,7 +65,10 @@ class Letterbox:
     def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
         """Largest aspect-preserving resize of `source_hw` into `input_hw`, centred (pads rounded down)."""
         scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
-        resized = (min(input_hw[0], round(source_hw[0] * scale)), min(input_hw[1], round(source_hw[1] * scale)))
+        resized = (
+            min(input_hw[0], round(source_hw[0] * scale)),
+            min(input_hw[1], round(source_hw[1] * scale)),
+        )
         return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
 
 
@@ -105,7 +108,12 @@ class TilePlan:
 
     def __post_init__(self) -> None:
         b = self.batch_size
-        for name, shape in (("views", (b, 4)), ("scales", (b,)), ("offsets", (b, 2)), ("inner_edges", (b, 4))):
+        for name, shape in (
+            ("views", (b, 4)),
+            ("scales", (b,)),
+            ("offsets", (b, 2)),
+            ("inner_edges", (b, 4)),
+        ):
             if getattr(self, name).shape != shape:
                 raise ValueError(f"TilePlan.{name} must have shape {shape}, got {getattr(self, name).shape}")
         for array in (self.tiles, self.views, self.scales, self.offsets, self.inner_edges):
@@ -186,7 +194,11 @@ def make_plan(
 
 @functools.lru_cache(maxsize=64)
 def _make_plan(
-    frame_hw: tuple[int, int], tile_hw: tuple[int, int], overlap: float, input_hw: tuple[int, int], full_frame: bool
+    frame_hw: tuple[int, int],
+    tile_hw: tuple[int, int],
+    overlap: float,
+    input_hw: tuple[int, int],
+    full_frame: bool,
 ) -> TilePlan:
     h, w = frame_hw
     tiles = plan_tiles(h, w, tile_hw[0], tile_hw[1], overlap)

@@ -59,7 +59,9 @@ class EngineKey:
             raise ValueError(f"profile must be (min, opt, max) shapes, got {self.profile!r}")
         lo, opt, hi = self.profile
         if not all(a <= b <= c for a, b, c in zip(lo, opt, hi, strict=True)):
-            raise ValueError(f"profile shapes must satisfy min <= opt <= max per dimension, got {self.profile!r}")
+            raise ValueError(
+                f"profile shapes must satisfy min <= opt <= max per dimension, got {self.profile!r}"
+            )
 
     @property
     def digest(self) -> str:

@@ -217,7 +217,9 @@ class BindingIO:
 
     def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
         """Fix the shape of a dynamic input binding."""
-        checked(self._context.set_binding_shape, self._index[name], shape, what=f"set_binding_shape({name!r})")
+        checked(
+            self._context.set_binding_shape, self._index[name], shape, what=f"set_binding_shape({name!r})"
+        )
 
     def output_shape(self, name: str) -> tuple[int, ...]:
         """Shape of an output binding given the input shapes set."""
@@ -229,7 +231,10 @@ class BindingIO:
         for name, address in addresses.items():
             bindings[self._index[name]] = address
         checked(
-            self._context.execute_async_v2, bindings=bindings, stream_handle=stream_handle, what="execute_async_v2"
+            self._context.execute_async_v2,
+            bindings=bindings,
+            stream_handle=stream_handle,
+            what="execute_async_v2",
         )
 
 
@@ -256,7 +261,7 @@ class TensorRTEngine(Engine):
     def __init__(
         self,
         model: Path,
-        device: torch.device = torch.device("cuda"),
+        device: torch.device | str = "cuda",
         precision: Precision = Precision.FP32,
         max_batch: int = 32,
         opt_batch: int | None = None,
@@ -270,7 +275,8 @@ class TensorRTEngine(Engine):
             raise ValueError(f"TensorRT runs on CUDA devices only, got device={device}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.device = torch.device(device)
+        device = torch.device(device)
+        self.device = torch.device("cuda", 0 if device.index is None else device.index)
         self.precision = Precision.from_value(precision)
         self.trt = import_tensorrt()
         self._logger = make_logger(self.trt, verbose)
@@ -339,31 +345,37 @@ class TensorRTEngine(Engine):
         return {name: torch.cat(chunks) for name, chunks in parts.items()}
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        source = self._bind_input(batch)
+        n = batch.shape[0]
+        run = self.fixed_batch or n  # a static-batch engine runs its full batch, padded with zeros
+        source = self._bind_input(batch, run)
         self._io.set_input_shape(self._in.name, tuple(source.shape))
         addresses = {self._in.name: source.data_ptr()}
         outputs = {}
         for spec in self._outs:
             out = self._output_buffer(spec, self._io.output_shape(spec.name))
-            outputs[spec.name] = out
+            outputs[spec.name] = out if run == n else out[:n]
             addresses[spec.name] = out.data_ptr()
         stream = current_stream(self.device)
         self._io.enqueue(addresses, stream.cuda_stream)
         self._done.record(stream)
         return outputs
 
-    def _bind_input(self, batch: torch.Tensor) -> torch.Tensor:
+    def _bind_input(self, batch: torch.Tensor, run: int) -> torch.Tensor:
         """`batch` itself when TensorRT can read it in place, else a copy into the input buffer."""
         expected = self._input.shape[1:]
-        if batch.dim() != 4 or batch.shape[1:] != expected or not 1 <= batch.shape[0] <= self.max_batch:
+        n = batch.shape[0]
+        if batch.dim() != 4 or batch.shape[1:] != expected or not 1 <= n <= self.max_batch:
             raise ValueError(
                 f"input batch must be (1..{self.max_batch}, {', '.join(map(str, expected))}), "
                 f"got {tuple(batch.shape)}"
             )
-        if batch.dtype == self._input.dtype and batch.device == self._input.device and batch.is_contiguous():
+        in_place = batch.dtype == self._input.dtype and batch.device == self._input.device
+        if in_place and run == n and batch.is_contiguous():
             return batch
-        buffer = self._input[: batch.shape[0]]
-        buffer.copy_(batch)
+        buffer = self._input[:run]
+        if buffer.data_ptr() != batch.data_ptr():
+            buffer[:n].copy_(batch)
+        buffer[n:].zero_()
         return buffer
 
     def _output_buffer(self, spec: IOTensor, shape: tuple[int, ...]) -> torch.Tensor:

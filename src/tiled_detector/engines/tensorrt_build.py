@@ -71,13 +71,17 @@ class BuildActions:
 
 PRECISION_ACTIONS: dict[tuple[FeatureSet, Precision], BuildActions] = {
     (FeatureSet.TRT8, Precision.FP32): BuildActions(network_flags=("EXPLICIT_BATCH",)),
-    (FeatureSet.TRT8, Precision.FP16): BuildActions(network_flags=("EXPLICIT_BATCH",), builder_flags=("FP16",)),
+    (FeatureSet.TRT8, Precision.FP16): BuildActions(
+        network_flags=("EXPLICIT_BATCH",), builder_flags=("FP16",)
+    ),
     (FeatureSet.TRT8, Precision.INT8): BuildActions(
         network_flags=("EXPLICIT_BATCH",), builder_flags=("FP16", "INT8"), int8=Int8Source.CALIBRATOR
     ),
     (FeatureSet.TRT10, Precision.FP32): BuildActions(),
     (FeatureSet.TRT10, Precision.FP16): BuildActions(builder_flags=("FP16",)),
-    (FeatureSet.TRT10, Precision.INT8): BuildActions(builder_flags=("FP16", "INT8"), int8=Int8Source.CALIBRATOR),
+    (FeatureSet.TRT10, Precision.INT8): BuildActions(
+        builder_flags=("FP16", "INT8"), int8=Int8Source.CALIBRATOR
+    ),
     (FeatureSet.TRT11, Precision.FP32): BuildActions(network_flags=("STRONGLY_TYPED",)),
     (FeatureSet.TRT11, Precision.FP16): BuildActions(network_flags=("STRONGLY_TYPED",), onnx_fp16=True),
     (FeatureSet.TRT11, Precision.INT8): BuildActions(network_flags=("STRONGLY_TYPED",), int8=Int8Source.QDQ),
@@ -177,7 +181,10 @@ def _bag_frames(bag: Path) -> Iterator[tuple[np.ndarray, str]]:
 
     from tiled_detector.ros.images import compressed_to_array, imgmsg_to_array
 
-    convert = {"sensor_msgs/msg/Image": imgmsg_to_array, "sensor_msgs/msg/CompressedImage": compressed_to_array}
+    convert = {
+        "sensor_msgs/msg/Image": imgmsg_to_array,
+        "sensor_msgs/msg/CompressedImage": compressed_to_array,
+    }
     with AnyReader([bag]) as reader:
         connections = [c for c in reader.connections if c.msgtype in convert]
         if not connections:
@@ -212,10 +219,10 @@ def rebatch(batches: Iterable[torch.Tensor], size: int, limit: int) -> Iterator[
     pending: list[torch.Tensor] = []
     count = taken = 0
     for batch in batches:
-        batch = batch[: limit - taken]
-        pending.append(batch)
-        count += len(batch)
-        taken += len(batch)
+        part = batch[: limit - taken]
+        pending.append(part)
+        count += len(part)
+        taken += len(part)
         while count >= size:
             joined = torch.cat(pending)
             yield joined[:size]
@@ -224,7 +231,9 @@ def rebatch(batches: Iterable[torch.Tensor], size: int, limit: int) -> Iterator[
             return
 
 
-def make_calibrator(trt: ModuleType, batches: Iterable[torch.Tensor], batch_size: int, cache_file: Path) -> Any:
+def make_calibrator(
+    trt: ModuleType, batches: Iterable[torch.Tensor], batch_size: int, cache_file: Path
+) -> Any:
     """An IInt8EntropyCalibrator2 over device batches of `batch_size` images, with a calibration cache."""
     base = trt.IInt8EntropyCalibrator2
 
@@ -302,7 +311,9 @@ class BuildOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.opt_batch <= self.max_batch:
-            raise ValueError(f"need 1 <= opt_batch <= max_batch, got opt {self.opt_batch}, max {self.max_batch}")
+            raise ValueError(
+                f"need 1 <= opt_batch <= max_batch, got opt {self.opt_batch}, max {self.max_batch}"
+            )
         if self.calib_tiles < 1:
             raise ValueError(f"calib_tiles must be >= 1, got {self.calib_tiles}")
 
@@ -369,7 +380,10 @@ def build_serialized(
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise TensorRTError(f"TensorRT cannot parse {model_path}: {errors}")
     config = checked(builder.create_builder_config, what="create_builder_config")
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
+    if hasattr(config, "set_memory_pool_limit"):  # TensorRT >= 8.4
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
+    else:
+        config.max_workspace_size = options.workspace_bytes
     for flag in actions.builder_flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
     lo, opt, hi = profile_shapes(options, chw)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from torch.export.passes import move_to_device_pass
 
 from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
 
@@ -109,11 +110,11 @@ class TorchEngine(Engine):
         suffix = path.suffix.lower()
         if suffix in EXPORT_SUFFIXES:
             program = torch.export.load(str(path), extra_files=extra)
-            program = torch.export.passes.move_to_device_pass(program, self.device)
-            return program.module(), extra, _program_input_shape(program)
+            program = move_to_device_pass(program, self.device)
+            return program.module(), _texts(extra), _program_input_shape(program)
         if suffix in TORCHSCRIPT_SUFFIXES:
             module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
-            return module.eval(), extra, ""
+            return module.eval(), _texts(extra), ""
         raise ValueError(
             f"torch engine: cannot load {path}; "
             f"expected one of {sorted(TORCHSCRIPT_SUFFIXES | EXPORT_SUFFIXES)}"
@@ -122,6 +123,11 @@ class TorchEngine(Engine):
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         with torch.inference_mode():
             return _named_outputs(self._module(batch))
+
+
+def _texts(extra: dict[str, str | bytes]) -> dict[str, str]:
+    """Extra files as text (torch returns bytes for the ones it found)."""
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in extra.items()}
 
 
 def _program_input_shape(program: torch.export.ExportedProgram) -> str:

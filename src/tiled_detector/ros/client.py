@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
+from rcl_interfaces.srv import SetParameters
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
@@ -120,6 +122,22 @@ class DetectorClient:
         self.wait_until(lambda: stamp in self.detections, timeout)
         with self._lock:
             return self.detections.get(stamp)
+
+    def set_parameters(self, node: str, values: dict[str, Any], timeout: float = 10.0) -> list[Any]:
+        """Set parameters of another node through its `set_parameters` service; returns the SetParametersResults."""
+        client = self.node.create_client(SetParameters, f"{node}/set_parameters")
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                raise TimeoutError(f"{node}/set_parameters is not available")
+            request = SetParameters.Request(
+                parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
+            )
+            future = client.call_async(request)
+            if not self.wait_until(future.done, timeout):
+                raise TimeoutError(f"{node}/set_parameters did not answer within {timeout} s")
+            return list(future.result().results)
+        finally:
+            self.node.destroy_client(client)
 
     def close(self) -> None:
         """Stop spinning and release the context."""

@@ -9,7 +9,6 @@ memory with `msg.data`: copy it before writing to it. Every malformed or unsuppo
 
 from __future__ import annotations
 
-import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +64,15 @@ _YUV422 = frozenset(name for name, layout in _LAYOUTS.items() if layout.channels
 _BAYER = frozenset(name for name in _LAYOUTS if name.startswith("bayer_"))
 # Compressions named in CompressedImage.format (image_transport writes e.g. "rgb8; jpeg compressed bgr8").
 _COMPRESSION_FORMATS = ("jpeg", "jpg", "png")
+# (pipeline encoding, format) -> cv2 conversion before cv2.imencode, and the encoding that is compressed;
+# pairs not listed are compressed as they are.
+_ENCODE_CONVERSIONS = {
+    ("rgb8", "jpeg"): (cv2.COLOR_RGB2BGR, "bgr8"),
+    ("rgb8", "png"): (cv2.COLOR_RGB2BGR, "bgr8"),
+    ("rgba8", "jpeg"): (cv2.COLOR_RGBA2BGR, "bgr8"),
+    ("rgba8", "png"): (cv2.COLOR_RGBA2BGRA, "bgra8"),
+    ("bgra8", "jpeg"): (cv2.COLOR_BGRA2BGR, "bgr8"),
+}
 # (channels, dtype) of an image decoded by cv2.imdecode -> pipeline encoding.
 _DECODED_ENCODINGS = {
     (1, np.uint8): "mono8",
@@ -118,26 +126,27 @@ def imgmsg_to_array(msg: Any) -> tuple[np.ndarray, str]:
 
     Raises ImageConversionError for malformed or unsupported messages.
     """
-    layout = _layout(msg.encoding)
+    encoding = getattr(msg, "encoding", None)
+    layout = _layout(encoding)
     height, width, step = (_checked_int(msg, name) for name in ("height", "width", "step"))
     if height == 0 or width == 0:
         raise ImageConversionError(f"zero size {width}x{height}")
     row_bytes = width * layout.bytes_per_pixel
     if step < row_bytes:
         raise ImageConversionError(
-            f"step {step} < width*bytes_per_pixel {row_bytes} for {width} pixels of {msg.encoding}"
+            f"step {step} < width*bytes_per_pixel {row_bytes} for {width} pixels of {encoding}"
         )
-    buffer = _byte_view(msg.data)
+    buffer = _byte_view(getattr(msg, "data", None))
     if buffer.size < step * height:
         raise ImageConversionError(
             f"data has {buffer.size} bytes, expected at least step*height = {step * height}"
         )
-    if msg.encoding in _YUV422 and width % 2:
-        raise ImageConversionError(f"{msg.encoding} needs an even width, got {width}")
-    if msg.encoding in _BAYER and (width < 2 or height < 2):
-        raise ImageConversionError(f"{msg.encoding} needs at least 2x2 pixels, got {width}x{height}")
+    if encoding in _YUV422 and width % 2:
+        raise ImageConversionError(f"{encoding} needs an even width, got {width}")
+    if encoding in _BAYER and (width < 2 or height < 2):
+        raise ImageConversionError(f"{encoding} needs at least 2x2 pixels, got {width}x{height}")
 
-    big_endian = layout.itemsize == 2 and bool(msg.is_bigendian)
+    big_endian = layout.itemsize == 2 and bool(getattr(msg, "is_bigendian", 0))
     dtype = np.dtype(">u2" if big_endian else "<u2") if layout.itemsize == 2 else np.dtype(np.uint8)
     shape: tuple[int, ...] = (height, width, layout.channels)
     strides: tuple[int, ...] = (step, layout.bytes_per_pixel, layout.itemsize)
@@ -156,12 +165,12 @@ def compressed_to_array(msg: Any) -> tuple[np.ndarray, str]:
 
     Colour images decode to bgr8 (bgra8 with alpha), single-channel ones to mono8 / mono16.
     """
-    fmt = str(msg.format).lower()
+    fmt = str(getattr(msg, "format", "")).lower()
     if "compresseddepth" in fmt:
-        raise ImageConversionError(f"format {msg.format!r} (compressedDepth) is not supported")
+        raise ImageConversionError(f"format {fmt!r} (compressedDepth) is not supported")
     if fmt and not any(name in fmt for name in _COMPRESSION_FORMATS):
-        raise ImageConversionError(f"unsupported format {msg.format!r}; supported: jpeg, png")
-    buffer = _byte_view(msg.data)
+        raise ImageConversionError(f"unsupported format {fmt!r}; supported: jpeg, png")
+    buffer = _byte_view(getattr(msg, "data", None))
     if buffer.size == 0:
         raise ImageConversionError("data is empty")
     what = f"cannot decode {buffer.size} bytes as {fmt or 'an image'}"
@@ -204,11 +213,14 @@ def _header_or_default(header: Any) -> Any:
     return Header() if header is None else header
 
 
-def _byte_array(values: np.ndarray) -> array.array:
-    """The bytes of `values` in C order as array.array('B'): stored by rclpy without per-byte checks."""
-    data = array.array("B")
-    data.frombytes(np.ascontiguousarray(values).reshape(-1).view(np.uint8).data)
-    return data
+def _with_data(msg: Any, values: np.ndarray) -> Any:
+    """`msg` with the bytes of `values` (C order) appended to its data, in one copy.
+
+    rclpy keeps uint8[] fields as array.array('B') and its setter copies whatever it is given, so the
+    bytes go straight into the message's own array instead.
+    """
+    msg.data.frombytes(np.ascontiguousarray(values).reshape(-1).view(np.uint8).data)
+    return msg
 
 
 def array_to_imgmsg(image: np.ndarray, encoding: str, header: Any = None) -> Any:
@@ -217,15 +229,15 @@ def array_to_imgmsg(image: np.ndarray, encoding: str, header: Any = None) -> Any
 
     image, layout = _checked_array(image, encoding)
     height, width = image.shape[:2]
-    return Image(
+    msg = Image(
         header=_header_or_default(header),
         height=height,
         width=width,
         encoding=encoding,
         is_bigendian=0,
         step=width * layout.bytes_per_pixel,
-        data=_byte_array(image.astype(image.dtype.newbyteorder("<"), copy=False)),
     )
+    return _with_data(msg, image.astype(image.dtype.newbyteorder("<"), copy=False))
 
 
 def array_to_compressed(image: np.ndarray, encoding: str, fmt: str = "jpeg", header: Any = None) -> Any:
@@ -241,21 +253,13 @@ def array_to_compressed(image: np.ndarray, encoding: str, fmt: str = "jpeg", hea
     image, layout = _checked_array(image, encoding)
     if fmt == "jpeg" and layout.itemsize == 2:
         raise ImageConversionError(f"jpeg cannot hold {encoding}; use png")
-    conversions = {
-        ("rgb8", "jpeg"): (cv2.COLOR_RGB2BGR, "bgr8"),
-        ("rgb8", "png"): (cv2.COLOR_RGB2BGR, "bgr8"),
-        ("rgba8", "jpeg"): (cv2.COLOR_RGBA2BGR, "bgr8"),
-        ("rgba8", "png"): (cv2.COLOR_RGBA2BGRA, "bgra8"),
-        ("bgra8", "jpeg"): (cv2.COLOR_BGRA2BGR, "bgr8"),
-    }
-    code, compressed_encoding = conversions.get((encoding, fmt), (None, encoding))
+    code, compressed_encoding = _ENCODE_CONVERSIONS.get((encoding, fmt), (None, encoding))
     if code is not None:
         image = cv2.cvtColor(image, code)
     ok, encoded = cv2.imencode(f".{'jpg' if fmt == 'jpeg' else 'png'}", image)
     if not ok:
         raise ImageConversionError(f"OpenCV could not encode {encoding} as {fmt}")
-    return CompressedImage(
-        header=_header_or_default(header),
-        format=f"{encoding}; {fmt} compressed {compressed_encoding}",
-        data=_byte_array(encoded),
+    msg = CompressedImage(
+        header=_header_or_default(header), format=f"{encoding}; {fmt} compressed {compressed_encoding}"
     )
+    return _with_data(msg, encoded)

@@ -28,7 +28,7 @@ from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
-from tiled_detector.annotate import annotate
+from tiled_detector.annotate import annotate, annotated_encoding
 from tiled_detector.detector import TiledDetector
 from tiled_detector.models import load_labels
 from tiled_detector.ros.detections import detections_to_msg
@@ -244,7 +244,7 @@ class DetectorNode(Node):
             plan = detector.plan_for(frame.shape[0], frame.shape[1])
             drawn = annotate(frame, detections, self.labels, plan.tiles)
             self.debug_pub.publish(
-                array_to_imgmsg(drawn, encoding if drawn.ndim == 3 else "rgb8", msg.header)
+                array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header)
             )
         self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
 

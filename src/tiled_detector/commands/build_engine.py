@@ -1,0 +1,107 @@
+"""`tiled-detector build-engine`: build (and cache) a TensorRT engine from an ONNX model, with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class TextProgress:
+    """A one-line progress bar on a stream (tqdm's when tqdm is installed) fed by (phase, done, total)."""
+
+    def __init__(self, stream: TextIO = sys.stderr, width: int = 30) -> None:
+        self.stream, self.width = stream, width
+        self._tqdm = importlib.util.find_spec("tqdm") is not None
+        self._bars: dict[str, Any] = {}
+        self._start = time.monotonic()
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        """Report `done` of `total` steps of `phase`."""
+        if self._tqdm:
+            self._tqdm_update(phase, done, total)
+            return
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "-" * (self.width - filled)
+        elapsed = time.monotonic() - self._start
+        end = "\n" if done >= total else ""
+        self.stream.write(f"\r[{bar}] {done}/{total} {phase[:40]:<40} {elapsed:6.0f}s{end}")
+        self.stream.flush()
+
+    def _tqdm_update(self, phase: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        bar = self._bars.get(phase)
+        if bar is None:
+            bar = self._bars[phase] = tqdm(total=total, desc=phase[:40], file=self.stream, leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del self._bars[phase]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `tiled-detector build-engine`."""
+    parser.add_argument("model", type=Path, help="ONNX model")
+    parser.add_argument("--precision", default="fp16", choices=["fp32", "fp16", "int8"])
+    parser.add_argument("--max-batch", type=int, default=32, help="largest batch the engine accepts")
+    parser.add_argument("--opt-batch", type=int, default=9, help="batch to optimise for: tiles per frame + 1")
+    parser.add_argument("--input-hw", type=int, nargs=2, metavar=("H", "W"), help="for dynamic-size models")
+    parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
+    parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
+    parser.add_argument(
+        "--tile", type=int, nargs=2, metavar=("H", "W"), help="run-time tile size (default: input)"
+    )
+    parser.add_argument("--overlap", type=float, default=0.2, help="run-time tile overlap ratio")
+    parser.add_argument("--no-full-frame", action="store_true", help="run time has no full-frame view")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
+    )
+    parser.add_argument("--output", type=Path, help="also copy the engine to this file")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--verbose", action="store_true", help="TensorRT's info messages too")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build (or find in the cache) the engine; print its path."""
+    import torch
+
+    from tiled_detector.engines.base import Precision
+    from tiled_detector.engines.tensorrt import checked, import_tensorrt, make_logger
+    from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_input, runtime_tiling
+
+    if not args.model.is_file():
+        print(f"error: {args.model} is not a file", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    trt = import_tensorrt()
+    logger = make_logger(trt, args.verbose)
+    runtime = checked(trt.Runtime, logger, what="Runtime()")
+    input_hw = tuple(args.input_hw) if args.input_hw else None
+    tiling = None
+    if args.calib is not None:
+        import onnx
+
+        _, chw = onnx_input(onnx.load(str(args.model), load_external_data=False), input_hw)
+        tile_hw = tuple(args.tile) if args.tile else None
+        tiling = runtime_tiling(device, torch.float32, chw[1:], tile_hw, args.overlap, not args.no_full_frame)
+    options = BuildOptions(
+        precision=Precision.from_value(args.precision),
+        max_batch=args.max_batch,
+        opt_batch=args.opt_batch,
+        input_hw=input_hw,
+        calib=args.calib,
+        calib_tiling=tiling,
+        calib_tiles=args.calib_tiles,
+    )
+    started = time.monotonic()
+    _, path = load_or_build(trt, runtime, logger, args.model, options, device, args.cache_dir, TextProgress())
+    print(f"engine: {path} ({time.monotonic() - started:.1f} s, TensorRT {trt.__version__})")
+    if args.output is not None:
+        shutil.copyfile(path, args.output)
+        print(f"copied to {args.output}")
+    return 0

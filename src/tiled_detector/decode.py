@@ -1,0 +1,226 @@
+"""Decoding detector outputs into flat per-batch detections, fully vectorised over the batch.
+
+Confidence threshold and per-image top-k run first (on (B, A) scores), so nothing pairwise ever sees the
+candidate flood. Boxes stay in model-input pixels; `TilePlan.to_frame` maps them to the frame.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+import torch
+
+# An end-to-end head (YOLOv10 / YOLO26) emits at most this many detections per image; a (B, K, 6) output with
+# more rows is taken for a raw head with 1 (v5) or 2 (v8) classes.
+MAX_END2END_DETECTIONS = 1000
+
+_EFFICIENT_NMS_KEYS = ("num", "box", "score", "class")
+
+
+class OutputLayout(str, enum.Enum):
+    """Output tensor layouts of the detectors we can decode."""
+
+    AUTO = "auto"
+    YOLOV5 = "yolov5"  # (B, A, 5 + C): cx, cy, w, h, objectness, class scores
+    YOLOV8 = "yolov8"  # (B, 4 + C, A): cx, cy, w, h, class scores (also YOLO11)
+    YOLOV8_TRANSPOSED = "yolov8_transposed"  # (B, A, 4 + C)
+    END2END = "end2end"  # (B, K, 6): x1, y1, x2, y2, score, class (YOLOv10, YOLO26)
+    EFFICIENT_NMS = "efficient_nms"  # num_detections, detection_boxes, detection_scores, detection_classes
+
+    @classmethod
+    def from_value(cls, value: str | OutputLayout) -> OutputLayout:
+        """Case-insensitive lookup that lists the valid values on error."""
+        try:
+            return cls(str(value.value if isinstance(value, OutputLayout) else value).lower())
+        except ValueError:
+            valid = ", ".join(v.value for v in cls)
+            raise ValueError(f"unknown output layout {value!r}; expected one of: {valid}") from None
+
+
+class Decoded(NamedTuple):
+    """Flat detections of a whole batch: boxes (M, 4) x1, y1, x2, y2 in model-input pixels, scores (M,)
+    float32, class_ids (M,) int64, image_index (M,) int64 (batch image each detection came from)."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    class_ids: torch.Tensor
+    image_index: torch.Tensor
+
+
+Shape = Sequence[int]
+
+
+def _shape(value: torch.Tensor | Shape) -> tuple[int, ...]:
+    return tuple(int(d) for d in (value.shape if isinstance(value, torch.Tensor) else value))
+
+
+def _efficient_nms_names(names: Iterable[str]) -> dict[str, str] | None:
+    """Map num/box/score/class to the EfficientNMS output names (num_detections, detection_boxes, ...)."""
+    found: dict[str, str] = {}
+    for name in names:
+        lower = name.lower()
+        for key in _EFFICIENT_NMS_KEYS:
+            if key in lower and key not in found:
+                found[key] = name
+                break
+    return found if len(found) == len(_EFFICIENT_NMS_KEYS) else None
+
+
+def _main_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str:
+    """Name of the detection head output: the only output, else the first rank-3 one (e.g. not seg protos)."""
+    if len(outputs) == 1:
+        return next(iter(outputs))
+    for name, value in outputs.items():
+        if len(_shape(value)) == 3:
+            return name
+    raise ValueError(f"no (batch, rows, columns) detection output among {list(outputs)}")
+
+
+def detect_layout(
+    outputs: Mapping[str, torch.Tensor | Shape],
+    num_classes: int | None = None,
+    layout: str | OutputLayout = OutputLayout.AUTO,
+) -> OutputLayout:
+    """The layout of `outputs` (name -> tensor or shape); an explicit `layout` other than auto always wins.
+
+    Rules, in order: four outputs named like num_detections / detection_boxes / detection_scores /
+    detection_classes -> EFFICIENT_NMS. Otherwise the head output (B, D1, D2): D2 == 6 and
+    D1 <= MAX_END2END_DETECTIONS -> END2END. D1 < D2 -> YOLOV8 (anchors are the larger dimension of raw heads).
+    D1 > D2 -> YOLOV5 when D2 == 5 + num_classes, YOLOV8_TRANSPOSED when D2 == 4 + num_classes; without
+    num_classes the two cannot be told apart from shapes and a ValueError asks for the layout.
+    """
+    chosen = OutputLayout.from_value(layout)
+    if chosen is not OutputLayout.AUTO:
+        return chosen
+    if len(outputs) == 4 and _efficient_nms_names(outputs) is not None:
+        return OutputLayout.EFFICIENT_NMS
+    name = _main_output(outputs)
+    shape = _shape(outputs[name])
+    hint = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, end2end, efficient_nms)"
+    if len(shape) != 3 or min(shape[1:]) < 0:
+        raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {hint}")
+    rows, cols = shape[1], shape[2]
+    if cols == 6 and rows <= MAX_END2END_DETECTIONS:
+        return OutputLayout.END2END
+    if rows < cols:
+        if num_classes is not None and rows != 4 + num_classes:
+            raise ValueError(
+                f"output {name!r} {shape} looks like YOLOv8 but has {rows - 4} classes, not {num_classes}"
+            )
+        return OutputLayout.YOLOV8
+    if rows > cols and num_classes is not None:
+        if cols == 5 + num_classes:
+            return OutputLayout.YOLOV5
+        if cols == 4 + num_classes:
+            return OutputLayout.YOLOV8_TRANSPOSED
+        raise ValueError(
+            f"output {name!r} {shape} has neither 4 + {num_classes} nor 5 + {num_classes} columns"
+        )
+    raise ValueError(f"ambiguous output {name!r} with shape {shape} (give num_classes or the layout); {hint}")
+
+
+def _select(conf: torch.Tensor, conf_threshold: float, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(image, column) indices of each image's `top_k` best scores above `conf_threshold` (conf: (B, A))."""
+    values, columns = conf.topk(min(top_k, conf.shape[1]), dim=1)
+    image, rank = (values > conf_threshold).nonzero(as_tuple=True)
+    return image, columns[image, rank]
+
+
+def _allowed(
+    class_filter: Iterable[int] | None, num_classes: int, device: torch.device
+) -> torch.Tensor | None:
+    """(C,) bool mask of kept classes, or None for all."""
+    if class_filter is None:
+        return None
+    ids = torch.as_tensor(sorted(set(class_filter)), dtype=torch.int64)
+    mask = torch.zeros(num_classes, dtype=torch.bool)
+    mask[ids[(ids >= 0) & (ids < num_classes)]] = True
+    return mask.to(device, non_blocking=True)
+
+
+def _cxcywh_to_xyxy(boxes: torch.Tensor) -> torch.Tensor:
+    half = boxes[:, 2:] / 2
+    return torch.cat([boxes[:, :2] - half, boxes[:, :2] + half], dim=1)
+
+
+def _decode_raw(
+    head: torch.Tensor,
+    layout: OutputLayout,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None,
+) -> Decoded:
+    """YOLOv5 / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold and top-k."""
+    head = head.float()
+    if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
+        class_scores, channel_dim = head[:, 4:], 1
+    else:
+        first = 5 if layout is OutputLayout.YOLOV5 else 4
+        class_scores, channel_dim = head[..., first:], 2
+        if layout is OutputLayout.YOLOV5:
+            class_scores = class_scores * head[..., 4:5]
+    allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
+    if allowed is not None:
+        shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
+        class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
+    conf, class_ids = class_scores.max(dim=channel_dim)
+    image, anchor = _select(conf, conf_threshold, top_k)
+    boxes = head[image, :4, anchor] if layout is OutputLayout.YOLOV8 else head[image, anchor, :4]
+    return Decoded(_cxcywh_to_xyxy(boxes), conf[image, anchor], class_ids[image, anchor], image)
+
+
+def _decode_nms_done(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    classes: torch.Tensor,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None,
+) -> Decoded:
+    """Heads that already ran NMS (x1, y1, x2, y2 boxes (B, K, 4), scores and classes (B, K))."""
+    scores = scores.float()
+    classes = classes.long()
+    if class_filter is not None:
+        ids = torch.as_tensor(sorted(set(class_filter)), dtype=torch.int64, device=classes.device)
+        scores = scores.masked_fill(~torch.isin(classes, ids), float("-inf"))
+    image, row = _select(scores, conf_threshold, top_k)
+    return Decoded(boxes[image, row].float(), scores[image, row], classes[image, row], image)
+
+
+def decode_outputs(
+    outputs: Mapping[str, torch.Tensor],
+    layout: str | OutputLayout,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None = None,
+    num_classes: int | None = None,
+) -> Decoded:
+    """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device.
+
+    Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics);
+    `class_filter` keeps only those class ids (a raw head then picks each anchor's best allowed class).
+    YOLOv5 scores are objectness * class score. Any float dtype is decoded in float32.
+    """
+    if top_k <= 0:
+        raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+    chosen = detect_layout(outputs, num_classes, layout)
+    if chosen is OutputLayout.EFFICIENT_NMS:
+        names = _efficient_nms_names(outputs)
+        if names is None:
+            raise ValueError(
+                f"EfficientNMS needs num_detections/boxes/scores/classes outputs, got {list(outputs)}"
+            )
+        scores = outputs[names["score"]]
+        valid = torch.arange(scores.shape[1], device=scores.device) < outputs[names["num"]].reshape(-1, 1)
+        scores = scores.float().masked_fill(~valid, float("-inf"))
+        return _decode_nms_done(
+            outputs[names["box"]], scores, outputs[names["class"]], conf_threshold, top_k, class_filter
+        )
+    head = outputs[_main_output(outputs)]
+    if chosen is OutputLayout.END2END:
+        return _decode_nms_done(
+            head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter
+        )
+    return _decode_raw(head, chosen, conf_threshold, top_k, class_filter)

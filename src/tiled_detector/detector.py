@@ -1,0 +1,216 @@
+"""`TiledDetector`: the whole pipeline for one frame, on the engine's device from upload to one download.
+
+plan (cached per frame size) -> preprocess into the batch -> ONE engine call for all tiles + the full-frame view
+-> decode (threshold, class filter, per-image top-k) -> map to frame pixels -> seam suppression -> merge ->
+max_detections -> boxes, scores and classes packed into one tensor and copied to the host once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from tiled_detector.config import ENGINE_FIELDS, DetectorConfig
+from tiled_detector.decode import OutputLayout, decode_outputs, detect_layout
+from tiled_detector.engines.base import Engine, load_engine
+from tiled_detector.merge import merge, suppress_truncated
+from tiled_detector.preprocess import Encoding, Preprocessor, as_frame_tensor
+from tiled_detector.tiling import TilePlan, make_plan
+from tiled_detector.types import Detections
+
+
+class _StageClock:
+    """Stage durations. CUDA: events on the current stream, read after the final download (no extra syncs);
+    with `sync` every stage boundary synchronises instead (host wall time per stage). CPU: host wall time."""
+
+    def __init__(self, device: torch.device, sync: bool) -> None:
+        self._events = device.type == "cuda" and not sync
+        self._sync = device if device.type == "cuda" and sync else None
+        self._marks: list[tuple[str, Any]] = []
+        self._start = self._now()
+
+    def _now(self) -> Any:
+        if self._events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        if self._sync is not None:
+            torch.cuda.synchronize(self._sync)
+        return time.perf_counter()
+
+    def mark(self, stage: str) -> None:
+        """End of `stage` (and start of the next)."""
+        self._marks.append((stage, self._now()))
+
+    def timings(self) -> dict[str, float]:
+        """Stage -> milliseconds, plus `total` (call after the results reached the host)."""
+        result, previous = {}, self._start
+        for stage, now in self._marks:
+            result[stage] = previous.elapsed_time(now) if self._events else (now - previous) * 1000.0
+            previous = now
+        result["total"] = sum(result.values())
+        return result
+
+
+def _model_labels(model: object) -> tuple[str, ...] | None:
+    """Class names shipped next to the model by `tiled_detector.models`, when that package is installed."""
+    try:
+        from tiled_detector.models import load_labels
+    except ImportError:
+        return None
+    labels = load_labels(model)
+    return tuple(labels) if labels else None
+
+
+class TiledDetector:
+    """Tiled detection with one engine call per frame. Not thread-safe (it reuses its input buffers).
+
+    `TiledDetector(model, backend, device, tile_size=(w, h), overlap, full_frame, conf_threshold, **more)` takes
+    any other `DetectorConfig` field as a keyword (`engine=` reuses a loaded engine).
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        backend: str = "auto",
+        device: str = "cpu",
+        tile_size: tuple[int, int] = (640, 640),
+        overlap: float = 0.2,
+        full_frame: bool = True,
+        conf_threshold: float = 0.25,
+        *,
+        engine: Engine | None = None,
+        **more: Any,
+    ) -> None:
+        settings = dict(
+            backend=backend,
+            device=device,
+            tile_size=tile_size,
+            overlap=overlap,
+            full_frame=full_frame,
+            conf_threshold=conf_threshold,
+            **more,
+        )
+        if model is not None:
+            settings["model"] = model
+        self._setup(DetectorConfig(**settings), engine)
+
+    @classmethod
+    def from_config(cls, config: DetectorConfig, engine: Engine | None = None) -> TiledDetector:
+        """A detector for `config`, loading its engine unless a loaded `engine` is given."""
+        detector = cls.__new__(cls)
+        detector._setup(config, engine)
+        return detector
+
+    def _setup(self, config: DetectorConfig, engine: Engine | None) -> None:
+        if engine is None:
+            engine = load_engine(
+                config.model,
+                config.backend,
+                config.device,
+                config.precision,
+                config.max_batch,
+                **config.engine_options,
+            )
+        elif engine.device.type != torch.device(config.device).type:
+            raise ValueError(
+                f"engine runs on {engine.device}, but the config asks for device {config.device}"
+            )
+        self._config = config
+        self._engine = engine
+        self._labels = config.labels or engine.labels or _model_labels(config.model)
+        self._preprocessor = Preprocessor(engine.device, engine.input.dtype, engine.input_hw)
+        self._layout = self._resolve_layout()
+
+    def _resolve_layout(self) -> OutputLayout:
+        """The output layout, found once from the engine's output shapes when they are static."""
+        shapes = {o.name: o.shape for o in self._engine.outputs}
+        if self._config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
+            return self._config.layout
+        return detect_layout(shapes, len(self._labels) if self._labels else None)
+
+    @property
+    def config(self) -> DetectorConfig:
+        """The validated settings."""
+        return self._config
+
+    @property
+    def engine(self) -> Engine:
+        """The loaded engine (shared by detectors made with `with_config`)."""
+        return self._engine
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """Class names: the config's, else the model's, else None."""
+        return self._labels
+
+    def with_config(self, **changes: Any) -> TiledDetector:
+        """A detector with `changes` applied that shares this one's engine.
+
+        Thresholds, merging, tiling, classes and the like apply per call; changing an engine setting
+        (model, backend, device, precision, max_batch, engine_options) raises: build a new detector for that.
+        """
+        config = self._config.replace(**changes)
+        reload = sorted(
+            name for name in ENGINE_FIELDS if getattr(config, name) != getattr(self._config, name)
+        )
+        if reload:
+            raise ValueError(f"changing {', '.join(reload)} needs a new engine: create a new TiledDetector")
+        return TiledDetector.from_config(config, engine=self._engine)
+
+    def plan_for(self, height: int, width: int) -> TilePlan:
+        """The (cached) tile plan for frames of this size."""
+        return make_plan(
+            (height, width),
+            self._config.tile_hw,
+            self._config.overlap,
+            self._engine.input_hw,
+            self._config.full_frame,
+        )
+
+    def detect(
+        self, frame: np.ndarray | torch.Tensor, encoding: str | Encoding = Encoding.RGB8
+    ) -> Detections:
+        """Detect objects in an (H, W, C) frame (numpy or torch, any device); boxes in frame pixels."""
+        clock = _StageClock(self._engine.device, self._config.profile)
+        device_frame = self._preprocessor.upload(frame, encoding)
+        clock.mark("upload")
+        return self._detect(device_frame, encoding, clock)
+
+    def detect_device(self, frame: torch.Tensor, encoding: str | Encoding = Encoding.RGB8) -> Detections:
+        """Detect objects in a frame already on the engine's device (no host copy of the input)."""
+        tensor = as_frame_tensor(frame, encoding)
+        if tensor.device != self._engine.device:
+            raise ValueError(
+                f"detect_device needs a frame on {self._engine.device}, got one on {tensor.device}"
+            )
+        return self._detect(tensor, encoding, _StageClock(self._engine.device, self._config.profile))
+
+    def _detect(self, frame: torch.Tensor, encoding: str | Encoding, clock: _StageClock) -> Detections:
+        cfg = self._config
+        plan = self.plan_for(frame.shape[0], frame.shape[1])
+        batch = self._preprocessor.prepare(frame, plan, encoding, self._engine.input_buffer(plan.batch_size))
+        clock.mark("preprocess")
+        outputs = self._engine.infer(batch)
+        clock.mark("infer")
+        found = decode_outputs(outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes)
+        clock.mark("decode")
+        boxes = plan.to_frame(found.boxes, found.image_index)
+        scores, class_ids = found.scores.float(), found.class_ids
+        if cfg.seam_suppression:
+            keep = suppress_truncated(
+                boxes, scores, class_ids, found.image_index, plan, class_agnostic=cfg.class_agnostic
+            )
+            boxes, scores, class_ids = boxes[keep], scores[keep], class_ids[keep]
+        boxes, scores, class_ids = merge(
+            boxes, scores, class_ids, cfg.merge, cfg.match_metric, cfg.merge_threshold, cfg.class_agnostic
+        )
+        top = cfg.max_detections  # merge returns detections ranked by score
+        packed = torch.cat([boxes[:top], scores[:top, None], class_ids[:top, None].float()], dim=1)
+        clock.mark("merge")
+        host = packed.cpu().numpy()
+        clock.mark("download")
+        return Detections(host[:, :4], host[:, 4], host[:, 5].astype(np.int64), clock.timings())

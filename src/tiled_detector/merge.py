@@ -1,0 +1,334 @@
+"""Merging detections across tiles: SAHI's nms / nmm / greedy_nmm as torch kernels, plus the seam rule.
+
+Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`):
+- boxes are ranked by score descending, ties broken by x1, y1, x2, y2 ascending, then by input index;
+- two boxes match when their IoU or IoS (intersection over the smaller area), computed in float32, is
+  >= threshold; class-aware merging only matches boxes of the same class;
+- nms keeps a box unless a kept higher-ranked box matches it;
+- greedy_nmm has the same keepers as nms; every other box joins the first keeper (by rank) that matches it;
+- nmm is transitive: each box, in rank order, claims the unclaimed lower-ranked boxes it matches into its own
+  group (a box never claims one of equal score unless both have identical coordinates);
+- a group is merged like SAHI's `_apply_merge`: members in SAHI's order are re-checked (float64) against the
+  growing union box; a member that still matches widens the box (union), the score is the keeper's (the max),
+  and the class becomes the member's when its score equals the keeper's; a member that no longer matches is
+  dropped. Results come out in rank order (SAHI's class-aware output is grouped by class instead).
+The seam rule (`suppress_truncated`) runs before the merge: a box cut by an inner tile edge yields to a whole
+view of the same object from another batch image.
+Only the nms keep order and group membership are sequential; both are computed with matrix fixed points, and
+the merge walks group positions (the largest group size), vectorised over all groups.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from tiled_detector.tiling import TilePlan
+
+
+class MergeMethod(str, enum.Enum):
+    """How overlapping detections are combined."""
+
+    NMS = "nms"
+    NMM = "nmm"
+    GREEDY_NMM = "greedy_nmm"
+
+    @classmethod
+    def from_value(cls, value: str | MergeMethod) -> MergeMethod:
+        """Case-insensitive lookup that lists the valid values on error."""
+        try:
+            return cls(str(value.value if isinstance(value, MergeMethod) else value).lower())
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown merge method {value!r}; expected one of: {valid}") from None
+
+
+class MatchMetric(str, enum.Enum):
+    """Overlap measure deciding whether two boxes match."""
+
+    IOU = "iou"
+    IOS = "ios"
+
+    @classmethod
+    def from_value(cls, value: str | MatchMetric) -> MatchMetric:
+        """Case-insensitive lookup that lists the valid values on error."""
+        try:
+            return cls(str(value.value if isinstance(value, MatchMetric) else value).lower())
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown match metric {value!r}; expected one of: {valid}") from None
+
+
+@functools.cache
+def _torchvision_ops() -> Any | None:
+    """torchvision.ops when torchvision imports with its compiled nms kernel, else None."""
+    try:
+        import torchvision.ops
+
+        torch.ops.torchvision.nms  # noqa: B018 -- raises when the compiled ops are missing
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+    return torchvision.ops
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor, metric: MatchMetric) -> torch.Tensor:
+    """IoU or IoS of broadcastable (..., 4) x1, y1, x2, y2 boxes (0 where the denominator is 0).
+
+    Use `overlap(a[:, None], b[None], m)` for the pairwise matrix. Same float operations as SAHI's numpy backend.
+    """
+    iw = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp_min(0)
+    ih = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp_min(0)
+    inter = iw * ih
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    denom = area_a + area_b - inter if metric is MatchMetric.IOU else torch.minimum(area_a, area_b)
+    positive = denom > 0
+    return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
+
+
+def rank_order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Permutation sorting by score descending, then x1, y1, x2, y2 ascending, then index (SAHI's lexsort)."""
+    order = torch.arange(len(scores), device=scores.device)
+    for column in (3, 2, 1, 0):
+        order = order[torch.sort(boxes[order, column], stable=True).indices]
+    return order[torch.sort(scores[order], stable=True, descending=True).indices]
+
+
+def _match_matrix(
+    boxes: torch.Tensor, class_ids: torch.Tensor, metric: MatchMetric, threshold: float, class_agnostic: bool
+) -> torch.Tensor:
+    """(N, N) bool: row i matches column j, for i ranked before j (inputs already in rank order)."""
+    n = len(boxes)
+    match = overlap(boxes[:, None], boxes[None], metric) >= threshold
+    match &= torch.ones(n, n, dtype=torch.bool, device=boxes.device).triu(1)
+    if not class_agnostic:
+        match &= class_ids[:, None] == class_ids[None]
+    return match
+
+
+def _nms_keep(match: torch.Tensor) -> torch.Tensor:
+    """Greedy NMS keep mask from a rank-ordered upper-triangular match matrix.
+
+    The fixed point of keep[j] = not any(keep[i] and match[i, j]) is unique on a triangular system, and each
+    iteration fixes at least one more rank, so the loop ends after at most N + 1 rounds (in practice the depth
+    of the longest suppression chain).
+    """
+    keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
+    for _ in range(len(match) + 1):
+        new_keep = ~match[keep].any(0)
+        if torch.equal(new_keep, keep):
+            break
+        keep = new_keep
+    return keep
+
+
+def _nms_keep_torchvision(
+    ops: Any, boxes: torch.Tensor, class_ids: torch.Tensor, threshold: float, class_agnostic: bool
+) -> torch.Tensor:
+    """The same keep mask through torchvision's IoU kernel (inputs in rank order).
+
+    Scores are replaced by the rank so that torchvision's sort reproduces our tie-breaking, and the threshold
+    by the next float32 below it, because torchvision suppresses on IoU > threshold where SAHI uses >=.
+    Boxes of different classes are kept apart by torchvision's coordinate offsets, which can move IoU values
+    by float32 rounding; keep sets only differ from the pure-torch path for IoUs within that rounding.
+    """
+    n = len(boxes)
+    rank_scores = torch.arange(n, 0, -1, dtype=torch.float32, device=boxes.device)
+    below = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
+    if class_agnostic:
+        kept = ops.nms(boxes, rank_scores, below)
+    else:
+        kept = ops.batched_nms(boxes, rank_scores, class_ids, below)
+    keep = torch.zeros(n, dtype=torch.bool, device=boxes.device)
+    keep[kept] = True
+    return keep
+
+
+def _first_true_row(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column: index of the first True row, and whether there is one."""
+    return mask.to(torch.uint8).argmax(0), mask.any(0)
+
+
+def _roots(parent: torch.Tensor) -> torch.Tensor:
+    """Root of every node of a forest given as parent pointers (roots point to themselves): pointer jumping."""
+    root = parent
+    while True:
+        jumped = root[root]
+        if torch.equal(jumped, root):
+            return root
+        root = jumped
+
+
+def _merge_groups(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    keeper: torch.Tensor,
+    member_order: torch.Tensor,
+    metric: MatchMetric,
+    threshold: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SAHI's `_apply_merge` for all groups at once (inputs in rank order).
+
+    keeper (N,) is each box's group keeper (itself for keepers); member_order (N,) int64 sorts the members of a
+    group in SAHI's merge order. Returns the merged boxes, scores and classes of the keepers, in rank order.
+    """
+    n = len(boxes)
+    positions = torch.arange(n, device=boxes.device)
+    is_keeper = keeper == positions
+    merged = boxes.double()
+    merged_class = class_ids.clone()
+    members = positions[~is_keeper]
+    if len(members):
+        members = members[torch.sort(member_order[members], stable=True).indices]
+        members = members[torch.sort(keeper[members], stable=True).indices]
+        groups = keeper[members]
+        first = torch.searchsorted(groups, groups)  # start of each member's group in the grouped list
+        slot = torch.arange(len(members), device=boxes.device) - first
+        by_slot = torch.sort(slot, stable=True).indices
+        members, groups = members[by_slot], groups[by_slot]
+        counts = torch.bincount(slot).tolist()
+        start = 0
+        for count in counts:  # one round per position inside a group, vectorised over the groups
+            m, g = members[start : start + count], groups[start : start + count]
+            start += count
+            ok = overlap(merged[g], merged[m], metric) >= threshold
+            g_ok, m_ok = g[ok], m[ok]
+            merged[g_ok, :2] = torch.minimum(merged[g_ok, :2], merged[m_ok, :2])
+            merged[g_ok, 2:] = torch.maximum(merged[g_ok, 2:], merged[m_ok, 2:])
+            take_class = scores[m_ok] >= scores[g_ok]
+            merged_class[g_ok[take_class]] = class_ids[m_ok[take_class]]
+    return merged[is_keeper].to(boxes.dtype), scores[is_keeper], merged_class[is_keeper]
+
+
+def merge(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
+    metric: str | MatchMetric = MatchMetric.IOS,
+    threshold: float = 0.5,
+    class_agnostic: bool = False,
+    use_torchvision: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device.
+
+    boxes (N, 4) x1, y1, x2, y2, scores (N,), class_ids (N,) int64 -> the same, float32 / int64, score-ranked.
+    `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU).
+    """
+    method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"merge threshold must be in [0, 1], got {threshold!r}")
+    if not len(boxes) == len(scores) == len(class_ids) or boxes.shape[1:] != (4,):
+        raise ValueError(
+            f"merge needs (N, 4) boxes and N scores and class ids, got {tuple(boxes.shape)}, "
+            f"{tuple(scores.shape)} and {tuple(class_ids.shape)}"
+        )
+    order = rank_order(boxes.float(), scores.float())
+    boxes, scores, class_ids = boxes.float()[order], scores.float()[order], class_ids.long()[order]
+    if len(boxes) == 0:
+        return boxes, scores, class_ids
+
+    ops = _torchvision_ops() if use_torchvision else None
+    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None:
+        keep = _nms_keep_torchvision(ops, boxes, class_ids, threshold, class_agnostic)
+        return boxes[keep], scores[keep], class_ids[keep]
+    match = _match_matrix(boxes, class_ids, metric, threshold, class_agnostic)
+    if method is MergeMethod.NMS:
+        keep = _nms_keep(match)
+        return boxes[keep], scores[keep], class_ids[keep]
+
+    positions = torch.arange(len(boxes), device=boxes.device)
+    if method is MergeMethod.GREEDY_NMM:
+        keep = _nms_keep(match)
+        parent, _ = _first_true_row(match & keep[:, None])
+        keeper = torch.where(keep, positions, parent)
+        member_order = positions  # SAHI appends a keeper's members in rank order
+    else:
+        # nmm: a box claims lower-ranked matches, except equal-score boxes with different coordinates
+        same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
+        parent, claimed = _first_true_row(match & ~same)
+        keeper = _roots(torch.where(claimed, parent, positions))
+        # members are appended claimer by claimer (rank order), each claimer's in input-index order
+        member_order = parent * len(boxes) + order
+    return _merge_groups(boxes, scores, class_ids, keeper, member_order, metric, threshold)
+
+
+def merge_detections(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    class_ids: np.ndarray,
+    method: str | MergeMethod = "greedy_nmm",
+    metric: str | MatchMetric = "ios",
+    threshold: float = 0.5,
+    class_agnostic: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy wrapper of `merge`: (N, 4) boxes, (N,) scores, (N,) class ids -> float32, float32, int64 arrays."""
+    out = merge(
+        torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
+        torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
+        torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)),
+        method,
+        metric,
+        threshold,
+        class_agnostic,
+    )
+    return out[0].numpy(), out[1].numpy(), out[2].numpy()
+
+
+def truncated_sides(
+    boxes_in_frame: torch.Tensor, image_index: torch.Tensor, plan: TilePlan, margin_px: float = 2.0
+) -> torch.Tensor:
+    """(M, 4) bool: box touches (within `margin_px` frame pixels) the left, top, right, bottom edge of its view
+    where that edge is an inner seam. Full-frame boxes are never truncated."""
+    t = plan.tensors(boxes_in_frame.device)
+    views, inner = t.views[image_index], t.inner_edges[image_index]
+    near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin_px
+    near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin_px
+    return inner & torch.cat([near_start, near_end], dim=1)
+
+
+def suppress_truncated(
+    boxes_in_frame: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    image_index: torch.Tensor,
+    plan: TilePlan,
+    margin_px: float = 2.0,
+    min_cover: float = 0.6,
+    min_score_ratio: float = 0.5,
+    class_agnostic: bool = False,
+) -> torch.Tensor:
+    """Keep mask (M,) bool of the seam rule, applied before merging.
+
+    A box touching an inner seam of its tile (see `truncated_sides`) is dropped when a box from another batch
+    image (a neighbouring tile or the full-frame view) that is not truncated on any side, of the same class
+    (unless `class_agnostic`), covers at least `min_cover` of its area and scores at least `min_score_ratio`
+    times its score. Boxes cut in every view they appear in are kept and left to the merge (whose union
+    restores the whole extent).
+    """
+    keep = torch.ones(len(boxes_in_frame), dtype=torch.bool, device=boxes_in_frame.device)
+    truncated = truncated_sides(boxes_in_frame, image_index, plan, margin_px).any(1)
+    cut = truncated.nonzero().squeeze(1)
+    if len(cut) == 0:
+        return keep
+    part, whole = boxes_in_frame[cut, None], boxes_in_frame[None]
+    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
+        0
+    )
+    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
+        0
+    )
+    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
+    covered = iw * ih >= min_cover * area
+    covered &= ~truncated[None] & (image_index[cut, None] != image_index[None])
+    covered &= scores[None] >= min_score_ratio * scores[cut, None]
+    if not class_agnostic:
+        covered &= class_ids[cut, None] == class_ids[None]
+    keep[cut] = ~covered.any(1)
+    return keep

@@ -1,0 +1,444 @@
+"""Replay a bag's camera topic through the detector node, record and score its answers: a release gate.
+
+Two modes:
+- lock-step: each frame is published (raw CDR bytes from the bag, no decoding) and its detections, matched by
+  header stamp, are awaited up to a per-frame timeout before the next frame goes out. A frame without an
+  answer in time is counted as dropped and not re-sent: a re-send would hide a node that loses frames.
+- realtime: frames go out at the bag's pace, each preceded by rosgraph_msgs/Clock on /clock carrying its bag
+  time (the node runs with use_sim_time), so a node slower than the camera drops frames, as on the robot.
+In both modes the first frame is re-sent every second until it is answered (DDS discovery may still be
+completing on the node's side, and a best-effort subscription loses what arrives before): playback starts
+with a warm node and a working path, and only the first frame's last publish counts for its latency.
+
+Scores: AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the answered frames against the
+bag's ground truth (`/ground_truth`); a dropped frame is counted in `dropped` / the drop rate instead.
+Latency per frame is the time the answer arrived minus the time the frame was published.
+The ROS side goes through `tiled_detector.ros.client.DetectorClient`; rclpy is imported only there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import io
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiled_detector import bags
+
+RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, scores (N,), class ids (N,)
+
+
+class ReplayError(RuntimeError):
+    """The replay could not run (bad bag, node did not start); the text says why."""
+
+
+class Mode(enum.Enum):
+    """How frames are played into the node."""
+
+    LOCKSTEP = "lockstep"
+    REALTIME = "realtime"
+
+    @classmethod
+    def from_value(cls, value: str | Mode) -> Mode:
+        """Case-insensitive lookup; the error lists the valid values."""
+        if isinstance(value, Mode):
+            return value
+        for member in cls:
+            if member.value == str(value).lower().replace("-", ""):
+                return member
+        raise ValueError(f"mode must be one of {', '.join(m.value for m in cls)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Release gate: minimum AP50 / recall and maximum drop rate (fraction of frames sent); None = not checked."""
+
+    min_ap50: float | None = None
+    min_recall: float | None = None
+    max_drop_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+    def failures(self, report: ReplayReport) -> list[str]:
+        """One line per missed threshold (empty: the gate passes)."""
+        out = []
+        for name, value, minimum in (
+            ("AP50", report.ap50, self.min_ap50),
+            ("recall", report.recall, self.min_recall),
+        ):
+            if minimum is None:
+                continue
+            if value is None:
+                out.append(
+                    f"{name} >= {minimum} required but the bag has no ground truth on {bags.GROUND_TRUTH_TOPIC}"
+                )
+            elif value < minimum:
+                out.append(f"{name} {value:.3f} < {minimum}")
+        if self.max_drop_rate is not None and report.drop_rate > self.max_drop_rate:
+            out.append(
+                f"drop rate {report.drop_rate:.3f} > {self.max_drop_rate} ({report.dropped} of {report.frames_sent} frames)"
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to run the node and play the bag into it."""
+
+    mode: Mode = Mode.LOCKSTEP
+    timeout: float = (
+        30.0  # lock-step: seconds per frame; realtime: seconds for the last answer after the last frame
+    )
+    startup_timeout: float = 120.0  # seconds for the node to come up (model loading)
+    topic: str | None = None  # image topic of the bag; None = its only one
+    detections_topic: str = "detections"
+    attach: bool = False  # use a running node instead of starting one
+    params_file: Path | None = None
+    parameters: Mapping[str, object] = field(default_factory=dict)
+    domain_id: int | None = None  # None: a fresh one for a started node, the environment's when attaching
+    program: Sequence[str] | None = None  # node command line (default: the detector node)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode.from_value(self.mode))
+        if not self.timeout > 0 or not self.startup_timeout > 0:
+            raise ValueError(f"timeouts must be > 0 s, got {self.timeout} and {self.startup_timeout}")
+
+
+@dataclass(frozen=True)
+class FrameRecord:
+    """One frame sent: its stamp, latency (ms; None when unanswered) and the detections it got."""
+
+    stamp_ns: int
+    latency_ms: float | None
+    detections: Arrays | None
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Detection quality over the answered frames that have ground truth (None without ground truth)."""
+
+    ap50: float | None = None
+    precision: float | None = None
+    recall: float | None = None
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """Outcome of one replay."""
+
+    mode: str
+    frames_sent: int
+    frames_answered: int
+    ap50: float | None
+    precision: float | None
+    recall: float | None
+    latency_ms_p50: float | None
+    latency_ms_p95: float | None
+
+    @property
+    def dropped(self) -> int:
+        return self.frames_sent - self.frames_answered
+
+    @property
+    def drop_rate(self) -> float:
+        return self.dropped / self.frames_sent if self.frames_sent else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON report (keys as documented for `tiled-detector replay --json`)."""
+        return {
+            "mode": self.mode,
+            "frames_sent": self.frames_sent,
+            "frames_answered": self.frames_answered,
+            "dropped": self.dropped,
+            "drop_rate": self.drop_rate,
+            "AP50": self.ap50,
+            "precision": self.precision,
+            "recall": self.recall,
+            "latency_ms_p50": self.latency_ms_p50,
+            "latency_ms_p95": self.latency_ms_p95,
+        }
+
+
+# --- scoring (pure numpy / pycocotools) ----------------------------------------------------------------------
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix (len(a), len(b)) of x1y1x2y2 boxes."""
+    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
+    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
+    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(bottom_right - top_left, 0, None).prod(axis=2)
+    area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(axis=1)
+    area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def true_positives(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou: float = 0.5) -> int:
+    """Predictions matched one-to-one to a same-class ground-truth box with IoU >= `iou`, highest score first."""
+    boxes, scores, classes = predicted
+    truth_boxes, truth_classes = truth
+    if len(boxes) == 0 or len(truth_boxes) == 0:
+        return 0
+    overlaps = box_iou(boxes, truth_boxes)
+    overlaps[np.asarray(classes)[:, None] != np.asarray(truth_classes)[None, :]] = 0.0
+    free = np.ones(len(truth_boxes), bool)
+    matched = 0
+    for row in overlaps[np.argsort(-np.asarray(scores), kind="stable")]:
+        candidates = np.where(free, row, 0.0)
+        best = int(np.argmax(candidates))
+        if candidates[best] >= iou:
+            free[best] = False
+            matched += 1
+    return matched
+
+
+def coco_ap50(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> float:
+    """COCO AP at IoU 0.5 (pycocotools, up to 1000 detections per image) over the images of `truth`."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    image_ids = {stamp: index for index, stamp in enumerate(sorted(truth), start=1)}
+    annotations, results = [], []
+    for stamp, (boxes, classes) in truth.items():
+        for box, cls in zip(np.asarray(boxes, float).tolist(), np.asarray(classes).tolist(), strict=True):
+            w, h = box[2] - box[0], box[3] - box[1]
+            annotations.append({"id": len(annotations) + 1, "image_id": image_ids[stamp], "category_id": int(cls) + 1,
+                                "bbox": [box[0], box[1], w, h], "area": w * h, "iscrowd": 0})  # fmt: skip
+    for stamp, (boxes, scores, classes) in predicted.items():
+        if stamp not in image_ids:
+            continue
+        for box, score, cls in zip(np.asarray(boxes, float).tolist(), np.asarray(scores, float).tolist(),
+                                   np.asarray(classes).tolist(), strict=True):  # fmt: skip
+            results.append({"image_id": image_ids[stamp], "category_id": int(cls) + 1,
+                            "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]], "score": score})  # fmt: skip
+    if not annotations:
+        raise ValueError("AP50 needs at least one ground-truth box")
+    if not results:
+        return 0.0
+    categories = {a["category_id"] for a in annotations} | {r["category_id"] for r in results}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+        ground_truth = COCO()
+        ground_truth.dataset = {"images": [{"id": i} for i in image_ids.values()], "annotations": annotations,
+                                "categories": [{"id": c} for c in sorted(categories)]}  # fmt: skip
+        ground_truth.createIndex()
+        evaluation = COCOeval(ground_truth, ground_truth.loadRes(results), "bbox")
+        evaluation.params.maxDets = [1, 10, 1000]
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return float(evaluation.stats[1])
+
+
+def score(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> Scores:
+    """AP50, precision and recall at IoU 0.5 over the frames that have both an answer and ground truth."""
+    common = sorted(set(predicted) & set(truth))
+    if not common or not any(len(truth[s][0]) for s in common):
+        return Scores()
+    hits = sum(true_positives(predicted[s], truth[s]) for s in common)
+    n_predicted = sum(len(predicted[s][0]) for s in common)
+    n_truth = sum(len(truth[s][0]) for s in common)
+    ap50 = coco_ap50({s: predicted[s] for s in common}, {s: truth[s] for s in common})
+    return Scores(ap50, hits / n_predicted if n_predicted else 0.0, hits / n_truth)
+
+
+def summarize(
+    mode: Mode, records: Sequence[FrameRecord], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]
+) -> ReplayReport:
+    """The report of a replay from its frame records and the ground truth (stamp -> boxes, class ids)."""
+    answered = {r.stamp_ns: r.detections for r in records if r.detections is not None}
+    latencies = [r.latency_ms for r in records if r.latency_ms is not None]
+    scores = score(answered, truth)
+    p50, p95 = (float(v) for v in np.percentile(latencies, [50, 95])) if latencies else (None, None)
+    return ReplayReport(
+        mode.value, len(records), len(answered), scores.ap50, scores.precision, scores.recall, p50, p95
+    )
+
+
+# --- class names shared by ground truth and answers ----------------------------------------------------------
+
+
+def class_names(messages: Iterable[Any]) -> list[str]:
+    """Sorted class names (vision_msgs 4.x `results[].hypothesis.class_id`) used in Detection2DArray messages."""
+    return sorted({r.hypothesis.class_id for m in messages for d in m.detections for r in d.results})
+
+
+def to_arrays(messages: Mapping[int, Any], labels: Sequence[str]) -> dict[int, Arrays]:
+    """stamp -> Detection2DArray  =>  stamp -> (boxes, scores, class ids by index in `labels`)."""
+    from tiled_detector.ros.detections import msg_to_detections
+
+    return {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}
+
+
+# --- the ROS side ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Played:
+    """What one run over DDS produced: sent frames (stamp, monotonic publish time) and the answers."""
+
+    sent: list[tuple[int, float]] = field(default_factory=list)
+    answers: dict[int, Any] = field(default_factory=dict)
+    arrivals: dict[int, float] = field(default_factory=dict)
+    detections_topic: str = ""
+
+
+def _unique_stamps(frames: Iterable[bags.BagMessage]) -> Iterator[bags.BagMessage]:
+    """The frames, checking that each has its own header stamp (answers are matched by stamp)."""
+    seen: set[int] = set()
+    for frame in frames:
+        if frame.stamp_ns is None or frame.stamp_ns in seen:
+            raise ReplayError(f"frame at bag time {frame.time_ns} repeats header stamp {frame.stamp_ns}: "
+                              "answers are matched by stamp, so every frame needs its own")  # fmt: skip
+        seen.add(frame.stamp_ns)
+        yield frame
+
+
+def _prime(client: Any, frame: bags.BagMessage, timeout: float) -> float:
+    """Publish the first frame every `RESEND_S` until the node answers it (or `timeout` passes).
+
+    Our side seeing the node's subscription does not mean the node's side has matched our publisher yet, and a
+    best-effort subscription loses what arrives before; the first answer proves the path works both ways.
+    Returns the time of the last publish.
+    """
+    assert frame.stamp_ns is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        sent = time.monotonic()
+        client.publish(frame.data)
+        remaining = deadline - sent
+        if (
+            client.wait_for_stamp(frame.stamp_ns, min(RESEND_S, max(remaining, 0.0))) is not None
+            or remaining <= RESEND_S
+        ):
+            return sent
+
+
+def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, options: ReplayOptions) -> _Played:
+    """Start (or attach to) the node, play `frames` into it and collect its answers."""
+    from builtin_interfaces.msg import Time
+    from rosgraph_msgs.msg import Clock
+
+    from tiled_detector.ros.client import DetectorClient
+    from tiled_detector.ros.process import DETECTOR_NODE, NodeProcess, pick_domain_id
+
+    realtime = options.mode is Mode.REALTIME
+    domain = options.domain_id if options.domain_id is not None or options.attach else pick_domain_id()
+    played = _Played()
+    with contextlib.ExitStack() as stack:
+        node = None
+        if not options.attach:
+            parameters = {**options.parameters, **({"transport": "compressed"} if compressed else {})}
+            if realtime:
+                parameters["use_sim_time"] = True
+            remaps = {"image/compressed" if compressed else "image": topic}
+            node = stack.enter_context(NodeProcess(options.params_file, parameters, remaps, domain,
+                                                   program=options.program or DETECTOR_NODE))  # fmt: skip
+        client = DetectorClient(domain_id=domain, image_topic=topic, detections_topic=options.detections_topic,
+                                image_reliable=True, compressed=compressed, node_name="tiled_detector_replay")  # fmt: skip
+        stack.callback(client.close)
+        if not client.wait_for_node(timeout=options.startup_timeout):
+            log = node.log_text()[-3000:] if node is not None else ""
+            raise ReplayError(f"no node subscribed to {topic} and published {options.detections_topic} within "
+                              f"{options.startup_timeout} s{':' if log else ''}\n{log}".rstrip())  # fmt: skip
+        played.detections_topic = client.detections_subscription.topic_name
+        clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
+        start, first_time = 0.0, 0
+        for index, frame in enumerate(_unique_stamps(frames)):
+            assert frame.stamp_ns is not None
+            if clock is not None:
+                if index:
+                    time.sleep(max(0.0, start + (frame.time_ns - first_time) / 1e9 - time.monotonic()))
+                sec, nanosec = divmod(frame.time_ns, 1_000_000_000)
+                clock.publish(Clock(clock=Time(sec=sec, nanosec=nanosec)))
+            if index == 0:
+                played.sent.append((frame.stamp_ns, _prime(client, frame, options.timeout)))
+                start, first_time = time.monotonic(), frame.time_ns
+                continue
+            played.sent.append((frame.stamp_ns, time.monotonic()))
+            client.publish(frame.data)
+            if not realtime:
+                client.wait_for_stamp(frame.stamp_ns, options.timeout)
+        if realtime and played.sent:
+            client.wait_for_stamp(played.sent[-1][0], options.timeout)
+    stamps = {stamp for stamp, _ in played.sent}  # the client is closed: its dicts no longer change
+    played.answers = {s: m for s, m in client.detections.items() if s in stamps}
+    played.arrivals = {s: t for s, t in client.arrivals.items() if s in stamps}
+    return played
+
+
+def replay_bag(
+    bag: str | Path, options: ReplayOptions | None = None, output: str | Path | None = None
+) -> ReplayReport:
+    """Replay `bag` through the node, score against its ground truth, optionally record into `output`.
+
+    `output` receives `detections/` (a bag of the node's Detection2DArray answers, same storage as the input,
+    at their header stamps) and `report.json` (summary and per-frame records). Raises ReplayError when the
+    replay cannot run.
+    """
+    options = options or ReplayOptions()
+    try:
+        info = bags.bag_info(bag)
+        topic = info.image_topic(options.topic)
+    except (OSError, KeyError, ValueError) as error:
+        raise ReplayError(f"cannot replay {bag}: {error}") from error
+    compressed = info.topics[topic][0] == bags.COMPRESSED_IMAGE
+    truth_messages = {}
+    if bags.GROUND_TRUTH_TOPIC in info.topics:
+        truth_messages = {m.stamp_ns: bags.deserialize(m.data, bags.DETECTIONS)
+                          for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])}  # fmt: skip
+    played = _play(bags.read_messages(bag, [topic]), compressed, topic, options)
+    labels = class_names([*truth_messages.values(), *played.answers.values()])
+    answers = to_arrays(played.answers, labels)
+    truth = {
+        stamp: (boxes, classes) for stamp, (boxes, _, classes) in to_arrays(truth_messages, labels).items()
+    }
+    records = [
+        FrameRecord(
+            stamp, (played.arrivals[stamp] - sent) * 1e3 if stamp in answers else None, answers.get(stamp)
+        )
+        for stamp, sent in played.sent
+    ]
+    report = summarize(options.mode, records, truth)
+    if output is not None:
+        _record(Path(output), played, info.storage, report, records, labels)
+    return report
+
+
+def _record(
+    output: Path, played: _Played, storage: bags.Storage, report: ReplayReport, records: Sequence[FrameRecord],
+    labels: Sequence[str],
+) -> None:  # fmt: skip
+    """Write the node's answers as a bag and the report (summary + per-frame detections) as JSON."""
+    from rclpy.serialization import serialize_message
+
+    output.mkdir(parents=True, exist_ok=True)
+    with bags.BagWriter(
+        output / "detections", storage, force=True, custom_data={"source": "tiled-detector replay"}
+    ) as writer:
+        for stamp in sorted(played.answers):
+            writer.write(
+                played.detections_topic, bags.DETECTIONS, stamp, serialize_message(played.answers[stamp])
+            )
+    frames = []
+    for record in records:
+        boxes, scores, classes = record.detections or (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+        frames.append({"stamp_ns": record.stamp_ns, "answered": record.detections is not None,
+                       "latency_ms": record.latency_ms,
+                       "detections": [{"box": b, "score": s, "class_id": labels[c]}
+                                      for b, s, c in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True)]})  # fmt: skip
+    text = json.dumps({"summary": report.summary(), "frames": frames}, indent=1)
+    temporary = output / ".report.json.tmp"
+    temporary.write_text(text)
+    temporary.replace(output / "report.json")

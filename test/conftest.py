@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny models exported on the fly (ONNX / TorchScript) into temporary directories.
+
+`export_onnx(model, input_hw, batch=None)` and `export_torchscript(model, input_hw, labels=None)` turn any
+module into a model file; `square_onnx` / `square_torchscript` are a ready-made `SquareDetector` (64x64 input,
+8-pixel cells, 2 classes: red and blue squares; see scripts/bench_pipeline.py) exported once per session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from bench_pipeline import SquareDetector, save_onnx, save_torchscript
+
+SQUARE_INPUT_HW = (64, 64)
+SQUARE_CELL = 8
+SQUARE_LABELS = ("red", "blue")
+
+ExportOnnx = Callable[..., Path]
+ExportTorchScript = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def export_onnx(tmp_path_factory: pytest.TempPathFactory) -> ExportOnnx:
+    """A function (model, input_hw, batch=None) -> path of the model exported to ONNX (dynamic batch if None)."""
+    directory = tmp_path_factory.mktemp("onnx")
+    counter = itertools.count()
+
+    def export(model: nn.Module, input_hw: tuple[int, int], batch: int | None = None) -> Path:
+        return save_onnx(model, directory / f"model{next(counter)}.onnx", input_hw, batch)
+
+    return export
+
+
+@pytest.fixture(scope="session")
+def export_torchscript(tmp_path_factory: pytest.TempPathFactory) -> ExportTorchScript:
+    """A function (model, input_hw, labels=None) -> path of the model traced to TorchScript with metadata."""
+    directory = tmp_path_factory.mktemp("torchscript")
+    counter = itertools.count()
+
+    def export(model: nn.Module, input_hw: tuple[int, int], labels: Sequence[str] | None = None) -> Path:
+        return save_torchscript(model, directory / f"model{next(counter)}.ts", input_hw, labels)
+
+    return export
+
+
+@pytest.fixture(scope="session")
+def square_onnx(export_onnx: ExportOnnx) -> Path:
+    """SquareDetector as ONNX with a dynamic batch."""
+    return export_onnx(SquareDetector(SQUARE_INPUT_HW, SQUARE_CELL), SQUARE_INPUT_HW)
+
+
+@pytest.fixture(scope="session")
+def square_torchscript(export_torchscript: ExportTorchScript) -> Path:
+    """SquareDetector as TorchScript (dynamic batch, labels red / blue)."""
+    return export_torchscript(SquareDetector(SQUARE_INPUT_HW, SQUARE_CELL), SQUARE_INPUT_HW, SQUARE_LABELS)

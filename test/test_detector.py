@@ -1,0 +1,181 @@
+"""Tests for config.py and detector.py: end to end on SquareDetector, whose right answer is known exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import SQUARE_CELL, SQUARE_INPUT_HW, SQUARE_LABELS
+
+from tiled_detector.config import DetectorConfig
+from tiled_detector.decode import OutputLayout
+from tiled_detector.detector import TiledDetector
+from tiled_detector.engines.base import Backend, Precision
+from tiled_detector.merge import MatchMetric, MergeMethod
+
+STAGES = {"upload", "preprocess", "infer", "decode", "merge", "download", "total"}
+COLOURS = {0: (255, 0, 0), 1: (0, 0, 255)}  # class -> RGB
+
+
+def _scene(
+    seed: int, height: int = 152, width: int = 208, count: int = 6
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dark RGB frame with `count` red / blue cell-aligned squares that do not touch; expected boxes, classes."""
+    rng = np.random.default_rng(seed)
+    frame = np.zeros((height, width, 3), np.uint8)
+    cells = [(y, x) for y in range(0, height // SQUARE_CELL, 2) for x in range(0, width // SQUARE_CELL, 2)]
+    picked = rng.choice(len(cells), count, replace=False)
+    boxes, classes = [], []
+    for i in picked:
+        y, x = (v * SQUARE_CELL for v in cells[i])
+        cls = int(rng.integers(0, 2))
+        frame[y : y + SQUARE_CELL, x : x + SQUARE_CELL] = COLOURS[cls]
+        boxes.append([x, y, x + SQUARE_CELL, y + SQUARE_CELL])
+        classes.append(cls)
+    return frame, np.array(boxes, np.float32), np.array(classes, np.int64)
+
+
+def _sorted(boxes: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((boxes[:, 1], boxes[:, 0]))
+    return boxes[order], classes[order]
+
+
+@pytest.fixture(scope="module")
+def detector(square_onnx) -> TiledDetector:
+    # tiles of 64 with overlap 0.25 start at multiples of 8 on frames whose sides are multiples of 8
+    return TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_finds_exactly_the_squares(detector, seed):
+    frame, boxes, classes = _scene(seed)
+    dets = detector.detect(frame)
+    assert detector.plan_for(*frame.shape[:2]).num_tiles == 12
+    got_boxes, got_classes = _sorted(dets.boxes, dets.class_ids)
+    want_boxes, want_classes = _sorted(boxes, classes)
+    np.testing.assert_array_equal(got_boxes, want_boxes)
+    np.testing.assert_array_equal(got_classes, want_classes)
+    np.testing.assert_allclose(dets.scores, 1.0)
+    assert set(dets.timings) == STAGES and all(v >= 0 for v in dets.timings.values())
+
+
+def test_a_square_in_the_overlap_of_four_tiles_is_reported_once(detector):
+    frame = np.zeros((152, 208, 3), np.uint8)
+    frame[48:56, 48:56] = COLOURS[1]  # inside tiles (0,0), (48,0), (0,48) and (48,48)
+    dets = detector.detect(frame)
+    np.testing.assert_array_equal(dets.boxes, [[48, 48, 56, 56]])
+    assert dets.class_ids.tolist() == [1]
+
+
+@pytest.mark.parametrize("encoding", ["bgr8", "rgba8", "bgra8"])
+def test_encodings_give_the_same_detections(detector, encoding):
+    frame, boxes, classes = _scene(3)
+    converted = {
+        "bgr8": frame[..., ::-1],
+        "rgba8": np.dstack([frame, np.full(frame.shape[:2], 7, np.uint8)]),
+        "bgra8": np.dstack([frame[..., ::-1], np.full(frame.shape[:2], 7, np.uint8)]),
+    }[encoding]
+    dets = detector.detect(np.ascontiguousarray(converted), encoding=encoding)
+    np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[1], _sorted(boxes, classes)[1])
+
+
+def test_frame_smaller_than_a_tile_is_padded(detector):
+    frame = np.zeros((40, 48, 3), np.uint8)
+    frame[32:40, 40:48] = COLOURS[0]  # bottom-right corner, next to the grey padding
+    dets = detector.detect(frame)
+    np.testing.assert_array_equal(dets.boxes, [[40, 32, 48, 40]])
+
+
+def test_torchscript_backend_agrees_and_reads_labels(square_torchscript, detector):
+    ts = TiledDetector(square_torchscript, tile_size=(64, 64), overlap=0.25, conf_threshold=0.5)
+    assert ts.engine.backend is Backend.TORCH and ts.labels == SQUARE_LABELS
+    frame = _scene(4)[0]
+    a, b = ts.detect(frame), detector.detect(frame)
+    np.testing.assert_array_equal(_sorted(a.boxes, a.class_ids)[0], _sorted(b.boxes, b.class_ids)[0])
+
+
+def test_detect_device_takes_tensors_on_the_engine_device(detector):
+    frame = _scene(5)[0]
+    dets = detector.detect_device(torch.from_numpy(frame))
+    np.testing.assert_array_equal(dets.boxes, detector.detect(frame).boxes)
+    assert set(dets.timings) == STAGES - {"upload"}
+    with pytest.raises(ValueError, match="needs a frame on"):
+        detector.detect_device(torch.from_numpy(frame).to("meta"))
+
+
+def test_with_config_reuses_the_engine(detector):
+    frame, _, classes = _scene(6)
+    blue = detector.with_config(classes=[1])
+    assert blue.engine is detector.engine and blue.config.classes == (1,)
+    assert blue.detect(frame).class_ids.tolist() == [1] * int((classes == 1).sum())
+    assert len(detector.with_config(max_detections=2).detect(frame)) == 2
+    assert len(detector.with_config(conf_threshold=1.0).detect(frame)) == 0
+    smaller = detector.with_config(tile_size=(48, 48), full_frame=False, overlap=0.0)
+    assert smaller.plan_for(152, 208).num_tiles == 4 * 5 and not smaller.plan_for(152, 208).full_frame
+    with pytest.raises(ValueError, match="device needs a new engine"):
+        detector.with_config(device="cuda")
+    with pytest.raises(ValueError, match="unknown detector settings"):
+        detector.with_config(treshold=0.3)
+
+
+def test_fixed_batch_engine_and_resized_tiles(export_onnx):
+    from bench_pipeline import SquareDetector
+
+    fixed = export_onnx(SquareDetector(SQUARE_INPUT_HW, SQUARE_CELL), SQUARE_INPUT_HW, batch=4)
+    # 128-pixel tiles are halved into the 64-pixel input: a 16-pixel square fills one 8-pixel cell
+    det = TiledDetector(fixed, tile_size=(128, 128), overlap=0.25, conf_threshold=0.5, full_frame=False)
+    assert det.engine.max_batch == 4
+    frame = np.zeros((304, 416, 3), np.uint8)
+    frame[96:112, 208:224] = COLOURS[0]
+    dets = det.detect(frame)
+    assert det.plan_for(304, 416).num_tiles > 4
+    np.testing.assert_array_equal(dets.boxes, [[208, 96, 224, 112]])
+
+
+def test_config_normalises_options(square_onnx):
+    cfg = DetectorConfig(
+        model=str(square_onnx),
+        backend="ONNXRuntime",
+        precision="FP32",
+        merge="NMS",
+        match_metric="IoU",
+        layout="yolov8",
+        tile_size=[32, 48],
+        classes=[3, 1, 3],
+        labels=["a", "b"],
+        device="CUDA:1",
+    )
+    assert cfg.backend is Backend.ONNXRUNTIME and cfg.precision is Precision.FP32
+    assert (
+        cfg.merge is MergeMethod.NMS
+        and cfg.match_metric is MatchMetric.IOU
+        and cfg.layout is OutputLayout.YOLOV8
+    )
+    assert cfg.tile_size == (32, 48) and cfg.tile_hw == (48, 32) and cfg.classes == (1, 3)
+    assert cfg.labels == ("a", "b") and cfg.device == "cuda:1"
+    assert cfg.replace(overlap=0.5).overlap == 0.5
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"overlap": 1.0}, r"overlap must be in \[0.0, 1.0\), got 1.0"),
+        ({"conf_threshold": -0.1}, "conf_threshold must be in"),
+        ({"merge_threshold": 2}, "merge_threshold must be in"),
+        ({"tile_size": (0, 640)}, "tile_size must be two positive integers"),
+        ({"tile_size": (640,)}, "tile_size must be two positive integers"),
+        ({"max_detections": 0}, "max_detections must be a positive integer, got 0"),
+        ({"top_k": 1.5}, "top_k must be a positive integer"),
+        ({"classes": [-1]}, "classes must be None or"),
+        ({"classes": []}, "classes must be None or"),
+        ({"labels": "person"}, "labels must be None or"),
+        ({"full_frame": "yes"}, "full_frame must be a bool"),
+        ({"device": "gpu"}, "device must be"),
+        ({"merge": "wbf"}, "unknown merge method"),
+        ({"backend": "openvino"}, "unknown backend"),
+        ({"engine_options": [1]}, "engine_options must be a mapping"),
+    ],
+)
+def test_config_rejects_bad_values(square_onnx, changes, message):
+    with pytest.raises(ValueError, match=message):
+        DetectorConfig(model=square_onnx, **changes)

@@ -1,0 +1,228 @@
+"""Tests for engines/onnxruntime.py and engines/torch.py against plain ONNX Runtime and torch calls."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from tiled_detector.engines.base import Backend, Precision, load_engine
+from tiled_detector.engines.onnxruntime import OnnxRuntimeEngine
+from tiled_detector.engines.torch import TorchEngine, parse_input_shape, parse_labels
+
+HW = (16, 16)
+
+
+class TwoHeads(nn.Module):
+    """Two outputs of different shapes, batch-first (a stand-in for multi-output detectors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv(x)
+        return y.flatten(2), y.mean((2, 3))
+
+
+class Bright(nn.Module):
+    """A data-dependent output length: the values above 0.9 (ONNX NonZero)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0.9]
+
+
+def _batch(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.rand(n, 3, *HW, generator=torch.Generator().manual_seed(n)).to(dtype)
+
+
+def _plain_ort(path, batch: torch.Tensor) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: batch.numpy()})
+
+
+@pytest.fixture(scope="module")
+def two_heads_onnx(export_onnx):
+    return export_onnx(TwoHeads(), HW)
+
+
+def test_onnxruntime_outputs_equal_session_run(two_heads_onnx):
+    engine = OnnxRuntimeEngine(two_heads_onnx, max_batch=8)
+    assert engine.input.name == "images" and engine.input.shape == (-1, 3, *HW)
+    assert engine.max_batch == 8 and engine.fixed_batch is None and engine.precision is Precision.FP32
+    assert [o.name for o in engine.outputs] == ["output0", "onnx::ReduceMean_5"] or len(engine.outputs) == 2
+    batch = _batch(5)
+    outputs = engine.infer(batch)
+    expected = _plain_ort(two_heads_onnx, batch)
+    assert list(outputs) == [o.name for o in engine.outputs]
+    for got, want in zip(outputs.values(), expected, strict=True):
+        assert isinstance(got, torch.Tensor) and got.device == engine.device
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_onnxruntime_splits_batches_above_max_batch(two_heads_onnx):
+    batch = _batch(7)
+    whole = OnnxRuntimeEngine(two_heads_onnx, max_batch=8).infer(batch)
+    split = OnnxRuntimeEngine(two_heads_onnx, max_batch=3).infer(batch)
+    for name in whole:
+        assert split[name].shape[0] == 7
+        torch.testing.assert_close(split[name], whole[name])
+
+
+def test_onnxruntime_fixed_batch_model_is_padded_and_split(export_onnx, two_heads_onnx):
+    fixed = export_onnx(TwoHeads(), HW, batch=2)
+    engine = OnnxRuntimeEngine(fixed, max_batch=32)
+    assert engine.fixed_batch == 2 and engine.max_batch == 2
+    batch = _batch(5)
+    got = engine.infer(batch)
+    want = OnnxRuntimeEngine(two_heads_onnx).infer(batch)
+    for name in want:
+        assert got[name].shape == want[name].shape
+        torch.testing.assert_close(got[name], want[name])
+    assert engine.infer(_batch(1))["output0"].shape[0] == 1
+
+
+def test_onnxruntime_dynamic_output_is_wrapped(tmp_path):
+    path = tmp_path / "bright.onnx"
+    dynamic = {"images": {0: "batch"}, "output0": {0: "count"}}
+    torch.onnx.export(
+        Bright(),
+        (_batch(1),),
+        str(path),
+        input_names=["images"],
+        output_names=["output0"],
+        dynamic_axes=dynamic,
+        dynamo=False,
+    )
+    batch = _batch(3)
+    got = OnnxRuntimeEngine(path).infer(batch)["output0"]
+    np.testing.assert_array_equal(got.numpy(), _plain_ort(path, batch)[0])
+    assert got.numel() == int((batch > 0.9).sum())
+
+
+def test_onnxruntime_fp16_needs_an_fp16_model(two_heads_onnx, tmp_path):
+    with pytest.raises(ValueError, match="fp16 needs an fp16 model"):
+        OnnxRuntimeEngine(two_heads_onnx, precision=Precision.FP16)
+    with pytest.raises(ValueError, match="int8"):
+        OnnxRuntimeEngine(two_heads_onnx, precision=Precision.INT8)
+    x = onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT16, ["b", 3, *HW])
+    y = onnx.helper.make_tensor_value_info("output0", onnx.TensorProto.FLOAT16, ["b", 3, *HW])
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["images", "images"], ["output0"])], "g", [x], [y]
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "half.onnx"
+    onnx.save(model, path)
+    engine = OnnxRuntimeEngine(path, precision=Precision.FP16)
+    assert engine.precision is Precision.FP16 and engine.input.dtype == torch.float16
+    batch = _batch(2, torch.float16)
+    torch.testing.assert_close(engine.infer(batch)["output0"], batch * 2)
+
+
+def test_onnxruntime_reads_labels_and_threads(two_heads_onnx, tmp_path):
+    model = onnx.load(two_heads_onnx)
+    onnx.helper.set_model_props(model, {"names": "{0: 'car', 1: 'person'}"})
+    path = tmp_path / "named.onnx"
+    onnx.save(model, path)
+    assert OnnxRuntimeEngine(path, threads=1).labels == ("car", "person")
+    assert OnnxRuntimeEngine(two_heads_onnx).labels is None
+
+
+def test_engine_rejects_wrong_inputs(two_heads_onnx):
+    engine = OnnxRuntimeEngine(two_heads_onnx)
+    with pytest.raises(ValueError, match="engine input must be"):
+        engine.infer(_batch(1, torch.float64))
+    with pytest.raises(ValueError, match="engine input must be"):
+        engine.infer(torch.zeros(1, 3, 8, 8))
+    with pytest.raises(ValueError, match="cannot run on"):
+        OnnxRuntimeEngine(two_heads_onnx, device=torch.device("meta"))
+
+
+def test_torchscript_outputs_equal_the_module(export_torchscript):
+    module = TwoHeads().eval()
+    path = export_torchscript(module, HW, labels=["a", "b"])
+    engine = TorchEngine(path, max_batch=4)
+    assert engine.input.shape == (-1, 3, *HW) and engine.labels == ("a", "b")
+    assert [o.name for o in engine.outputs] == ["output0", "output1"]
+    assert engine.outputs[0].shape == (-1, 4, HW[0] * HW[1]) and engine.outputs[1].shape == (-1, 4)
+    batch = _batch(6)  # split 4 + 2
+    got = engine.infer(batch)
+    with torch.no_grad():
+        want = module(batch)
+    torch.testing.assert_close(got["output0"], want[0])
+    torch.testing.assert_close(got["output1"], want[1])
+
+
+def test_torchscript_input_shape_from_option_and_fp16(tmp_path):
+    module = TwoHeads().eval()
+    path = tmp_path / "plain.pt"
+    torch.jit.save(torch.jit.trace(module, _batch(1)), str(path))
+    with pytest.raises(ValueError, match="no input shape"):
+        TorchEngine(path)
+    engine = TorchEngine(path, precision=Precision.FP16, input_shape="-1,3,16,16")
+    assert engine.input.dtype == torch.float16 and engine.labels is None
+    got = engine.infer(_batch(2, torch.float16))["output1"]
+    with torch.no_grad():
+        want = module(_batch(2))[1]
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_torch_export_program(tmp_path):
+    module = TwoHeads().eval()
+    batch_dim = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(module, (_batch(2),), dynamic_shapes=({0: batch_dim},))
+    path = tmp_path / "model.pt2"
+    torch.export.save(program, str(path), extra_files={"labels": "x\ny\n"})
+    engine = load_engine(path, max_batch=3)
+    assert isinstance(engine, TorchEngine) and engine.backend is Backend.TORCH
+    assert engine.input.shape == (-1, 3, *HW) and engine.labels == ("x", "y")
+    batch = _batch(5)
+    got = engine.infer(batch)
+    with torch.no_grad():
+        want = module(batch)
+    torch.testing.assert_close(got["output0"], want[0])
+
+
+def test_torch_fixed_batch_from_metadata(tmp_path):
+    module = TwoHeads().eval()
+    path = tmp_path / "fixed.ts"
+    torch.jit.save(torch.jit.trace(module, _batch(2)), str(path), _extra_files={"input_shape": "2,3,16,16"})
+    engine = TorchEngine(path, max_batch=16)
+    assert engine.fixed_batch == 2 and engine.max_batch == 2
+    got = engine.infer(_batch(3))
+    with torch.no_grad():
+        want = module(_batch(3))
+    torch.testing.assert_close(got["output1"], want[1])
+
+
+def test_load_engine_picks_the_backend_by_suffix(two_heads_onnx, export_torchscript):
+    assert isinstance(load_engine(two_heads_onnx), OnnxRuntimeEngine)
+    assert isinstance(load_engine(export_torchscript(TwoHeads(), HW)), TorchEngine)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("-1,3,640,640", (-1, 3, 640, 640)), ([4, 3, 32, 48], (4, 3, 32, 48)), ("1, 3, 8, 8", (1, 3, 8, 8))],
+)
+def test_parse_input_shape(text, expected):
+    assert parse_input_shape(text) == expected
+
+
+@pytest.mark.parametrize("text", ["3,640,640", "0,3,8,8", "-2,3,8,8", "1,3,0,8", "a,b,c,d"])
+def test_parse_input_shape_rejects(text):
+    with pytest.raises(ValueError, match="input_shape must be"):
+        parse_input_shape(text)
+
+
+def test_parse_labels():
+    assert parse_labels(json.dumps(["a", "b"])) == ("a", "b")
+    assert parse_labels("a\n\n b \n") == ("a", "b")
+    assert parse_labels("  ") is None

@@ -1,0 +1,286 @@
+"""Tests for merge.py: equality with SAHI's combine, the NMS paths, edge cases and the seam rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiled_detector import merge as merge_module
+from tiled_detector.merge import (
+    MatchMetric,
+    MergeMethod,
+    merge,
+    merge_detections,
+    overlap,
+    rank_order,
+    suppress_truncated,
+    truncated_sides,
+)
+from tiled_detector.tiling import make_plan
+
+combine = pytest.importorskip("sahi.postprocess.combine")
+from sahi.postprocess.backends import set_postprocess_backend  # noqa: E402
+from sahi.prediction import ObjectPrediction  # noqa: E402
+
+SAHI_CLASSES = {
+    MergeMethod.NMS: combine.NMSPostprocess,
+    MergeMethod.NMM: combine.NMMPostprocess,
+    MergeMethod.GREEDY_NMM: combine.GreedyNMMPostprocess,
+}
+
+
+def sahi_merge(boxes, scores, class_ids, method, metric, threshold, class_agnostic):
+    """SAHI's own result, rows sorted canonically."""
+    set_postprocess_backend("numpy")
+    preds = [
+        ObjectPrediction(bbox=[float(v) for v in b], score=float(s), category_id=int(c), category_name=str(c))
+        for b, s, c in zip(boxes, scores, class_ids, strict=True)
+    ]
+    post = SAHI_CLASSES[MergeMethod(method)](
+        match_threshold=threshold, match_metric=metric.upper(), class_agnostic=class_agnostic
+    )
+    out = post(preds)
+    rows = np.array([[*p.bbox.to_xyxy(), p.score.value, p.category.id] for p in out], np.float64).reshape(
+        -1, 6
+    )
+    return canonical(rows)
+
+
+def canonical(rows: np.ndarray) -> np.ndarray:
+    return rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+
+
+def ours(boxes, scores, class_ids, method, metric, threshold, class_agnostic):
+    b, s, c = merge_detections(boxes, scores, class_ids, method, metric, threshold, class_agnostic)
+    assert b.dtype == np.float32 and s.dtype == np.float32 and c.dtype == np.int64
+    assert (np.diff(s) <= 0).all()  # score-ranked
+    return canonical(np.column_stack([b, s, c]).astype(np.float64))
+
+
+def random_scene(rng: np.random.Generator, n: int, classes: int, tied_scores: bool) -> tuple:
+    """Clustered boxes (many overlaps), some exact duplicates, optionally many equal scores."""
+    centers = rng.uniform(20, 180, size=(max(1, n // 4), 2))
+    c = centers[rng.integers(0, len(centers), n)] + rng.normal(0, 6, (n, 2))
+    wh = rng.uniform(4, 40, (n, 2))
+    boxes = np.concatenate([np.clip(c - wh / 2, 0, None), c + wh / 2], axis=1).astype(np.float32)
+    scores = rng.uniform(0.05, 1.0, n).astype(np.float32)
+    if tied_scores:
+        scores = np.round(scores * 4) / 4 + 0.05
+    dup = rng.random(n) < 0.1
+    if n > 1:
+        boxes[dup] = boxes[0]
+    return boxes, scores.astype(np.float32), rng.integers(0, classes, n)
+
+
+CASES = [
+    (method, metric, threshold, agnostic)
+    for method in MergeMethod
+    for metric in MatchMetric
+    for threshold in (0.1, 0.5, 0.8)
+    for agnostic in (False, True)
+]
+
+
+@pytest.mark.parametrize(("method", "metric", "threshold", "agnostic"), CASES)
+def test_equals_sahi_on_random_scenes(method, metric, threshold, agnostic):
+    rng = np.random.default_rng(abs(hash((method.value, metric.value, threshold, agnostic))) % 2**32)
+    for trial in range(6):
+        scene = random_scene(rng, int(rng.integers(1, 60)), 3, tied_scores=trial % 2 == 1)
+        expected = sahi_merge(*scene, method.value, metric.value, threshold, agnostic)
+        got = ours(*scene, method.value, metric.value, threshold, agnostic)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4, err_msg=f"trial {trial}")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(0, 40),
+    method=st.sampled_from(list(MergeMethod)),
+    metric=st.sampled_from(list(MatchMetric)),
+    threshold=st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0]),
+    agnostic=st.booleans(),
+)
+def test_equals_sahi_property(seed, n, method, metric, threshold, agnostic):
+    scene = random_scene(np.random.default_rng(seed), n, 2, tied_scores=seed % 2 == 0)
+    if n == 0:
+        assert len(ours(*scene, method, metric, threshold, agnostic)) == 0
+        return
+    expected = sahi_merge(*scene, method.value, metric.value, threshold, agnostic)
+    np.testing.assert_allclose(ours(*scene, method, metric, threshold, agnostic), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", list(MergeMethod))
+def test_edge_cases_empty_one_identical(method):
+    empty = merge_detections(np.zeros((0, 4)), np.zeros(0), np.zeros(0), method)
+    assert [a.shape for a in empty] == [(0, 4), (0,), (0,)]
+    one = merge_detections(np.array([[1, 2, 3, 4]]), np.array([0.7]), np.array([5]), method)
+    np.testing.assert_array_equal(one[0], [[1, 2, 3, 4]])
+    assert one[1].tolist() == [pytest.approx(0.7)] and one[2].tolist() == [5]
+    same = merge_detections(
+        np.tile([[10, 10, 20, 20]], (4, 1)), np.array([0.5, 0.9, 0.5, 0.9]), np.zeros(4), method
+    )
+    np.testing.assert_array_equal(same[0], [[10, 10, 20, 20]])
+    assert same[1].tolist() == [pytest.approx(0.9)]
+
+
+def test_greedy_nmm_unions_and_keeps_classes_apart():
+    boxes = np.array([[0, 0, 10, 10], [2, 0, 14, 10], [0, 0, 10, 10], [50, 50, 60, 60]], np.float32)
+    scores = np.array([0.9, 0.8, 0.95, 0.3], np.float32)
+    classes = np.array([0, 0, 1, 0])
+    b, s, c = merge_detections(boxes, scores, classes, "greedy_nmm", "ios", 0.5)
+    np.testing.assert_array_equal(b, [[0, 0, 10, 10], [0, 0, 14, 10], [50, 50, 60, 60]])
+    np.testing.assert_allclose(s, [0.95, 0.9, 0.3])
+    np.testing.assert_array_equal(c, [1, 0, 0])
+    b, s, c = merge_detections(boxes, scores, classes, "greedy_nmm", "ios", 0.5, class_agnostic=True)
+    np.testing.assert_array_equal(b, [[0, 0, 14, 10], [50, 50, 60, 60]])
+    np.testing.assert_array_equal(c, [1, 0])  # class of the higher-scoring box
+
+
+def test_overlap_and_rank_order():
+    a = torch.tensor([[0.0, 0.0, 10.0, 10.0]])
+    b = torch.tensor([[5.0, 0.0, 10.0, 10.0], [20.0, 20.0, 20.0, 30.0]])
+    torch.testing.assert_close(overlap(a[:, None], b[None], MatchMetric.IOU), torch.tensor([[0.5, 0.0]]))
+    torch.testing.assert_close(overlap(a[:, None], b[None], MatchMetric.IOS), torch.tensor([[1.0, 0.0]]))
+    boxes = torch.tensor([[5.0, 0, 6, 1], [1.0, 0, 2, 1], [1.0, 0, 2, 1], [0.0, 0, 1, 1]])
+    scores = torch.tensor([0.5, 0.5, 0.5, 0.9])
+    assert rank_order(boxes, scores).tolist() == [3, 1, 2, 0]
+
+
+def _reference_nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> list[int]:
+    """Straightforward greedy IoU NMS in float32 with SAHI's ranking (ties: x1, y1, x2, y2, then index)."""
+    order = np.lexsort((boxes[:, 3], boxes[:, 2], boxes[:, 1], boxes[:, 0], -scores))
+    keep: list[int] = []
+    for i in order:
+        ious = [
+            overlap(torch.from_numpy(boxes[k]), torch.from_numpy(boxes[i]), MatchMetric.IOU).item()
+            for k in keep
+        ]
+        if all(np.float32(v) < np.float32(threshold) for v in ious):
+            keep.append(int(i))
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pure_torch_nms_equals_reference_and_torchvision(seed):
+    rng = np.random.default_rng(seed)
+    boxes, scores, _ = random_scene(rng, 80, 1, tied_scores=seed % 2 == 0)
+    classes = np.zeros(len(scores), np.int64)
+    t = [torch.from_numpy(a) for a in (boxes, scores, classes)]
+    pure = merge(*t, "nms", "iou", 0.5, class_agnostic=True, use_torchvision=False)
+    expected = _reference_nms(boxes, scores, 0.5)
+    np.testing.assert_array_equal(pure[0].numpy(), boxes[expected])
+    if merge_module._torchvision_ops() is not None:
+        via_tv = merge(*t, "nms", "iou", 0.5, class_agnostic=True, use_torchvision=True)
+        for a, b in zip(pure, via_tv, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_nms_threshold_is_inclusive():
+    # IoU exactly 0.5: SAHI suppresses (>=); the torchvision path must too
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 10.0, 5.0]])
+    scores = torch.tensor([0.9, 0.8])
+    classes = torch.zeros(2, dtype=torch.int64)
+    for use_tv in (False, True):
+        assert len(merge(boxes, scores, classes, "nms", "iou", 0.5, use_torchvision=use_tv)[0]) == 1
+        assert len(merge(boxes, scores, classes, "nms", "iou", 0.51, use_torchvision=use_tv)[0]) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", list(MergeMethod))
+def test_cuda_equals_cpu(method):
+    boxes, scores, classes = random_scene(np.random.default_rng(1), 200, 3, tied_scores=True)
+    t = [torch.from_numpy(a) for a in (boxes, scores, classes)]
+    cpu = merge(*t, method, "iou", 0.5)
+    gpu = merge(*(x.cuda() for x in t), method, "iou", 0.5)
+    assert all(g.device.type == "cuda" for g in gpu)
+    for a, b in zip(cpu, gpu, strict=True):
+        torch.testing.assert_close(a, b.cpu(), rtol=0, atol=1e-5)
+
+
+def test_enums_and_validation():
+    assert MergeMethod.from_value("GREEDY_NMM") is MergeMethod.GREEDY_NMM
+    assert MatchMetric.from_value("IOS") is MatchMetric.IOS
+    with pytest.raises(ValueError, match="nms, nmm, greedy_nmm"):
+        MergeMethod.from_value("lsnms")
+    with pytest.raises(ValueError, match="iou, ios"):
+        MatchMetric.from_value("giou")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        merge_detections(np.zeros((1, 4)), np.ones(1), np.zeros(1), threshold=1.5)
+    with pytest.raises(ValueError, match="N scores"):
+        merge_detections(np.zeros((2, 4)), np.ones(1), np.zeros(2))
+
+
+# ---- seam rule: frame 100 x 180, two 100 x 100 tiles [0, 100) and [80, 180) (seams at x = 100 and x = 80)
+
+SEAM_PLAN = make_plan((100, 180), (100, 100), 0.2, (100, 100), True)
+
+
+def _seam_pipeline(boxes, scores, index, method="nms", metric="iou"):
+    boxes, scores = torch.tensor(boxes, dtype=torch.float32), torch.tensor(scores)
+    index, classes = torch.tensor(index), torch.zeros(len(scores), dtype=torch.int64)
+    keep = suppress_truncated(boxes, scores, classes, index, SEAM_PLAN)
+    return keep, merge(boxes[keep], scores[keep], classes[keep], method, metric, 0.5)
+
+
+def test_truncated_sides():
+    boxes = torch.tensor([[60.0, 10, 99, 40], [81.0, 10, 120, 40], [0.0, 0, 30, 30], [60.0, 10, 120, 40]])
+    sides = truncated_sides(boxes, torch.tensor([0, 1, 0, 2]), SEAM_PLAN)
+    expected = [[False, False, True, False], [True, False, False, False], [False] * 4, [False] * 4]
+    assert sides.tolist() == expected  # frame borders (x = 0, y = 0) are not seams; full frame never cut
+
+
+def test_seam_object_whole_in_one_tile():
+    # object x 60..95: whole in tile 0, cut at x = 80 in tile 1 (scores higher there); IoU 15/35 < 0.5
+    keep, (boxes, _, _) = _seam_pipeline([[60, 10, 95, 40], [80, 10, 95, 40]], [0.6, 0.9], [0, 1])
+    assert keep.tolist() == [True, False]
+    np.testing.assert_array_equal(boxes.numpy(), [[60, 10, 95, 40]])
+    # without the seam rule the cut box survives next to the whole one
+    plain = merge(
+        torch.tensor([[60.0, 10, 95, 40], [80, 10, 95, 40]]),
+        torch.tensor([0.6, 0.9]),
+        torch.zeros(2, dtype=torch.int64),
+        "nms",
+        "iou",
+        0.5,
+    )
+    assert len(plain[0]) == 2
+
+
+def test_seam_object_cut_in_both_tiles_uses_full_frame_view():
+    # object x 50..130 crosses both seams: cut in both tiles, whole only in the full-frame view
+    keep, (boxes, _, _) = _seam_pipeline(
+        [[50, 10, 100, 40], [80, 10, 130, 40], [49, 11, 131, 39]], [0.9, 0.85, 0.5], [0, 1, 2]
+    )
+    assert keep.tolist() == [False, False, True]
+    np.testing.assert_array_equal(boxes.numpy(), [[49, 11, 131, 39]])
+
+
+def test_seam_object_cut_in_both_tiles_without_full_frame_merges_to_whole_extent():
+    # object x 60..120: both parts are cut and kept; their IoS (20 / 40) reaches 0.5, so the merge unions them
+    keep, (boxes, scores, _) = _seam_pipeline(
+        [[60, 10, 100, 40], [80, 10, 120, 40]], [0.9, 0.85], [0, 1], method="greedy_nmm", metric="ios"
+    )
+    assert keep.all()
+    np.testing.assert_array_equal(boxes.numpy(), [[60, 10, 120, 40]])
+    assert scores.tolist() == [pytest.approx(0.9)]
+
+
+def test_seam_rule_respects_class_and_weak_whole_boxes():
+    boxes = torch.tensor([[60.0, 10, 95, 40], [80.0, 10, 95, 40]])
+    index = torch.tensor([0, 1])
+    other_class = suppress_truncated(boxes, torch.tensor([0.6, 0.9]), torch.tensor([0, 1]), index, SEAM_PLAN)
+    assert other_class.all()
+    weak = suppress_truncated(boxes, torch.tensor([0.2, 0.9]), torch.tensor([0, 0]), index, SEAM_PLAN)
+    assert weak.all()
+    empty = suppress_truncated(
+        torch.zeros((0, 4)),
+        torch.zeros(0),
+        torch.zeros(0, dtype=torch.int64),
+        torch.zeros(0, dtype=torch.int64),
+        SEAM_PLAN,
+    )
+    assert empty.shape == (0,)

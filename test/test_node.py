@@ -1,0 +1,208 @@
+"""The detector node as a real process over Fast DDS, checked against the ROS-free pipeline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.ros
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from tiled_detector.detector import TiledDetector  # noqa: E402
+from tiled_detector.ros.client import DetectorClient  # noqa: E402
+from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
+from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
+from tiled_detector.ros.process import NodeProcess, pick_domain_id  # noqa: E402
+from tiled_detector.synthetic import CLASSES, make_scene  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE = "/tiled_detector"
+SECOND = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def scenes() -> list[Any]:
+    return [make_scene(seed, 1280, 720) for seed in (901, 902, 903)]
+
+
+def _write_params(path: Path, **values: Any) -> Path:
+    lines = ["/**:", "  ros__parameters:"]
+    for name, value in values.items():
+        literal = str(value).lower() if isinstance(value, bool) else repr(value)
+        lines.append(f"    {name}: {literal}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _image(frame: np.ndarray, index: int, frame_id: str = "cam_optical") -> Image:
+    msg = array_to_imgmsg(frame, "rgb8")
+    msg.header.frame_id = frame_id
+    msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + index, 250
+    return msg
+
+
+def _stamp(index: int) -> int:
+    return (1000 + index) * SECOND + 250
+
+
+@pytest.fixture
+def node_and_client(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[NodeProcess, DetectorClient]]:
+    params = getattr(request, "param", {})
+    params_file = _write_params(tmp_path / "params.yaml", **params)
+    domain = pick_domain_id()
+    with NodeProcess(params_file, domain_id=domain) as node:
+        client = DetectorClient(
+            domain_id=domain, image_reliable=params.get("image_reliability") == "reliable"
+        )
+        try:
+            assert client.wait_for_node(timeout=60), node.log_text()
+            yield node, client
+        finally:
+            client.close()
+    assert node.returncode == 0, node.log_text()
+    assert "Traceback" not in node.log_text()
+
+
+def _send(client: DetectorClient, msg: Image, stamp: int, timeout: float = 30.0) -> Any:
+    """Publish until answered (best-effort images can be lost right after discovery)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        client.publish(msg)
+        reply = client.wait_for_stamp(stamp, timeout=min(5.0, deadline - time.monotonic()))
+        if reply is not None:
+            return reply
+    raise AssertionError(f"no detections for stamp {stamp}")
+
+
+def _assert_same(reply: Any, expected: Any) -> None:
+    boxes, scores, class_ids = msg_to_detections(reply, list(CLASSES))
+    order = np.lexsort((boxes[:, 0], -scores))
+    ref = np.lexsort((expected.boxes[:, 0], -expected.scores))
+    assert len(scores) == len(expected.scores)
+    np.testing.assert_allclose(boxes[order], expected.boxes[ref], atol=1e-3)
+    np.testing.assert_allclose(scores[order], expected.scores[ref], atol=1e-5)
+    np.testing.assert_array_equal(class_ids[order], expected.class_ids[ref])
+
+
+@pytest.mark.parametrize(
+    "node_and_client", [{"conf_threshold": 0.4, "overlap": 0.25, "max_detections": 50}], indirect=True
+)
+def test_node_publishes_what_the_pipeline_computes(node_and_client: Any, scenes: list[Any]) -> None:
+    _, client = node_and_client
+    reference = TiledDetector(conf_threshold=0.4, overlap=0.25, max_detections=50)
+    for i, scene in enumerate(scenes):
+        reply = _send(client, _image(scene.image, i), _stamp(i))
+        assert reply.header.frame_id == "cam_optical"
+        assert (reply.header.stamp.sec, reply.header.stamp.nanosec) == (1000 + i, 250)
+        expected = reference.detect(scene.image, "rgb8")
+        assert len(expected) > 0
+        _assert_same(reply, expected)
+
+
+def test_runtime_parameter_change_applies_from_next_frame(node_and_client: Any, scenes: list[Any]) -> None:
+    _, client = node_and_client
+    scene = scenes[0]
+    before = _send(client, _image(scene.image, 0), _stamp(0))
+    _assert_same(before, TiledDetector().detect(scene.image, "rgb8"))
+    (result,) = client.set_parameters(NODE, {"conf_threshold": 0.7})
+    assert result.successful, result.reason
+    (result,) = client.set_parameters(NODE, {"full_frame": False})
+    assert result.successful, result.reason
+    after = _send(client, _image(scene.image, 1), _stamp(1))
+    _assert_same(after, TiledDetector(conf_threshold=0.7, full_frame=False).detect(scene.image, "rgb8"))
+
+
+def test_invalid_parameter_values_are_rejected_with_a_reason(node_and_client: Any) -> None:
+    _, client = node_and_client
+    (bad_choice,) = client.set_parameters(NODE, {"merge": "average"})
+    assert not bad_choice.successful
+    assert "merge must be one of nms, nmm, greedy_nmm" in bad_choice.reason
+    (out_of_range,) = client.set_parameters(NODE, {"overlap": 0.99})
+    assert not out_of_range.successful and out_of_range.reason
+    (read_only,) = client.set_parameters(NODE, {"model": "other.onnx"})
+    assert not read_only.successful and "read-only" in read_only.reason
+    (unknown_class,) = client.set_parameters(NODE, {"classes": ["unicorn"]})
+    assert not unknown_class.successful and "unicorn" in unknown_class.reason
+
+
+@pytest.mark.parametrize("node_and_client", [{"image_reliability": "reliable"}], indirect=True)
+def test_malformed_images_are_counted_and_skipped(node_and_client: Any, scenes: list[Any]) -> None:
+    _, client = node_and_client
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+    good = _image(scenes[0].image, 0)
+    short = _image(scenes[0].image, 1)
+    short.data = bytes(100)
+    unknown = _image(scenes[0].image, 2)
+    unknown.encoding = "hsv_magic"
+    empty = _image(scenes[0].image[:0], 3)
+    for bad in (short, unknown, empty):
+        client.publish(bad)
+        time.sleep(0.5)  # let the worker take each one (the slot keeps only the newest frame)
+    assert _send(client, good, _stamp(0)) is not None
+    assert client.detections.keys() == {_stamp(0)}
+
+    def malformed() -> float:
+        for msg in reversed(diagnostics):
+            values = {kv.key: kv.value for kv in msg.status[0].values}
+            if "frames_malformed" in values:
+                return float(values["frames_malformed"])
+        return -1.0
+
+    assert client.wait_until(lambda: malformed() == 3.0, timeout=5), [
+        m.status[0].values for m in diagnostics[-1:]
+    ]
+
+
+def test_overload_keeps_latency_bounded_and_counts_drops(node_and_client: Any, scenes: list[Any]) -> None:
+    _, client = node_and_client
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+    _send(client, _image(scenes[0].image, 0), _stamp(0))  # warm-up, and DDS fully matched
+    sent: dict[int, float] = {}
+    for i in range(1, 91):  # 3 s at 30 Hz: faster than the pipeline on this CPU
+        msg = _image(scenes[i % len(scenes)].image, i)
+        sent[_stamp(i)] = time.monotonic()
+        client.publish(msg)
+        time.sleep(max(0.0, sent[_stamp(i)] + 1 / 30 - time.monotonic()))
+    client.wait_until(lambda: False, timeout=2.0)  # let the last frame through
+    answered = [s for s in sent if s in client.detections]
+    latencies = np.array([client.arrivals[s] - sent[s] for s in answered])
+    assert 0 < len(answered) < len(sent)
+    # no backlog: a growing queue would make the last answers seconds old
+    assert latencies.max() < 1.5, latencies
+    assert latencies[-5:].mean() < 3 * np.median(latencies) + 0.2, latencies
+
+    def dropped() -> float:
+        values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values} if diagnostics else {}
+        return float(values.get("frames_dropped", -1))
+
+    assert client.wait_until(lambda: dropped() > 0, timeout=5)
+    status = {kv.key: kv.value for kv in diagnostics[-1].status[0].values}
+    for key in ("input_rate_hz", "output_rate_hz", "latency_ms_p50", "latency_ms_p95", "backend", "precision",
+                "tiles_per_frame"):  # fmt: skip
+        assert key in status, key
+    received, processed = float(status["frames_received"]), float(status["frames_processed"])
+    assert processed < received
+    assert float(status["frames_dropped"]) <= received - processed
+
+
+def test_debug_image_is_published_only_to_subscribers(node_and_client: Any, scenes: list[Any]) -> None:
+    _, client = node_and_client
+    debug = client.subscribe(Image, "debug_image")
+    scene = scenes[1]
+    assert client.wait_until(lambda: client.node.count_publishers("debug_image") > 0, timeout=10)
+    time.sleep(0.5)
+    _send(client, _image(scene.image, 5), _stamp(5))
+    assert client.wait_until(lambda: len(debug) > 0, timeout=10)
+    assert (debug[0].height, debug[0].width, debug[0].encoding) == (720, 1280, "rgb8")
+    assert (debug[0].header.stamp.sec, debug[0].header.frame_id) == (1005, "cam_optical")

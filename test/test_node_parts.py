@@ -1,0 +1,92 @@
+"""Unit tests of the node's ROS-light parts: parameter table, latest-frame slot, statistics."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+from tiled_detector.ros.node import FrameSlot, Stats, image_qos  # noqa: E402
+from tiled_detector.ros.params import BY_NAME, PARAMS, pipeline_changes, resolve_classes  # noqa: E402
+
+
+def test_every_parameter_has_a_description_and_a_valid_default() -> None:
+    assert len({p.name for p in PARAMS}) == len(PARAMS)
+    for param in PARAMS:
+        assert param.description
+        assert param.check(param.default) is None, param.name
+        descriptor = param.descriptor()
+        assert descriptor.read_only == param.read_only
+    engine = {"model", "backend", "device", "precision", "max_batch", "labels", "transport"}
+    assert all(BY_NAME[name].read_only for name in engine)
+    runtime = {"tile_width", "tile_height", "overlap", "full_frame", "conf_threshold", "merge", "match_metric",
+               "merge_threshold", "class_agnostic", "max_detections", "classes"}  # fmt: skip
+    assert not any(BY_NAME[name].read_only for name in runtime)
+
+
+def test_parameter_checks_state_the_rule_and_the_value() -> None:
+    assert BY_NAME["merge"].check("average") == "merge must be one of nms, nmm, greedy_nmm, got 'average'"
+    assert BY_NAME["overlap"].check(0.99) == "overlap must be in [0.0, 0.95], got 0.99"
+    assert BY_NAME["conf_threshold"].check(0.3) is None
+    assert BY_NAME["overlap"].descriptor().floating_point_range[0].to_value == 0.95
+    assert BY_NAME["tile_width"].descriptor().integer_range[0].from_value == 32
+
+
+def test_class_filter_from_names_and_ids() -> None:
+    labels = ["red_disc", "blue_square", "yellow_triangle"]
+    assert resolve_classes([], labels) is None
+    assert resolve_classes(["yellow_triangle", "0", "0"], labels) == (0, 2)
+    with pytest.raises(ValueError, match="unknown class 'unicorn'"):
+        resolve_classes(["unicorn"], labels)
+    with pytest.raises(ValueError, match="numeric ids"):
+        resolve_classes(["red_disc"], None)
+
+
+def test_pipeline_changes_map_parameters_to_config_fields() -> None:
+    changes = pipeline_changes(
+        {"tile_width": 512, "tile_height": 384, "conf_threshold": 0.5, "classes": ["", "1"], "model": "x"},
+        ["a", "b"],
+    )
+    assert changes == {"tile_size": (512, 384), "conf_threshold": 0.5, "classes": (1,)}
+
+
+def test_frame_slot_keeps_only_the_newest_frame() -> None:
+    slot = FrameSlot()
+    assert slot.put("a") is False
+    assert slot.put("b") is True  # "a" was never taken: a drop
+    assert slot.take(timeout=0.1) == "b"
+    assert slot.take(timeout=0.01) is None
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(slot.take(timeout=5)))
+    worker.start()
+    time.sleep(0.05)
+    slot.put("c")
+    worker.join(2)
+    assert got == ["c"]
+    slot.close()
+    assert slot.take(timeout=5) is None  # returns at once once closed
+
+
+def test_stats_rates_and_percentiles() -> None:
+    stats = Stats()
+    for _ in range(10):
+        stats.add("received")
+    for ms in (10.0, 20.0, 30.0):
+        stats.record(ms, {"infer": ms / 2})
+    stats.add("dropped")
+    snap = stats.snapshot()
+    assert snap["frames_received"] == 10 and snap["frames_processed"] == 3 and snap["frames_dropped"] == 1
+    assert snap["latency_ms_p50"] == 20.0 and snap["infer_ms_p50"] == 10.0
+    assert snap["input_rate_hz"] > 0
+    assert stats.snapshot()["dropped_since_last"] == 0.0
+
+
+def test_image_qos_is_depth_one() -> None:
+    from rclpy.qos import ReliabilityPolicy
+
+    assert image_qos("best_effort").depth == 1
+    assert image_qos("best_effort").reliability == ReliabilityPolicy.BEST_EFFORT
+    assert image_qos("reliable").reliability == ReliabilityPolicy.RELIABLE

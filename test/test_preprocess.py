@@ -1,0 +1,178 @@
+"""Tests for preprocess.py: tile crops, padding, letterbox, encodings and buffer reuse against numpy / OpenCV."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiled_detector.preprocess import PAD_VALUE, Encoding, Preprocessor, as_frame_tensor
+from tiled_detector.tiling import Letterbox, make_plan
+
+ORDERS = {"rgb8": [0, 1, 2], "bgr8": [2, 1, 0], "rgba8": [0, 1, 2], "bgra8": [2, 1, 0], "mono8": [0, 0, 0]}
+
+
+def _frame(rng: np.random.Generator, height: int, width: int, encoding: str) -> np.ndarray:
+    enc = Encoding.from_value(encoding)
+    high = 65536 if enc is Encoding.MONO16 else 256
+    dtype = np.uint16 if enc is Encoding.MONO16 else np.uint8
+    shape = (height, width) if enc.channels == 1 else (height, width, enc.channels)
+    return rng.integers(0, high, shape, dtype=dtype)
+
+
+def _as_rgb_float(frame: np.ndarray, encoding: str) -> np.ndarray:
+    """Reference conversion: (H, W, 3) float32 RGB in [0, 1]."""
+    enc = Encoding.from_value(encoding)
+    pixels = frame.reshape(*frame.shape[:2], -1).astype(np.float32)
+    return pixels[..., list(enc.rgb_order)] * np.float32(enc.scale)
+
+
+def _reference_tile(rgb: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """Straightforward crop of one tile (padded with 114/255 past the border), (3, th, tw)."""
+    x1, y1, x2, y2 = (int(v) for v in box)
+    tile = np.full((y2 - y1, x2 - x1, 3), PAD_VALUE, np.float32)
+    h, w = rgb.shape[:2]
+    cy2, cx2 = min(y2, h), min(x2, w)
+    tile[: cy2 - y1, : cx2 - x1] = rgb[y1:cy2, x1:cx2]
+    return tile.transpose(2, 0, 1)
+
+
+def _reference_letterbox(image: np.ndarray, box: Letterbox, input_hw: tuple[int, int]) -> np.ndarray:
+    """OpenCV bilinear resize (float, so no fixed-point rounding) into a grey canvas, (3, H, W)."""
+    rh, rw = box.resized_hw
+    canvas = np.full((*input_hw, 3), PAD_VALUE, np.float32)
+    resized = cv2.resize(image, (rw, rh), interpolation=cv2.INTER_LINEAR).reshape(rh, rw, -1)
+    canvas[box.pad_y : box.pad_y + rh, box.pad_x : box.pad_x + rw] = resized
+    return canvas.transpose(2, 0, 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    height=st.integers(8, 120),
+    width=st.integers(8, 120),
+    tile=st.integers(8, 48),
+    overlap=st.floats(0.0, 0.6),
+    encoding=st.sampled_from(["rgb8", "bgr8", "rgba8", "bgra8", "mono8", "mono16"]),
+    seed=st.integers(0, 2**16),
+)
+def test_tiles_equal_reference_crops(height, width, tile, overlap, encoding, seed):
+    frame = _frame(np.random.default_rng(seed), height, width, encoding)
+    plan = make_plan((height, width), (tile, tile), overlap, (tile, tile), False)
+    batch = Preprocessor("cpu", torch.float32, (tile, tile)).run(frame, plan, encoding).numpy()
+    rgb = _as_rgb_float(frame, encoding)
+    expected = np.stack([_reference_tile(rgb, box) for box in plan.tiles])
+    np.testing.assert_allclose(batch, expected, rtol=0, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    height=st.integers(8, 100),
+    width=st.integers(8, 100),
+    tile=st.integers(8, 40),
+    input_hw=st.tuples(st.integers(8, 40), st.integers(8, 40)),
+    encoding=st.sampled_from(["rgb8", "bgr8", "mono8"]),
+    seed=st.integers(0, 2**16),
+)
+def test_resized_tiles_and_full_frame_equal_opencv_letterbox(height, width, tile, input_hw, encoding, seed):
+    frame = _frame(np.random.default_rng(seed), height, width, encoding)
+    plan = make_plan((height, width), (tile, tile), 0.25, input_hw, True)
+    batch = Preprocessor("cpu", torch.float32, input_hw).run(frame, plan, encoding).numpy()
+    rgb = _as_rgb_float(frame, encoding)
+    tiles = [_reference_tile(rgb, box).transpose(1, 2, 0) for box in plan.tiles]
+    expected = [_reference_letterbox(t, plan.tile_letterbox, input_hw) for t in tiles]
+    expected.append(_reference_letterbox(rgb, plan.frame_letterbox, input_hw))
+    assert batch.shape == (plan.batch_size, 3, *input_hw)
+    np.testing.assert_allclose(batch, np.stack(expected), rtol=0, atol=2e-5)
+
+
+def test_padding_past_the_border_is_yolo_grey():
+    frame = np.full((20, 30, 3), 255, np.uint8)
+    plan = make_plan((20, 30), (32, 32), 0.2, (32, 32), False)
+    batch = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan).numpy()
+    assert batch.shape == (1, 3, 32, 32)
+    assert np.all(batch[0, :, :20, :30] == 1.0)
+    assert np.allclose(batch[0, :, 20:, :], 114 / 255) and np.allclose(batch[0, :, :, 30:], 114 / 255)
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8"])
+def test_channel_order_gives_rgb(encoding):
+    pixel = {"rgb8": [10, 20, 30], "bgr8": [30, 20, 10], "rgba8": [10, 20, 30, 99], "bgra8": [30, 20, 10, 99]}
+    frame = np.tile(np.array(pixel[encoding], np.uint8), (16, 16, 1))
+    plan = make_plan((16, 16), (16, 16), 0.0, (16, 16), True)
+    batch = Preprocessor("cpu", torch.float32, (16, 16)).run(frame, plan, encoding)
+    np.testing.assert_allclose(batch[:, :, 5, 5].numpy(), [[10 / 255, 20 / 255, 30 / 255]] * 2, atol=1e-6)
+
+
+def test_mono16_scales_by_65535_and_survives_fp16():
+    frame = np.array([[0, 65535], [32768, 65535]], np.uint16).repeat(8, 0).repeat(8, 1)
+    plan = make_plan((16, 16), (16, 16), 0.0, (16, 16), True)
+    for dtype in (torch.float32, torch.float16):
+        batch = Preprocessor("cpu", dtype, (16, 16)).run(frame, plan, "mono16")
+        assert batch.dtype == dtype and torch.isfinite(batch).all()
+        assert batch[0, :, 0, 15].tolist() == [1.0, 1.0, 1.0]
+        assert batch[1, :, 15, 0].float().tolist() == pytest.approx([32768 / 65535] * 3, abs=1e-3)
+
+
+def test_fp16_matches_fp32():
+    frame = _frame(np.random.default_rng(1), 50, 70, "bgr8")
+    plan = make_plan((50, 70), (32, 32), 0.2, (24, 24), True)
+    full = Preprocessor("cpu", torch.float32, (24, 24)).run(frame, plan, "bgr8")
+    half = Preprocessor("cpu", torch.float16, (24, 24)).run(frame, plan, "bgr8")
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), full, atol=2e-3, rtol=0)
+
+
+def test_batch_is_reused_across_frames_and_reallocated_for_a_new_batch_size():
+    rng = np.random.default_rng(2)
+    pre = Preprocessor("cpu", torch.float32, (32, 32))
+    plan = make_plan((60, 90), (32, 32), 0.2, (32, 32), True)
+    first = pre.run(_frame(rng, 60, 90, "rgb8"), plan)
+    pointer, values = first.data_ptr(), first.clone()
+    second = pre.run(_frame(rng, 60, 90, "rgb8"), plan)
+    assert second.data_ptr() == pointer and not torch.equal(second, values)
+    other = pre.run(_frame(rng, 60, 90, "rgb8"), make_plan((60, 90), (32, 32), 0.2, (32, 32), False))
+    assert other.shape[0] == plan.batch_size - 1
+
+
+def test_writes_into_a_given_buffer():
+    frame = _frame(np.random.default_rng(3), 40, 40, "rgb8")
+    plan = make_plan((40, 40), (32, 32), 0.2, (32, 32), True)
+    out = torch.zeros(8, 3, 32, 32)
+    batch = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, out=out)
+    assert batch.data_ptr() == out.data_ptr() and batch.shape[0] == plan.batch_size
+    torch.testing.assert_close(batch, Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan))
+    assert torch.all(out[plan.batch_size :] == 0)
+    with pytest.raises(ValueError, match="out must be"):
+        Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, out=torch.zeros(2, 3, 32, 32))
+    with pytest.raises(ValueError, match=r"contiguous torch\.float32"):
+        Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, out=out.half())
+
+
+def test_cpu_frames_are_not_copied():
+    frame = _frame(np.random.default_rng(4), 10, 12, "rgb8")
+    tensor = Preprocessor("cpu", torch.float32, (8, 8)).upload(frame, "rgb8")
+    assert tensor.data_ptr() == frame.ctypes.data
+    readonly = frame.copy()
+    readonly.setflags(write=False)
+    assert as_frame_tensor(readonly, "rgb8").shape == (10, 12, 3)
+    flipped = frame[:, ::-1]
+    assert torch.equal(as_frame_tensor(flipped, "rgb8"), torch.from_numpy(flipped.copy()))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "encoding", "message"),
+    [
+        ((10, 10, 3), np.uint8, "mono8", "HxWx1"),
+        ((10, 10), np.uint8, "rgb8", "HxWx3"),
+        ((10, 10, 3), np.uint16, "rgb8", "torch.uint8"),
+        ((10, 10), np.uint8, "mono16", "torch.uint16"),
+        ((0, 10, 3), np.uint8, "rgb8", "empty"),
+        ((10, 10, 3), np.uint8, "yuv422", "unknown encoding"),
+    ],
+)
+def test_bad_frames_raise_clear_errors(shape, dtype, encoding, message):
+    with pytest.raises(ValueError, match=message):
+        as_frame_tensor(np.zeros(shape, dtype), encoding)

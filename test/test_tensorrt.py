@@ -1,0 +1,584 @@
+"""TensorRT backend and builder, against doubles made from the REAL TensorRT 11.4 lean bindings.
+
+What is NOT executed here (no GPU on this machine): a real engine build, deserialization of a real engine,
+kernels, CUDA streams and events. `current_stream`, `new_event` and `allocate` are replaced by CPU stand-ins;
+call order, arguments and buffer handling are checked. Builder / network / parser / config / calibrator and
+the TensorRT 8 binding API do not exist in the lean package: their fakes below use method names checked in
+NVIDIA's TensorRT Python API documentation (8.4, 10.x, 11.0).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from tiled_detector.commands.build_engine import TextProgress
+from tiled_detector.engines import tensorrt as trt_mod
+from tiled_detector.engines import tensorrt_build as build_mod
+from tiled_detector.engines.base import Precision
+from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
+from tiled_detector.engines.tensorrt_build import (
+    MODELOPT_MISSING,
+    PRECISION_ACTIONS,
+    BuildOptions,
+    FeatureSet,
+    Int8Source,
+    feature_set,
+    has_qdq,
+    to_fp16,
+)
+
+trt = pytest.importorskip("tensorrt_lean_bindings")
+C, H, W = 3, 32, 32
+MAX_BATCH = 8
+
+
+# --- strict doubles ---------------------------------------------------------------------------------------
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch in "[(") - (ch in "])")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p.strip() for p in [*parts, current] if p.strip()]
+
+
+def pybind_signatures(func: Any) -> list[inspect.Signature]:
+    """Signatures (self excluded) of every overload listed in a pybind11 docstring."""
+    sigs: list[inspect.Signature] = []
+    if not callable(func) or not hasattr(func, "__name__"):
+        return sigs
+    for match in re.finditer(rf"^(?:\d+\. )?{func.__name__}\((.*)\) -> ", func.__doc__ or "", re.MULTILINE):
+        params = []
+        for part in _split_top(match.group(1))[1:]:
+            name = part.split(":")[0].split("=")[0].strip()
+            default = None if "=" in part else inspect.Parameter.empty
+            params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+        sigs.append(inspect.Signature(params))
+    return sigs
+
+
+def strict(cls: type) -> Any:
+    """create_autospec(cls, instance=True) whose methods also reject arguments the real binding rejects."""
+    double = mock.create_autospec(cls, instance=True)
+    for name in dir(cls):
+        sigs = [] if name.startswith("_") else pybind_signatures(getattr(cls, name))
+        if sigs:
+
+            def check(*args: Any, _sigs: list = sigs, _name: str = name, **kwargs: Any) -> Any:
+                for sig in _sigs:
+                    try:
+                        sig.bind(*args, **kwargs)
+                        return mock.DEFAULT
+                    except TypeError:
+                        continue
+                raise TypeError(f"{cls.__name__}.{_name}{args}{kwargs} matches no real signature")
+
+            getattr(double, name).side_effect = check
+    return double
+
+
+def test_strict_double_rejects_wrong_arguments() -> None:
+    context = strict(trt.IExecutionContext)
+    assert context.set_tensor_address("x", 1) is not None
+    with pytest.raises(TypeError, match="matches no real signature"):
+        context.set_tensor_address("x", 1, 2)
+    with pytest.raises(TypeError):
+        context.execute_async_v3(stream=1)
+    with pytest.raises(AttributeError):
+        context.execute_async_v2  # noqa: B018 - not in TensorRT 11
+
+
+def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = None) -> tuple[Any, Any]:
+    """ICudaEngine / IExecutionContext doubles for one input 'images' and `outputs` (shapes after batch)."""
+    engine, context = strict(trt.ICudaEngine), strict(trt.IExecutionContext)
+    names = ["images", *outputs]
+    batch_dim = fixed_batch or -1
+    engine.num_io_tensors = len(names)
+    engine.get_tensor_name.side_effect = None
+    engine.get_tensor_name.side_effect = names.__getitem__
+    engine.get_tensor_mode.side_effect = lambda n: (
+        trt.TensorIOMode.INPUT if n == "images" else trt.TensorIOMode.OUTPUT
+    )
+    engine.get_tensor_shape.side_effect = lambda n: trt.Dims(
+        (batch_dim, C, H, W) if n == "images" else (batch_dim, *outputs[n])
+    )
+    engine.get_tensor_dtype.side_effect = lambda n: trt.DataType.FLOAT
+    top = fixed_batch or MAX_BATCH
+    engine.get_tensor_profile_shape.side_effect = lambda n, p: [
+        trt.Dims((fixed_batch or 1, C, H, W)),
+        trt.Dims((top, C, H, W)),
+        trt.Dims((top, C, H, W)),
+    ]
+    engine.create_execution_context.side_effect = None
+    engine.create_execution_context.return_value = context
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def set_input_shape(name: str, shape: Any) -> bool:
+        shapes[name] = tuple(shape)
+        return True
+
+    context.set_input_shape.side_effect = set_input_shape
+    context.get_tensor_shape.side_effect = lambda n: trt.Dims((shapes["images"][0], *outputs[n]))
+    context.set_tensor_address.side_effect = None
+    context.set_tensor_address.return_value = True
+    context.execute_async_v3.side_effect = None
+    context.execute_async_v3.return_value = True
+    return engine, context
+
+
+class FakeStream:
+    cuda_stream = 0xC0FFEE
+
+
+@pytest.fixture
+def cpu_cuda(monkeypatch: pytest.MonkeyPatch) -> mock.Mock:
+    """CPU stand-ins for the three CUDA touch points; returns the event double."""
+    event = mock.Mock(name="event")
+    monkeypatch.setattr(trt_mod, "current_stream", lambda device: FakeStream)
+    monkeypatch.setattr(trt_mod, "new_event", lambda: event)
+    monkeypatch.setattr(trt_mod, "allocate", lambda shape, dtype, device: torch.empty(shape, dtype=dtype))
+    return event
+
+
+def make_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, engine: Any, module: Any = trt, **kw: Any):
+    runtime = strict(trt.Runtime)
+    runtime.deserialize_cuda_engine.side_effect = None
+    runtime.deserialize_cuda_engine.return_value = engine
+    runtime_cls = mock.create_autospec(trt.Runtime)
+    runtime_cls.return_value = runtime
+    fake_module = types.SimpleNamespace(**{**vars(module), "Runtime": runtime_cls})
+    monkeypatch.setattr(trt_mod, "import_tensorrt", lambda: fake_module)
+    path = tmp_path / "model.engine"
+    path.write_bytes(b"serialized")
+    result = TensorRTEngine(path, device=torch.device("cuda"), max_batch=kw.pop("max_batch", MAX_BATCH), **kw)
+    runtime.deserialize_cuda_engine.assert_called_once_with(b"serialized")
+    return result
+
+
+# --- runtime ------------------------------------------------------------------------------------------------
+
+
+def test_import_tensorrt_falls_back_to_the_lean_bindings() -> None:
+    module = trt_mod.import_tensorrt()
+    assert module.__name__ in trt_mod.TENSORRT_MODULES
+    assert trt_mod.trt_version(module)[0] >= 8
+
+
+def test_import_tensorrt_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trt_mod, "TENSORRT_MODULES", ("no_such_trt_module",))
+    with pytest.raises(ImportError, match="python3-libnvinfer"):
+        trt_mod.import_tensorrt()
+
+
+def test_checked_turns_false_none_and_exceptions_into_tensorrt_errors() -> None:
+    assert checked(lambda: 3, what="x") == 3
+    with pytest.raises(TensorRTError, match="set_input_shape"):
+        checked(lambda: False, what="set_input_shape")
+    with pytest.raises(TensorRTError, match="returned None"):
+        checked(lambda: None, what="deserialize")
+
+    def boom() -> None:
+        raise RuntimeError("bad shape")
+
+    with pytest.raises(TensorRTError, match="bad shape"):
+        checked(boom, what="x")
+
+
+def test_specs_and_buffers_from_the_engine(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, _ = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    assert (
+        eng.input.name == "images" and eng.input.shape == (-1, C, H, W) and eng.input.dtype == torch.float32
+    )
+    assert [o.name for o in eng.outputs] == ["output0"]
+    assert eng.max_batch == MAX_BATCH and eng.device == torch.device("cuda", 0)
+    view = eng.input_buffer(3)
+    assert view.shape == (3, C, H, W) and view.data_ptr() == eng.input_buffer(MAX_BATCH).data_ptr()
+    with pytest.raises(ValueError, match="batch must be in"):
+        eng.input_buffer(MAX_BATCH + 1)
+
+
+def test_call_order_addresses_and_stream(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = named_engine({"output0": (84, 21), "aux": (5,)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    calls = mock.Mock()
+    calls.attach_mock(context.set_input_shape, "set_input_shape")
+    calls.attach_mock(context.set_tensor_address, "set_tensor_address")
+    calls.attach_mock(context.execute_async_v3, "execute_async_v3")
+    calls.attach_mock(cpu_cuda.record, "record")
+    batch = eng.input_buffer(3)
+    batch.copy_(torch.rand(3, C, H, W))
+    out = eng.infer(batch)
+    assert out["output0"].shape == (3, 84, 21) and out["aux"].shape == (3, 5)
+    assert calls.mock_calls == [
+        mock.call.set_input_shape("images", (3, C, H, W)),
+        mock.call.set_tensor_address("images", batch.data_ptr()),  # preprocessed in place: no copy
+        mock.call.set_tensor_address("output0", out["output0"].data_ptr()),
+        mock.call.set_tensor_address("aux", out["aux"].data_ptr()),
+        mock.call.execute_async_v3(FakeStream.cuda_stream),
+        mock.call.record(FakeStream),
+    ]
+
+
+def test_outputs_reused_and_reallocated_only_on_batch_change(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, _ = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    first = eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr()
+    assert eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr() == first
+    changed = eng.infer(torch.rand(2, C, H, W))["output0"]
+    assert changed.shape[0] == 2 and changed.data_ptr() != first
+
+
+def test_foreign_input_is_copied_into_the_bound_buffer(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = named_engine({"output0": (4,)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    batch = torch.rand(2, C, W, H).transpose(2, 3)  # non-contiguous
+    eng.infer(batch)
+    bound = context.set_tensor_address.call_args_list[0].args[1]
+    assert bound == eng.input_buffer(2).data_ptr()
+    assert torch.equal(eng.input_buffer(2), batch)
+    with pytest.raises(ValueError, match="input batch must be"):
+        eng.infer(torch.rand(2, C, H + 1, W))
+
+
+def test_batches_over_max_are_split_and_not_aliased(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = named_engine({"output0": (1,)})
+    eng = make_engine(monkeypatch, tmp_path, engine, max_batch=4)
+    counter = iter(range(100))
+
+    def execute(stream: int) -> bool:  # "kernel": each run writes its call number into the output buffer
+        eng._outputs["output0"].fill_(next(counter))
+        return True
+
+    context.execute_async_v3.side_effect = execute
+    out = eng.infer(torch.rand(10, C, H, W))["output0"]
+    assert out.shape == (10, 1)
+    assert out[:, 0].tolist() == [0] * 4 + [1] * 4 + [2] * 2
+    shapes = [c.args[1] for c in context.set_input_shape.call_args_list]
+    assert [s[0] for s in shapes] == [4, 4, 2]
+
+
+def test_static_batch_engine_pads_and_trims(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = named_engine({"output0": (2,)}, fixed_batch=4)
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    assert eng.max_batch == 4 and eng.fixed_batch == 4
+    batch = torch.ones(3, C, H, W)
+    out = eng.infer(batch)["output0"]
+    assert out.shape == (3, 2)
+    assert context.set_input_shape.call_args.args[1] == (4, C, H, W)
+    assert torch.equal(eng.input_buffer(4)[:3], batch) and eng.input_buffer(4)[3].abs().sum() == 0
+
+
+def test_failed_enqueue_raises_a_clear_error(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = named_engine({"output0": (2,)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    context.execute_async_v3.return_value = False
+    with pytest.raises(TensorRTError, match="execute_async_v3 failed"):
+        eng.infer(torch.rand(1, C, H, W))
+    cpu_cuda.record.assert_not_called()
+
+
+def test_engine_file_that_does_not_deserialize(monkeypatch, tmp_path, cpu_cuda) -> None:
+    with pytest.raises(TensorRTError, match="rebuild it"):
+        make_engine(monkeypatch, tmp_path, None)
+
+
+def test_rejects_cpu_device(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="CUDA devices only"):
+        TensorRTEngine(tmp_path / "m.engine", device=torch.device("cpu"))
+
+
+# --- TensorRT 8 binding-index API (fake: names from the TensorRT 8.4 Python API docs) -----------------------
+
+
+class Trt8Engine:
+    num_bindings = 2
+
+    def get_binding_name(self, index: int) -> str: ...
+    def binding_is_input(self, index: int) -> bool: ...
+    def get_binding_shape(self, index: int) -> tuple: ...
+    def get_binding_dtype(self, index: int) -> Any: ...
+    def get_profile_shape(self, profile_index: int, binding: int) -> list: ...
+    def create_execution_context(self) -> Any: ...
+
+
+class Trt8Context:
+    def set_binding_shape(self, binding: int, shape: tuple) -> bool: ...
+    def get_binding_shape(self, binding: int) -> tuple: ...
+    def execute_async_v2(self, bindings: list, stream_handle: int, input_consumed: Any = None) -> bool: ...
+
+
+def test_binding_index_path_for_tensorrt_8(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, context = (
+        mock.create_autospec(Trt8Engine, instance=True),
+        mock.create_autospec(Trt8Context, instance=True),
+    )
+    engine.num_bindings = 2
+    engine.get_binding_name.side_effect = ["output0", "images"].__getitem__  # output first: order by index
+    engine.binding_is_input.side_effect = lambda i: i == 1
+    engine.get_binding_shape.side_effect = lambda i: (-1, 6) if i == 0 else (-1, C, H, W)
+    engine.get_binding_dtype.return_value = trt.DataType.FLOAT
+    engine.get_profile_shape.return_value = [(1, C, H, W), (4, C, H, W), (4, C, H, W)]
+    engine.create_execution_context.return_value = context
+    context.set_binding_shape.return_value = True
+    context.get_binding_shape.side_effect = lambda i: (context.set_binding_shape.call_args.args[1][0], 6)
+    context.execute_async_v2.return_value = True
+    trt8 = types.SimpleNamespace(__version__="8.2.1", ILogger=trt.ILogger, DataType=trt.DataType)
+    eng = make_engine(monkeypatch, tmp_path, engine, module=trt8)
+    assert eng.max_batch == 4 and eng.input.name == "images"
+    batch = torch.rand(3, C, H, W)  # contiguous, right dtype and device: bound in place
+    out = eng.infer(batch)["output0"]
+    assert out.shape == (3, 6)
+    context.set_binding_shape.assert_called_once_with(1, (3, C, H, W))
+    context.execute_async_v2.assert_called_once_with(
+        bindings=[out.data_ptr(), batch.data_ptr()], stream_handle=FakeStream.cuda_stream
+    )
+
+
+# --- precision table ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "has_fp16_flag", "expected"),
+    [
+        ("8.5.2", True, FeatureSet.TRT8),
+        ("10.3.0", True, FeatureSet.TRT10),
+        ("11.4.0", False, FeatureSet.TRT11),
+    ],
+)
+def test_feature_set(version: str, has_fp16_flag: bool, expected: FeatureSet) -> None:
+    flags = types.SimpleNamespace(**({"FP16": 1} if has_fp16_flag else {}))
+    assert feature_set(types.SimpleNamespace(__version__=version, BuilderFlag=flags)) is expected
+
+
+def test_feature_set_of_the_installed_lean_bindings() -> None:
+    assert not hasattr(trt.BuilderFlag, "FP16")
+    assert feature_set(trt) is FeatureSet.TRT11
+
+
+@pytest.mark.parametrize(
+    ("features", "precision", "flags", "onnx_fp16", "int8"),
+    [
+        (FeatureSet.TRT8, Precision.FP32, (), False, Int8Source.NONE),
+        (FeatureSet.TRT8, Precision.FP16, ("FP16",), False, Int8Source.NONE),
+        (FeatureSet.TRT8, Precision.INT8, ("FP16", "INT8"), False, Int8Source.CALIBRATOR),
+        (FeatureSet.TRT10, Precision.FP32, (), False, Int8Source.NONE),
+        (FeatureSet.TRT10, Precision.FP16, ("FP16",), False, Int8Source.NONE),
+        (FeatureSet.TRT10, Precision.INT8, ("FP16", "INT8"), False, Int8Source.CALIBRATOR),
+        (FeatureSet.TRT11, Precision.FP32, (), False, Int8Source.NONE),
+        (FeatureSet.TRT11, Precision.FP16, (), True, Int8Source.NONE),
+        (FeatureSet.TRT11, Precision.INT8, (), False, Int8Source.QDQ),
+    ],
+)
+def test_precision_table(features, precision, flags, onnx_fp16, int8) -> None:
+    actions = PRECISION_ACTIONS[(features, precision)]
+    assert (actions.builder_flags, actions.onnx_fp16, actions.int8) == (flags, onnx_fp16, int8)
+    assert ("EXPLICIT_BATCH" in actions.network_flags) == (features is FeatureSet.TRT8)
+    if features is FeatureSet.TRT11:  # every flag the table asks for on 11 really exists there
+        assert all(hasattr(trt.BuilderFlag, f) for f in actions.builder_flags)
+
+
+# --- ONNX preparation --------------------------------------------------------------------------------------
+
+
+def conv_model(qdq: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, C, 3, 3], rng.normal(size=(4, C, 3, 3)).ravel())
+    nodes = [helper.make_node("Conv", ["images", "w"], ["conv"], pads=[1, 1, 1, 1])]
+    inits = [weight]
+    if qdq:
+        inits += [
+            helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]),
+            helper.make_tensor("z", TensorProto.INT8, [], [0]),
+        ]
+        nodes = [
+            helper.make_node("QuantizeLinear", ["images", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),
+            helper.make_node("Conv", ["dq", "w"], ["conv"], pads=[1, 1, 1, 1]),
+        ]
+    nodes.append(helper.make_node("Sigmoid", ["conv"], ["output0"]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", C, H, W])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 4, H, W])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_fp16_conversion_keeps_fp32_io_and_matches_fp32() -> None:
+    model = conv_model()
+    half = to_fp16(model)
+    assert half.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert half.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert any(i.data_type == TensorProto.FLOAT16 for i in half.graph.initializer)
+    assert "Cast" in {n.op_type for n in half.graph.node}
+    x = np.random.default_rng(1).random((2, C, H, W), dtype=np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x}
+    )
+    got = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x}
+    )
+    assert got[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], ref[0], atol=5e-3)
+
+
+def test_qdq_detection() -> None:
+    assert not has_qdq(conv_model())
+    assert has_qdq(conv_model(qdq=True))
+
+
+def test_onnx_input_reads_chw_and_needs_hw_when_dynamic() -> None:
+    assert build_mod.onnx_input(conv_model(), None) == ("images", (C, H, W))
+    with pytest.raises(ValueError, match="contradicts"):
+        build_mod.onnx_input(conv_model(), (64, 64))
+
+
+def test_int8_on_tensorrt_11_without_qdq_or_modelopt_says_what_to_do(monkeypatch, tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    real_find_spec = build_mod.importlib.util.find_spec
+    monkeypatch.setattr(
+        build_mod.importlib.util, "find_spec", lambda n: None if n == "modelopt" else real_find_spec(n)
+    )
+    actions = PRECISION_ACTIONS[(FeatureSet.TRT11, Precision.INT8)]
+    options = BuildOptions(precision=Precision.INT8, max_batch=4, opt_batch=2)
+    with pytest.raises(TensorRTError) as err:
+        build_mod.prepare_onnx(path, actions, options, torch.device("cpu"), "11.4.0")
+    assert str(err.value) == MODELOPT_MISSING.format(version="11.4.0", model=path)
+    assert "nvidia-modelopt" in str(err.value) and "--calib" in str(err.value)
+    # an ONNX that already has Q/DQ nodes is accepted as is
+    onnx.save(conv_model(qdq=True), path)
+    assert has_qdq(
+        onnx.load_from_string(build_mod.prepare_onnx(path, actions, options, torch.device("cpu"), "11"))
+    )
+
+
+def test_rebatch_makes_fixed_size_batches_up_to_a_limit() -> None:
+    parts = [torch.full((n, 1), float(i)) for i, n in enumerate([3, 5, 2, 7])]
+    out = list(build_mod.rebatch(parts, 4, limit=14))
+    assert [len(b) for b in out] == [4, 4, 4]
+    assert torch.cat(out)[:, 0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 3, 3]
+
+
+# --- building with builder doubles (fakes for classes the lean package lacks) -----------------------------
+
+
+class FakeBuilderConfig:
+    def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None: ...
+    def set_flag(self, flag: Any) -> None: ...
+    def add_optimization_profile(self, profile: Any) -> int: ...
+    def set_calibration_profile(self, profile: Any) -> bool: ...
+
+
+class FakeBuilder:
+    def create_network(self, flags: int = 0) -> Any: ...
+    def create_builder_config(self) -> Any: ...
+    def create_optimization_profile(self) -> Any: ...
+    def build_serialized_network(self, network: Any, config: Any) -> Any: ...
+
+
+class FakeParser:
+    num_errors = 0
+
+    def parse(self, model: bytes, path: str | None = None) -> bool: ...
+    def get_error(self, index: int) -> Any: ...
+
+
+def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
+    builder = mock.create_autospec(FakeBuilder, instance=True)
+    config = mock.create_autospec(FakeBuilderConfig, instance=True)
+    config.progress_monitor = None
+    parser = mock.create_autospec(FakeParser, instance=True)
+    parser.parse.return_value = True
+    builder.create_builder_config.return_value = config
+    builder.create_optimization_profile.side_effect = lambda: strict(trt.IOptimizationProfile)
+    builder.build_serialized_network.return_value = b"PLAN"
+    flag_names = ["TF32", *(["FP16", "INT8"] if fp16_flag else [])]
+    module = types.SimpleNamespace(
+        __version__=version,
+        Builder=mock.Mock(return_value=builder),
+        OnnxParser=mock.Mock(return_value=parser),
+        BuilderFlag=types.SimpleNamespace(**{f: f for f in flag_names}),
+        NetworkDefinitionCreationFlag=types.SimpleNamespace(EXPLICIT_BATCH=0, STRONGLY_TYPED=1),
+        MemoryPoolType=trt.MemoryPoolType,
+        IProgressMonitor=trt.IProgressMonitor,
+    )
+    return module, builder, config
+
+
+@pytest.mark.parametrize(
+    ("version", "fp16_flag", "net_flags", "set_flags"),
+    [
+        ("8.6.1", True, 1 << 0, ["FP16"]),
+        ("10.3.0", True, 0, ["FP16"]),
+        ("11.4.0", False, 1 << 1, []),
+    ],
+)
+def test_build_fp16_per_tensorrt_generation(tmp_path, version, fp16_flag, net_flags, set_flags) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    module, builder, config = fake_trt(version, fp16_flag)
+    phases = []
+    options = BuildOptions(precision=Precision.FP16, max_batch=8, opt_batch=5)
+    plan = build_mod.build_serialized(
+        module, None, path, options, torch.device("cpu"), progress=lambda *a: phases.append(a)
+    )
+    assert plan == b"PLAN"
+    builder.create_network.assert_called_once_with(net_flags)
+    assert [c.args[0] for c in config.set_flag.call_args_list] == set_flags
+    profile = config.add_optimization_profile.call_args.args[0]
+    profile.set_shape.assert_called_once_with("images", (1, C, H, W), (5, C, H, W), (8, C, H, W))
+    parsed = onnx.load_from_string(module.OnnxParser.return_value.parse.call_args.args[0])
+    assert any(i.data_type == TensorProto.FLOAT16 for i in parsed.graph.initializer) == (not fp16_flag)
+    assert isinstance(config.progress_monitor, trt.IProgressMonitor)
+    config.progress_monitor.phase_start("Building", None, 2)
+    config.progress_monitor.step_complete("Building", 0)
+    config.progress_monitor.phase_finish("Building")
+    assert phases == [("Building", 0, 2), ("Building", 1, 2), ("Building", 2, 2)]
+
+
+def test_parser_errors_are_reported(tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    module, _, _ = fake_trt("10.3.0", True)
+    parser = module.OnnxParser.return_value
+    parser.parse.return_value = False
+    parser.num_errors = 1
+    parser.get_error.return_value = "unsupported op Foo"
+    with pytest.raises(TensorRTError, match="unsupported op Foo"):
+        build_mod.build_serialized(
+            module, None, path, BuildOptions(max_batch=2, opt_batch=1), torch.device("cpu")
+        )
+
+
+def test_text_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    stream = io.StringIO()
+    bar = TextProgress(stream, width=10)
+    bar._tqdm = False  # the plain-text bar, whether or not tqdm is installed
+    bar("Building engine", 5, 10)
+    bar("Building engine", 10, 10)
+    lines = stream.getvalue().split("\r")
+    assert "[#####-----] 5/10 Building engine" in lines[1]
+    assert "[##########] 10/10" in lines[2] and lines[2].endswith("\n")
