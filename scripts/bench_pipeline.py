@@ -10,7 +10,6 @@ their ratio are printed. The synthetic models used by the tests and scripts/gpu_
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -135,7 +134,7 @@ class YoloV8nLike(nn.Module):
             strides.append(torch.full((h * w,), float(stride)))
         self.register_buffer("anchors", torch.cat(anchors, 1).unsqueeze(0))  # (1, 2, A)
         self.register_buffer("strides", torch.cat(strides).view(1, 1, -1))  # (1, 1, A)
-        self.register_buffer("bins", torch.arange(16, dtype=torch.float32).view(1, 16, 1, 1))
+        self.register_buffer("bins", torch.arange(16, dtype=torch.float32).view(1, 1, 16, 1))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) -> (B, 4 + classes, A)."""
@@ -184,7 +183,9 @@ def save_torchscript(
 ) -> Path:
     """Trace `model` to TorchScript with the engine's metadata (`input_shape` with a dynamic batch, `labels`)."""
     traced = torch.jit.trace(model.eval(), torch.zeros(2, 3, *input_hw))
-    extra = {"input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}", "labels": json.dumps(list(labels or []))}
+    extra = {"input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}"}
+    if labels:
+        extra["labels"] = "\n".join(labels)
     torch.jit.save(traced, str(path), _extra_files=extra)
     return path
 

@@ -35,6 +35,9 @@ from tiled_detector.synthetic import CLASSES, Scene, make_crop
 STRIDE = 8
 EXPORT_SIZE = 640
 FULL_FRAME_SCALE = 3  # a 1920x1080 frame letterboxed into 640x640 is downscaled 3x
+# In downscaled samples only objects at least this many input pixels on each side are labelled: smaller ones
+# are negatives, so the full-frame view leaves small objects to the tiles instead of boxing them coarsely.
+MIN_FULL_FRAME_SIDE = 6.0
 
 
 def conv_bn(cin: int, cout: int, k: int = 1, s: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
@@ -123,12 +126,11 @@ class YoloLayout(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         cls, ltrb = self.model(images)
-        b = cls.shape[0]
         d = ltrb.flatten(2).transpose(1, 2) * STRIDE  # (B, A, 4)
         x1y1 = self.centres - d[..., :2]
         x2y2 = self.centres + d[..., 2:]
         box = torch.cat([(x1y1 + x2y2) * 0.5, x2y2 - x1y1], dim=-1).transpose(1, 2)
-        return torch.cat([box, cls.reshape(b, self.model.num_classes, -1).sigmoid()], dim=1)
+        return torch.cat([box, cls.flatten(2).sigmoid()], dim=1)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -144,7 +146,7 @@ def sample(seed: int, index: int, crop: int, full_frame_prob: float) -> Scene:
     big = make_crop(scene_seed, crop * FULL_FRAME_SCALE)
     image = cv2.resize(big.image, (crop, crop), interpolation=cv2.INTER_AREA)
     boxes = big.boxes / FULL_FRAME_SCALE
-    keep = ((boxes[:, 2:] - boxes[:, :2]) >= 1.5).all(axis=1)
+    keep = ((boxes[:, 2:] - boxes[:, :2]) >= MIN_FULL_FRAME_SIDE).all(axis=1)
     return Scene(image, boxes[keep], big.class_ids[keep])
 
 
@@ -153,7 +155,11 @@ class CropDataset(torch.utils.data.Dataset):
 
     def __init__(self, seed: int, length: int, crop: int, full_frame_prob: float, offset: int = 0) -> None:
         self.seed, self.length, self.crop, self.full_frame_prob, self.offset = (
-            seed, length, crop, full_frame_prob, offset,
+            seed,
+            length,
+            crop,
+            full_frame_prob,
+            offset,
         )
 
     def __len__(self) -> int:
@@ -176,7 +182,9 @@ def collate(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tenso
 # loss
 
 
-def assign(targets: torch.Tensor, batch: int, h: int, w: int, centres: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def assign(
+    targets: torch.Tensor, batch: int, h: int, w: int, centres: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """Centre sampling: per (image, cell) the index of the assigned target (-1 = background)."""
     a = h * w
     assigned = torch.full((batch, a), -1, dtype=torch.long, device=centres.device)
@@ -225,7 +233,7 @@ def detection_loss(
     cls: torch.Tensor, ltrb: torch.Tensor, targets: torch.Tensor, box_weight: float = 2.0
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Quality focal loss on class scores (target = IoU of the predicted box) + GIoU loss on positives."""
-    b, c, h, w = cls.shape
+    b, _, h, w = cls.shape
     centres = anchor_centres(h, w, cls.device)
     logits = cls.flatten(2).transpose(1, 2).float()  # (B, A, C)
     boxes = ltrb_to_xyxy(ltrb.flatten(2).transpose(1, 2).float(), centres)
@@ -240,7 +248,9 @@ def detection_loss(
         box_loss = (1.0 - g).sum() / n_pos
         quality[pos, matched[:, 1].long()] = iou.detach().clamp(min=0.05)
     prob = logits.sigmoid()
-    focal = F.binary_cross_entropy_with_logits(logits, quality, reduction="none") * (prob - quality).abs().pow(2)
+    focal = F.binary_cross_entropy_with_logits(logits, quality, reduction="none") * (
+        prob - quality
+    ).abs().pow(2)
     cls_loss = focal.sum() / n_pos
     total = cls_loss + box_weight * box_loss
     return total, {"cls": float(cls_loss), "box": float(box_loss), "pos": float(n_pos)}
@@ -288,7 +298,9 @@ def average_precision(matches: list[tuple[float, bool]], n_gt: int) -> float:
 
 
 @torch.no_grad()
-def validate(model: TinyDetector, data: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> float:
+def validate(
+    model: TinyDetector, data: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device
+) -> float:
     """Mean over classes of AP50 on validation crops (conf > 0.01, class-aware NMS at IoU 0.5)."""
     model.eval()
     per_class: list[list[tuple[float, bool]]] = [[] for _ in CLASSES]
@@ -340,6 +352,13 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
         opset_version=17,
         dynamo=False,
     )
+    import onnx
+
+    graph = onnx.load(str(onnx_path))  # the exporter leaves (4 + C, A) symbolic: state the static sizes
+    dims = graph.graph.output[0].type.tensor_type.shape.dim
+    dims[1].dim_value, dims[2].dim_value = 4 + model.num_classes, (EXPORT_SIZE // STRIDE) ** 2
+    onnx.checker.check_model(graph)
+    onnx.save(graph, str(onnx_path))
     labels = "\n".join(CLASSES) + "\n"
     with torch.no_grad():
         traced = torch.jit.trace(wrapper, example)
@@ -347,6 +366,22 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
     torch.jit.save(traced, str(ts_path), _extra_files=extra)
     (out / "labels.txt").write_text(labels)
     return onnx_path, ts_path
+
+
+def benchmark_onnx(model_path: Path, batch: int = 9, runs: int = 10) -> dict[str, float]:
+    """Median / min ONNX Runtime (CPU) milliseconds of one (batch, 3, 640, 640) call: 8 tiles + 1 full view."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).random((batch, 3, EXPORT_SIZE, EXPORT_SIZE), dtype=np.float32)
+    for _ in range(2):
+        session.run(None, {"images": x})
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, {"images": x})
+        times.append((time.perf_counter() - start) * 1000.0)
+    return {"batch": batch, "median_ms": float(np.median(times)), "min_ms": float(np.min(times))}
 
 
 def seed_everything(seed: int) -> None:
@@ -382,16 +417,17 @@ def train(args: argparse.Namespace) -> dict:
     warmup = min(300, args.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda s: min(1.0, (s + 1) / max(warmup, 1)) * 0.5 * (1 + math.cos(math.pi * min(s / args.steps, 1.0))),
+        lambda s: (
+            min(1.0, (s + 1) / max(warmup, 1)) * 0.5 * (1 + math.cos(math.pi * min(s / args.steps, 1.0)))
+        ),
     )
     use_amp = device.type == "cuda"
     start = time.perf_counter()
     model.train()
-    for step, (images, targets) in enumerate(loader):
-        images = images.to(device, non_blocking=True).float().div_(255.0).contiguous(
-            memory_format=torch.channels_last
-        )
-        targets = targets.to(device, non_blocking=True)
+    for step, (host_images, host_targets) in enumerate(loader):
+        images = host_images.to(device, non_blocking=True).float().div_(255.0)
+        images = images.contiguous(memory_format=torch.channels_last)
+        targets = host_targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
             cls, ltrb = model(images)
         loss, parts = detection_loss(cls.float(), ltrb.float(), targets)
@@ -421,7 +457,9 @@ def train(args: argparse.Namespace) -> dict:
         "full_frame_prob": args.full_frame_prob,
         "lr": args.lr,
         "train_seconds": round(train_seconds, 1),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
         "torch": torch.__version__,
         "python": platform.python_version(),
         "val_ap50_tiles": round(ap50, 4),
@@ -435,21 +473,31 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="output folder for default.onnx, default.ts, labels.txt")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--seed", type=int, default=0, help="training seed (held-out eval uses another seed)")
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--crop", type=int, default=320, help="training crop size (the model is convolutional)")
-    parser.add_argument("--full-frame-prob", type=float, default=0.15, help="share of 3x-downscaled samples")
+    parser.add_argument(
+        "--crop", type=int, default=320, help="training crop size (the model is convolutional)"
+    )
+    parser.add_argument("--full-frame-prob", type=float, default=0.25, help="share of 3x-downscaled samples")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--workers", type=int, default=2, help="data loader processes")
     parser.add_argument("--val-crops", type=int, default=64)
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--export-only", type=Path, help="export a checkpoint.pt instead of training")
+    parser.add_argument(
+        "--benchmark", type=Path, help="time ONNX Runtime on a (9, 3, 640, 640) batch and exit"
+    )
     args = parser.parse_args(argv)
+    if args.benchmark:
+        print(json.dumps({"model": str(args.benchmark), **benchmark_onnx(args.benchmark)}))
+        return 0
     if args.export_only:
         model = TinyDetector(len(CLASSES))
         model.load_state_dict(torch.load(args.export_only, map_location="cpu"))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import SQUARE_CELL, SQUARE_INPUT_HW, SQUARE_LABELS
+import torch.utils.dlpack
 
+from conftest import SQUARE_CELL, SQUARE_INPUT_HW, SQUARE_LABELS
 from tiled_detector.config import DetectorConfig
 from tiled_detector.decode import OutputLayout
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.merge import MatchMetric, MergeMethod
+from tiled_detector.zero_copy import ZeroCopyError
 
 STAGES = {"upload", "preprocess", "infer", "decode", "merge", "download", "total"}
 COLOURS = {0: (255, 0, 0), 1: (0, 0, 255)}  # class -> RGB
@@ -99,7 +101,9 @@ def test_detect_device_takes_tensors_on_the_engine_device(detector):
     dets = detector.detect_device(torch.from_numpy(frame))
     np.testing.assert_array_equal(dets.boxes, detector.detect(frame).boxes)
     assert set(dets.timings) == STAGES - {"upload"}
-    with pytest.raises(ValueError, match="needs a frame on"):
+    capsule = torch.utils.dlpack.to_dlpack(torch.from_numpy(frame))
+    np.testing.assert_array_equal(detector.detect_device(capsule).boxes, dets.boxes)  # DLPack, no copy
+    with pytest.raises(ZeroCopyError, match="without a copy"):
         detector.detect_device(torch.from_numpy(frame).to("meta"))
 
 
@@ -179,3 +183,36 @@ def test_config_normalises_options(square_onnx):
 def test_config_rejects_bad_values(square_onnx, changes, message):
     with pytest.raises(ValueError, match=message):
         DetectorConfig(model=square_onnx, **changes)
+
+
+def test_detect_command_prints_lines_json_and_annotated_images(square_onnx, tmp_path, capsys):
+    import json
+
+    import cv2
+
+    from tiled_detector.cli import main
+
+    frame, boxes, _ = _scene(7)
+    image = tmp_path / "scene.png"
+    cv2.imwrite(str(image), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    argv = ["detect", str(image), str(tmp_path / "missing.png"), "--model", str(square_onnx), "--json"]
+    argv += [
+        "--tile-size",
+        "64",
+        "64",
+        "--overlap",
+        "0.25",
+        "--conf",
+        "0.5",
+        "--save-dir",
+        str(tmp_path / "out"),
+    ]
+    assert main(argv) == 1  # one image could not be read
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert lines[0].startswith(f"{image}: {len(boxes)} detections")
+    assert "missing.png: cannot read image" in captured.err
+    report = json.loads(lines[-1])
+    found = sorted(d["box"] for d in report["images"][0]["detections"])
+    assert found == sorted(boxes.tolist())
+    assert (tmp_path / "out" / "scene.png").is_file()

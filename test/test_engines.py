@@ -56,7 +56,8 @@ def test_onnxruntime_outputs_equal_session_run(two_heads_onnx):
     engine = OnnxRuntimeEngine(two_heads_onnx, max_batch=8)
     assert engine.input.name == "images" and engine.input.shape == (-1, 3, *HW)
     assert engine.max_batch == 8 and engine.fixed_batch is None and engine.precision is Precision.FP32
-    assert [o.name for o in engine.outputs] == ["output0", "onnx::ReduceMean_5"] or len(engine.outputs) == 2
+    assert len(engine.outputs) == 2 and engine.outputs[0].name == "output0"
+    assert engine.outputs[0].shape[0] == -1 and engine.outputs[0].dtype == torch.float32
     batch = _batch(5)
     outputs = engine.infer(batch)
     expected = _plain_ort(two_heads_onnx, batch)

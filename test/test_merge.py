@@ -186,6 +186,18 @@ def test_nms_threshold_is_inclusive():
     for use_tv in (False, True):
         assert len(merge(boxes, scores, classes, "nms", "iou", 0.5, use_torchvision=use_tv)[0]) == 1
         assert len(merge(boxes, scores, classes, "nms", "iou", 0.51, use_torchvision=use_tv)[0]) == 2
+        # threshold 0: every same-class pair matches (even disjoint), other classes never do
+        far = torch.tensor([[0.0, 0.0, 1.0, 1.0], [5.0, 5.0, 6.0, 6.0], [9.0, 9.0, 10.0, 10.0]])
+        kept = merge(
+            far,
+            torch.tensor([0.9, 0.8, 0.7]),
+            torch.tensor([0, 0, 1]),
+            "nms",
+            "iou",
+            0.0,
+            use_torchvision=use_tv,
+        )
+        assert kept[2].tolist() == [0, 1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -284,3 +296,14 @@ def test_seam_rule_respects_class_and_weak_whole_boxes():
         SEAM_PLAN,
     )
     assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize(("method", "metric"), [("greedy_nmm", "ios"), ("nmm", "iou"), ("nms", "ios")])
+def test_equals_sahi_on_large_input_sparse_backend(method, metric):
+    # SAHI switches to its sparse STRtree backend from 2000 boxes (per class) on; results must not change
+    boxes, scores, classes = random_scene(np.random.default_rng(7), 2100, 1, tied_scores=False)
+    boxes = boxes * 8  # spread the clusters over a 1600 px frame
+    expected = sahi_merge(boxes, scores, classes, method, metric, 0.5, False)
+    np.testing.assert_allclose(
+        ours(boxes, scores, classes, method, metric, 0.5, False), expected, rtol=0, atol=1e-3
+    )

@@ -176,3 +176,14 @@ def test_cpu_frames_are_not_copied():
 def test_bad_frames_raise_clear_errors(shape, dtype, encoding, message):
     with pytest.raises(ValueError, match=message):
         as_frame_tensor(np.zeros(shape, dtype), encoding)
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_strided_frame_views_are_cropped_correctly(as_torch):
+    big = _frame(np.random.default_rng(5), 90, 120, "bgra8")
+    view = big[7:77, 11:111]  # row padding and an offset, like a ROS image with a step larger than width
+    frame = torch.from_numpy(big)[7:77, 11:111] if as_torch else view
+    plan = make_plan((70, 100), (32, 32), 0.3, (32, 32), False)
+    batch = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, "bgra8").numpy()
+    rgb = _as_rgb_float(np.ascontiguousarray(view), "bgra8")
+    np.testing.assert_allclose(batch, np.stack([_reference_tile(rgb, box) for box in plan.tiles]), atol=1e-6)

@@ -2,8 +2,9 @@
 
 Bags are written with rosbag2 metadata version 8 (`METADATA_VERSION`): Humble's rosbag2 (0.15.x, which itself
 writes version 5) decodes metadata field by field behind `version >= N` gates with no upper bound and ignores
-keys it does not know, so it reads version 8 as long as `offered_qos_profiles` is a YAML string, which version 8
-keeps; version 9 turns it into a list that Humble rejects ("yaml-cpp: bad conversion", ros2/rosbag2#2013).
+keys it does not know, so it reads version 8 as long as `offered_qos_profiles` is a YAML string, which
+version 8 keeps; version 9 turns it into a list that Humble rejects ("yaml-cpp: bad conversion",
+ros2/rosbag2#2013).
 Every write is atomic: the bag is built in a hidden folder next to its destination and renamed at the end.
 vision_msgs types are registered in the rosbags typestore from the installed .msg files (or the vendored
 copy), so their RIHS01 hashes equal rosidl's. This module imports no rclpy.
@@ -45,10 +46,22 @@ _VISION_MSGS = (
     "ObjectHypothesisWithPose",
     "Detection2D",
     "Detection2DArray",
-)  # fmt: skip  (dependency order)
-_DTYPES = {"bool": np.bool_, "byte": np.uint8, "char": np.uint8, "uint8": np.uint8, "int8": np.int8,
-           "uint16": np.uint16, "int16": np.int16, "uint32": np.uint32, "int32": np.int32,
-           "uint64": np.uint64, "int64": np.int64, "float32": np.float32, "float64": np.float64}  # fmt: skip
+)  # dependency order
+_DTYPES = {
+    "bool": np.bool_,
+    "byte": np.uint8,
+    "char": np.uint8,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "uint16": np.uint16,
+    "int16": np.int16,
+    "uint32": np.uint32,
+    "int32": np.int32,
+    "uint64": np.uint64,
+    "int64": np.int64,
+    "float32": np.float32,
+    "float64": np.float64,
+}
 
 
 class Storage(enum.Enum):
@@ -161,9 +174,14 @@ def image_message(image: np.ndarray, stamp: int, frame_id: str, compressed: bool
         )
     height, width = image.shape[:2]
     return new_message(
-        IMAGE, header=header(stamp, frame_id), height=height, width=width, encoding="rgb8",
-        step=width * 3, data=image.reshape(-1),
-    )  # fmt: skip
+        IMAGE,
+        header=header(stamp, frame_id),
+        height=height,
+        width=width,
+        encoding="rgb8",
+        step=width * 3,
+        data=image.reshape(-1),
+    )
 
 
 def detections_message(
@@ -228,7 +246,7 @@ class BagWriter:
         return self
 
     def write(self, topic: str, msgtype: str, time_ns: int, msg: Any) -> None:
-        """Write a rosbags message, or its CDR bytes (e.g. from rclpy.serialization), at bag time `time_ns`."""
+        """Write a rosbags message, or its CDR bytes (e.g. from rclpy), at bag time `time_ns`."""
         connection = self._connections.get(topic)
         if connection is None:
             connection = self._writer.add_connection(topic, msgtype, typestore=typestore())
@@ -265,7 +283,7 @@ class BagWriter:
 
 @dataclass(frozen=True)
 class Frame:
-    """One camera frame for a bag: HxWx3 uint8 RGB, and ground truth (boxes x1y1x2y2, class ids) when known."""
+    """One camera frame: HxWx3 uint8 RGB, and ground truth (boxes x1y1x2y2, class ids) when known."""
 
     image: np.ndarray
     boxes: np.ndarray | None = None
@@ -373,19 +391,26 @@ def make_synthetic_bag(
     frame_id: str = "camera",
     force: bool = False,
 ) -> Path:
-    """A deterministic bag of synthetic frames with ground truth (the sample used by `tiled-detector demo`)."""
+    """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`)."""
     from tiled_detector.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
     return write_image_bag(
-        out, synthetic_frames(frames, seed, width, height), rate=rate, storage=storage, compressed=compressed,
-        topic=topic, frame_id=frame_id, labels=CLASSES, force=force,
+        out,
+        synthetic_frames(frames, seed, width, height),
+        rate=rate,
+        storage=storage,
+        compressed=compressed,
+        topic=topic,
+        frame_id=frame_id,
+        labels=CLASSES,
+        force=force,
         custom_data={"source": "synthetic", "seed": str(seed), "size": f"{width}x{height}"},
-    )  # fmt: skip
+    )
 
 
-# --- reading -------------------------------------------------------------------------------------------------
+# --- reading ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

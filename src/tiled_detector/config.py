@@ -78,6 +78,7 @@ class DetectorConfig:
     max_batch: int = 32
     seam_suppression: bool = True
     labels: tuple[str, ...] | None = None
+    channel_order: str = "rgb"
     profile: bool = False
     engine_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -119,6 +120,10 @@ class DetectorConfig:
             if isinstance(self.labels, str) or not all(isinstance(n, str) for n in self.labels):
                 raise ValueError(f"labels must be None or a list of class names, got {self.labels!r}")
             set_("labels", tuple(self.labels))
+        if self.channel_order not in ("rgb", "bgr"):
+            raise ValueError(
+                f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {self.channel_order!r}"
+            )
         if not isinstance(self.engine_options, Mapping):
             raise ValueError(f"engine_options must be a mapping, got {self.engine_options!r}")
         set_("engine_options", MappingProxyType(dict(self.engine_options)))

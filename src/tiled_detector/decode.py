@@ -153,22 +153,22 @@ def _decode_raw(
     class_filter: Iterable[int] | None,
 ) -> Decoded:
     """YOLOv5 / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold and top-k."""
-    head = head.float()
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
     else:
         first = 5 if layout is OutputLayout.YOLOV5 else 4
         class_scores, channel_dim = head[..., first:], 2
         if layout is OutputLayout.YOLOV5:
-            class_scores = class_scores * head[..., 4:5]
+            class_scores = class_scores.float() * head[..., 4:5].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
         shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
-    conf, class_ids = class_scores.max(dim=channel_dim)
+    conf, class_ids = class_scores.max(dim=channel_dim)  # exact in any float dtype
+    conf = conf.float()
     image, anchor = _select(conf, conf_threshold, top_k)
     boxes = head[image, :4, anchor] if layout is OutputLayout.YOLOV8 else head[image, anchor, :4]
-    return Decoded(_cxcywh_to_xyxy(boxes), conf[image, anchor], class_ids[image, anchor], image)
+    return Decoded(_cxcywh_to_xyxy(boxes.float()), conf[image, anchor], class_ids[image, anchor], image)
 
 
 def _decode_nms_done(
@@ -201,7 +201,8 @@ def decode_outputs(
 
     Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics);
     `class_filter` keeps only those class ids (a raw head then picks each anchor's best allowed class).
-    YOLOv5 scores are objectness * class score. Any float dtype is decoded in float32.
+    YOLOv5 scores are objectness * class score (in float32). Raw heads take the per-anchor class maximum in
+    the output's dtype (exact) and convert only the result, so fp16 outputs are never copied whole.
     """
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")

@@ -20,6 +20,7 @@ from tiled_detector.merge import merge, suppress_truncated
 from tiled_detector.preprocess import Encoding, Preprocessor, as_frame_tensor
 from tiled_detector.tiling import TilePlan, make_plan
 from tiled_detector.types import Detections
+from tiled_detector.zero_copy import as_torch_tensor
 
 
 class _StageClock:
@@ -122,15 +123,18 @@ class TiledDetector:
         self._config = config
         self._engine = engine
         self._labels = config.labels or engine.labels or _model_labels(config.model)
-        self._preprocessor = Preprocessor(engine.device, engine.input.dtype, engine.input_hw)
+        self._preprocessor = Preprocessor(
+            engine.device, engine.input.dtype, engine.input_hw, config.channel_order
+        )
         self._layout = self._resolve_layout()
 
     def _resolve_layout(self) -> OutputLayout:
-        """The output layout, found once from the engine's output shapes when they are static."""
+        """The output layout, found once from the engine's output shapes when they are static (an ambiguous
+        shape raises here, asking for the layout)."""
         shapes = {o.name: o.shape for o in self._engine.outputs}
         if self._config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
             return self._config.layout
-        return detect_layout(shapes, len(self._labels) if self._labels else None)
+        return detect_layout(shapes)
 
     @property
     def config(self) -> DetectorConfig:
@@ -180,13 +184,13 @@ class TiledDetector:
         clock.mark("upload")
         return self._detect(device_frame, encoding, clock)
 
-    def detect_device(self, frame: torch.Tensor, encoding: str | Encoding = Encoding.RGB8) -> Detections:
-        """Detect objects in a frame already on the engine's device (no host copy of the input)."""
-        tensor = as_frame_tensor(frame, encoding)
-        if tensor.device != self._engine.device:
-            raise ValueError(
-                f"detect_device needs a frame on {self._engine.device}, got one on {tensor.device}"
-            )
+    def detect_device(self, frame: Any, encoding: str | Encoding = Encoding.RGB8) -> Detections:
+        """Detect objects in a frame already on the engine's device, with no copy of the input at all.
+
+        `frame` is an (H, W, C) torch tensor, a DLPack capsule, or any object with `__dlpack__` or
+        `__cuda_array_interface__` (CuPy, Numba, NVIDIA decoders); memory elsewhere raises `ZeroCopyError`.
+        """
+        tensor = as_frame_tensor(as_torch_tensor(frame, self._engine.device), encoding)
         return self._detect(tensor, encoding, _StageClock(self._engine.device, self._config.profile))
 
     def _detect(self, frame: torch.Tensor, encoding: str | Encoding, clock: _StageClock) -> Detections:

@@ -14,8 +14,8 @@ Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`):
   dropped. Results come out in rank order (SAHI's class-aware output is grouped by class instead).
 The seam rule (`suppress_truncated`) runs before the merge: a box cut by an inner tile edge yields to a whole
 view of the same object from another batch image.
-Only the nms keep order and group membership are sequential; both are computed with matrix fixed points, and
-the merge walks group positions (the largest group size), vectorised over all groups.
+Only the nms keep order and group membership are sequential; both are computed with matrix fixed points. The
+merge itself is one vectorised pass when every member passes SAHI's re-check, else a walk over group positions.
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ def _match_matrix(
     boxes: torch.Tensor, class_ids: torch.Tensor, metric: MatchMetric, threshold: float, class_agnostic: bool
 ) -> torch.Tensor:
     """(N, N) bool: row i matches column j, for i ranked before j (inputs already in rank order)."""
-    n = len(boxes)
+    rank = torch.arange(len(boxes), device=boxes.device)
     match = overlap(boxes[:, None], boxes[None], metric) >= threshold
-    match &= torch.ones(n, n, dtype=torch.bool, device=boxes.device).triu(1)
+    match &= rank[:, None] < rank[None]
     if not class_agnostic:
         match &= class_ids[:, None] == class_ids[None]
     return match
@@ -120,7 +120,7 @@ def _nms_keep(match: torch.Tensor) -> torch.Tensor:
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
     for _ in range(len(match) + 1):
-        new_keep = ~match[keep].any(0)
+        new_keep = ~(match & keep[:, None]).any(0)
         if torch.equal(new_keep, keep):
             break
         keep = new_keep
@@ -177,33 +177,50 @@ def _merge_groups(
 
     keeper (N,) is each box's group keeper (itself for keepers); member_order (N,) int64 sorts the members of a
     group in SAHI's merge order. Returns the merged boxes, scores and classes of the keepers, in rank order.
+    Groups are laid out on a (groups, slots) grid, slot 0 being the keeper. First every member is assumed to
+    pass SAHI's re-check against the growing union (prefix unions by cummin / cummax) and all re-checks are
+    evaluated at once; only if one fails are the slots walked in order (vectorised over the groups).
     """
     n = len(boxes)
     positions = torch.arange(n, device=boxes.device)
     is_keeper = keeper == positions
-    merged = boxes.double()
-    merged_class = class_ids.clone()
-    members = positions[~is_keeper]
-    if len(members):
-        members = members[torch.sort(member_order[members], stable=True).indices]
-        members = members[torch.sort(keeper[members], stable=True).indices]
-        groups = keeper[members]
-        first = torch.searchsorted(groups, groups)  # start of each member's group in the grouped list
-        slot = torch.arange(len(members), device=boxes.device) - first
-        by_slot = torch.sort(slot, stable=True).indices
-        members, groups = members[by_slot], groups[by_slot]
-        counts = torch.bincount(slot).tolist()
-        start = 0
-        for count in counts:  # one round per position inside a group, vectorised over the groups
-            m, g = members[start : start + count], groups[start : start + count]
-            start += count
-            ok = overlap(merged[g], merged[m], metric) >= threshold
-            g_ok, m_ok = g[ok], m[ok]
-            merged[g_ok, :2] = torch.minimum(merged[g_ok, :2], merged[m_ok, :2])
-            merged[g_ok, 2:] = torch.maximum(merged[g_ok, 2:], merged[m_ok, 2:])
-            take_class = scores[m_ok] >= scores[g_ok]
-            merged_class[g_ok[take_class]] = class_ids[m_ok[take_class]]
-    return merged[is_keeper].to(boxes.dtype), scores[is_keeper], merged_class[is_keeper]
+    order = torch.sort(torch.where(is_keeper, -1, member_order), stable=True).indices
+    order = order[torch.sort(keeper[order], stable=True).indices]  # grouped: keeper, then its members
+    groups = keeper[order]
+    slot = positions - torch.searchsorted(groups, groups)
+    group = torch.cumsum(slot == 0, 0) - 1
+    num_groups, num_slots = len(scores[is_keeper]), int(slot.max()) + 1
+
+    def grid(values: torch.Tensor, fill: float | bool) -> torch.Tensor:
+        out = values.new_full((num_groups, num_slots, *values.shape[1:]), fill)
+        out[group, slot] = values
+        return out
+
+    present = grid(torch.ones(n, dtype=torch.bool, device=boxes.device), False)
+    gboxes = grid(boxes.double()[order], float("nan"))
+    gclass = grid(class_ids[order], 0)
+    takes_class = grid(scores[order] >= scores[groups], False)  # SAHI: not (keeper score > member score)
+    takes_class[:, 0] = True
+
+    lo = torch.where(present[..., None], gboxes[..., :2], float("inf")).cummin(1).values
+    hi = torch.where(present[..., None], gboxes[..., 2:], float("-inf")).cummax(1).values
+    prefix = torch.cat([lo, hi], dim=2)  # union of slots 0..s, if every member passes
+    passes = overlap(prefix[:, :-1], gboxes[:, 1:], metric) >= threshold
+    if bool((passes | ~present[:, 1:]).all()):
+        merged = prefix[:, -1]
+        last_taker = torch.where(present & takes_class, positions[:num_slots], 0).amax(1, keepdim=True)
+        merged_class = gclass.gather(1, last_taker).squeeze(1)
+    else:
+        merged, merged_class = gboxes[:, 0], gclass[:, 0]
+        for s in range(1, num_slots):
+            member = gboxes[:, s]
+            ok = present[:, s] & (overlap(merged, member, metric) >= threshold)
+            grown = torch.cat(
+                [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+            )
+            merged = torch.where(ok[:, None], grown, merged)
+            merged_class = torch.where(ok & takes_class[:, s], gclass[:, s], merged_class)
+    return merged.to(boxes.dtype), scores[is_keeper], merged_class
 
 
 def merge(
@@ -219,7 +236,8 @@ def merge(
     """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device.
 
     boxes (N, 4) x1, y1, x2, y2, scores (N,), class_ids (N,) int64 -> the same, float32 / int64, score-ranked.
-    `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU).
+    `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU and a
+    threshold above 0).
     """
     method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
     if not 0.0 <= threshold <= 1.0:
@@ -235,7 +253,8 @@ def merge(
         return boxes, scores, class_ids
 
     ops = _torchvision_ops() if use_torchvision else None
-    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None:
+    # torchvision separates classes by offsetting boxes (IoU 0), so it cannot express "every pair matches"
+    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None and threshold > 0:
         keep = _nms_keep_torchvision(ops, boxes, class_ids, threshold, class_agnostic)
         return boxes[keep], scores[keep], class_ids[keep]
     match = _match_matrix(boxes, class_ids, metric, threshold, class_agnostic)

@@ -65,12 +65,69 @@ class Encoding(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class _TileIndex:
-    """Precomputed gather indices of one plan on one device."""
+class _Block:
+    """Tiles whose starts step evenly along both axes: per channel, one strided view of the frame covers them
+    all and one strided view of the batch (seen as a (rows, cols) grid of tiles) receives them."""
 
-    rows: torch.Tensor  # (N, 1, th, 1) int64, clamped into the frame
-    cols: torch.Tensor  # (N, 1, 1, tw) int64, clamped into the frame
-    outside: torch.Tensor | None  # (N, 1, th, tw) bool, True where a tile lies past the border; None if never
+    grid_rows: slice
+    grid_cols: slice
+    origin: tuple[int, int]  # y, x of the block's first tile
+    step: tuple[int, int]  # y, x distance between neighbouring tiles
+
+
+@dataclass(frozen=True)
+class _TileCopy:
+    """How one plan's tiles are cut from a frame: strided `blocks` when the tiles form a grid inside the frame,
+    else one gather with clamped `rows` / `cols` indices and an `outside` mask of padded pixels."""
+
+    tile_hw: tuple[int, int]
+    grid_hw: tuple[int, int]
+    blocks: tuple[_Block, ...] = ()
+    rows: torch.Tensor | None = None  # (N, 1, th, 1) int64
+    cols: torch.Tensor | None = None  # (N, 1, 1, tw) int64
+    outside: torch.Tensor | None = None  # (N, 1, th, tw) bool, True where a tile lies past the border
+
+
+def _even_runs(starts: list[int]) -> list[tuple[int, int, int]]:
+    """Split sorted tile starts into runs with one step: (index of the first, count, step)."""
+    runs, i = [], 0
+    while i < len(starts):
+        j = i + 1
+        step = starts[j] - starts[i] if j < len(starts) else 0
+        while j + 1 < len(starts) and starts[j + 1] - starts[j] == step:
+            j += 1
+        count = min(j + 1, len(starts)) - i
+        runs.append((i, count, step))
+        i += count
+    return runs
+
+
+def _tile_copy(tiles: np.ndarray, height: int, width: int, device: torch.device) -> _TileCopy:
+    """Precompute the cheapest way to cut `tiles` (N, 4) from a (height, width) frame."""
+    tile_hw = (int(tiles[0, 3] - tiles[0, 1]), int(tiles[0, 2] - tiles[0, 0]))
+    ys, xs = sorted(set(tiles[:, 1].tolist())), sorted(set(tiles[:, 0].tolist()))
+    grid = np.array([[x, y, x + tile_hw[1], y + tile_hw[0]] for y in ys for x in xs])
+    inside = tiles[:, :2].min() >= 0 and tiles[:, 2].max() <= width and tiles[:, 3].max() <= height
+    if inside and np.array_equal(grid, tiles):
+        blocks = tuple(
+            _Block(slice(ry, ry + ny), slice(rx, rx + nx), (ys[ry], xs[rx]), (sy, sx))
+            for ry, ny, sy in _even_runs(ys)
+            for rx, nx, sx in _even_runs(xs)
+        )
+        return _TileCopy(tile_hw, (len(ys), len(xs)), blocks=blocks)
+    t = torch.tensor(tiles, dtype=torch.int64, device=device)
+    rows = t[:, 1:2] + torch.arange(tile_hw[0], device=device)  # (N, th)
+    cols = t[:, 0:1] + torch.arange(tile_hw[1], device=device)  # (N, tw)
+    outside = ~(
+        ((rows >= 0) & (rows < height))[:, None, :, None] & ((cols >= 0) & (cols < width))[:, None, None, :]
+    )
+    return _TileCopy(
+        tile_hw,
+        (len(tiles), 1),
+        rows=rows.clamp(0, height - 1)[:, None, :, None],
+        cols=cols.clamp(0, width - 1)[:, None, None, :],
+        outside=outside,
+    )
 
 
 def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) -> torch.Tensor:
@@ -104,13 +161,25 @@ def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) 
 class Preprocessor:
     """Turns frames into the engine's input batch on `device` (not thread-safe: it owns reused buffers)."""
 
-    def __init__(self, device: str | torch.device, dtype: torch.dtype, input_hw: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        device: str | torch.device,
+        dtype: torch.dtype,
+        input_hw: tuple[int, int],
+        channel_order: str = "rgb",
+    ) -> None:
+        if channel_order not in ("rgb", "bgr"):
+            raise ValueError(
+                f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
+            )
+        self.channel_order = channel_order
         self.device = torch.device(device)
         self.dtype = dtype
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
         self._batch: torch.Tensor | None = None
         self._plan: TilePlan | None = None
-        self._index: _TileIndex | None = None
+        self._copy: _TileCopy | None = None
+        self._frame_scratch: torch.Tensor | None = None
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
         self._pinned: torch.Tensor | None = None
         self._staged: torch.Tensor | None = None
@@ -166,7 +235,7 @@ class Preprocessor:
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
         if n_tiles:
-            self._write_tiles(frame, plan, order, enc.scale, batch[:n_tiles])
+            self._write_tiles(frame, plan, enc, order, batch[:n_tiles])
         if plan.full_frame:
             self._write_full_frame(frame, plan, order, enc.scale, batch[n_tiles])
         return batch
@@ -188,43 +257,47 @@ class Preprocessor:
             self._batch = torch.empty((batch_size, *shape), dtype=self.dtype, device=self.device)
         return self._batch
 
+    def _sources(self, enc: Encoding) -> tuple[int, int, int]:
+        """Source channel of each of the model's three input channels."""
+        return enc.rgb_order[::-1] if self.channel_order == "bgr" else enc.rgb_order
+
     def _channel_order(self, enc: Encoding) -> torch.Tensor:
-        key = enc.rgb_order
+        key = self._sources(enc)
         if key not in self._order:
             self._order[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
         return self._order[key]
 
-    def _tile_index(self, plan: TilePlan, height: int, width: int) -> _TileIndex:
-        if plan is self._plan and self._index is not None:
-            return self._index
-        tiles = torch.tensor(plan.tiles, dtype=torch.int64, device=self.device)
-        tile_h = int(tiles[0, 3] - tiles[0, 1])
-        tile_w = int(tiles[0, 2] - tiles[0, 0])
-        rows = tiles[:, 1:2] + torch.arange(tile_h, device=self.device)  # (N, th)
-        cols = tiles[:, 0:1] + torch.arange(tile_w, device=self.device)  # (N, tw)
-        rows_in = (rows >= 0) & (rows < height)
-        cols_in = (cols >= 0) & (cols < width)
-        inside = rows_in[:, None, :, None] & cols_in[:, None, None, :]
-        self._index = _TileIndex(
-            rows=rows.clamp(0, height - 1)[:, None, :, None],
-            cols=cols.clamp(0, width - 1)[:, None, None, :],
-            outside=None if bool(inside.all()) else ~inside,
-        )
-        self._plan = plan
-        return self._index
+    def _tile_copy(self, plan: TilePlan, height: int, width: int) -> _TileCopy:
+        if plan is not self._plan or self._copy is None:
+            self._copy = _tile_copy(plan.tiles, height, width, self.device)
+            self._plan = plan
+        return self._copy
 
     def _write_tiles(
-        self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor
+        self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, order: torch.Tensor, dst: torch.Tensor
     ) -> None:
-        index = self._tile_index(plan, frame.shape[0], frame.shape[1])
-        crops = frame[
-            index.rows, index.cols, order[None, :, None, None]
-        ]  # (N, 3, th, tw) raw dtype, one gather
-        same_size = tuple(crops.shape[2:]) == self.input_hw
-        tiles = dst if same_size else torch.empty(crops.shape, dtype=self.dtype, device=self.device)
-        torch.mul(crops, scale, out=tiles)
-        if index.outside is not None:
-            tiles.masked_fill_(index.outside, PAD_VALUE)
+        copy = self._tile_copy(plan, frame.shape[0], frame.shape[1])
+        same_size = copy.tile_hw == self.input_hw
+        tiles = (
+            dst
+            if same_size
+            else torch.empty((len(dst), 3, *copy.tile_hw), dtype=self.dtype, device=self.device)
+        )
+        if copy.blocks:
+            grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
+            row_stride, col_stride, channel_stride = frame.stride()
+            for block in copy.blocks:
+                target = grid[block.grid_rows, block.grid_cols]
+                size = (*target.shape[:2], *copy.tile_hw)
+                strides = (block.step[0] * row_stride, block.step[1] * col_stride, row_stride, col_stride)
+                first = frame.storage_offset() + block.origin[0] * row_stride + block.origin[1] * col_stride
+                for k, channel in enumerate(self._sources(enc)):
+                    view = frame.as_strided(size, strides, first + channel * channel_stride)
+                    torch.mul(view, enc.scale, out=target[:, :, k])
+        else:
+            crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
+            torch.mul(crops, enc.scale, out=tiles)
+            tiles.masked_fill_(copy.outside, PAD_VALUE)
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst)
 
@@ -232,7 +305,9 @@ class Preprocessor:
         self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor
     ) -> None:
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
-        scaled = torch.empty_like(color, dtype=self.dtype)  # keeps the channels-last strides of the view
+        if self._frame_scratch is None or self._frame_scratch.shape != color.shape:
+            self._frame_scratch = torch.empty_like(color, dtype=self.dtype)  # channels-last, like the view
+        scaled = self._frame_scratch
         torch.mul(color, scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
         _letterbox_into(scaled, plan.frame_letterbox, dst.unsqueeze(0), order)
 

@@ -59,7 +59,7 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Release gate: minimum AP50 / recall and maximum drop rate (fraction of frames sent); None = not checked."""
+    """Release gate: minimum AP50 / recall, maximum drop rate (fraction of frames sent); None = unchecked."""
 
     min_ap50: float | None = None
     min_recall: float | None = None
@@ -81,13 +81,15 @@ class Thresholds:
                 continue
             if value is None:
                 out.append(
-                    f"{name} >= {minimum} required but the bag has no ground truth on {bags.GROUND_TRUTH_TOPIC}"
+                    f"{name} >= {minimum} required but the bag has no ground truth on "
+                    f"{bags.GROUND_TRUTH_TOPIC}"
                 )
             elif value < minimum:
                 out.append(f"{name} {value:.3f} < {minimum}")
         if self.max_drop_rate is not None and report.drop_rate > self.max_drop_rate:
             out.append(
-                f"drop rate {report.drop_rate:.3f} > {self.max_drop_rate} ({report.dropped} of {report.frames_sent} frames)"
+                f"drop rate {report.drop_rate:.3f} > {self.max_drop_rate} "
+                f"({report.dropped} of {report.frames_sent} frames)"
             )
         return out
 
@@ -170,7 +172,7 @@ class ReplayReport:
         }
 
 
-# --- scoring (pure numpy / pycocotools) ----------------------------------------------------------------------
+# --- scoring (pure numpy / pycocotools) -------------------------------------------------------------------
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -186,7 +188,7 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def true_positives(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou: float = 0.5) -> int:
-    """Predictions matched one-to-one to a same-class ground-truth box with IoU >= `iou`, highest score first."""
+    """Predictions matched one-to-one to a same-class truth box with IoU >= `iou`, highest score first."""
     boxes, scores, classes = predicted
     truth_boxes, truth_classes = truth
     if len(boxes) == 0 or len(truth_boxes) == 0:
@@ -214,15 +216,33 @@ def coco_ap50(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndar
     for stamp, (boxes, classes) in truth.items():
         for box, cls in zip(np.asarray(boxes, float).tolist(), np.asarray(classes).tolist(), strict=True):
             w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append({"id": len(annotations) + 1, "image_id": image_ids[stamp], "category_id": int(cls) + 1,
-                                "bbox": [box[0], box[1], w, h], "area": w * h, "iscrowd": 0})  # fmt: skip
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_ids[stamp],
+                    "category_id": int(cls) + 1,
+                    "bbox": [box[0], box[1], w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
     for stamp, (boxes, scores, classes) in predicted.items():
         if stamp not in image_ids:
             continue
-        for box, score, cls in zip(np.asarray(boxes, float).tolist(), np.asarray(scores, float).tolist(),
-                                   np.asarray(classes).tolist(), strict=True):  # fmt: skip
-            results.append({"image_id": image_ids[stamp], "category_id": int(cls) + 1,
-                            "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]], "score": score})  # fmt: skip
+        for box, score, cls in zip(
+            np.asarray(boxes, float).tolist(),
+            np.asarray(scores, float).tolist(),
+            np.asarray(classes).tolist(),
+            strict=True,
+        ):
+            results.append(
+                {
+                    "image_id": image_ids[stamp],
+                    "category_id": int(cls) + 1,
+                    "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
+                    "score": score,
+                }
+            )
     if not annotations:
         raise ValueError("AP50 needs at least one ground-truth box")
     if not results:
@@ -230,8 +250,11 @@ def coco_ap50(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndar
     categories = {a["category_id"] for a in annotations} | {r["category_id"] for r in results}
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         ground_truth = COCO()
-        ground_truth.dataset = {"images": [{"id": i} for i in image_ids.values()], "annotations": annotations,
-                                "categories": [{"id": c} for c in sorted(categories)]}  # fmt: skip
+        ground_truth.dataset = {
+            "images": [{"id": i} for i in image_ids.values()],
+            "annotations": annotations,
+            "categories": [{"id": c} for c in sorted(categories)],
+        }
         ground_truth.createIndex()
         evaluation = COCOeval(ground_truth, ground_truth.loadRes(results), "bbox")
         evaluation.params.maxDets = [1, 10, 1000]
@@ -266,11 +289,11 @@ def summarize(
     )
 
 
-# --- class names shared by ground truth and answers ----------------------------------------------------------
+# --- class names shared by ground truth and answers -------------------------------------------------------
 
 
 def class_names(messages: Iterable[Any]) -> list[str]:
-    """Sorted class names (vision_msgs 4.x `results[].hypothesis.class_id`) used in Detection2DArray messages."""
+    """Sorted class names (vision_msgs 4.x `results[].hypothesis.class_id`) used in Detection2DArrays."""
     return sorted({r.hypothesis.class_id for m in messages for d in m.detections for r in d.results})
 
 
@@ -281,7 +304,7 @@ def to_arrays(messages: Mapping[int, Any], labels: Sequence[str]) -> dict[int, A
     return {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}
 
 
-# --- the ROS side ---------------------------------------------------------------------------------------------
+# --- the ROS side -----------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -299,10 +322,23 @@ def _unique_stamps(frames: Iterable[bags.BagMessage]) -> Iterator[bags.BagMessag
     seen: set[int] = set()
     for frame in frames:
         if frame.stamp_ns is None or frame.stamp_ns in seen:
-            raise ReplayError(f"frame at bag time {frame.time_ns} repeats header stamp {frame.stamp_ns}: "
-                              "answers are matched by stamp, so every frame needs its own")  # fmt: skip
+            raise ReplayError(
+                f"frame at bag time {frame.time_ns} repeats header stamp {frame.stamp_ns}: "
+                "answers are matched by stamp, so every frame needs its own"
+            )
         seen.add(frame.stamp_ns)
         yield frame
+
+
+def _wait_for_node(client: Any, node: Any, timeout: float) -> bool:
+    """Wait until the node is matched both ways; gives up early when a started node process has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.wait_for_node(timeout=min(1.0, max(deadline - time.monotonic(), 0.0))):
+            return True
+        if node is not None and not node.alive():
+            return False
+    return False
 
 
 def _prime(client: Any, frame: bags.BagMessage, timeout: float) -> float:
@@ -343,15 +379,31 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
             if realtime:
                 parameters["use_sim_time"] = True
             remaps = {"image/compressed" if compressed else "image": topic}
-            node = stack.enter_context(NodeProcess(options.params_file, parameters, remaps, domain,
-                                                   program=options.program or DETECTOR_NODE))  # fmt: skip
-        client = DetectorClient(domain_id=domain, image_topic=topic, detections_topic=options.detections_topic,
-                                image_reliable=True, compressed=compressed, node_name="tiled_detector_replay")  # fmt: skip
+            node = stack.enter_context(
+                NodeProcess(
+                    options.params_file, parameters, remaps, domain, program=options.program or DETECTOR_NODE
+                )
+            )
+        client = DetectorClient(
+            domain_id=domain,
+            image_topic=topic,
+            detections_topic=options.detections_topic,
+            image_reliable=True,
+            compressed=compressed,
+            node_name="tiled_detector_replay",
+        )
         stack.callback(client.close)
-        if not client.wait_for_node(timeout=options.startup_timeout):
+        if not _wait_for_node(client, node, options.startup_timeout):
             log = node.log_text()[-3000:] if node is not None else ""
-            raise ReplayError(f"no node subscribed to {topic} and published {options.detections_topic} within "
-                              f"{options.startup_timeout} s{':' if log else ''}\n{log}".rstrip())  # fmt: skip
+            why = (
+                "the node process exited"
+                if node is not None and not node.alive()
+                else (
+                    f"no node subscribed to {topic} and published {options.detections_topic} within "
+                    f"{options.startup_timeout} s"
+                )
+            )
+            raise ReplayError(f"{why}{':' if log else ''}\n{log}".rstrip())
         played.detections_topic = client.detections_subscription.topic_name
         clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
         start, first_time = 0.0, 0
@@ -396,8 +448,10 @@ def replay_bag(
     compressed = info.topics[topic][0] == bags.COMPRESSED_IMAGE
     truth_messages = {}
     if bags.GROUND_TRUTH_TOPIC in info.topics:
-        truth_messages = {m.stamp_ns: bags.deserialize(m.data, bags.DETECTIONS)
-                          for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])}  # fmt: skip
+        truth_messages = {
+            m.stamp_ns: bags.deserialize(m.data, bags.DETECTIONS)
+            for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])
+        }
     played = _play(bags.read_messages(bag, [topic]), compressed, topic, options)
     labels = class_names([*truth_messages.values(), *played.answers.values()])
     answers = to_arrays(played.answers, labels)
@@ -417,9 +471,13 @@ def replay_bag(
 
 
 def _record(
-    output: Path, played: _Played, storage: bags.Storage, report: ReplayReport, records: Sequence[FrameRecord],
+    output: Path,
+    played: _Played,
+    storage: bags.Storage,
+    report: ReplayReport,
+    records: Sequence[FrameRecord],
     labels: Sequence[str],
-) -> None:  # fmt: skip
+) -> None:
     """Write the node's answers as a bag and the report (summary + per-frame detections) as JSON."""
     from rclpy.serialization import serialize_message
 
@@ -434,10 +492,17 @@ def _record(
     frames = []
     for record in records:
         boxes, scores, classes = record.detections or (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
-        frames.append({"stamp_ns": record.stamp_ns, "answered": record.detections is not None,
-                       "latency_ms": record.latency_ms,
-                       "detections": [{"box": b, "score": s, "class_id": labels[c]}
-                                      for b, s, c in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True)]})  # fmt: skip
+        frames.append(
+            {
+                "stamp_ns": record.stamp_ns,
+                "answered": record.detections is not None,
+                "latency_ms": record.latency_ms,
+                "detections": [
+                    {"box": b, "score": s, "class_id": labels[c]}
+                    for b, s, c in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True)
+                ],
+            }
+        )
     text = json.dumps({"summary": report.summary(), "frames": frames}, indent=1)
     temporary = output / ".report.json.tmp"
     temporary.write_text(text)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from tiled_detector.tiling import plan_tiles
+
 CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
 
 # Hue (degrees) of each class, and hues that never belong to a class (distractors), far from the class hues.
@@ -39,7 +41,9 @@ class Scene:
 
     def __post_init__(self) -> None:
         if self.image.ndim != 3 or self.image.shape[2] != 3 or self.image.dtype != np.uint8:
-            raise ValueError(f"Scene image must be (H, W, 3) uint8, got {self.image.shape} {self.image.dtype}")
+            raise ValueError(
+                f"Scene image must be (H, W, 3) uint8, got {self.image.shape} {self.image.dtype}"
+            )
         if self.boxes.shape != (len(self.class_ids), 4):
             raise ValueError(
                 f"Scene needs one (4,) box per class id, got boxes {self.boxes.shape} and "
@@ -68,14 +72,12 @@ class SceneStyle:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
-def tile_seams(length: int, tile: int, overlap: float) -> np.ndarray:
-    """Positions of the tile edges inside [0, length] for tiles of `tile` px with `overlap` (last tile snapped)."""
-    if length <= tile:
-        return np.zeros(0, np.float32)
-    step = max(1, int(tile * (1.0 - overlap)))
-    starts = sorted({*range(0, length - tile, step), length - tile})
-    edges = {s for s in starts if s > 0} | {s + tile for s in starts if s + tile < length}
-    return np.array(sorted(edges), np.float32)
+def tile_seams(width: int, height: int, tile: int, overlap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inner tile edges (x positions, y positions) of the detector's tiling of a width x height frame."""
+    tiles = plan_tiles(height, width, tile, tile, overlap)
+    xs = np.unique(np.concatenate([tiles[:, 0], tiles[:, 2]]))
+    ys = np.unique(np.concatenate([tiles[:, 1], tiles[:, 3]]))
+    return xs[(xs > 0) & (xs < width)].astype(np.float32), ys[(ys > 0) & (ys < height)].astype(np.float32)
 
 
 def _rgb(hue: float, sat: float, val: float) -> tuple[float, float, float]:
@@ -99,7 +101,9 @@ def _draw_shape(mask: np.ndarray, shape: str, cx: float, cy: float, size: float,
         thickness = max(2, round(size / 6))
         cv2.circle(mask, centre, round((r - thickness / 2) * (1 << _SHIFT)), 1, thickness, cv2.LINE_8, _SHIFT)
     elif shape == "square":
-        cv2.fillPoly(mask, [_poly(cx, cy, r, [angle + k * math.pi / 2 for k in range(4)])], 1, cv2.LINE_8, _SHIFT)
+        cv2.fillPoly(
+            mask, [_poly(cx, cy, r, [angle + k * math.pi / 2 for k in range(4)])], 1, cv2.LINE_8, _SHIFT
+        )
     elif shape == "triangle":
         pts = _poly(cx, cy, r, [angle + k * 2 * math.pi / 3 for k in range(3)])
         cv2.fillPoly(mask, [pts], 1, cv2.LINE_8, _SHIFT)
@@ -112,7 +116,9 @@ def _draw_shape(mask: np.ndarray, shape: str, cx: float, cy: float, size: float,
         for hw, hh in arms:
             corners = [(-hw, -hh), (hw, -hh), (hw, hh), (-hw, hh)]
             pts = [(cx + x * c - y * s, cy + x * s + y * c) for x, y in corners]
-            cv2.fillPoly(mask, [(np.array(pts) * (1 << _SHIFT)).round().astype(np.int32)], 1, cv2.LINE_8, _SHIFT)
+            cv2.fillPoly(
+                mask, [(np.array(pts) * (1 << _SHIFT)).round().astype(np.int32)], 1, cv2.LINE_8, _SHIFT
+            )
 
 
 def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -123,7 +129,9 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     cell = int(rng.integers(6, 24))
     grid = (width // cell + 2, height // cell + 2)
     texture = rng.normal(0, rng.uniform(6, 22), (grid[1], grid[0], 1)).astype(np.float32)
-    small = np.clip(cv2.resize(coarse, grid, interpolation=cv2.INTER_CUBIC) + texture, 0, 255).astype(np.uint8)
+    small = np.clip(cv2.resize(coarse, grid, interpolation=cv2.INTER_CUBIC) + texture, 0, 255).astype(
+        np.uint8
+    )
     image = cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
     mpix = height * width / 1e6
     for _ in range(rng.poisson(30 * mpix)):  # blobs
@@ -168,16 +176,16 @@ def _centres(
     margin = -style.max_size / 2 if not seams else style.max_size / 2  # crops: objects may leave the frame
     xs = rng.uniform(margin, width - margin, count)
     ys = rng.uniform(margin, height - margin, count)
-    seam_x, seam_y = tile_seams(width, style.tile, style.overlap), tile_seams(height, style.tile, style.overlap)
+    seam_x, seam_y = tile_seams(width, height, style.tile, style.overlap)
     if seams and (len(seam_x) or len(seam_y)):
         on_seam = rng.random(count) < style.seam_fraction
         vertical = rng.random(count) < len(seam_x) / (len(seam_x) + len(seam_y))
         jitter = rng.uniform(-0.3, 0.3, count) * style.min_size
         if len(seam_x):
-            pick = np.asarray(seam_x)[rng.integers(0, len(seam_x), count)]
+            pick = seam_x[rng.integers(0, len(seam_x), count)]
             xs = np.where(on_seam & vertical, pick + jitter, xs)
         if len(seam_y):
-            pick = np.asarray(seam_y)[rng.integers(0, len(seam_y), count)]
+            pick = seam_y[rng.integers(0, len(seam_y), count)]
             ys = np.where(on_seam & ~vertical, pick + jitter, ys)
     return np.stack([xs, ys], axis=1)
 
@@ -306,13 +314,16 @@ def make_crop(seed: int, size: int = 640, style: SceneStyle | None = None) -> Sc
     return _render(rng, size, size, style or SceneStyle(), seams=False)
 
 
-def to_coco(scenes: Iterable[Scene], first_image_id: int = 1) -> dict:
-    """COCO detection ground truth (images, annotations with xywh bbox / area / iscrowd, categories)."""
+def coco_ground_truth(
+    labels: Iterable[tuple[np.ndarray, np.ndarray]], sizes: Iterable[tuple[int, int]], first_image_id: int = 1
+) -> dict:
+    """COCO detection ground truth from per-image (boxes xyxy, class ids) and (width, height)."""
     images, annotations = [], []
-    for image_id, scene in enumerate(scenes, start=first_image_id):
-        height, width = scene.image.shape[:2]
+    for image_id, ((boxes, class_ids), (width, height)) in enumerate(
+        zip(labels, sizes, strict=True), start=first_image_id
+    ):
         images.append({"id": image_id, "width": width, "height": height, "file_name": f"{image_id:06d}.png"})
-        for box, cls in zip(scene.boxes.tolist(), scene.class_ids.tolist(), strict=True):
+        for box, cls in zip(np.asarray(boxes).tolist(), np.asarray(class_ids).tolist(), strict=True):
             w, h = box[2] - box[0], box[3] - box[1]
             annotations.append(
                 {
@@ -326,3 +337,13 @@ def to_coco(scenes: Iterable[Scene], first_image_id: int = 1) -> dict:
             )
     categories = [{"id": i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(CLASSES)]
     return {"images": images, "annotations": annotations, "categories": categories}
+
+
+def to_coco(scenes: Sequence[Scene], first_image_id: int = 1) -> dict:
+    """COCO detection ground truth of scenes (images, annotations with xywh bbox / area / iscrowd, categories);
+    category id = class id + 1."""
+    return coco_ground_truth(
+        [(s.boxes, s.class_ids) for s in scenes],
+        [(s.image.shape[1], s.image.shape[0]) for s in scenes],
+        first_image_id,
+    )

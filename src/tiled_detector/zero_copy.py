@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from tiled_detector.engines.base import same_device
+
 
 class ZeroCopyError(ValueError):
     """The input cannot be used in place on the requested device."""
@@ -66,7 +68,7 @@ def as_torch_tensor(obj: Any, device: str | torch.device | None = None, copy: bo
     if device is None:
         return tensor
     target = torch.device(device)
-    if _same_device(tensor.device, target):
+    if same_device(tensor.device, target):
         return tensor
     if copy:
         return tensor.to(target)
@@ -75,8 +77,3 @@ def as_torch_tensor(obj: Any, device: str | torch.device | None = None, copy: bo
         f"the input is in {where} but a tensor on {target} was demanded without a copy; "
         f"give a tensor on {target} (e.g. decode on the GPU) or allow one copy (copy=True)"
     )
-
-
-def _same_device(have: torch.device, want: torch.device) -> bool:
-    """`cuda` without an index matches a tensor on any CUDA device."""
-    return have.type == want.type and (want.index is None or have.index == want.index)

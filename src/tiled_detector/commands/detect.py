@@ -5,16 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tiled_detector.engines.base import Backend
 from tiled_detector.merge import MatchMetric, MergeMethod
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tiled_detector.types import Detections
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the detect subcommand."""
-    parser.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="image files (anything OpenCV reads)")
-    parser.add_argument("--json", action="store_true", help="end with one JSON object holding every detection")
+    parser.add_argument(
+        "images", nargs="+", type=Path, metavar="IMAGE", help="image files (anything OpenCV reads)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="end with one JSON object holding every detection"
+    )
     parser.add_argument("--model", type=Path, help="model file (default: the bundled model)")
     parser.add_argument("--backend", default="auto", choices=[b.value for b in Backend])
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -60,15 +71,24 @@ def run(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{n} {k}" for n, k in counts.items()) or "nothing"
         print(f"{path}: {len(dets)} detections ({summary}) in {dets.timings['total']:.1f} ms")
         if args.save_dir:
-            _save_annotated(image, dets, labels, detector.plan_for(*image.shape[:2]).tiles, args.save_dir / path.name)
+            _save_annotated(
+                image, dets, labels, detector.plan_for(*image.shape[:2]).tiles, args.save_dir / path.name
+            )
         results.append(
             {
                 "image": str(path),
                 "width": image.shape[1],
                 "height": image.shape[0],
                 "detections": [
-                    {"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class_id": c, "label": n}
-                    for box, s, c, n in zip(dets.boxes, dets.scores, dets.class_ids.tolist(), names, strict=True)
+                    {
+                        "box": [round(float(v), 2) for v in box],
+                        "score": round(float(s), 4),
+                        "class_id": c,
+                        "label": n,
+                    }
+                    for box, s, c, n in zip(
+                        dets.boxes, dets.scores, dets.class_ids.tolist(), names, strict=True
+                    )
                 ],
                 "timings_ms": {k: round(v, 3) for k, v in dets.timings.items()},
             }
@@ -78,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _save_annotated(image_bgr, dets, labels, tiles, target: Path) -> None:  # noqa: ANN001
+def _save_annotated(
+    image_bgr: np.ndarray, dets: Detections, labels: Sequence[str] | None, tiles: np.ndarray, target: Path
+) -> None:
     """Draw the tiles and boxes (annotate works in RGB) and write the image next to the others."""
     import cv2
 

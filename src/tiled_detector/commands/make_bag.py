@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 EPILOG = """examples:
-  tiled-detector make-bag out/sample_bag --frames 30              # 30 synthetic 1920x1080 frames + ground truth
+  tiled-detector make-bag out/sample_bag --frames 30  # 30 synthetic 1920x1080 frames + ground truth
   tiled-detector make-bag out/cam_bag --video drive.mp4 --frames 300 --storage mcap
   tiled-detector make-bag out/jpeg_bag --images shots/ --compressed --rate 10
 Synthetic frame i uses seed S+i, so the same command always writes the same bag."""
@@ -18,8 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("out", type=Path, help="bag folder to create")
-    parser.add_argument("--frames", type=int, default=None, help="number of frames (synthetic default 30; "
-                        "with --video at most this many; not allowed with --images)")  # fmt: skip
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="number of frames (synthetic default 30; "
+        "with --video at most this many; not allowed with --images)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first synthetic frame (default 0)")
     parser.add_argument("--width", type=int, default=1920, help="synthetic frame width (default 1920)")
     parser.add_argument("--height", type=int, default=1080, help="synthetic frame height (default 1080)")
@@ -44,14 +49,24 @@ def run(args: argparse.Namespace) -> int:
     """Write the bag and print what it holds."""
     from tiled_detector import bags
 
-    common = {"rate": args.rate, "storage": args.storage, "compressed": args.compressed, "topic": args.topic,
-              "frame_id": args.frame_id, "force": args.force}  # fmt: skip
+    common = {
+        "rate": args.rate,
+        "storage": args.storage,
+        "compressed": args.compressed,
+        "topic": args.topic,
+        "frame_id": args.frame_id,
+        "force": args.force,
+    }
     try:
         if args.images is not None:
             if args.frames is not None:
                 raise ValueError("--frames cannot be used with --images (every image is written)")
-            path = bags.write_image_bag(args.out, bags.image_folder_frames(args.images), **common,
-                                        custom_data={"source": f"images:{args.images}"})  # fmt: skip
+            path = bags.write_image_bag(
+                args.out,
+                bags.image_folder_frames(args.images),
+                **common,
+                custom_data={"source": f"images:{args.images}"},
+            )
         elif args.video is not None:
             frames = bags.video_frames(args.video, args.frames)
             path = bags.write_image_bag(

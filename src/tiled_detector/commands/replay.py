@@ -1,4 +1,4 @@
-"""`tiled-detector replay`: play a bag through the detector node, score it, and gate a release on the result."""
+"""`tiled-detector replay`: play a bag through the detector node, score it, gate a release on the result."""
 
 from __future__ import annotations
 
@@ -31,19 +31,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-recall", type=float, default=None, help="fail (exit 1) below this recall [0, 1]"
     )
-    parser.add_argument("--max-drop-rate", type=float, default=None,
-                        help="fail (exit 1) above this fraction of frames without an answer [0, 1]")  # fmt: skip
+    parser.add_argument(
+        "--max-drop-rate",
+        type=float,
+        default=None,
+        help="fail (exit 1) above this fraction of frames without an answer [0, 1]",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="write DIR/detections (a bag of the answers) and DIR/report.json")  # fmt: skip
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="write DIR/detections (a bag of the answers) and DIR/report.json",
+    )
     parser.add_argument("--attach", action="store_true", help="use a running node instead of starting one")
     parser.add_argument(
         "--params-file", type=Path, default=None, help="node parameters (default config/detector.yaml)"
     )
-    parser.add_argument("--param", action="append", default=[], metavar="NAME:=VALUE",
-                        help="extra node parameter, e.g. --param conf_threshold:=0.3 (repeatable)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds to wait for a frame's answer (realtime: for the last one) (default 30)")  # fmt: skip
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="extra node parameter, e.g. --param conf_threshold:=0.3 (repeatable)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for a frame's answer (realtime: for the last one) (default 30)",
+    )
     parser.add_argument(
         "--startup-timeout", type=float, default=120.0, help="seconds for the node to come up"
     )
@@ -78,10 +95,15 @@ def run(args: argparse.Namespace) -> int:
 
             params_file = default_params_file()
         options = ReplayOptions(
-            mode=args.mode, timeout=args.timeout, startup_timeout=args.startup_timeout, topic=args.topic,
-            detections_topic=args.detections_topic, attach=args.attach, params_file=params_file,
+            mode=args.mode,
+            timeout=args.timeout,
+            startup_timeout=args.startup_timeout,
+            topic=args.topic,
+            detections_topic=args.detections_topic,
+            attach=args.attach,
+            params_file=params_file,
             parameters=_parameters(args.param),
-        )  # fmt: skip
+        )
         report = replay_bag(args.bag, options, args.output)
     except (ReplayError, ValueError, FileNotFoundError) as error:
         print(f"replay: cannot run: {error}")
@@ -110,5 +132,6 @@ def _describe(summary: dict[str, object]) -> str:
         f"{summary['dropped']} dropped\n"
         f"AP50 {number(summary['AP50'], '.3f')}, precision {number(summary['precision'], '.3f')}, "
         f"recall {number(summary['recall'], '.3f')} (IoU 0.5, answered frames)\n"
-        f"latency p50 {number(summary['latency_ms_p50'], '.1f')} ms, p95 {number(summary['latency_ms_p95'], '.1f')} ms"
+        f"latency p50 {number(summary['latency_ms_p50'], '.1f')} ms, "
+        f"p95 {number(summary['latency_ms_p95'], '.1f')} ms"
     )

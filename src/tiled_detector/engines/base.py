@@ -70,6 +70,7 @@ class Engine(ABC):
     precision: Precision = Precision.FP32
     backend: Backend
     labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
+    reuses_output_buffers: bool = False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
 
     @property
     def input_hw(self) -> tuple[int, int]:
@@ -95,7 +96,7 @@ class Engine(ABC):
         A static-batch model gets its last chunk zero-padded to `fixed_batch`; padded rows are dropped.
         """
         if (
-            batch.device != self.device
+            not same_device(batch.device, self.device)
             or batch.dtype != self.input.dtype
             or batch.shape[1:] != self.input.shape[1:]
         ):
@@ -106,9 +107,14 @@ class Engine(ABC):
             )
         if batch.shape[0] <= self.max_batch and batch.shape[0] == (self.fixed_batch or batch.shape[0]):
             return self._infer(batch)
-        parts = [self._infer_padded(chunk) for chunk in torch.split(batch, self.max_batch)]
-        if len(parts) == 1:
-            return parts[0]
+        chunks = torch.split(batch, self.max_batch)
+        if len(chunks) == 1:
+            return self._infer_padded(chunks[0])
+        parts = []
+        for chunk in chunks:  # one engine call per chunk of max_batch images
+            out = self._infer_padded(chunk)
+            # reused output buffers are overwritten by the next chunk: keep a copy of this one's
+            parts.append({k: v.clone() for k, v in out.items()} if self.reuses_output_buffers else out)
         return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
 
     def _infer_padded(self, chunk: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -118,6 +124,11 @@ class Engine(ABC):
         padded = chunk.new_zeros((size, *chunk.shape[1:]))
         padded[: chunk.shape[0]] = chunk
         return {name: out[: chunk.shape[0]] for name, out in self._infer(padded).items()}
+
+
+def same_device(have: torch.device, want: torch.device) -> bool:
+    """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
+    return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
 
 
 # backend -> "module:Class"; modules are imported only when the backend is chosen.

@@ -71,6 +71,8 @@ class OnnxRuntimeEngine(Engine):
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 0 if threads is None else int(threads)
+        # idle ORT threads must not spin: torch's pre/post-processing runs on the same cores right after
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(model), options, providers=self._providers())
         inputs = self._session.get_inputs()
         if len(inputs) != 1 or len(inputs[0].shape) != 4:

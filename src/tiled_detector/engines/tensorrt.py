@@ -257,6 +257,7 @@ class TensorRTEngine(Engine):
     """
 
     backend = Backend.TENSORRT
+    reuses_output_buffers = True
 
     def __init__(
         self,
@@ -332,17 +333,6 @@ class TensorRTEngine(Engine):
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch must be in [1, {self.max_batch}], got {batch}")
         return self._input[:batch]
-
-    def infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run any batch size. Outputs of a single call alias the reused buffers (valid until the next
-        call); batches over `max_batch` are split and each chunk's outputs copied out before the next."""
-        if batch.shape[0] <= self.max_batch:
-            return self._infer(batch)
-        parts: dict[str, list[torch.Tensor]] = {}
-        for chunk in torch.split(batch, self.max_batch):
-            for name, tensor in self._infer(chunk).items():
-                parts.setdefault(name, []).append(tensor.clone())
-        return {name: torch.cat(chunks) for name, chunks in parts.items()}
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         n = batch.shape[0]

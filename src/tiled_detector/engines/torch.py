@@ -2,7 +2,7 @@
 
 Metadata convention, written into the file when exporting (read back here, overridable by options):
 
-    extra = {"input_shape": "-1,3,640,640", "labels": json.dumps(["car", "person"])}
+    extra = {"input_shape": "-1,3,640,640", "labels": "car\nperson"}
     torch.jit.save(torch.jit.trace(model, example), "model.ts", _extra_files=extra)
     program = torch.export.export(model, (example,), dynamic_shapes=...)
     torch.export.save(program, "model.pt2", extra_files=extra)
@@ -10,7 +10,7 @@ Metadata convention, written into the file when exporting (read back here, overr
 `input_shape` is "B,C,H,W" with B = -1 for a dynamic batch (split at `max_batch`) or a positive number for a
 model traced for exactly that batch (padded and split to it). Without it, a .pt2 program's input shape is read
 from its graph (symbolic dimensions are dynamic); TorchScript files without it need the `input_shape` option.
-`labels` is a JSON list of class names (or one name per line). Outputs are named output0, output1, ... in the
+`labels` is one class name per line (a JSON list is accepted too). Outputs are named output0, output1, ... in the
 order the model returns them (a dict output keeps its keys).
 """
 

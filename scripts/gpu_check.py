@@ -1,0 +1,213 @@
+"""GPU acceptance check of the torch-backend pipeline (no ROS, ONNX Runtime or TensorRT needed).
+
+    PYTHONPATH=src python3 scripts/gpu_check.py              # on a CUDA machine
+    PYTHONPATH=src python3 scripts/gpu_check.py --device cpu --runs 3   # dry run of the same code on CPU
+
+1. equality: SquareDetector (TorchScript) on CPU and on the device over the same structured random frames must
+   give the same detections (float tolerance);
+2. transfers: torch.profiler over one detect() per frame size counts host<->device memcpys: exactly one
+   host-to-device copy (the frame) and one device-to-host copy (the packed results); small device-to-host reads
+   that data-dependent shapes force (nonzero counts, .item()) are listed and fail only with --strict-syncs;
+3. timings: per-stage medians over --runs detect() calls of a YOLOv8n-sized TorchScript model, 1920x1080 and
+   3840x2160 frames, 640 tiles, overlap 0.2, fp32 and fp16.
+Exits non-zero with a FAIL line for every failed check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench_pipeline import SquareDetector, YoloV8nLike, save_torchscript
+from tiled_detector.detector import TiledDetector
+from tiled_detector.types import Detections
+
+FRAME_SIZES = ((1080, 1920), (2160, 3840))
+SCALAR_READ_BYTES = 8  # a D2H copy this small is a sync read of a count or flag, not data
+
+
+def structured_frame(rng: np.random.Generator, height: int, width: int, squares: int = 15) -> np.ndarray:
+    """Dark noise with red and blue squares (sides multiples of 8, corners on a 4-pixel grid): SquareDetector
+    scores are exact multiples of 1/4 on both devices, so thresholds and merges cannot flip on rounding."""
+    frame = rng.integers(0, 30, (height, width, 3), dtype=np.uint8)
+    frame[..., 1] = frame[..., 0]  # equal R and G (and B below) in the background: it scores 0
+    frame[..., 2] = frame[..., 0]
+    for _ in range(squares):
+        side = 8 * int(rng.integers(1, 4))
+        y = 4 * int(rng.integers(0, (height - side) // 4))
+        x = 4 * int(rng.integers(0, (width - side) // 4))
+        frame[y : y + side, x : x + side] = (255, 0, 0) if rng.random() < 0.5 else (0, 0, 255)
+    return frame
+
+
+def _sorted_rows(dets: Detections) -> np.ndarray:
+    rows = np.column_stack([dets.class_ids, dets.boxes, dets.scores]).astype(np.float64)
+    return rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+
+
+def check_equality(model: Path, device: str, frames: int, failures: list[str]) -> None:
+    """CPU and `device` detectors agree on every frame."""
+    options = {"tile_size": (640, 640), "overlap": 0.2, "conf_threshold": 0.3, "backend": "torch"}
+    options["max_detections"] = 10_000  # no cut among equal scores
+    cpu = TiledDetector(model, device="cpu", **options)
+    dev = TiledDetector(model, device=device, **options)
+    rng = np.random.default_rng(0)
+    for i in range(frames):
+        height, width = FRAME_SIZES[i % len(FRAME_SIZES)]
+        frame = structured_frame(rng, height, width)
+        a, b = _sorted_rows(cpu.detect(frame)), _sorted_rows(dev.detect(frame))
+        same = a.shape == b.shape and np.allclose(a, b, atol=1e-3)
+        print(
+            f"equality frame {i} {width}x{height}: cpu {len(a)} vs {device} {len(b)} detections -> "
+            f"{'ok' if same else 'MISMATCH'}"
+        )
+        if not same:
+            failures.append(
+                f"CPU and {device} detections differ on frame {i} ({width}x{height}): "
+                f"{len(a)} vs {len(b)} rows; first rows cpu={a[:3].tolist()} dev={b[:3].tolist()}"
+            )
+
+
+def _memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
+    """(direction, bytes) of every memcpy in a chrome trace written by torch.profiler."""
+    events = json.loads(trace_path.read_text()).get("traceEvents", [])
+    copies = []
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") in {"gpu_memcpy", "Memcpy"} or name.startswith("Memcpy"):
+            direction = "HtoD" if "HtoD" in name else "DtoH" if "DtoH" in name else "other"
+            nbytes = event.get("args", {}).get("bytes")
+            copies.append((direction, int(nbytes) if nbytes is not None else None))
+    return copies
+
+
+def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str]) -> None:
+    """One H2D (the frame) and one D2H (the results) per detect() call, counted by torch.profiler."""
+    if torch.device(device).type != "cuda":
+        print("transfers: skipped (needs CUDA)")
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    detector = TiledDetector(model, device=device, backend="torch", tile_size=(640, 640), conf_threshold=0.3)
+    rng = np.random.default_rng(1)
+    for height, width in FRAME_SIZES:
+        frame = structured_frame(rng, height, width)
+        for _ in range(3):  # warm-up: plans, index tensors and pinned buffers are built once per size
+            detector.detect(frame)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            dets = detector.detect(frame)
+            torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(trace))
+            copies = _memcpys(trace)
+        h2d = [b for d, b in copies if d == "HtoD"]
+        d2h = [b for d, b in copies if d == "DtoH"]
+        scalar = [b for b in d2h if b is not None and b <= SCALAR_READ_BYTES]
+        data_d2h = [b for b in d2h if b is None or b > SCALAR_READ_BYTES]
+        result_bytes = len(dets) * 6 * 4
+        print(
+            f"transfers {width}x{height}: H2D {len(h2d)} {h2d} (frame {frame.nbytes} B); "
+            f"D2H data {len(data_d2h)} {data_d2h} (results {result_bytes} B); D2H scalar reads {len(scalar)}; "
+            f"other {[c for c in copies if c[0] == 'other']}"
+        )
+        if len(h2d) != 1 or (h2d[0] is not None and h2d[0] != frame.nbytes):
+            failures.append(f"{width}x{height}: expected exactly one H2D copy of {frame.nbytes} B, got {h2d}")
+        results_copied = len(data_d2h) == 1 or (result_bytes <= SCALAR_READ_BYTES and not data_d2h)
+        if not results_copied:
+            failures.append(
+                f"{width}x{height}: expected one D2H copy of the results, got data copies {data_d2h}"
+            )
+        if strict_syncs and len(d2h) != 1:
+            failures.append(f"{width}x{height}: {len(scalar)} scalar D2H sync reads besides the results")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+
+
+def report_timings(device: str, runs: int, failures: list[str]) -> None:
+    """Median per-stage milliseconds of a YOLOv8n-sized model, fp32 and fp16."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))
+        for precision in ("fp32", "fp16"):
+            if precision == "fp16" and torch.device(device).type == "cpu":
+                print("timings fp16: skipped on CPU")
+                continue
+            detector = TiledDetector(
+                model,
+                device=device,
+                backend="torch",
+                precision=precision,
+                tile_size=(640, 640),
+                overlap=0.2,
+                conf_threshold=0.25,
+            )
+            rng = np.random.default_rng(2)
+            for height, width in FRAME_SIZES:
+                frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+                for _ in range(3):
+                    detector.detect(frame)
+                walls, stages = [], []
+                for _ in range(runs):
+                    start = time.perf_counter()
+                    dets = detector.detect(frame)
+                    walls.append((time.perf_counter() - start) * 1000)
+                    stages.append(dets.timings)
+                medians = {k: statistics.median(s[k] for s in stages) for k in stages[0]}
+                plan = detector.plan_for(height, width)
+                print(
+                    f"timings {precision} {width}x{height} ({plan.num_tiles} tiles + full frame, batch "
+                    f"{plan.batch_size}): wall {statistics.median(walls):.2f} ms | "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in medians.items())
+                )
+                if not all(np.isfinite(list(medians.values()))):
+                    failures.append(f"non-finite timings for {precision} {width}x{height}: {medians}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
+    parser.add_argument("--runs", type=int, default=50, help="timed detect() calls per configuration")
+    parser.add_argument("--frames", type=int, default=4, help="frames of the CPU/device equality check")
+    parser.add_argument("--strict-syncs", action="store_true", help="also fail on scalar D2H sync reads")
+    args = parser.parse_args(argv)
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        print(f"FAIL: --device {args.device} but torch {torch.__version__} sees no CUDA device")
+        return 2
+    name = torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else "cpu"
+    print(f"torch {torch.__version__} on {name}, {torch.get_num_threads()} CPU threads")
+    failures: list[str] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        square = save_torchscript(
+            SquareDetector((640, 640), 8), Path(tmp) / "squares.ts", (640, 640), ["r", "b"]
+        )
+        for check in (
+            lambda: check_equality(square, args.device, args.frames, failures),
+            lambda: check_transfers(square, args.device, args.strict_syncs, failures),
+            lambda: report_timings(args.device, args.runs, failures),
+        ):
+            try:
+                check()
+            except Exception as error:  # report every check, then fail loudly below
+                failures.append(f"{type(error).__name__}: {error}")
+                import traceback
+
+                traceback.print_exc()
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    print("ALL CHECKS PASSED" if not failures else f"{len(failures)} CHECK(S) FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Evaluation: COCO metrics on hand-made predictions, duplicate counting, config table, report files, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tiled_detector.evaluation import (
+    CONFIGS,
+    METRICS,
+    box_iou,
+    coco_metrics,
+    config_changes,
+    duplicate_count,
+    markdown_table,
+    write_report,
+)
+from tiled_detector.synthetic import coco_ground_truth
+from tiled_detector.types import Detections
+
+GT_BOXES = np.array([[10, 10, 30, 30], [100, 100, 160, 150], [200, 50, 212, 62]], np.float32)
+GT_CLASSES = np.array([0, 1, 2], np.int64)
+
+
+def _truth(frames: int = 2) -> dict:
+    return coco_ground_truth([(GT_BOXES, GT_CLASSES)] * frames, [(320, 240)] * frames)
+
+
+def test_perfect_predictions_score_one() -> None:
+    perfect = Detections(GT_BOXES, np.full(3, 0.9, np.float32), GT_CLASSES)
+    metrics = coco_metrics(_truth(), [perfect, perfect])
+    assert metrics["AP"] == pytest.approx(1.0)
+    assert metrics["AP50"] == pytest.approx(1.0)
+    assert metrics["AP_small"] == pytest.approx(1.0)  # two of the boxes are under 32^2
+    assert metrics["recall"] == pytest.approx(1.0)
+
+
+def test_missing_and_wrong_class_predictions_lower_the_metrics() -> None:
+    half = Detections(GT_BOXES[:1], np.full(1, 0.9, np.float32), GT_CLASSES[:1])
+    wrong = Detections(GT_BOXES, np.full(3, 0.9, np.float32), (GT_CLASSES + 1) % 3)
+    assert coco_metrics(_truth(1), [half])["recall"] == pytest.approx(1 / 3)
+    assert coco_metrics(_truth(1), [wrong])["AP50"] == pytest.approx(0.0)
+
+
+def test_no_predictions_give_zero() -> None:
+    assert coco_metrics(_truth(1), [Detections.empty()]) == {
+        "AP": 0.0,
+        "AP50": 0.0,
+        "AP_small": 0.0,
+        "recall": 0.0,
+    }
+
+
+def test_duplicate_count_on_crafted_case() -> None:
+    # object 0: matched by two boxes of its class (duplicate); object 1: one box of its class and one of another
+    # class (not a duplicate); object 2: one box at IoU 0.5 and one at IoU < 0.5 (not a duplicate).
+    boxes = np.array(
+        [
+            [10, 10, 30, 30],
+            [11, 11, 30, 30],
+            [100, 100, 160, 150],
+            [100, 100, 160, 150],
+            [200, 50, 212, 62],
+            [200, 50, 218, 68],  # IoU 144 / 324 < 0.5
+        ],
+        np.float32,
+    )
+    found = Detections(boxes, np.full(6, 0.5, np.float32), np.array([0, 0, 1, 3, 2, 2]))
+    assert duplicate_count(GT_BOXES, GT_CLASSES, found) == 1
+    assert duplicate_count(GT_BOXES, GT_CLASSES, Detections.empty()) == 0
+
+
+def test_box_iou() -> None:
+    a = np.array([[0, 0, 10, 10]], np.float32)
+    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]], np.float32)
+    np.testing.assert_allclose(box_iou(a, b), [[1.0, 50 / 150, 0.0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "changes"),
+    [
+        ("full", {"tile_size": (1920, 1080), "full_frame": False}),
+        ("tiles", {"full_frame": False}),
+        ("tiles+full", {}),
+        ("tiles+full/nms", {"merge": "nms"}),
+        ("tiles+full/nmm", {"merge": "nmm"}),
+        ("tiles+full/greedy_nmm", {"merge": "greedy_nmm"}),
+    ],
+)
+def test_config_changes(name: str, changes: dict) -> None:
+    assert config_changes(name, 1920, 1080) == changes
+
+
+def test_unknown_config_lists_options() -> None:
+    with pytest.raises(ValueError, match="tiles\\+full/nms"):
+        config_changes("tiles+full/soft", 640, 480)
+
+
+def test_full_config_is_one_letterboxed_view_like_the_full_frame_view() -> None:
+    """The "full" config (one frame-sized tile) maps boxes exactly like the default plan's full-frame view."""
+    from tiled_detector.tiling import make_plan
+
+    full = make_plan((1080, 1920), (1080, 1920), 0.2, (640, 640), False)
+    default = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)
+    assert full.batch_size == 1
+    np.testing.assert_allclose(full.scales[0], default.scales[-1])
+    np.testing.assert_allclose(full.offsets[0], default.offsets[-1])
+    assert not full.inner_edges.any()
+
+
+def test_report_files_and_table(tmp_path) -> None:
+    values = {m: 0.5 for m in METRICS}
+    results = {name: dict(values) for name in CONFIGS}
+    paths = write_report(results, tmp_path, {"frames": 2})
+    data = json.loads(paths["json"].read_text())
+    assert data["frames"] == 2 and set(data["configs"]) == set(CONFIGS)
+    table = markdown_table(results)
+    assert table.count("\n") == len(CONFIGS) + 2 and "| tiles+full/nmm |" in table
+    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_command_json_last_line(tmp_path, capsys) -> None:
+    """End to end on two small frames with the bundled model: the last printed line is the JSON report."""
+    from tiled_detector.cli import main
+
+    configs = ["full", "tiles", "tiles+full", "tiles+full/greedy_nmm"]
+    args = ["eval", "--frames", "2", "--width", "960", "--height", "640", "--out", str(tmp_path)]
+    code = main([*args, "--json", "--configs", *configs])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    report = json.loads(last)
+    assert set(report["configs"]) == set(configs)
+    for values in report["configs"].values():
+        assert set(values) == set(METRICS)
+        assert 0.0 <= values["AP50"] <= 1.0 and 0.0 <= values["duplicate_rate"] <= 1.0
+    assert (
+        report["configs"]["tiles+full"] == report["configs"]["tiles+full/greedy_nmm"]
+    )  # same config, run once
+    assert report["configs"]["tiles+full"]["recall"] > 0.3
+    assert (tmp_path / "eval.md").is_file() and (tmp_path / "eval.png").is_file()

@@ -1,0 +1,223 @@
+"""Replay: scoring and the release gate, then real processes (a stand-in node, and the detector node)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiled_detector import bags
+from tiled_detector.replay import (
+    FrameRecord,
+    Mode,
+    ReplayOptions,
+    ReplayReport,
+    Thresholds,
+    box_iou,
+    coco_ap50,
+    replay_bag,
+    score,
+    summarize,
+    true_positives,
+)
+
+ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
+MODEL = Path(__file__).resolve().parents[1] / "src" / "tiled_detector" / "models" / "default.onnx"
+
+
+def _arrays(boxes: list[list[float]], scores: list[float], classes: list[int]) -> tuple[np.ndarray, ...]:
+    return (
+        np.array(boxes, np.float32).reshape(-1, 4),
+        np.array(scores, np.float32),
+        np.array(classes, np.int64),
+    )
+
+
+# --- scoring ------------------------------------------------------------------------------------------------
+
+box = st.tuples(st.floats(0, 500), st.floats(0, 500), st.floats(1, 100), st.floats(1, 100)).map(
+    lambda b: [b[0], b[1], b[0] + b[2], b[1] + b[3]]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(box, min_size=1, max_size=8), st.lists(box, min_size=1, max_size=8))
+def test_iou_is_a_symmetric_overlap_ratio(a: list[list[float]], b: list[list[float]]) -> None:
+    iou = box_iou(np.array(a), np.array(b))
+    assert iou.shape == (len(a), len(b))
+    assert ((iou >= 0) & (iou <= 1 + 1e-9)).all()
+    np.testing.assert_allclose(iou, box_iou(np.array(b), np.array(a)).T)
+    np.testing.assert_allclose(np.diag(box_iou(np.array(a), np.array(a))), 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(box, max_size=8), st.lists(box, max_size=8))
+def test_matches_are_one_to_one(predicted: list[list[float]], truth: list[list[float]]) -> None:
+    scores, zeros = np.linspace(1, 0.1, len(predicted)), np.zeros(len(predicted), int)
+    hits = true_positives(
+        (np.array(predicted).reshape(-1, 4), scores, zeros),
+        (np.array(truth).reshape(-1, 4), np.zeros(len(truth), int)),
+    )
+    assert 0 <= hits <= min(len(predicted), len(truth))
+    assert true_positives(
+        (np.array(truth).reshape(-1, 4), np.ones(len(truth)), np.zeros(len(truth), int)),
+        (np.array(truth).reshape(-1, 4), np.zeros(len(truth), int)),
+    ) == len(truth)
+
+
+def test_scores_of_a_hand_checked_case() -> None:
+    truth = {1: (np.array([[0, 0, 10, 10], [20, 20, 30, 30]], np.float32), np.array([0, 1]))}
+    perfect = {1: _arrays([[0, 0, 10, 10], [20, 20, 30, 30]], [0.9, 0.8], [0, 1])}
+    assert score(perfect, truth).__dict__ == pytest.approx({"ap50": 1.0, "precision": 1.0, "recall": 1.0})
+    # class 0 found (AP 1), class 1 labelled as class 0 (a false positive) so class 1 missed (AP 0): mean 0.5
+    half = {1: _arrays([[0, 0, 10, 10], [20, 20, 30, 30]], [0.9, 0.8], [0, 0])}
+    result = score(half, truth)
+    assert (result.precision, result.recall) == (0.5, 0.5)
+    assert result.ap50 == pytest.approx(0.5)
+    shifted = {1: _arrays([[6, 6, 16, 16]], [0.9], [0])}  # IoU 16/184 < 0.5
+    assert score(shifted, truth).recall == 0.0
+    assert coco_ap50(shifted, truth) == 0.0
+    assert score({}, truth).ap50 is None  # nothing answered: no quality to report
+
+
+def test_report_counts_drops_and_gates() -> None:
+    truth = {1: (np.array([[0, 0, 10, 10]], np.float32), np.array([0]))}
+    records = [
+        FrameRecord(1, 12.0, _arrays([[0, 0, 10, 10]], [0.9], [0])),
+        FrameRecord(2, None, None),
+        FrameRecord(3, 30.0, _arrays([], [], [])),
+    ]
+    report = summarize(Mode.REALTIME, records, truth)
+    assert (report.frames_sent, report.frames_answered, report.dropped) == (3, 2, 1)
+    assert (report.ap50, report.recall) == pytest.approx((1.0, 1.0))
+    assert report.latency_ms_p50 == pytest.approx(21.0)
+    summary = report.summary()
+    assert {
+        "frames_sent",
+        "frames_answered",
+        "AP50",
+        "precision",
+        "recall",
+        "latency_ms_p50",
+        "latency_ms_p95",
+        "dropped",
+    } <= set(summary)
+    assert Thresholds(min_ap50=0.9, min_recall=1.0).failures(report) == []
+    assert Thresholds(max_drop_rate=0.2).failures(report) == ["drop rate 0.333 > 0.2 (1 of 3 frames)"]
+    no_truth = ReplayReport("lockstep", 1, 1, None, None, None, 1.0, 1.0)
+    assert "no ground truth" in Thresholds(min_ap50=0.5).failures(no_truth)[0]
+    with pytest.raises(ValueError, match="min_recall must be in"):
+        Thresholds(min_recall=80)
+    with pytest.raises(ValueError, match="lockstep, realtime"):
+        Mode.from_value("fast")
+    assert Mode.from_value("Lock-Step") is Mode.LOCKSTEP
+
+
+# --- real processes -----------------------------------------------------------------------------------------
+
+
+def _bright_squares(count: int, shift: int = 0) -> list[bags.Frame]:
+    """Frames with one white rectangle each; ground truth shifted by `shift` pixels (0 = exact)."""
+    frames = []
+    for index in range(count):
+        image = np.zeros((240, 320, 3), np.uint8)
+        x, y = 20 + 9 * index, 30 + 4 * index
+        image[y : y + 40, x : x + 60] = 255
+        gt = np.array([[x + shift, y, x + 60 + shift, y + 40]], np.float32)
+        frames.append(bags.Frame(image, gt, np.array([0])))
+    return frames
+
+
+@pytest.mark.ros
+def test_lockstep_replay_records_and_scores(tmp_path: Path) -> None:
+    bag = bags.write_image_bag(tmp_path / "bag", _bright_squares(8), labels=["bright"], storage="mcap")
+    report = replay_bag(bag, ReplayOptions(program=ECHO_NODE, timeout=10), tmp_path / "out")
+    assert (report.frames_sent, report.frames_answered, report.dropped) == (8, 8, 0)
+    assert (report.ap50, report.precision, report.recall) == pytest.approx((1.0, 1.0, 1.0))
+    assert 0 < report.latency_ms_p50 <= report.latency_ms_p95
+    recorded = bags.read_detections(tmp_path / "out" / "detections", "/detections", ["bright"])
+    assert sorted(recorded) == [bags.frame_stamp(i, 30.0) for i in range(8)]
+    assert bags.bag_info(tmp_path / "out" / "detections").storage is bags.Storage.MCAP
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert saved["summary"] == report.summary()
+    assert saved["frames"][0]["detections"][0]["class_id"] == "bright"
+
+
+@pytest.mark.ros
+def test_realtime_replay_reports_drops_honestly(tmp_path: Path) -> None:
+    bag = bags.write_image_bag(tmp_path / "bag", _bright_squares(10), rate=60.0, labels=["bright"])
+    report = replay_bag(bag, ReplayOptions(mode="realtime", program=ECHO_NODE, timeout=10))
+    assert report.frames_sent == 10
+    assert 1 <= report.frames_answered <= 10
+    assert report.dropped == report.frames_sent - report.frames_answered
+    assert report.ap50 == pytest.approx(1.0)  # every answer it gave is right
+
+
+@pytest.mark.ros
+def test_cli_gate_attached_to_a_running_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiled_detector.cli import main
+    from tiled_detector.ros.process import NodeProcess, pick_domain_id
+
+    good = bags.write_image_bag(tmp_path / "good", _bright_squares(4), labels=["bright"])
+    bad = bags.write_image_bag(tmp_path / "bad", _bright_squares(4, shift=45), labels=["bright"])
+    domain = pick_domain_id()
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    with NodeProcess(remaps={"image": "/camera/image_raw"}, domain_id=domain, program=ECHO_NODE):
+        assert (
+            main(["replay", str(good), "--attach", "--json", "--min-ap50", "0.9", "--startup-timeout", "30"])
+            == 0
+        )
+        passed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (
+            main(["replay", str(bad), "--attach", "--json", "--min-ap50", "0.9", "--startup-timeout", "30"])
+            == 1
+        )
+        failed_lines = capsys.readouterr().out.strip().splitlines()
+    assert passed["passed"] and passed["frames_answered"] == 4 and passed["AP50"] == pytest.approx(1.0)
+    failed = json.loads(failed_lines[-1])
+    assert not failed["passed"] and failed["AP50"] == 0.0
+    assert any(line.startswith("FAILED: AP50 0.000 < 0.9") for line in failed_lines)
+
+
+@pytest.fixture(scope="module")
+def camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return bags.make_synthetic_bag(tmp_path_factory.mktemp("camera") / "bag", 30, 100, 1920, 1080, rate=30.0)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not MODEL.is_file(), reason="the bundled model src/tiled_detector/models/default.onnx is not there yet"
+)
+def test_detector_node_passes_the_gate_lockstep(camera_bag: Path) -> None:
+    from tiled_detector.commands.demo import default_params_file
+
+    report = replay_bag(
+        camera_bag, ReplayOptions(params_file=default_params_file(), timeout=30, startup_timeout=60)
+    )
+    assert report.frames_sent == report.frames_answered == 30
+    assert report.ap50 is not None and report.ap50 >= 0.80, report.summary()
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not MODEL.is_file(), reason="the bundled model src/tiled_detector/models/default.onnx is not there yet"
+)
+def test_detector_node_drops_frames_in_realtime_at_30_hz(camera_bag: Path) -> None:
+    from tiled_detector.commands.demo import default_params_file
+
+    report = replay_bag(
+        camera_bag,
+        ReplayOptions(mode="realtime", params_file=default_params_file(), timeout=30, startup_timeout=60),
+    )
+    assert report.frames_sent == 30
+    assert report.frames_answered < report.frames_sent  # slower than the camera on this CPU
+    assert report.dropped == report.frames_sent - report.frames_answered
