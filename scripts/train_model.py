@@ -253,7 +253,7 @@ def detection_loss(
     ).abs().pow(2)
     cls_loss = focal.sum() / n_pos
     total = cls_loss + box_weight * box_loss
-    return total, {"cls": float(cls_loss), "box": float(box_loss), "pos": float(n_pos)}
+    return total, {"cls": cls_loss.item(), "box": box_loss.item(), "pos": float(n_pos)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -362,7 +362,7 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
     labels = "\n".join(CLASSES) + "\n"
     with torch.no_grad():
         traced = torch.jit.trace(wrapper, example)
-    extra = {"input_shape": f"1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": labels}
+    extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": labels}  # -1: dynamic batch
     torch.jit.save(traced, str(ts_path), _extra_files=extra)
     (out / "labels.txt").write_text(labels)
     return onnx_path, ts_path

@@ -57,7 +57,7 @@ def test_torchscript_matches_onnx() -> None:
 
     files: dict[str, str] = {"input_shape": "", "labels": ""}
     ts = torch.jit.load(str(default_model_path().with_suffix(".ts")), _extra_files=files)
-    assert bytes(files["input_shape"]) == b"1,3,640,640"
+    assert bytes(files["input_shape"]) == b"-1,3,640,640"  # traced batch-agnostic: one call per frame
     x = torch.rand(2, 3, 640, 640, generator=torch.Generator().manual_seed(0))
     session = ort.InferenceSession(str(default_model_path()), providers=["CPUExecutionProvider"])
     (onnx_out,) = session.run(None, {"images": x.numpy()})

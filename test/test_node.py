@@ -35,7 +35,7 @@ def scenes() -> list[Any]:
 
 
 def _write_params(path: Path, **values: Any) -> Path:
-    lines = ["/**:", "  ros__parameters:"]
+    lines = ["/**:", "  ros__parameters:" + ("" if values else " {}")]
     for name, value in values.items():
         literal = str(value).lower() if isinstance(value, bool) else repr(value)
         lines.append(f"    {name}: {literal}")
@@ -145,7 +145,7 @@ def test_malformed_images_are_counted_and_skipped(node_and_client: Any, scenes: 
     short.data = bytes(100)
     unknown = _image(scenes[0].image, 2)
     unknown.encoding = "hsv_magic"
-    empty = _image(scenes[0].image[:0], 3)
+    empty = Image(encoding="rgb8", height=0, width=1280, step=3840)  # zero size
     for bad in (short, unknown, empty):
         client.publish(bad)
         time.sleep(0.5)  # let the worker take each one (the slot keeps only the newest frame)

@@ -136,7 +136,8 @@ class DetectorNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         for param in PARAMS:
             self.declare_parameter(param.name, _declared_value(param), param.descriptor())
-        self._values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
+        # get_parameter_or: parameters declared by type only ("not set") read as None instead of raising
+        self._values = {p.name: self.get_parameter_or(p.name, Parameter(p.name)).value for p in PARAMS}
         for param in PARAMS:
             reason = param.check(self._values[param.name])
             if reason:
@@ -293,7 +294,11 @@ def _declared_value(param: Param) -> Any:
 
 def main(args: Sequence[str] | None = None) -> int:
     """Run the node until Ctrl-C / SIGTERM; exits 0 on a clean shutdown, 1 when the node cannot start."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RuntimeError as error:  # rclpy's RCLError: unreadable params file or --ros-args
+        print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     node: DetectorNode | None = None
     try:

@@ -106,6 +106,7 @@ class NodeProcess:
         self._log = tempfile.NamedTemporaryFile(prefix="tiled_detector_node_", suffix=".log", delete=False)  # noqa: SIM115
         self.process: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
+        self._final_log: str | None = None
 
     def start(self) -> NodeProcess:
         """Start the node process."""
@@ -133,7 +134,9 @@ class NodeProcess:
         return self.returncode
 
     def log_text(self) -> str:
-        """Everything the node printed so far."""
+        """Everything the node printed so far (kept after the context exits)."""
+        if self._final_log is not None:
+            return self._final_log
         self._log.flush()
         return Path(self._log.name).read_text(errors="replace")
 
@@ -144,6 +147,6 @@ class NodeProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+        self._final_log = self.log_text()
         self._log.close()
-        if exc_type is None:
-            Path(self._log.name).unlink(missing_ok=True)
+        Path(self._log.name).unlink(missing_ok=True)
