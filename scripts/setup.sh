@@ -103,6 +103,8 @@ else
   fi
 
   pip_install -r "$root/requirements/python.txt" -r "$root/requirements/test.txt"
+  # SAHI is only a test oracle; its metadata pulls opencv-python, which clashes with the headless build.
+  pip_install --no-deps -r "$root/requirements/test-nodeps.txt"
   pip_install --no-deps -e "$root"
 fi
 

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from tiled_detector.ros.node import FrameSlot, Stats, image_qos  # noqa: E402
-from tiled_detector.ros.params import BY_NAME, PARAMS, pipeline_changes, resolve_classes  # noqa: E402
+from tiled_detector.ros.node import FrameSlot, Stats, image_qos
+from tiled_detector.ros.params import BY_NAME, PARAMS, pipeline_changes, resolve_classes
 
 
 def test_every_parameter_has_a_description_and_a_valid_default() -> None:

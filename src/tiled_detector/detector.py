@@ -126,6 +126,7 @@ class TiledDetector:
         self._preprocessor = Preprocessor(
             engine.device, engine.input.dtype, engine.input_hw, config.channel_order
         )
+        self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
 
     def _resolve_layout(self) -> OutputLayout:
@@ -134,7 +135,7 @@ class TiledDetector:
         shapes = {o.name: o.shape for o in self._engine.outputs}
         if self._config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
             return self._config.layout
-        return detect_layout(shapes)
+        return detect_layout(shapes, self._num_classes)
 
     @property
     def config(self) -> DetectorConfig:
@@ -200,7 +201,9 @@ class TiledDetector:
         clock.mark("preprocess")
         outputs = self._engine.infer(batch)
         clock.mark("infer")
-        found = decode_outputs(outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes)
+        found = decode_outputs(
+            outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
+        )
         clock.mark("decode")
         boxes = plan.to_frame(found.boxes, found.image_index)
         scores, class_ids = found.scores.float(), found.class_ids

@@ -244,9 +244,7 @@ class DetectorNode(Node):
         if self.debug_pub.get_subscription_count() > 0:
             plan = detector.plan_for(frame.shape[0], frame.shape[1])
             drawn = annotate(frame, detections, self.labels, plan.tiles)
-            self.debug_pub.publish(
-                array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header)
-            )
+            self.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
         self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
 
     def _publish_diagnostics(self) -> None:
