@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from tiled_detector.engines.base import concrete_device
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
@@ -173,7 +174,7 @@ class Preprocessor:
                 f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
             )
         self.channel_order = channel_order
-        self.device = torch.device(device)
+        self.device = concrete_device(device)
         self.dtype = dtype
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
         self._batch: torch.Tensor | None = None

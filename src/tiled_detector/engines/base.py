@@ -126,6 +126,15 @@ class Engine(ABC):
         return {name: out[: chunk.shape[0]] for name, out in self._infer(padded).items()}
 
 
+def concrete_device(device: str | torch.device) -> torch.device:
+    """`device` with the index made explicit (`cuda` -> `cuda:N` of the current device), so that it compares
+    equal to the `.device` of the tensors allocated on it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def same_device(have: torch.device, want: torch.device) -> bool:
     """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
     return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
@@ -174,7 +183,7 @@ def load_engine(
     chosen = resolve_backend(model, backend, device)
     return engine_class(chosen)(
         Path(model),
-        device=torch.device(device),
+        device=concrete_device(device),
         precision=Precision.from_value(precision),
         max_batch=max_batch,
         **options,
