@@ -12,7 +12,6 @@ copy), so their RIHS01 hashes equal rosidl's. This module imports no rclpy.
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import shutil
@@ -28,6 +27,8 @@ import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
+
+from tiled_detector.options import Option
 
 METADATA_VERSION = 8  # newest version Humble's `ros2 bag info/play` can read (see the module docstring)
 HUMBLE_METADATA_VERSION = 5  # the version Humble's rosbag2 itself writes
@@ -64,21 +65,11 @@ _DTYPES = {
 }
 
 
-class Storage(enum.Enum):
+class Storage(Option):
     """rosbag2 storage plugin."""
 
     SQLITE3 = "sqlite3"
     MCAP = "mcap"
-
-    @classmethod
-    def from_value(cls, value: str | Storage) -> Storage:
-        """Case-insensitive lookup; the error lists the valid values."""
-        if isinstance(value, Storage):
-            return value
-        for member in cls:
-            if member.value == str(value).lower():
-                return member
-        raise ValueError(f"storage must be one of {', '.join(m.value for m in cls)}, got {value!r}")
 
     @property
     def plugin(self) -> StoragePlugin:

@@ -9,7 +9,6 @@ into the last slot. Results are written in place into a batch tensor (B, 3, H, W
 
 from __future__ import annotations
 
-import enum
 import warnings
 from dataclasses import dataclass
 
@@ -18,12 +17,13 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.engines.base import concrete_device
+from tiled_detector.options import Option
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
 
 
-class Encoding(str, enum.Enum):
+class Encoding(Option):
     """Pixel encodings accepted as input (ROS sensor_msgs/Image names)."""
 
     RGB8 = "rgb8"
@@ -32,15 +32,6 @@ class Encoding(str, enum.Enum):
     BGRA8 = "bgra8"
     MONO8 = "mono8"
     MONO16 = "mono16"
-
-    @classmethod
-    def from_value(cls, value: str | Encoding) -> Encoding:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, Encoding) else value).lower())
-        except ValueError:
-            valid = ", ".join(e.value for e in cls)
-            raise ValueError(f"unknown encoding {value!r}; expected one of: {valid}") from None
 
     @property
     def channels(self) -> int:

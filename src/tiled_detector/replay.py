@@ -19,7 +19,6 @@ The ROS side goes through `tiled_detector.ros.client.DetectorClient`; rclpy is i
 from __future__ import annotations
 
 import contextlib
-import enum
 import io
 import json
 import time
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tiled_detector import bags
+from tiled_detector.options import Option
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, scores (N,), class ids (N,)
@@ -40,21 +40,11 @@ class ReplayError(RuntimeError):
     """The replay could not run (bad bag, node did not start); the text says why."""
 
 
-class Mode(enum.Enum):
+class Mode(Option):
     """How frames are played into the node."""
 
     LOCKSTEP = "lockstep"
     REALTIME = "realtime"
-
-    @classmethod
-    def from_value(cls, value: str | Mode) -> Mode:
-        """Case-insensitive lookup; the error lists the valid values."""
-        if isinstance(value, Mode):
-            return value
-        for member in cls:
-            if member.value == str(value).lower().replace("-", ""):
-                return member
-        raise ValueError(f"mode must be one of {', '.join(m.value for m in cls)}, got {value!r}")
 
 
 @dataclass(frozen=True)

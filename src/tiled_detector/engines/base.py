@@ -6,7 +6,6 @@ Engines are stateless per call: nothing from a call is kept on `self` except reu
 
 from __future__ import annotations
 
-import enum
 import importlib
 import importlib.util
 from abc import ABC, abstractmethod
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from tiled_detector.options import Option
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class TensorSpec:
     dtype: torch.dtype
 
 
-class Backend(str, enum.Enum):
+class Backend(Option):
     """Engine backends selectable by name."""
 
     AUTO = "auto"
@@ -33,31 +34,13 @@ class Backend(str, enum.Enum):
     ONNXRUNTIME = "onnxruntime"
     TORCH = "torch"
 
-    @classmethod
-    def from_value(cls, value: str | Backend) -> Backend:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, Backend) else value).lower())
-        except ValueError:
-            valid = ", ".join(b.value for b in cls)
-            raise ValueError(f"unknown backend {value!r}; expected one of: {valid}") from None
 
-
-class Precision(str, enum.Enum):
+class Precision(Option):
     """Numeric precision of the engine."""
 
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
-
-    @classmethod
-    def from_value(cls, value: str | Precision) -> Precision:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, Precision) else value).lower())
-        except ValueError:
-            valid = ", ".join(p.value for p in cls)
-            raise ValueError(f"unknown precision {value!r}; expected one of: {valid}") from None
 
 
 class Engine(ABC):

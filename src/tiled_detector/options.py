@@ -1,0 +1,26 @@
+"""String options chosen by name (backend, precision, merge method, ...): one Enum base for all of them."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import TypeVar
+
+_T = TypeVar("_T", bound="Option")
+
+
+class Option(str, enum.Enum):
+    """An Enum of strings with a case-insensitive `from_value` whose error states the valid values."""
+
+    @classmethod
+    def from_value(cls: type[_T], value: str | _T) -> _T:
+        """The member named by `value` (a member, or its value in any case)."""
+        if isinstance(value, cls):
+            return value
+        text = str(value.value if isinstance(value, enum.Enum) else value).strip().lower()
+        for member in cls:
+            if member.value == text:
+                return member
+        what = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
+        valid = ", ".join(m.value for m in cls)
+        raise ValueError(f"unknown {what} {value!r}; expected one of: {valid}")
