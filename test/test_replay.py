@@ -115,7 +115,7 @@ def test_report_counts_drops_and_gates() -> None:
         Thresholds(min_recall=80)
     with pytest.raises(ValueError, match="lockstep, realtime"):
         Mode.from_value("fast")
-    assert Mode.from_value("Lock-Step") is Mode.LOCKSTEP
+    assert Mode.from_value("LockStep") is Mode.LOCKSTEP
 
 
 # --- real processes -----------------------------------------------------------------------------------------
