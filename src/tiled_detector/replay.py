@@ -19,6 +19,7 @@ The ROS side goes through `tiled_detector.ros.client.DetectorClient`; rclpy is i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import time
@@ -137,6 +138,8 @@ class ReplayReport:
     recall: float | None
     latency_ms_p50: float | None
     latency_ms_p95: float | None
+    records: tuple[FrameRecord, ...] = field(default=(), compare=False, repr=False)  # per frame sent
+    labels: tuple[str, ...] = ()  # class names indexed by the records' class ids
 
     @property
     def dropped(self) -> int:
@@ -275,7 +278,15 @@ def summarize(
     scores = score(answered, truth)
     p50, p95 = (float(v) for v in np.percentile(latencies, [50, 95])) if latencies else (None, None)
     return ReplayReport(
-        mode.value, len(records), len(answered), scores.ap50, scores.precision, scores.recall, p50, p95
+        mode.value,
+        len(records),
+        len(answered),
+        scores.ap50,
+        scores.precision,
+        scores.recall,
+        p50,
+        p95,
+        tuple(records),
     )
 
 
@@ -454,7 +465,7 @@ def replay_bag(
         )
         for stamp, sent in played.sent
     ]
-    report = summarize(options.mode, records, truth)
+    report = dataclasses.replace(summarize(options.mode, records, truth), labels=tuple(labels))
     if output is not None:
         _record(Path(output), played, info.storage, report, records, labels)
     return report
