@@ -49,6 +49,23 @@ class Decoded(NamedTuple):
     image_index: torch.Tensor
 
 
+class PaddedDecoded(NamedTuple):
+    """`Decoded` with a fixed number of rows, B * min(top_k, A): each image's top-k candidates in rank order,
+    and `valid` (M,) bool marking those above the threshold. Its shapes depend only on the input shapes, so no
+    host synchronisation is needed; `Decoded` equals the valid rows, in order."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    class_ids: torch.Tensor
+    image_index: torch.Tensor
+    valid: torch.Tensor
+
+    def compact(self) -> Decoded:
+        """The valid rows (a data-dependent shape: synchronises on an accelerator)."""
+        keep = self.valid.nonzero().squeeze(1)
+        return Decoded(self.boxes[keep], self.scores[keep], self.class_ids[keep], self.image_index[keep])
+
+
 Shape = Sequence[int]
 
 
@@ -121,11 +138,14 @@ def detect_layout(
     raise ValueError(f"ambiguous output {name!r} with shape {shape} (give num_classes or the layout); {hint}")
 
 
-def _select(conf: torch.Tensor, conf_threshold: float, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(image, column) indices of each image's `top_k` best scores above `conf_threshold` (conf: (B, A))."""
+def _select(
+    conf: torch.Tensor, conf_threshold: float, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flat (image, column) indices of each image's `top_k` best scores (conf: (B, A)), row-major, and whether
+    each is above `conf_threshold`: fixed shapes (B * min(top_k, A),)."""
     values, columns = conf.topk(min(top_k, conf.shape[1]), dim=1)
-    image, rank = (values > conf_threshold).nonzero(as_tuple=True)
-    return image, columns[image, rank]
+    image = torch.arange(conf.shape[0], device=conf.device).repeat_interleave(columns.shape[1])
+    return image, columns.reshape(-1), (values > conf_threshold).reshape(-1)
 
 
 def _allowed(
@@ -151,7 +171,7 @@ def _decode_raw(
     conf_threshold: float,
     top_k: int,
     class_filter: Iterable[int] | None,
-) -> Decoded:
+) -> PaddedDecoded:
     """YOLOv5 / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold and top-k."""
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
@@ -166,9 +186,11 @@ def _decode_raw(
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
     conf, class_ids = class_scores.max(dim=channel_dim)  # exact in any float dtype
     conf = conf.float()
-    image, anchor = _select(conf, conf_threshold, top_k)
+    image, anchor, valid = _select(conf, conf_threshold, top_k)
     boxes = head[image, :4, anchor] if layout is OutputLayout.YOLOV8 else head[image, anchor, :4]
-    return Decoded(_cxcywh_to_xyxy(boxes.float()), conf[image, anchor], class_ids[image, anchor], image)
+    return PaddedDecoded(
+        _cxcywh_to_xyxy(boxes.float()), conf[image, anchor], class_ids[image, anchor], image, valid
+    )
 
 
 def _decode_nms_done(
@@ -178,15 +200,15 @@ def _decode_nms_done(
     conf_threshold: float,
     top_k: int,
     class_filter: Iterable[int] | None,
-) -> Decoded:
+) -> PaddedDecoded:
     """Heads that already ran NMS (x1, y1, x2, y2 boxes (B, K, 4), scores and classes (B, K))."""
     scores = scores.float()
     classes = classes.long()
     if class_filter is not None:
         ids = torch.as_tensor(sorted(set(class_filter)), dtype=torch.int64, device=classes.device)
         scores = scores.masked_fill(~torch.isin(classes, ids), float("-inf"))
-    image, row = _select(scores, conf_threshold, top_k)
-    return Decoded(boxes[image, row].float(), scores[image, row], classes[image, row], image)
+    image, row, valid = _select(scores, conf_threshold, top_k)
+    return PaddedDecoded(boxes[image, row].float(), scores[image, row], classes[image, row], image, valid)
 
 
 def decode_outputs(
@@ -198,6 +220,22 @@ def decode_outputs(
     num_classes: int | None = None,
 ) -> Decoded:
     """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device.
+
+    The valid rows of `decode_padded` (see there).
+    """
+    return decode_padded(outputs, layout, conf_threshold, top_k, class_filter, num_classes).compact()
+
+
+def decode_padded(
+    outputs: Mapping[str, torch.Tensor],
+    layout: str | OutputLayout,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None = None,
+    num_classes: int | None = None,
+) -> PaddedDecoded:
+    """Decode engine outputs (name -> tensor, batch first) into fixed-size candidates on the outputs' device,
+    with no host synchronisation (invalid rows are masked, not removed).
 
     Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics);
     `class_filter` keeps only those class ids (a raw head then picks each anchor's best allowed class).

@@ -3,6 +3,13 @@
 plan (cached per frame size) -> preprocess into the batch -> ONE engine call for all tiles + the full-frame view
 -> decode (threshold, class filter, per-image top-k) -> map to frame pixels -> seam suppression -> merge ->
 max_detections -> boxes, scores and classes packed into one tensor and copied to the host once.
+
+On an accelerator the post-processing is sync-free: fixed-size candidates (each image's top-k, compacted on the
+device to a capacity) with validity masks, so nothing reads a count back before the one download. The download
+carries the valid flag of each row (compacted on the host) and a status row; when that row says the fixed-size
+result is not proven exact (more candidates than the capacity, an NMS chain deeper than the fixed rounds, a merge
+group needing SAHI's sequential re-check), the frame is post-processed again on the exact, synchronising path.
+On the CPU that exact path is used directly (host syncs cost nothing there).
 """
 
 from __future__ import annotations
@@ -14,13 +21,22 @@ import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, DetectorConfig
-from tiled_detector.decode import OutputLayout, decode_outputs, detect_layout
+from tiled_detector.decode import OutputLayout, decode_outputs, decode_padded, detect_layout
 from tiled_detector.engines.base import Engine, load_engine
-from tiled_detector.merge import merge, suppress_truncated
+from tiled_detector.merge import merge, merge_padded, suppress_truncated
 from tiled_detector.preprocess import Encoding, Preprocessor, as_frame_tensor
 from tiled_detector.tiling import TilePlan, make_plan
 from tiled_detector.types import Detections
 from tiled_detector.zero_copy import as_torch_tensor
+
+_MIN_CAPACITY = 256  # sync-free candidates per frame at first (doubled up to _MAX_CAPACITY when exceeded)
+_MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, frames keep taking the exact path
+_MIN_SLOTS, _MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
+
+
+def _valid_first(valid: torch.Tensor) -> torch.Tensor:
+    """Permutation putting the True rows first, each part in its original order (fixed shape, no sync)."""
+    return torch.sort((~valid).to(torch.int32), stable=True).indices
 
 
 class _StageClock:
@@ -128,6 +144,9 @@ class TiledDetector:
         )
         self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
+        self._sync_free = engine.device.type != "cpu"
+        self._capacity = _MIN_CAPACITY  # candidates kept by the sync-free path; grows when a frame needs more
+        self._slots = _MIN_SLOTS  # merge-group positions the sync-free merge walks; likewise
 
     def _resolve_layout(self) -> OutputLayout:
         """The output layout, found once from the engine's output shapes when they are static (an ambiguous
@@ -195,12 +214,23 @@ class TiledDetector:
         return self._detect(tensor, encoding, _StageClock(self._engine.device, self._config.profile))
 
     def _detect(self, frame: torch.Tensor, encoding: str | Encoding, clock: _StageClock) -> Detections:
-        cfg = self._config
         plan = self.plan_for(frame.shape[0], frame.shape[1])
         batch = self._preprocessor.prepare(frame, plan, encoding, self._engine.input_buffer(plan.batch_size))
         clock.mark("preprocess")
         outputs = self._engine.infer(batch)
         clock.mark("infer")
+        host = self._postprocess_sync_free(outputs, plan, clock) if self._sync_free else None
+        if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
+            packed = self._postprocess_exact(outputs, plan, clock)
+            host = packed.cpu().numpy()
+            clock.mark("download")
+        return Detections(host[:, :4], host[:, 4], host[:, 5].astype(np.int64), clock.timings())
+
+    def _postprocess_exact(
+        self, outputs: dict[str, torch.Tensor], plan: TilePlan, clock: _StageClock
+    ) -> torch.Tensor:
+        """decode -> frame pixels -> seam rule -> merge -> top rows packed (M, 6), with data-dependent shapes."""
+        cfg = self._config
         found = decode_outputs(
             outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
         )
@@ -218,6 +248,77 @@ class TiledDetector:
         top = cfg.max_detections  # merge returns detections ranked by score
         packed = torch.cat([boxes[:top], scores[:top, None], class_ids[:top, None].float()], dim=1)
         clock.mark("merge")
+        return packed
+
+    def _postprocess_sync_free(
+        self, outputs: dict[str, torch.Tensor], plan: TilePlan, clock: _StageClock
+    ) -> np.ndarray | None:
+        """The same result with fixed shapes and one download; None when it is not proven exact."""
+        cfg = self._config
+        found = decode_padded(
+            outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
+        )
+        count = found.valid.sum()
+        capacity = self._capacity
+        if len(found.valid) > capacity:  # the valid rows first, in order, then cut to the capacity
+            first = _valid_first(found.valid)[:capacity]
+            found = type(found)(*(t[first] for t in found))
+        clock.mark("decode")
+        boxes = plan.to_frame(found.boxes, found.image_index)
+        scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
+        if cfg.seam_suppression:
+            valid = suppress_truncated(
+                boxes,
+                scores,
+                class_ids,
+                found.image_index,
+                plan,
+                class_agnostic=cfg.class_agnostic,
+                valid=valid,
+            )
+        merged = merge_padded(
+            boxes,
+            scores,
+            class_ids,
+            valid,
+            cfg.merge,
+            cfg.match_metric,
+            cfg.merge_threshold,
+            cfg.class_agnostic,
+        )
+        rows = _valid_first(merged.valid)[: cfg.max_detections]  # rank order is kept among the valid rows
+        status = torch.cat(
+            [
+                count.float()[None],
+                merged.exact.float()[None],
+                merged.largest.float()[None],
+                merged.scores.new_zeros(4),
+            ]
+        )
+        packed = torch.cat(
+            [
+                torch.cat(
+                    [
+                        merged.boxes[rows],
+                        merged.scores[rows, None],
+                        merged.class_ids[rows, None].float(),
+                        merged.valid[rows, None].float(),
+                    ],
+                    dim=1,
+                ),
+                status[None],
+            ]
+        )
+        clock.mark("merge")
         host = packed.cpu().numpy()
         clock.mark("download")
-        return Detections(host[:, :4], host[:, 4], host[:, 5].astype(np.int64), clock.timings())
+        needed = int(host[-1, 0])
+        if needed > capacity:
+            self._capacity = min(_MAX_CAPACITY, 1 << (needed - 1).bit_length())
+        largest = int(host[-1, 2])
+        if largest > self._slots:
+            self._slots = min(_MAX_SLOTS, 1 << (largest - 1).bit_length())
+        if needed > capacity or host[-1, 1] != 1.0:
+            return None
+        rows_host = host[:-1]
+        return rows_host[rows_host[:, 6] > 0, :6]

@@ -16,13 +16,17 @@ The seam rule (`suppress_truncated`) runs before the merge: a box cut by an inne
 view of the same object from another batch image.
 Only the nms keep order and group membership are sequential; both are computed with matrix fixed points. The
 merge itself is one vectorised pass when every member passes SAHI's re-check, else a walk over group positions.
+
+`merge_padded` and `suppress_truncated(..., valid=...)` are the same computations on a fixed-size candidate set
+with a validity mask: no data-dependent shape, no host synchronisation (for accelerators). Their sequential
+parts run a fixed number of rounds and report, as a device flag, whether the result is proven exact.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -127,6 +131,15 @@ def _nms_keep(match: torch.Tensor) -> torch.Tensor:
     return keep
 
 
+def _nms_keep_rounds(match: torch.Tensor, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_nms_keep` with a fixed number of rounds (no host sync), and a 0-dim bool tensor: True when the result
+    is the fixed point (one more round changes nothing), hence exact."""
+    keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
+    for _ in range(min(rounds, len(match) + 1)):
+        keep = ~(match & keep[:, None]).any(0)
+    return keep, (~(match & keep[:, None]).any(0) == keep).all()
+
+
 def _nms_keep_torchvision(
     ops: Any, boxes: torch.Tensor, class_ids: torch.Tensor, threshold: float, class_agnostic: bool
 ) -> torch.Tensor:
@@ -162,6 +175,14 @@ def _roots(parent: torch.Tensor) -> torch.Tensor:
         if torch.equal(jumped, root):
             return root
         root = jumped
+
+
+def _roots_fixed(parent: torch.Tensor) -> torch.Tensor:
+    """`_roots` with ceil(log2(N)) jumps: enough for any forest of N nodes (depth < N), so exact, no sync."""
+    root = parent
+    for _ in range(max(1, (len(parent) - 1).bit_length())):
+        root = root[root]
+    return root
 
 
 def _merge_groups(
@@ -278,6 +299,121 @@ def merge(
     return _merge_groups(boxes, scores, class_ids, keeper, member_order, metric, threshold)
 
 
+class PaddedMerge(NamedTuple):
+    """Result of `merge_padded`: N rows in rank order (invalid rows last), `valid` (N,) marks the merged
+    detections, `exact` is a 0-dim bool tensor, False when a fixed-round step did not reach its fixed point or a
+    group is larger than the slots walked (then use `merge` on the valid rows, or more rounds / slots)."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    class_ids: torch.Tensor
+    valid: torch.Tensor
+    exact: torch.Tensor
+    largest: torch.Tensor  # 0-dim int64: the largest merge group (1 for nms)
+
+
+def _merge_groups_padded(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    keeper: torch.Tensor,
+    member_order: torch.Tensor,
+    valid: torch.Tensor,
+    metric: MatchMetric,
+    threshold: float,
+    slots: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_merge_groups`' walk over group positions on fixed shapes: merged boxes and classes on the keepers'
+    rows, the keeper mask, and the largest group size (exact when it is at most `slots`)."""
+    n = len(boxes)
+    positions = torch.arange(n, device=boxes.device)
+    own = keeper == positions
+    key = torch.where(own, -1, member_order)  # merge order within a group: keeper first, ties by position
+    same = (keeper[:, None] == keeper[None]) & valid[:, None] & valid[None]
+    before = same & (
+        (key[:, None] < key[None]) | ((key[:, None] == key[None]) & (positions[:, None] < positions))
+    )
+    slot = before.sum(0)  # position of each box in its group's merge order (the keeper's is 0)
+    # table[g, s]: the box at position s of the group kept by g, or n (a padding row) where there is none
+    fits = valid & (slot < slots)
+    table = torch.full((n + 1, slots), n, dtype=torch.int64, device=boxes.device)
+    table[torch.where(fits, keeper, n), torch.where(fits, slot, 0)] = torch.where(fits, positions, n)
+    table = table[:n]
+    b64 = torch.cat([boxes.double(), boxes.new_zeros(1, 4, dtype=torch.float64)])
+    takes_class = torch.cat([scores >= scores[keeper], scores.new_zeros(1, dtype=torch.bool)])
+    classes = torch.cat([class_ids, class_ids.new_zeros(1)])
+    present = torch.cat([valid, valid.new_zeros(1)])
+    merged, merged_class = b64[:n], class_ids
+    for s in range(1, slots):
+        index = table[:, s]
+        member = b64[index]
+        ok = present[index] & (overlap(merged, member, metric) >= threshold)
+        grown = torch.cat(
+            [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+        )
+        merged = torch.where(ok[:, None], grown, merged)
+        merged_class = torch.where(ok & takes_class[index], classes[index], merged_class)
+    largest = torch.where(valid, slot, 0).amax() + 1
+    return merged.to(boxes.dtype), merged_class, own & valid, largest
+
+
+def merge_padded(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    valid: torch.Tensor,
+    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
+    metric: str | MatchMetric = MatchMetric.IOS,
+    threshold: float = 0.5,
+    class_agnostic: bool = False,
+    nms_rounds: int = 16,
+    slots: int = 16,
+) -> PaddedMerge:
+    """`merge` of the rows where `valid` (N,) bool, with fixed shapes and no host synchronisation.
+
+    When `exact` is True the valid output rows, in order, equal `merge` of the valid input rows with
+    `use_torchvision=False`. NMS keep masks run `nms_rounds` rounds (the depth of the longest suppression chain
+    is needed); the merge walks `slots` positions of each group (the largest group size is needed; it is
+    reported as `largest`). nmm group membership is always exact.
+    """
+    method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"merge threshold must be in [0, 1], got {threshold!r}")
+    if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] != (4,):
+        raise ValueError(
+            f"merge_padded needs (N, 4) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
+            f"{tuple(scores.shape)}, {tuple(class_ids.shape)} and {tuple(valid.shape)}"
+        )
+    valid = valid.bool()
+    boxes = torch.where(valid[:, None], boxes.float(), 0.0)  # invalid rows: harmless values, ranked last
+    scores = torch.where(valid, scores.float(), float("-inf"))
+    order = rank_order(boxes, scores)
+    order = order[torch.sort((~valid[order]).to(torch.int32), stable=True).indices]
+    boxes, scores, class_ids, valid = boxes[order], scores[order], class_ids.long()[order], valid[order]
+    exact = torch.ones((), dtype=torch.bool, device=boxes.device)
+    one = torch.ones((), dtype=torch.int64, device=boxes.device)
+    if len(boxes) == 0:
+        return PaddedMerge(boxes, scores, class_ids, valid, exact, one)
+    match = _match_matrix(boxes, class_ids, metric, threshold, class_agnostic) & valid[:, None] & valid[None]
+    positions = torch.arange(len(boxes), device=boxes.device)
+    if method is MergeMethod.NMM:
+        same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
+        parent, claimed = _first_true_row(match & ~same)
+        keeper = _roots_fixed(torch.where(claimed, parent, positions))
+        member_order = parent * len(boxes) + order
+    else:
+        keep, exact = _nms_keep_rounds(match, nms_rounds)
+        if method is MergeMethod.NMS:
+            return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one)
+        parent, _ = _first_true_row(match & keep[:, None])
+        keeper = torch.where(keep, positions, parent)
+        member_order = positions
+    merged, merged_class, is_keeper, largest = _merge_groups_padded(
+        boxes, scores, class_ids, keeper, member_order, valid, metric, threshold, slots
+    )
+    return PaddedMerge(merged, scores, merged_class, is_keeper, exact & (largest <= slots), largest)
+
+
 def merge_detections(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -322,6 +458,7 @@ def suppress_truncated(
     min_cover: float = 0.6,
     min_score_ratio: float = 0.5,
     class_agnostic: bool = False,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Keep mask (M,) bool of the seam rule, applied before merging.
 
@@ -330,7 +467,22 @@ def suppress_truncated(
     (unless `class_agnostic`), covers at least `min_cover` of its area and scores at least `min_score_ratio`
     times its score. Boxes cut in every view they appear in are kept and left to the merge (whose union
     restores the whole extent).
+    With `valid` (M,) bool, only valid rows take part and the result is `valid` & keep, computed with fixed
+    (M, M) matrices and no host synchronisation.
     """
+    if valid is not None:
+        return _suppress_truncated_padded(
+            boxes_in_frame,
+            scores,
+            class_ids,
+            image_index,
+            plan,
+            margin_px,
+            min_cover,
+            min_score_ratio,
+            class_agnostic,
+            valid.bool(),
+        )
     keep = torch.ones(len(boxes_in_frame), dtype=torch.bool, device=boxes_in_frame.device)
     truncated = truncated_sides(boxes_in_frame, image_index, plan, margin_px).any(1)
     cut = truncated.nonzero().squeeze(1)
@@ -351,3 +503,33 @@ def suppress_truncated(
         covered &= class_ids[cut, None] == class_ids[None]
     keep[cut] = ~covered.any(1)
     return keep
+
+
+def _suppress_truncated_padded(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    image_index: torch.Tensor,
+    plan: TilePlan,
+    margin_px: float,
+    min_cover: float,
+    min_score_ratio: float,
+    class_agnostic: bool,
+    valid: torch.Tensor,
+) -> torch.Tensor:
+    """`suppress_truncated` on all rows at once (the same float operations per pair)."""
+    truncated = truncated_sides(boxes, image_index, plan, margin_px).any(1)
+    part, whole = boxes[:, None], boxes[None]
+    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
+        0
+    )
+    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
+        0
+    )
+    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
+    covered = iw * ih >= min_cover * area
+    covered &= (valid & ~truncated)[None] & (image_index[:, None] != image_index[None])
+    covered &= scores[None] >= min_score_ratio * scores[:, None]
+    if not class_agnostic:
+        covered &= class_ids[:, None] == class_ids[None]
+    return valid & ~(truncated & covered.any(1))

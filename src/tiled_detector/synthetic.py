@@ -153,7 +153,7 @@ def _finish(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
     height, width = image.shape[:2]
     light = rng.uniform(0.55, 1.25, (rng.integers(2, 5), rng.integers(2, 5))).astype(np.float32)
     light = cv2.resize(light, (width, height), interpolation=cv2.INTER_CUBIC)
-    light = cv2.cvtColor(np.clip(light * 128.0, 0, 255).astype(np.uint8), cv2.COLOR_GRAY2RGB)
+    light = cv2.cvtColor(np.minimum(light * 128.0, 255.0).astype(np.uint8), cv2.COLOR_GRAY2RGB)  # light > 0
     image = cv2.multiply(image, light, scale=1.0 / 128.0)
     sigma = float(rng.uniform(0.3, 1.3))
     image = cv2.GaussianBlur(image, (0, 0), sigma)
@@ -192,7 +192,7 @@ def _centres(
 
 def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle, seams: bool) -> Scene:
     image = _background(rng, height, width)
-    owner = np.full((height, width), -1, np.int32)  # index of the object that owns each pixel, -1 = none
+    owner = np.full((height, width), -1, np.int16)  # index of the object that owns each pixel, -1 = none
     mpix = width * height / 1e6
     n_obj = int(rng.poisson(style.objects_per_mpix * mpix))
     n_dis = int(rng.poisson(style.distractors_per_mpix * mpix))
@@ -261,12 +261,11 @@ def _occlude(
         cy = [(y1 + y2) / 2, (y1 + y2) / 2, y1, y2][side] + rng.uniform(-0.1, 0.1) * h
         axes = (max(2, int(w * rng.uniform(0.3, 0.6))), max(2, int(h * rng.uniform(0.3, 0.6))))
         colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.3), rng.uniform(0.2, 0.9))
-        mask = np.zeros(owner.shape, np.uint8)
         x_lo, y_lo = max(0, int(cx) - axes[0] - 1), max(0, int(cy) - axes[1] - 1)
         x_hi, y_hi = min(owner.shape[1], int(cx) + axes[0] + 2), min(owner.shape[0], int(cy) + axes[1] + 2)
         if x_hi <= x_lo or y_hi <= y_lo:
             continue
-        local = mask[y_lo:y_hi, x_lo:x_hi]
+        local = np.zeros((y_hi - y_lo, x_hi - x_lo), np.uint8)
         cv2.ellipse(local, (int(cx) - x_lo, int(cy) - y_lo), axes, 0, 0, 360, 1, -1, cv2.LINE_8)
         sel = local.astype(bool)
         image[y_lo:y_hi, x_lo:x_hi][sel] = np.array(colour, np.uint8)
