@@ -125,7 +125,7 @@ def test_eval_command_json_last_line(tmp_path, capsys) -> None:
     """End to end on two small frames with the bundled model: the last printed line is the JSON report."""
     from tiled_detector.cli import main
 
-    configs = ["full", "tiles", "tiles+full", "tiles+full/greedy_nmm"]
+    configs = ["full", "tiles", "tiles+full", "tiles+full/nms"]
     args = ["eval", "--frames", "2", "--width", "960", "--height", "640", "--out", str(tmp_path)]
     code = main([*args, "--json", "--configs", *configs])
     assert code == 0
@@ -136,7 +136,7 @@ def test_eval_command_json_last_line(tmp_path, capsys) -> None:
         assert set(values) == set(METRICS)
         assert 0.0 <= values["AP50"] <= 1.0 and 0.0 <= values["duplicate_rate"] <= 1.0
     assert (
-        report["configs"]["tiles+full"] == report["configs"]["tiles+full/greedy_nmm"]
+        report["configs"]["tiles+full"] == report["configs"]["tiles+full/nms"]
     )  # same config, run once
     assert report["configs"]["tiles+full"]["recall"] > 0.3
     assert (tmp_path / "eval.md").is_file() and (tmp_path / "eval.png").is_file()

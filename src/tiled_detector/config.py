@@ -67,7 +67,7 @@ class DetectorConfig:
     overlap: float = 0.2
     full_frame: bool = True
     conf_threshold: float = 0.25
-    merge: MergeMethod = MergeMethod.GREEDY_NMM
+    merge: MergeMethod = MergeMethod.NMS
     match_metric: MatchMetric = MatchMetric.IOS
     merge_threshold: float = 0.5
     class_agnostic: bool = False

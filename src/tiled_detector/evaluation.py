@@ -121,7 +121,7 @@ def evaluate(
     """Metrics per configuration on `frames` scenes of `make_scene` (see the module docstring).
 
     `detector` is a `TiledDetector`; each configuration is `detector.with_config(...)`, and configurations
-    that end up equal (e.g. "tiles+full" and "tiles+full/greedy_nmm" by default) are run once.
+    that end up equal (e.g. "tiles+full" and "tiles+full/nms" by default) are run once.
     """
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     distinct: dict[str, str] = {}  # config name -> name of the first equal config

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", type=float, default=0.2, help="tile overlap ratio in [0, 1)")
     parser.add_argument("--no-full-frame", dest="full_frame", action="store_false", help="tiles only")
     parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold")
-    parser.add_argument("--merge", default="greedy_nmm", choices=[m.value for m in MergeMethod])
+    parser.add_argument("--merge", default="nms", choices=[m.value for m in MergeMethod])
     parser.add_argument("--metric", default="ios", choices=[m.value for m in MatchMetric])
     parser.add_argument("--save-dir", type=Path, help="write annotated copies of the images here")
 

@@ -92,7 +92,7 @@ PARAMS: tuple[Param, ...] = (
     Param("overlap", 0.2, "overlap ratio between neighbouring tiles", False, (), 0.0, 0.95),
     Param("full_frame", True, "also run the whole frame (letterboxed) in the same batch"),
     Param("conf_threshold", 0.25, "minimum detection score", False, (), 0.0, 1.0),
-    Param("merge", "greedy_nmm", "how detections from overlapping tiles are merged", False,
+    Param("merge", "nms", "how detections from overlapping tiles are merged", False,
           ("nms", "nmm", "greedy_nmm")),
     Param("match_metric", "ios", "overlap measure for merging: intersection over union or over smaller", False,
           ("iou", "ios")),
