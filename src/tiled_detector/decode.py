@@ -144,7 +144,7 @@ def _select(
     """Flat (image, column) indices of each image's `top_k` best scores (conf: (B, A)), row-major, and whether
     each is above `conf_threshold`: fixed shapes (B * min(top_k, A),)."""
     values, columns = conf.topk(min(top_k, conf.shape[1]), dim=1)
-    image = torch.arange(conf.shape[0], device=conf.device).repeat_interleave(columns.shape[1])
+    image = torch.arange(conf.shape[0], device=conf.device)[:, None].expand(columns.shape).reshape(-1)
     return image, columns.reshape(-1), (values > conf_threshold).reshape(-1)
 
 

@@ -29,7 +29,7 @@ from tiled_detector.tiling import TilePlan, make_plan
 from tiled_detector.types import Detections
 from tiled_detector.zero_copy import as_torch_tensor
 
-_MIN_CAPACITY = 256  # sync-free candidates per frame at first (doubled up to _MAX_CAPACITY when exceeded)
+_MIN_CAPACITY = 1024  # sync-free candidates per frame at first (doubled up to _MAX_CAPACITY when exceeded)
 _MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, frames keep taking the exact path
 _MIN_SLOTS, _MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 

@@ -1,0 +1,133 @@
+"""The sync-free post-processing (decode_padded -> to_frame -> seam rule -> merge_padded) dispatches no op whose
+output shape or value the host must read back (which would force a device sync on an accelerator), and gives
+the same detections as the exact path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tiled_detector.merge import MergeMethod, merge, merge_padded
+
+aten = torch.ops.aten
+# ops that read device data on the host: data-dependent shapes, scalars, comparisons returning Python values
+SYNCING = {
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten._local_scalar_dense.default,
+    aten.equal.default,
+    aten.repeat_interleave.Tensor,
+    aten.unique_consecutive.default,
+    aten._unique2.default,
+}
+
+
+class SyncCounter(TorchDispatchMode):
+    """Records every syncing aten op, including indexing with boolean masks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in SYNCING:
+            self.found.append(str(func))
+        elif func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default):
+            indices = args[1]
+            if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+                self.found.append(f"{func} with a mask")
+        return func(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def square_model(tmp_path_factory):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from bench_pipeline import SquareDetector, save_torchscript
+
+    return save_torchscript(
+        SquareDetector((640, 640), 8), tmp_path_factory.mktemp("m") / "squares.ts", (640, 640), ["r", "b"]
+    )
+
+
+def _frame(rng: np.random.Generator, height: int, width: int, squares: int = 40) -> np.ndarray:
+    frame = rng.integers(0, 30, (height, width, 1), dtype=np.uint8).repeat(3, axis=2)
+    for _ in range(squares):
+        side = 8 * int(rng.integers(1, 4))
+        y, x = 4 * int(rng.integers(0, (height - side) // 4)), 4 * int(rng.integers(0, (width - side) // 4))
+        frame[y : y + side, x : x + side] = (255, 0, 0) if rng.random() < 0.5 else (0, 0, 255)
+    return frame
+
+
+@pytest.mark.parametrize("method", list(MergeMethod))
+def test_detector_post_processing_has_no_sync_and_matches_exact(square_model, method):
+    from tiled_detector.detector import TiledDetector
+
+    options = dict(tile_size=(640, 640), overlap=0.2, conf_threshold=0.3, backend="torch", merge=method)
+    exact = TiledDetector(square_model, device="cpu", **options)
+    fast = TiledDetector(square_model, device="cpu", **options)
+    fast._sync_free = True  # the accelerator path, run on the CPU
+    counter = SyncCounter()
+    sync_free = fast._postprocess_sync_free
+    results = []
+
+    def traced(*args):
+        with counter:
+            out = sync_free(*args)
+        results.append(out is not None)
+        return out
+
+    fast._postprocess_sync_free = traced
+    rng = np.random.default_rng(3)
+    for height, width in ((1080, 1920), (1080, 1920), (2160, 3840), (2160, 3840)):
+        frame = _frame(rng, height, width)
+        a, b = exact.detect(frame), fast.detect(frame)
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+        np.testing.assert_array_equal(a.scores, b.scores)
+        np.testing.assert_array_equal(a.class_ids, b.class_ids)
+    assert counter.found == []
+    assert results[-1]  # the adapted capacity and slots give a proven-exact result without the fallback
+
+
+@pytest.mark.parametrize("metric", ["iou", "ios"])
+@pytest.mark.parametrize("method", list(MergeMethod))
+def test_merge_padded_equals_merge_on_the_valid_rows(method, metric):
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n, pad = int(rng.integers(0, 40)), int(rng.integers(0, 12))
+        centers = rng.uniform(20, 120, (max(1, n // 4), 2))[rng.integers(0, max(1, n // 4), n)]
+        wh = rng.uniform(4, 40, (n, 2))
+        boxes = np.concatenate([centers - wh / 2, centers + wh / 2], 1).astype(np.float32)
+        scores = (np.round(rng.uniform(0, 1, n) * 4) / 4 + 0.05).astype(np.float32)
+        classes = rng.integers(0, 2, n)
+        where = np.sort(rng.permutation(n + pad)[:n])
+        valid = np.zeros(n + pad, bool)
+        valid[where] = True
+        all_boxes = rng.uniform(-1e3, 1e3, (n + pad, 4)).astype(np.float32)
+        all_scores, all_classes = rng.uniform(0, 1, n + pad).astype(np.float32), rng.integers(0, 2, n + pad)
+        all_boxes[where], all_scores[where], all_classes[where] = boxes, scores, classes
+        threshold, agnostic = float(rng.choice([0.0, 0.3, 0.5, 0.9])), bool(trial % 3 == 0)
+        want = merge(
+            *map(torch.as_tensor, (boxes.reshape(-1, 4), scores, classes)),
+            method,
+            metric,
+            threshold,
+            agnostic,
+            use_torchvision=False,
+        )
+        args = [torch.as_tensor(v) for v in (all_boxes, all_scores, all_classes, valid)]
+        with SyncCounter() as counter:
+            got = merge_padded(*args, method, metric, threshold, agnostic, slots=4)
+        assert counter.found == []
+        if not bool(got.exact):
+            got = merge_padded(*args, method, metric, threshold, agnostic, nms_rounds=n + 1, slots=n + 1)
+        assert bool(got.exact)
+        for g, w in zip(
+            (got.boxes[got.valid], got.scores[got.valid], got.class_ids[got.valid]), want, strict=True
+        ):
+            assert torch.equal(g, w)
