@@ -135,8 +135,6 @@ def test_eval_command_json_last_line(tmp_path, capsys) -> None:
     for values in report["configs"].values():
         assert set(values) == set(METRICS)
         assert 0.0 <= values["AP50"] <= 1.0 and 0.0 <= values["duplicate_rate"] <= 1.0
-    assert (
-        report["configs"]["tiles+full"] == report["configs"]["tiles+full/nms"]
-    )  # same config, run once
+    assert report["configs"]["tiles+full"] == report["configs"]["tiles+full/nms"]  # same config, run once
     assert report["configs"]["tiles+full"]["recall"] > 0.3
     assert (tmp_path / "eval.md").is_file() and (tmp_path / "eval.png").is_file()
