@@ -134,25 +134,33 @@ def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list
 
 
 def report_timings(device: str, runs: int, failures: list[str]) -> None:
-    """Median per-stage milliseconds of a YOLOv8n-sized model, fp32 and fp16."""
+    """Median per-stage milliseconds: a YOLOv8n-sized random network (fp32, fp16) on noise, and the bundled
+    model on synthetic scenes (real detections), each with the sync-free and the exact post-processing."""
+    from tiled_detector.models import default_model_path
+    from tiled_detector.synthetic import make_scene
+
     with tempfile.TemporaryDirectory() as tmp:
-        model = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))
-        for precision in ("fp32", "fp16"):
+        yolo = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))
+        bundled = default_model_path().with_suffix(".ts")
+        cases = [
+            ("yolov8n-like", yolo, "fp32", True),
+            ("yolov8n-like", yolo, "fp16", True),
+            ("yolov8n-like", yolo, "fp32", False),
+            ("bundled", bundled, "fp32", True),
+            ("bundled", bundled, "fp32", False),
+        ]
+        for name, model, precision, sync_free in cases:
             if precision == "fp16" and torch.device(device).type == "cpu":
-                print("timings fp16: skipped on CPU")
                 continue
             detector = TiledDetector(
-                model,
-                device=device,
-                backend="torch",
-                precision=precision,
-                tile_size=(640, 640),
-                overlap=0.2,
-                conf_threshold=0.25,
+                model, device=device, backend="torch", precision=precision, sync_free=sync_free
             )
             rng = np.random.default_rng(2)
             for height, width in FRAME_SIZES:
-                frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+                if name == "bundled":
+                    frame = make_scene(11, width, height).image
+                else:
+                    frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
                 for _ in range(3):
                     detector.detect(frame)
                 walls, stages = [], []
@@ -164,12 +172,13 @@ def report_timings(device: str, runs: int, failures: list[str]) -> None:
                 medians = {k: statistics.median(s[k] for s in stages) for k in stages[0]}
                 plan = detector.plan_for(height, width)
                 print(
-                    f"timings {precision} {width}x{height} ({plan.num_tiles} tiles + full frame, batch "
-                    f"{plan.batch_size}): wall {statistics.median(walls):.2f} ms | "
+                    f"timings {name} {precision} sync_free={sync_free} {width}x{height} ({plan.num_tiles} tiles "
+                    f"+ full frame, batch {plan.batch_size}, {len(dets)} detections): wall "
+                    f"{statistics.median(walls):.2f} ms | "
                     + ", ".join(f"{k} {v:.2f}" for k, v in medians.items())
                 )
                 if not all(np.isfinite(list(medians.values()))):
-                    failures.append(f"non-finite timings for {precision} {width}x{height}: {medians}")
+                    failures.append(f"non-finite timings for {name} {precision} {width}x{height}: {medians}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

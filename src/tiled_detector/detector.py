@@ -144,7 +144,7 @@ class TiledDetector:
         )
         self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
-        self._sync_free = engine.device.type != "cpu"
+        self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capacity = _MIN_CAPACITY  # candidates kept by the sync-free path; grows when a frame needs more
         self._slots = _MIN_SLOTS  # merge-group positions the sync-free merge walks; likewise
 
