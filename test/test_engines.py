@@ -227,3 +227,23 @@ def test_parse_labels():
     assert parse_labels(json.dumps(["a", "b"])) == ("a", "b")
     assert parse_labels("a\n\n b \n") == ("a", "b")
     assert parse_labels("  ") is None
+
+
+def test_onnxruntime_dynamic_height_width_from_imgsz_metadata_or_option(tmp_path):
+    """ultralytics `export(dynamic=True)` makes H and W dynamic and stores `imgsz` in the metadata."""
+    path = tmp_path / "dynamic_hw.onnx"
+    dynamic = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch"}}
+    torch.onnx.export(
+        nn.Conv2d(3, 4, 1), (torch.rand(1, 3, 32, 48),), str(path),
+        input_names=["images"], output_names=["output0"], dynamic_axes=dynamic, dynamo=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="input_hw=\\(height, width\\)"):
+        OnnxRuntimeEngine(path)
+    assert OnnxRuntimeEngine(path, input_hw=(32, 48)).input_hw == (32, 48)
+    model = onnx.load(path)
+    model.metadata_props.add(key="imgsz", value="[32, 48]")
+    onnx.save(model, path)
+    engine = OnnxRuntimeEngine(path)
+    assert engine.input.shape[1:] == (3, 32, 48)
+    batch = torch.rand(2, 3, 32, 48)
+    np.testing.assert_allclose(engine.infer(batch)["output0"].numpy(), _plain_ort(path, batch)[0], rtol=1e-6)

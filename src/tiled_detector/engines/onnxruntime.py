@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,7 @@ class OnnxRuntimeEngine(Engine):
         precision: Precision = Precision.FP32,
         max_batch: int = 32,
         threads: int | None = None,
+        input_hw: Sequence[int] | None = None,
     ) -> None:
         self.device = torch.device(device)
         options = ort.SessionOptions()
@@ -81,10 +83,14 @@ class OnnxRuntimeEngine(Engine):
             )
         node = inputs[0]
         shape = tuple(_static(d) for d in node.shape)
-        if shape[2] < 0 or shape[3] < 0:
-            raise ValueError(
-                f"{model}: input {node.name!r} needs a static height and width, got {node.shape}"
-            )
+        if shape[2] < 0 or shape[3] < 0:  # dynamic H/W (e.g. ultralytics dynamic=True): its export size
+            size = input_hw or self._metadata_imgsz()
+            if size is None:
+                raise ValueError(
+                    f"{model}: input {node.name!r} has a dynamic height and width {node.shape} and no `imgsz` "
+                    "metadata: pass the model input size as engine option input_hw=(height, width)"
+                )
+            shape = (shape[0], shape[1], int(size[0]), int(size[1]))
         dtype, self._np_dtype = _dtypes(node)
         self.precision = self._check_precision(Precision.from_value(precision), dtype, model)
         self.input = TensorSpec(node.name, shape, dtype)
@@ -106,6 +112,14 @@ class OnnxRuntimeEngine(Engine):
         self.labels = _labels(self._session)
         self._device_type = "cuda" if self.device.type == "cuda" else "cpu"
         self._device_id = (self.device.index or 0) if self.device.type == "cuda" else 0
+
+    def _metadata_imgsz(self) -> tuple[int, int] | None:
+        """The export size ultralytics stores in the model metadata (`imgsz`: '[640, 640]' or '640')."""
+        text = self._session.get_modelmeta().custom_metadata_map.get("imgsz")
+        if not text:
+            return None
+        size = ast.literal_eval(text)
+        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
     def _providers(self) -> list[str | tuple[str, dict[str, str]]]:
         if self.device.type == "cpu":
