@@ -53,12 +53,14 @@ if ros_route; then
     log "vision_msgs is missing: sudo apt install ros-${ROS_DISTRO}-vision-msgs, then run this again"
     exit 1
   fi
-  # Only what the distro / JetPack does not provide. torch, numpy and OpenCV stay the system's.
+  # Only what the distro / JetPack does not provide (module:requirement, pins from requirements/*.txt).
+  # torch, numpy, OpenCV and TensorRT stay the system's (JetPack wheels; numpy<2 there, see the README).
   missing=()
-  for spec in onnxruntime rosbags mcap filelock pycocotools pytest hypothesis ruff pytest-timeout; do
-    mod="${spec//-/_}"
-    [[ "$mod" == pytest_timeout ]] && mod=pytest_timeout
-    "$venv/bin/python" -c "import $mod" >/dev/null 2>&1 || missing+=("$spec")
+  for pair in onnxruntime:onnxruntime rosbags:rosbags mcap:mcap filelock:filelock pycocotools:pycocotools \
+    matplotlib:matplotlib pytest:pytest pytest_timeout:pytest-timeout hypothesis:hypothesis ruff:ruff \
+    onnxconverter_common:onnxconverter-common; do
+    "$venv/bin/python" -c "import ${pair%%:*}" >/dev/null 2>&1 \
+      || missing+=("$(grep -h "^${pair#*:}==" "$root"/requirements/*.txt || echo "${pair#*:}")")
   done
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"

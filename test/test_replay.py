@@ -27,7 +27,6 @@ from tiled_detector.replay import (
 )
 
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
-MODEL = Path(__file__).resolve().parents[1] / "src" / "tiled_detector" / "models" / "default.onnx"
 
 
 def _arrays(boxes: list[list[float]], scores: list[float], classes: list[int]) -> tuple[np.ndarray, ...]:
@@ -193,9 +192,6 @@ def camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.ros
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not MODEL.is_file(), reason="the bundled model src/tiled_detector/models/default.onnx is not there yet"
-)
 def test_detector_node_passes_the_gate_lockstep(camera_bag: Path) -> None:
     from tiled_detector.commands.demo import default_params_file
 
@@ -208,9 +204,6 @@ def test_detector_node_passes_the_gate_lockstep(camera_bag: Path) -> None:
 
 @pytest.mark.ros
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not MODEL.is_file(), reason="the bundled model src/tiled_detector/models/default.onnx is not there yet"
-)
 def test_detector_node_drops_frames_in_realtime_at_30_hz(camera_bag: Path) -> None:
     from tiled_detector.commands.demo import default_params_file
 
