@@ -6,11 +6,12 @@ candidate flood. Boxes stay in model-input pixels; `TilePlan.to_frame` maps them
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
+
+from tiled_detector.options import Option
 
 # An end-to-end head (YOLOv10 / YOLO26) emits at most this many detections per image; a (B, K, 6) output with
 # more rows is taken for a raw head with 1 (v5) or 2 (v8) classes.
@@ -19,7 +20,7 @@ MAX_END2END_DETECTIONS = 1000
 _EFFICIENT_NMS_KEYS = ("num", "box", "score", "class")
 
 
-class OutputLayout(str, enum.Enum):
+class OutputLayout(Option):
     """Output tensor layouts of the detectors we can decode."""
 
     AUTO = "auto"
@@ -28,15 +29,6 @@ class OutputLayout(str, enum.Enum):
     YOLOV8_TRANSPOSED = "yolov8_transposed"  # (B, A, 4 + C)
     END2END = "end2end"  # (B, K, 6): x1, y1, x2, y2, score, class (YOLOv10, YOLO26)
     EFFICIENT_NMS = "efficient_nms"  # num_detections, detection_boxes, detection_scores, detection_classes
-
-    @classmethod
-    def from_value(cls, value: str | OutputLayout) -> OutputLayout:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, OutputLayout) else value).lower())
-        except ValueError:
-            valid = ", ".join(v.value for v in cls)
-            raise ValueError(f"unknown output layout {value!r}; expected one of: {valid}") from None
 
 
 class Decoded(NamedTuple):

@@ -24,48 +24,31 @@ parts run a fixed number of rounds and report, as a device flag, whether the res
 
 from __future__ import annotations
 
-import enum
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
+from tiled_detector.options import Option
+
 if TYPE_CHECKING:
     from tiled_detector.tiling import TilePlan
 
 
-class MergeMethod(str, enum.Enum):
+class MergeMethod(Option):
     """How overlapping detections are combined."""
 
     NMS = "nms"
     NMM = "nmm"
     GREEDY_NMM = "greedy_nmm"
 
-    @classmethod
-    def from_value(cls, value: str | MergeMethod) -> MergeMethod:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, MergeMethod) else value).lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown merge method {value!r}; expected one of: {valid}") from None
 
-
-class MatchMetric(str, enum.Enum):
+class MatchMetric(Option):
     """Overlap measure deciding whether two boxes match."""
 
     IOU = "iou"
     IOS = "ios"
-
-    @classmethod
-    def from_value(cls, value: str | MatchMetric) -> MatchMetric:
-        """Case-insensitive lookup that lists the valid values on error."""
-        try:
-            return cls(str(value.value if isinstance(value, MatchMetric) else value).lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown match metric {value!r}; expected one of: {valid}") from None
 
 
 @functools.cache
