@@ -585,3 +585,20 @@ def test_text_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = stream.getvalue().split("\r")
     assert "[#####-----] 5/10 Building engine" in lines[1]
     assert "[##########] 10/10" in lines[2] and lines[2].endswith("\n")
+
+
+def test_calibration_frames_from_an_image_folder(tmp_path: Path) -> None:
+    import cv2
+
+    from tiled_detector.engines.tensorrt_build import calibration_frames
+
+    rgb = np.zeros((20, 30, 3), np.uint8)
+    rgb[..., 0] = 200  # red
+    for name in ("b.png", "a.png"):
+        cv2.imwrite(str(tmp_path / name), rgb[..., ::-1])
+    (tmp_path / "notes.txt").write_text("not an image")
+    frames = list(calibration_frames(tmp_path))
+    assert [encoding for _, encoding in frames] == ["rgb8", "rgb8"]
+    np.testing.assert_array_equal(frames[0][0], rgb)
+    with pytest.raises(FileNotFoundError):
+        list(calibration_frames(tmp_path / "missing"))

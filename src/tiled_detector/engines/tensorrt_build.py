@@ -31,7 +31,6 @@ from tiled_detector.engines.tensorrt import TensorRTError, checked, deserialize,
 
 LOG = logging.getLogger(__name__)
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
 WORKSPACE_BYTES = 2 << 30
 
 MODELOPT_MISSING = (
@@ -164,16 +163,10 @@ def calibration_frames(source: Path) -> Iterator[tuple[np.ndarray, str]]:
     if _is_bag(source):
         yield from _bag_frames(source)
         return
-    import cv2
+    from tiled_detector.bags import image_folder_frames
 
-    files = sorted(p for p in source.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise ValueError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {source}")
-    for path in files:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if image is None:
-            raise ValueError(f"cannot read calibration image {path}")
-        yield image, "bgr8"
+    for frame in image_folder_frames(source):
+        yield frame.image, "rgb8"
 
 
 def _bag_frames(bag: Path) -> Iterator[tuple[np.ndarray, str]]:
