@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--params-file", type=Path, default=None, help="default: config/detector.yaml")
     parser.add_argument("--model", default="", help="model file; default: the params file's (bundled model)")
+    parser.add_argument("--device", default="", help="engine device, e.g. cuda (default: the params file's, cpu)")
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="sample bag, replay record, image")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
 
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         f"sample bag: {bag} ({args.frames} frames {args.width}x{args.height}, {time.monotonic() - started:.1f} s)"
     )
     say(f"replaying it lock-step through the detector node ({params_file})")
-    options = ReplayOptions(params_file=params_file, parameters={"model": args.model} if args.model else {})
+    overrides = {name: value for name, value in (("model", args.model), ("device", args.device)) if value}
+    options = ReplayOptions(params_file=params_file, parameters=overrides)
     try:
         report = replay_bag(bag, options, output=args.out / "replay")
     except ReplayError as error:
