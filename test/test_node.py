@@ -206,3 +206,28 @@ def test_debug_image_is_published_only_to_subscribers(node_and_client: Any, scen
     assert client.wait_until(lambda: len(debug) > 0, timeout=10)
     assert (debug[0].height, debug[0].width, debug[0].encoding) == (720, 1280, "rgb8")
     assert (debug[0].header.stamp.sec, debug[0].header.frame_id) == (1005, "cam_optical")
+
+
+def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes: list[Any]) -> None:
+    from tiled_detector.ros.images import array_to_compressed
+
+    params_file = _write_params(tmp_path / "params.yaml", transport="compressed", output_format="ids")
+    domain = pick_domain_id()
+    scene = scenes[2]
+    msg = array_to_compressed(scene.image, "rgb8", "png")  # lossless: same pixels as the raw frame
+    msg.header.frame_id = "cam_optical"
+    msg.header.stamp.sec, msg.header.stamp.nanosec = 1000, 250
+    with NodeProcess(params_file, domain_id=domain) as node:
+        client = DetectorClient(domain_id=domain, image_topic="image/compressed", compressed=True)
+        try:
+            assert client.wait_for_node(timeout=60), node.log_text()
+            reply = _send(client, msg, _stamp(0))
+        finally:
+            client.close()
+    assert node.returncode == 0, node.log_text()
+    assert {d.results[0].hypothesis.class_id for d in reply.detections} <= {"0", "1", "2", "3"}
+    boxes, scores, class_ids = msg_to_detections(reply)
+    expected = TiledDetector().detect(scene.image, "rgb8")
+    assert len(boxes) == len(expected) > 0
+    np.testing.assert_allclose(np.sort(scores), np.sort(expected.scores), atol=1e-5)
+    assert sorted(class_ids.tolist()) == sorted(expected.class_ids.tolist())
