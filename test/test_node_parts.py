@@ -90,3 +90,42 @@ def test_image_qos_is_depth_one() -> None:
     assert image_qos("best_effort").depth == 1
     assert image_qos("best_effort").reliability == ReliabilityPolicy.BEST_EFFORT
     assert image_qos("reliable").reliability == ReliabilityPolicy.RELIABLE
+
+
+def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
+    import numpy as np
+    import rclpy
+    from rclpy.context import Context
+
+    from tiled_detector.ros.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(context=context)
+    try:
+        calls: list[int] = []
+        real = node._process
+
+        def flaky(msg: object, received: float) -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyError("something nobody expected")
+            real(msg, received)
+
+        node._process = flaky  # type: ignore[method-assign]
+        frame = array_to_imgmsg(np.zeros((64, 96, 3), np.uint8), "rgb8")
+        for sent in (1, 2):
+            node._on_image(frame)
+            deadline = time.monotonic() + 10
+            while len(calls) < sent and time.monotonic() < deadline:
+                time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while node.stats.counts["processed"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert node.stats.counts["failed"] == 1
+        assert node.stats.counts["processed"] == 1  # the worker kept going after the error
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)

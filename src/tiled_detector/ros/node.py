@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +31,6 @@ from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
 from tiled_detector.detector import TiledDetector
-from tiled_detector.models import load_labels
 from tiled_detector.ros.detections import detections_to_msg
 from tiled_detector.ros.images import (
     ImageConversionError,
@@ -108,7 +108,8 @@ class Stats:
             out: dict[str, float] = {f"frames_{k}": float(v) for k, v in self.counts.items()}
             out["input_rate_hz"] = (self.counts["received"] - self._last_counts["received"]) / elapsed
             out["output_rate_hz"] = (self.counts["processed"] - self._last_counts["processed"]) / elapsed
-            out["dropped_since_last"] = float(self.counts["dropped"] - self._last_counts["dropped"])
+            for name in ("dropped", "malformed", "failed"):
+                out[f"{name}_since_last"] = float(self.counts[name] - self._last_counts[name])
             self._last_counts, self._last_time = dict(self.counts), now
             series = {"latency": self.latency_ms, **self.stages}
             for name, values in series.items():
@@ -137,26 +138,26 @@ class DetectorNode(Node):
         for param in PARAMS:
             self.declare_parameter(param.name, _declared_value(param), param.descriptor())
         # get_parameter_or: parameters declared by type only ("not set") read as None instead of raising
-        self._values = {p.name: self.get_parameter_or(p.name, Parameter(p.name)).value for p in PARAMS}
+        values = {p.name: self.get_parameter_or(p.name, Parameter(p.name)).value for p in PARAMS}
         for param in PARAMS:
-            reason = param.check(self._values[param.name])
+            reason = param.check(values[param.name])
             if reason:
                 raise ValueError(reason)
 
-        model = self._values["model"] or None
         detector = TiledDetector(
-            model=model,
-            backend=self._values["backend"],
-            device=self._values["device"],
-            precision=self._values["precision"],
-            max_batch=self._values["max_batch"],
-            channel_order=self._values["model_channel_order"],
+            model=values["model"] or None,
+            backend=values["backend"],
+            device=values["device"],
+            precision=values["precision"],
+            max_batch=values["max_batch"],
+            channel_order=values["model_channel_order"],
+            layout=values["layout"],
+            labels=tuple(string_list(values["labels"])) or None,
         )
-        self.labels = (
-            string_list(self._values["labels"]) or detector.labels or load_labels(detector.config.model)
-        )
-        self._detector = detector.with_config(**pipeline_changes(self._values, self.labels))
-        self._detector_lock = threading.Lock()
+        self.labels = list(detector.labels or ())
+        # the detector and the parameter values it was built from, swapped together under the lock
+        self._state = (detector.with_config(**pipeline_changes(values, self.labels)), values)
+        self._state_lock = threading.Lock()
 
         self.stats = Stats()
         self._last_hw: tuple[int, int] | None = None
@@ -165,23 +166,23 @@ class DetectorNode(Node):
         self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)
         self.debug_pub = self.create_publisher(Image, "debug_image", 1)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        compressed = self._values["transport"] == "compressed"
+        compressed = values["transport"] == "compressed"
         self.image_sub = self.create_subscription(
             CompressedImage if compressed else Image,
             "image/compressed" if compressed else "image",
             self._on_image,
-            image_qos(self._values["image_reliability"]),
+            image_qos(values["image_reliability"]),
         )
         self._convert = compressed_to_array if compressed else imgmsg_to_array
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.create_timer(self._values["diagnostics_period"], self._publish_diagnostics)
+        self.create_timer(values["diagnostics_period"], self._publish_diagnostics)
         self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
         self._worker.start()
-        engine = self._detector.engine
+        engine, config = detector.engine, detector.config
         self.get_logger().info(
-            f"ready: model={self._detector.config.model} backend={engine.backend.value} device={engine.device} "
+            f"ready: model={config.model} backend={engine.backend.value} device={engine.device} "
             f"precision={engine.precision.value} input={self.image_sub.topic_name} "
-            f"tiles={self._detector.config.tile_size} overlap={self._detector.config.overlap}"
+            f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
 
     # --- callbacks -------------------------------------------------------------------------------------------
@@ -197,33 +198,40 @@ class DetectorNode(Node):
             reason = BY_NAME[name].check(value)
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
-        merged = {**self._values, **changed}
+        current, values = self._current()
+        merged = {**values, **changed}
         runtime = {k: merged[k] for k in changed if not BY_NAME[k].read_only}
         if "tile_width" in runtime or "tile_height" in runtime:
             runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
         try:
-            candidate = self._current_detector().with_config(**pipeline_changes(runtime, self.labels))
+            candidate = current.with_config(**pipeline_changes(runtime, self.labels))
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
-        with self._detector_lock:
-            self._detector = candidate
-            self._values = merged
+        with self._state_lock:
+            self._state = (candidate, merged)
         return SetParametersResult(successful=True)
 
-    def _current_detector(self) -> TiledDetector:
-        with self._detector_lock:
-            return self._detector
+    def _current(self) -> tuple[TiledDetector, dict[str, Any]]:
+        with self._state_lock:
+            return self._state
 
     # --- worker ----------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
             item = self._slot.take(timeout=0.1)
-            if item is not None:
+            if item is None:
+                continue
+            try:
                 self._process(*item)
+            except Exception:
+                self.stats.add("failed")
+                self.get_logger().error(
+                    f"a frame failed:\n{traceback.format_exc()}", throttle_duration_sec=2.0
+                )
 
     def _process(self, msg: Image | CompressedImage, received: float) -> None:
-        detector = self._current_detector()
+        detector, values = self._current()
         try:
             frame, encoding = self._convert(msg)
         except ImageConversionError as error:
@@ -237,7 +245,7 @@ class DetectorNode(Node):
             self.get_logger().error(f"detection failed for one frame: {error}", throttle_duration_sec=2.0)
             return
         self._last_hw = frame.shape[:2]
-        labels = self.labels if self._values["output_format"] == "labels" else None
+        labels = self.labels if values["output_format"] == "labels" else None
         self.detections_pub.publish(
             detections_to_msg(detections.boxes, detections.scores, detections.class_ids, msg.header, labels)
         )
@@ -248,7 +256,7 @@ class DetectorNode(Node):
         self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
 
     def _publish_diagnostics(self) -> None:
-        detector = self._current_detector()
+        detector, _ = self._current()
         values = self.stats.snapshot()
         engine = detector.engine
         info = {
@@ -263,7 +271,7 @@ class DetectorNode(Node):
             plan = detector.plan_for(*self._last_hw)
             info["tiles_per_frame"] = str(len(plan.tiles))
             info["batch_size"] = str(plan.batch_size)
-        problems = values["frames_malformed"] + values["frames_failed"]
+        problems = values["malformed_since_last"] + values["failed_since_last"]
         status = DiagnosticStatus(
             level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
             name=f"{self.get_fully_qualified_name()}: pipeline",
@@ -291,22 +299,23 @@ def _declared_value(param: Param) -> Any:
 
 
 def main(args: Sequence[str] | None = None) -> int:
-    """Run the node until Ctrl-C / SIGTERM; exits 0 on a clean shutdown, 1 when the node cannot start."""
+    """Run the node until Ctrl-C / SIGTERM: exit 0 after a clean shutdown, 1 when the node cannot start."""
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RuntimeError as error:  # rclpy's RCLError: unreadable params file or --ros-args
         print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
-        return 2
+        return 1
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     node: DetectorNode | None = None
     try:
-        node = DetectorNode()
+        try:
+            node = DetectorNode()
+        except (ValueError, RuntimeError, OSError, ImportError) as error:  # bad parameter, model, backend
+            print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
+            return 1
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except (ValueError, RuntimeError, FileNotFoundError) as error:
-        print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
-        return 1
     finally:
         if node is not None:
             node.shutdown()

@@ -12,6 +12,8 @@ from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType
 
+from tiled_detector.decode import OutputLayout
+
 _TYPES = {
     bool: ParameterType.PARAMETER_BOOL,
     int: ParameterType.PARAMETER_INTEGER,
@@ -76,10 +78,12 @@ PARAMS: tuple[Param, ...] = (
     Param("backend", "auto", "inference backend; auto picks TensorRT for .onnx on CUDA when installed", True,
           ("auto", "tensorrt", "onnxruntime", "torch")),
     Param("device", "cpu", "torch device of the engine, e.g. cpu or cuda:0", True),
-    Param("precision", "fp32", "engine precision (fp16/int8 need TensorRT or the torch backend on CUDA)", True,
+    Param("precision", "fp32", "engine precision: fp16 with TensorRT or torch on CUDA, int8 with TensorRT", True,
           ("fp32", "fp16", "int8")),
     Param("max_batch", 32, "largest engine batch; larger tile batches are split", True, (), 1, 1024),
     Param("labels", None, "class names by id; not set = the labels file next to the model", True, kind=list),
+    Param("layout", "auto", "model output layout; auto detects it from the output shapes", True,
+          tuple(layout.value for layout in OutputLayout)),
     Param("model_channel_order", "rgb", "channel order the model expects", True, ("rgb", "bgr")),
     Param("transport", "raw", "raw subscribes `image`; compressed subscribes `image/compressed`", True,
           ("raw", "compressed")),
