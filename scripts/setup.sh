@@ -48,7 +48,9 @@ pip_install() {
 
 if ros_route; then
   log "ROS 2 ${ROS_DISTRO} is sourced: using its rclpy, messages and Python packages"
-  [[ -x "$venv/bin/python" ]] || "$python" -m venv --system-site-packages "$venv"
+  # the venv must see the distro's (and JetPack's) packages; one made by the PyPI route is replaced
+  grep -qs '^include-system-site-packages = true' "$venv/pyvenv.cfg" \
+    || "$python" -m venv --clear --system-site-packages "$venv"
   if ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
     log "vision_msgs is missing: sudo apt install ros-${ROS_DISTRO}-vision-msgs, then run this again"
     exit 1

@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--params-file", type=Path, default=None, help="default: config/detector.yaml")
     parser.add_argument("--model", default="", help="model file; default: the params file's (bundled model)")
-    parser.add_argument("--device", default="", help="engine device, e.g. cuda (default: the params file's, cpu)")
+    parser.add_argument(
+        "--device", default="", help="engine device, e.g. cuda (default: the params file's, cpu)"
+    )
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="sample bag, replay record, image")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
 
@@ -70,9 +72,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo failed: {error}")
         return 1
     answered = [r for r in report.records if r.detections is not None]
+    if not answered:
+        print(f"demo failed: the node answered none of the {report.frames_sent} frames")
+        return 1
     counts = [len(r.detections[1]) for r in answered]
     busy_s = sum(r.latency_ms for r in answered) / 1e3
-    image_path = _write_snapshot(bag, answered, report.labels, args.out / "demo_annotated.png", args)
+    image_path = _write_snapshot(bag, answered, report.labels, args.out / "demo_annotated.png", params_file)
     summary = {
         "frames": len(answered),
         "frames_sent": report.frames_sent,
@@ -101,13 +106,29 @@ def run(args: argparse.Namespace) -> int:
     return 0 if len(answered) == report.frames_sent else 1
 
 
+def _tiling(params_file: Path) -> tuple[int, int, float]:
+    """tile_width, tile_height and overlap the node runs with: the params file's, else the defaults."""
+    import yaml
+
+    from tiled_detector.ros.params import BY_NAME
+
+    sections = yaml.safe_load(params_file.read_text()) or {}
+    values = {}
+    for section in sections.values():  # `/**` and node-name sections
+        values.update((section or {}).get("ros__parameters", {}))
+    width, height, overlap = (
+        values.get(n, BY_NAME[n].default) for n in ("tile_width", "tile_height", "overlap")
+    )
+    return int(width), int(height), float(overlap)
+
+
 def _write_snapshot(
-    bag: Path, answered: list, labels: tuple[str, ...], path: Path, args: argparse.Namespace
+    bag: Path, answered: list, labels: tuple[str, ...], path: Path, params_file: Path
 ) -> Path:
     """Annotate the answered frame with the most detections (tiles drawn) and write it atomically as PNG."""
     import cv2
 
-    from tiled_detector.annotate import annotate
+    from tiled_detector.annotate import annotate, annotated_encoding
     from tiled_detector.bags import IMAGE, deserialize, read_messages
     from tiled_detector.ros.images import imgmsg_to_array
     from tiled_detector.tiling import plan_tiles
@@ -115,10 +136,12 @@ def _write_snapshot(
 
     best = max(answered, key=lambda r: len(r.detections[1]))
     message = next(m for m in read_messages(bag) if m.msgtype == IMAGE and m.stamp_ns == best.stamp_ns)
-    frame, _ = imgmsg_to_array(deserialize(message.data, IMAGE))
-    tiles = plan_tiles(args.height, args.width, 640, 640, 0.2)
+    frame, encoding = imgmsg_to_array(deserialize(message.data, IMAGE))
+    tile_width, tile_height, overlap = _tiling(params_file)
+    tiles = plan_tiles(frame.shape[0], frame.shape[1], tile_height, tile_width, overlap)
     drawn = annotate(frame, Detections(*best.detections), labels, tiles)
-    ok, data = cv2.imencode(".png", np.ascontiguousarray(drawn[..., ::-1]))
+    bgr = drawn[..., ::-1] if annotated_encoding(encoding) == "rgb8" else drawn
+    ok, data = cv2.imencode(".png", np.ascontiguousarray(bgr))
     if not ok:
         raise RuntimeError(f"could not encode {path}")
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
