@@ -271,3 +271,31 @@ def test_explicit_layout_wins_and_enum_lookup():
         OutputLayout.from_value("detr")
     with pytest.raises(ValueError, match="top_k"):
         decode_outputs({"output0": torch.zeros(1, 84, 100)}, "yolov8", 0.25, 0)
+
+
+def _built_per_frame(*args, **kwargs):
+    pytest.fail("a class filter tensor was built on the host for this frame")
+
+
+def test_class_filter_tensors_are_built_once_per_filter_and_device(exported):
+    """The per-frame decode reuses the filter's device tensor: no host-built tensor copied every frame."""
+    from tiled_detector import decode
+
+    created = []
+    real = torch.Tensor.to
+
+    def counting_to(self, *args, **kwargs):
+        created.append(args)
+        return real(self, *args, **kwargs)
+
+    for layout in (OutputLayout.YOLOV8, OutputLayout.END2END):
+        first = decode_outputs(exported[layout], layout, 0.25, 100, class_filter=[1, 1])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch.Tensor, "to", counting_to)
+            for name in ("tensor", "as_tensor", "zeros"):
+                patch.setattr(torch, name, _built_per_frame)
+            again = decode_outputs(exported[layout], layout, 0.25, 100, class_filter={1})
+        assert rows(again) == rows(first)
+    assert created == []
+    device = torch.device("cpu")
+    assert decode._allowed([2, 0], 3, device) is decode._allowed((0, 2, 2), 3, device)

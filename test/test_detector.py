@@ -216,3 +216,93 @@ def test_detect_command_prints_lines_json_and_annotated_images(square_onnx, tmp_
     found = sorted(d["box"] for d in report["images"][0]["detections"])
     assert found == sorted(boxes.tolist())
     assert (tmp_path / "out" / "scene.png").is_file()
+
+
+def test_engine_buffer_is_only_asked_for_batches_the_engine_takes_at_once(square_onnx):
+    det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5, max_batch=2)
+    asked = []
+
+    def input_buffer(batch_size):  # like TensorRTEngine before: raises above max_batch
+        asked.append(batch_size)
+        if batch_size > det.engine.max_batch:
+            raise ValueError("batch too large")
+
+    det.engine.input_buffer = input_buffer
+    frame, boxes, classes = _scene(0)
+    assert det.plan_for(*frame.shape[:2]).batch_size > 2
+    dets = det.detect(frame)
+    assert asked == []  # the plan's batch is split by Engine.infer, written into the preprocessor's batch
+    np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
+    det.detect(np.zeros((40, 40, 3), np.uint8))  # one tile + the full-frame view: 2 images, one call
+    assert asked == [2]
+
+
+def test_stage_times_of_a_repeated_stage_add_up():
+    from tiled_detector.detector import _StageClock
+
+    clock = _StageClock(torch.device("cpu"), sync=False)
+    clock._start = 0.0
+    clock._marks = [("decode", 0.001), ("merge", 0.003), ("decode", 0.006), ("merge", 0.010)]
+    times = clock.timings()
+    assert times["decode"] == pytest.approx(1.0 + 3.0) and times["merge"] == pytest.approx(2.0 + 4.0)
+    assert times["total"] == pytest.approx(10.0)
+
+
+def _sync_free(square_onnx, monkeypatch, **options):
+    """A detector taking the accelerator's sync-free path on the CPU, recording merge_padded's limits."""
+    import tiled_detector.detector as detector_module
+
+    det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5, **options)
+    det._sync_free = True
+    calls = []
+    real = detector_module.merge_padded
+
+    def merge_padded(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(detector_module, "merge_padded", merge_padded)
+    return det, calls
+
+
+def test_sync_free_merge_walks_the_adapted_slots(square_onnx, monkeypatch):
+    det, calls = _sync_free(square_onnx, monkeypatch, merge="greedy_nmm", seam_suppression=False)
+    det._slots = 1  # too few for a square seen by four tiles
+    frame = np.zeros((152, 208, 3), np.uint8)
+    frame[48:56, 48:56] = COLOURS[1]  # inside tiles (0,0), (48,0), (0,48) and (48,48)
+    for _ in range(2):
+        dets = det.detect(frame)
+        np.testing.assert_array_equal(dets.boxes, [[48, 48, 56, 56]])
+    assert calls[0]["slots"] == 1 and calls[1]["slots"] == det._slots > 1
+
+
+def test_sync_free_nms_rounds_grow_when_nms_did_not_settle(square_onnx, monkeypatch):
+    import tiled_detector.detector as detector_module
+
+    det, calls = _sync_free(square_onnx, monkeypatch, merge="nms")
+    recorded = detector_module.merge_padded
+
+    def unsettled_once(*args, **kwargs):  # the status row of a frame whose NMS chain outran the rounds
+        out = recorded(*args, **kwargs)
+        return out._replace(exact=out.exact & (len(calls) > 1))
+
+    monkeypatch.setattr(detector_module, "merge_padded", unsettled_once)
+    frame, boxes, classes = _scene(2)
+    for _ in range(2):
+        dets = det.detect(frame)
+        np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
+    assert calls[1]["nms_rounds"] == 2 * calls[0]["nms_rounds"] == det._rounds
+
+
+def test_overflow_at_the_largest_capacity_skips_the_sync_free_pass_for_a_while(square_onnx, monkeypatch):
+    import tiled_detector.detector as detector_module
+
+    det, calls = _sync_free(square_onnx, monkeypatch)
+    monkeypatch.setattr(detector_module, "_MAX_CAPACITY", 2)
+    det._capacity = 2  # every frame of _scene has more candidates
+    frame, boxes, classes = _scene(3)
+    for _ in range(detector_module._RETRY_AFTER + 2):
+        dets = det.detect(frame)
+        np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
+        assert set(dets.timings) == STAGES
+    assert len(calls) == 2  # the first frame, then one retry after _RETRY_AFTER exact-only frames

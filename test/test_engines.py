@@ -247,3 +247,18 @@ def test_onnxruntime_dynamic_height_width_from_imgsz_metadata_or_option(tmp_path
     assert engine.input.shape[1:] == (3, 32, 48)
     batch = torch.rand(2, 3, 32, 48)
     np.testing.assert_allclose(engine.infer(batch)["output0"].numpy(), _plain_ort(path, batch)[0], rtol=1e-6)
+
+
+def test_torch_engine_module_imports_without_torch_export_passes(monkeypatch, export_torchscript):
+    """JetPack 6 torch wheels may lack torch.export.passes: TorchScript models must still load."""
+    import importlib.util
+    import sys
+
+    import tiled_detector.engines.torch as torch_engine
+
+    monkeypatch.setitem(sys.modules, "torch.export.passes", None)  # makes `import torch.export.passes` fail
+    spec = importlib.util.spec_from_file_location("_torch_engine_without_passes", torch_engine.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    engine = module.TorchEngine(export_torchscript(TwoHeads().eval(), HW), max_batch=4)
+    assert engine.input.shape == (-1, 3, *HW)

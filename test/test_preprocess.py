@@ -187,3 +187,29 @@ def test_strided_frame_views_are_cropped_correctly(as_torch):
     batch = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, "bgra8").numpy()
     rgb = _as_rgb_float(np.ascontiguousarray(view), "bgra8")
     np.testing.assert_allclose(batch, np.stack([_reference_tile(rgb, box) for box in plan.tiles]), atol=1e-6)
+
+
+def test_resized_tiles_reuse_their_scratch_tensor():
+    rng = np.random.default_rng(5)
+    pre = Preprocessor("cpu", torch.float32, (32, 32))
+    plan = make_plan((100, 120), (48, 48), 0.2, (32, 32), True)  # 48-pixel tiles resized into the 32 input
+    reference = Preprocessor("cpu", torch.float32, (32, 32))
+    empties = []
+    real_empty = torch.empty
+
+    def counting_empty(*args, **kwargs):
+        empties.append(args)
+        return real_empty(*args, **kwargs)
+
+    pre.run(_frame(rng, 100, 120, "rgb8"), plan)
+    frame = _frame(rng, 100, 120, "rgb8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "empty", counting_empty)
+        batch = pre.run(frame, plan)
+    assert empties == []  # nothing allocated per frame once the sizes are known
+    torch.testing.assert_close(batch, reference.run(frame, plan))
+
+
+def test_channel_order_is_checked():
+    with pytest.raises(ValueError, match="channel_order must be 'rgb' or 'bgr'"):
+        Preprocessor("cpu", torch.float32, (32, 32), channel_order="grb")

@@ -213,8 +213,41 @@ def test_specs_and_buffers_from_the_engine(monkeypatch, tmp_path, cpu_cuda) -> N
     assert eng.max_batch == MAX_BATCH and eng.device == torch.device("cuda", 0)
     view = eng.input_buffer(3)
     assert view.shape == (3, C, H, W) and view.data_ptr() == eng.input_buffer(MAX_BATCH).data_ptr()
-    with pytest.raises(ValueError, match="batch must be in"):
-        eng.input_buffer(MAX_BATCH + 1)
+    assert eng.input_buffer(MAX_BATCH + 1) is None  # the base contract: infer splits such a batch
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        eng.input_buffer(0)
+
+
+@pytest.mark.parametrize(("max_batch", "opt_batch"), [(32, 9), (4, 4)])
+def test_onnx_build_uses_the_build_engine_default_opt_batch(
+    monkeypatch, tmp_path, cpu_cuda, max_batch, opt_batch
+) -> None:
+    """The node (TensorRTEngine on an .onnx) and `tiled-detector build-engine` hash to the same cache entry."""
+    import argparse
+
+    from tiled_detector.commands.build_engine import add_arguments
+
+    engine, _ = named_engine({"output0": (84, 21)})
+    built = []
+
+    def load_or_build(trt_module, runtime, logger, model, options, device, cache_dir):
+        built.append(options)
+        return engine, tmp_path / "cached.engine"
+
+    monkeypatch.setattr(build_mod, "load_or_build", load_or_build)
+    runtime = mock.Mock()
+    monkeypatch.setattr(
+        trt_mod, "import_tensorrt", lambda: types.SimpleNamespace(**{**vars(trt), "Runtime": runtime})
+    )
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"onnx")
+    TensorRTEngine(model, device=torch.device("cuda"), max_batch=max_batch)
+    assert built[0].max_batch == max_batch and built[0].opt_batch == opt_batch
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cli = parser.parse_args([str(model), "--max-batch", str(max_batch)])
+    assert cli.opt_batch is None  # the command then uses the same default as the engine:
+    assert min(build_mod.BuildOptions.opt_batch, cli.max_batch) == opt_batch
 
 
 def test_call_order_addresses_and_stream(monkeypatch, tmp_path, cpu_cuda) -> None:

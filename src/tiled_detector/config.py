@@ -13,6 +13,7 @@ from typing import Any
 from tiled_detector.decode import OutputLayout
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.merge import MatchMetric, MergeMethod
+from tiled_detector.preprocess import check_channel_order
 
 # Fields whose change needs the engine loaded again (everything else is applied per call).
 ENGINE_FIELDS = frozenset({"model", "backend", "device", "precision", "max_batch", "engine_options"})
@@ -124,10 +125,7 @@ class DetectorConfig:
             if isinstance(self.labels, str) or not all(isinstance(n, str) for n in self.labels):
                 raise ValueError(f"labels must be None or a list of class names, got {self.labels!r}")
             set_("labels", tuple(self.labels))
-        if self.channel_order not in ("rgb", "bgr"):
-            raise ValueError(
-                f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {self.channel_order!r}"
-            )
+        check_channel_order(self.channel_order)
         if not isinstance(self.engine_options, Mapping):
             raise ValueError(f"engine_options must be a mapping, got {self.engine_options!r}")
         set_("engine_options", MappingProxyType(dict(self.engine_options)))

@@ -6,6 +6,7 @@ candidate flood. Boxes stay in model-input pixels; `TilePlan.to_frame` maps them
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -140,16 +141,29 @@ def _select(
     return image, columns.reshape(-1), (values > conf_threshold).reshape(-1)
 
 
+def _filter_key(class_filter: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted({int(c) for c in class_filter}))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_mask(ids: tuple[int, ...], num_classes: int, device: torch.device) -> torch.Tensor:
+    mask = torch.zeros(num_classes, dtype=torch.bool)
+    mask[[i for i in ids if 0 <= i < num_classes]] = True
+    return mask.to(device)  # built and copied once per (filter, class count, device), not per frame
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_ids(ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(ids, dtype=torch.int64, device=device)
+
+
 def _allowed(
     class_filter: Iterable[int] | None, num_classes: int, device: torch.device
 ) -> torch.Tensor | None:
-    """(C,) bool mask of kept classes, or None for all."""
+    """(C,) bool mask of kept classes on `device` (cached), or None for all."""
     if class_filter is None:
         return None
-    ids = torch.as_tensor(sorted(set(class_filter)), dtype=torch.int64)
-    mask = torch.zeros(num_classes, dtype=torch.bool)
-    mask[ids[(ids >= 0) & (ids < num_classes)]] = True
-    return mask.to(device, non_blocking=True)
+    return _cached_mask(_filter_key(class_filter), num_classes, device)
 
 
 def _cxcywh_to_xyxy(boxes: torch.Tensor) -> torch.Tensor:
@@ -197,7 +211,7 @@ def _decode_nms_done(
     scores = scores.float()
     classes = classes.long()
     if class_filter is not None:
-        ids = torch.as_tensor(sorted(set(class_filter)), dtype=torch.int64, device=classes.device)
+        ids = _cached_ids(_filter_key(class_filter), classes.device)
         scores = scores.masked_fill(~torch.isin(classes, ids), float("-inf"))
     image, row, valid = _select(scores, conf_threshold, top_k)
     return PaddedDecoded(boxes[image, row].float(), scores[image, row], classes[image, row], image, valid)

@@ -32,6 +32,8 @@ from tiled_detector.zero_copy import as_torch_tensor
 _MIN_CAPACITY = 1024  # sync-free candidates per frame at first (doubled up to _MAX_CAPACITY when exceeded)
 _MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, frames keep taking the exact path
 _MIN_SLOTS, _MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
+_MIN_ROUNDS, _MAX_ROUNDS = 16, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
+_RETRY_AFTER = 30  # frames taking the exact path directly after one exceeded a sync-free limit at its maximum
 
 
 def _valid_first(valid: torch.Tensor) -> torch.Tensor:
@@ -63,10 +65,13 @@ class _StageClock:
         self._marks.append((stage, self._now()))
 
     def timings(self) -> dict[str, float]:
-        """Stage -> milliseconds, plus `total` (call after the results reached the host)."""
-        result, previous = {}, self._start
+        """Stage -> milliseconds, plus `total` (call after the results reached the host). A stage that ran
+        more than once (post-processing again on the exact path) gets the sum of its runs."""
+        result: dict[str, float] = {}
+        previous = self._start
         for stage, now in self._marks:
-            result[stage] = previous.elapsed_time(now) if self._events else (now - previous) * 1000.0
+            elapsed = previous.elapsed_time(now) if self._events else (now - previous) * 1000.0
+            result[stage] = result.get(stage, 0.0) + elapsed
             previous = now
         result["total"] = sum(result.values())
         return result
@@ -147,6 +152,8 @@ class TiledDetector:
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capacity = _MIN_CAPACITY  # candidates kept by the sync-free path; grows when a frame needs more
         self._slots = _MIN_SLOTS  # merge-group positions the sync-free merge walks; likewise
+        self._rounds = _MIN_ROUNDS  # NMS rounds of the sync-free merge; likewise
+        self._exact_frames = 0  # frames left to take the exact path directly (a limit at its maximum was hit)
 
     def _resolve_layout(self) -> OutputLayout:
         """The output layout, found once from the engine's output shapes when they are static (an ambiguous
@@ -215,11 +222,18 @@ class TiledDetector:
 
     def _detect(self, frame: torch.Tensor, encoding: str | Encoding, clock: _StageClock) -> Detections:
         plan = self.plan_for(frame.shape[0], frame.shape[1])
-        batch = self._preprocessor.prepare(frame, plan, encoding, self._engine.input_buffer(plan.batch_size))
+        # the engine's bound input only when one call takes the whole batch (else `infer` splits it)
+        fits = plan.batch_size <= self._engine.max_batch
+        buffer = self._engine.input_buffer(plan.batch_size) if fits else None
+        batch = self._preprocessor.prepare(frame, plan, encoding, buffer)
         clock.mark("preprocess")
         outputs = self._engine.infer(batch)
         clock.mark("infer")
-        host = self._postprocess_sync_free(outputs, plan, clock) if self._sync_free else None
+        host = None
+        if self._exact_frames:
+            self._exact_frames -= 1
+        elif self._sync_free:
+            host = self._postprocess_sync_free(outputs, plan, clock)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             packed = self._postprocess_exact(outputs, plan, clock)
             host = packed.cpu().numpy()
@@ -285,6 +299,8 @@ class TiledDetector:
             cfg.match_metric,
             cfg.merge_threshold,
             cfg.class_agnostic,
+            nms_rounds=self._rounds,
+            slots=self._slots,
         )
         rows = _valid_first(merged.valid)[: cfg.max_detections]  # rank order is kept among the valid rows
         status = torch.cat(
@@ -312,13 +328,27 @@ class TiledDetector:
         clock.mark("merge")
         host = packed.cpu().numpy()
         clock.mark("download")
-        needed = int(host[-1, 0])
-        if needed > capacity:
-            self._capacity = min(_MAX_CAPACITY, 1 << (needed - 1).bit_length())
-        largest = int(host[-1, 2])
-        if largest > self._slots:
-            self._slots = min(_MAX_SLOTS, 1 << (largest - 1).bit_length())
-        if needed > capacity or host[-1, 1] != 1.0:
+        if not self._adapt(int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])):
             return None
         rows_host = host[:-1]
         return rows_host[rows_host[:, 6] > 0, :6]
+
+    def _adapt(self, needed: int, exact: bool, largest: int) -> bool:
+        """Grow the sync-free limits a frame exceeded (candidates, group size, NMS rounds); True when the frame's
+        result is exact. When a limit already at its maximum was exceeded, the next `_RETRY_AFTER` frames go
+        straight to the exact path instead of running both."""
+        capacity, slots, rounds = self._capacity, self._slots, self._rounds
+        if needed > capacity:
+            self._capacity = min(_MAX_CAPACITY, 1 << (needed - 1).bit_length())
+        if largest > slots:
+            self._slots = min(_MAX_SLOTS, 1 << (largest - 1).bit_length())
+        elif not exact:  # the group walk was long enough, so the NMS fixed point was not reached
+            self._rounds = min(_MAX_ROUNDS, 2 * rounds)
+        maxed = (
+            (needed > capacity >= _MAX_CAPACITY)
+            or (largest > slots >= _MAX_SLOTS)
+            or (not exact and largest <= slots and rounds >= _MAX_ROUNDS)
+        )
+        if maxed:
+            self._exact_frames = _RETRY_AFTER
+        return needed <= capacity and exact

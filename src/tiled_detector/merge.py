@@ -168,6 +168,25 @@ def _roots_fixed(parent: torch.Tensor) -> torch.Tensor:
     return root
 
 
+def _absorb(
+    merged: torch.Tensor,
+    merged_class: torch.Tensor,
+    member: torch.Tensor,
+    member_class: torch.Tensor,
+    present: torch.Tensor,
+    takes_class: torch.Tensor,
+    metric: MatchMetric,
+    threshold: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of SAHI's `_apply_merge` for every group at once: a present member that still matches the
+    group's union box widens it, and gives the group its class where `takes_class`."""
+    ok = present & (overlap(merged, member, metric) >= threshold)
+    grown = torch.cat(
+        [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+    )
+    return torch.where(ok[:, None], grown, merged), torch.where(ok & takes_class, member_class, merged_class)
+
+
 def _merge_groups(
     boxes: torch.Tensor,
     scores: torch.Tensor,
@@ -217,13 +236,16 @@ def _merge_groups(
     else:
         merged, merged_class = gboxes[:, 0], gclass[:, 0]
         for s in range(1, num_slots):
-            member = gboxes[:, s]
-            ok = present[:, s] & (overlap(merged, member, metric) >= threshold)
-            grown = torch.cat(
-                [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+            merged, merged_class = _absorb(
+                merged,
+                merged_class,
+                gboxes[:, s],
+                gclass[:, s],
+                present[:, s],
+                takes_class[:, s],
+                metric,
+                threshold,
             )
-            merged = torch.where(ok[:, None], grown, merged)
-            merged_class = torch.where(ok & takes_class[:, s], gclass[:, s], merged_class)
     return merged.to(boxes.dtype), scores[is_keeper], merged_class
 
 
@@ -329,13 +351,16 @@ def _merge_groups_padded(
     merged, merged_class = b64[:n], class_ids
     for s in range(1, slots):
         index = table[:, s]
-        member = b64[index]
-        ok = present[index] & (overlap(merged, member, metric) >= threshold)
-        grown = torch.cat(
-            [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+        merged, merged_class = _absorb(
+            merged,
+            merged_class,
+            b64[index],
+            classes[index],
+            present[index],
+            takes_class[index],
+            metric,
+            threshold,
         )
-        merged = torch.where(ok[:, None], grown, merged)
-        merged_class = torch.where(ok & takes_class[index], classes[index], merged_class)
     largest = torch.where(valid, slot, 0).amax() + 1
     return merged.to(boxes.dtype), merged_class, own & valid, largest
 
@@ -431,6 +456,18 @@ def truncated_sides(
     return inner & torch.cat([near_start, near_end], dim=1)
 
 
+def _covers(part: torch.Tensor, whole: torch.Tensor, min_cover: float) -> torch.Tensor:
+    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part`."""
+    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
+        0
+    )
+    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
+        0
+    )
+    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
+    return iw * ih >= min_cover * area
+
+
 def suppress_truncated(
     boxes_in_frame: torch.Tensor,
     scores: torch.Tensor,
@@ -472,14 +509,7 @@ def suppress_truncated(
     if len(cut) == 0:
         return keep
     part, whole = boxes_in_frame[cut, None], boxes_in_frame[None]
-    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
-        0
-    )
-    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
-        0
-    )
-    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
-    covered = iw * ih >= min_cover * area
+    covered = _covers(part, whole, min_cover)
     covered &= ~truncated[None] & (image_index[cut, None] != image_index[None])
     covered &= scores[None] >= min_score_ratio * scores[cut, None]
     if not class_agnostic:
@@ -503,14 +533,7 @@ def _suppress_truncated_padded(
     """`suppress_truncated` on all rows at once (the same float operations per pair)."""
     truncated = truncated_sides(boxes, image_index, plan, margin_px).any(1)
     part, whole = boxes[:, None], boxes[None]
-    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
-        0
-    )
-    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
-        0
-    )
-    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
-    covered = iw * ih >= min_cover * area
+    covered = _covers(part, whole, min_cover)
     covered &= (valid & ~truncated)[None] & (image_index[:, None] != image_index[None])
     covered &= scores[None] >= min_score_ratio * scores[:, None]
     if not class_agnostic:

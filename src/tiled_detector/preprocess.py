@@ -150,6 +150,15 @@ def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) 
     return tensor
 
 
+def check_channel_order(channel_order: str) -> str:
+    """`channel_order` if it is a model input order ('rgb' or 'bgr'), else ValueError."""
+    if channel_order not in ("rgb", "bgr"):
+        raise ValueError(
+            f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
+        )
+    return channel_order
+
+
 class Preprocessor:
     """Turns frames into the engine's input batch on `device` (not thread-safe: it owns reused buffers)."""
 
@@ -160,11 +169,7 @@ class Preprocessor:
         input_hw: tuple[int, int],
         channel_order: str = "rgb",
     ) -> None:
-        if channel_order not in ("rgb", "bgr"):
-            raise ValueError(
-                f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
-            )
-        self.channel_order = channel_order
+        self.channel_order = check_channel_order(channel_order)
         self.device = concrete_device(device)
         self.dtype = dtype
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
@@ -172,6 +177,7 @@ class Preprocessor:
         self._plan: TilePlan | None = None
         self._copy: _TileCopy | None = None
         self._frame_scratch: torch.Tensor | None = None
+        self._tile_scratch: torch.Tensor | None = None  # tiles before resizing, when tile size != input size
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
         self._pinned: torch.Tensor | None = None
         self._staged: torch.Tensor | None = None
@@ -270,11 +276,7 @@ class Preprocessor:
     ) -> None:
         copy = self._tile_copy(plan, frame.shape[0], frame.shape[1])
         same_size = copy.tile_hw == self.input_hw
-        tiles = (
-            dst
-            if same_size
-            else torch.empty((len(dst), 3, *copy.tile_hw), dtype=self.dtype, device=self.device)
-        )
+        tiles = dst if same_size else self._tile_buffer((len(dst), 3, *copy.tile_hw))
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
@@ -292,6 +294,12 @@ class Preprocessor:
             tiles.masked_fill_(copy.outside, PAD_VALUE)
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst)
+
+    def _tile_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The reused scratch tensor for tiles at their own size (reallocated only when the shape changes)."""
+        if self._tile_scratch is None or tuple(self._tile_scratch.shape) != shape:
+            self._tile_scratch = torch.empty(shape, dtype=self.dtype, device=self.device)
+        return self._tile_scratch
 
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor

@@ -49,7 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="ONNX model")
     parser.add_argument("--precision", default="fp16", choices=["fp32", "fp16", "int8"])
     parser.add_argument("--max-batch", type=int, default=32, help="largest batch the engine accepts")
-    parser.add_argument("--opt-batch", type=int, default=9, help="batch to optimise for: tiles per frame + 1")
+    parser.add_argument(
+        "--opt-batch",
+        type=int,
+        default=None,
+        help="batch to optimise for: tiles per frame + 1 (default 9, at most --max-batch)",
+    )
     parser.add_argument("--input-hw", type=int, nargs=2, metavar=("H", "W"), help="for dynamic-size models")
     parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
     parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     options = BuildOptions(
         precision=Precision.from_value(args.precision),
         max_batch=args.max_batch,
-        opt_batch=args.opt_batch,
+        opt_batch=args.opt_batch or min(BuildOptions.opt_batch, args.max_batch),
         input_hw=input_hw,
         calib=args.calib,
         calib_tiling=tiling,

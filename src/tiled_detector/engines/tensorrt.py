@@ -289,7 +289,8 @@ class TensorRTEngine(Engine):
             options = BuildOptions(
                 precision=self.precision,
                 max_batch=max_batch,
-                opt_batch=opt_batch or max_batch,
+                # the default of `tiled-detector build-engine`, so that both find the same cached engine
+                opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
                 input_hw=input_hw,
                 calib=Path(calib) if calib else None,
                 calib_tiling=calib_tiling,
@@ -327,12 +328,13 @@ class TensorRTEngine(Engine):
         """torch CUDA event recorded after the last enqueue; `other_stream.wait_event(...)` before reading."""
         return self._done
 
-    def input_buffer(self, batch: int) -> torch.Tensor:
+    def input_buffer(self, batch: int) -> torch.Tensor | None:
         """View of the engine's own input memory for `batch` images: write preprocessed tiles here and
-        pass the view to `infer`, which then binds it without a copy."""
-        if not 1 <= batch <= self.max_batch:
-            raise ValueError(f"batch must be in [1, {self.max_batch}], got {batch}")
-        return self._input[:batch]
+        pass the view to `infer`, which then binds it without a copy. None above `max_batch` (`infer` splits
+        such a batch, copying each chunk into this memory)."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        return self._input[:batch] if batch <= self.max_batch else None
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         n = batch.shape[0]

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from torch.export.passes import move_to_device_pass
 
 from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
 
@@ -110,6 +109,10 @@ class TorchEngine(Engine):
         suffix = path.suffix.lower()
         if suffix in EXPORT_SUFFIXES:
             program = torch.export.load(str(path), extra_files=extra)
+            # imported here: torch.export.passes is missing from some torch wheels (JetPack 6 torch 2.3-2.5),
+            # which must still run TorchScript models
+            from torch.export.passes import move_to_device_pass
+
             program = move_to_device_pass(program, self.device)
             return program.module(), _texts(extra), _program_input_shape(program)
         if suffix in TORCHSCRIPT_SUFFIXES:
