@@ -8,15 +8,22 @@ module into a model file; `square_onnx` / `square_torchscript` are a ready-made 
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from bench_pipeline import SquareDetector, save_onnx, save_torchscript
+
+# CI (CI=true) runs the property tests on a fixed, reproducible set of examples; local runs explore new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 SQUARE_INPUT_HW = (64, 64)
 SQUARE_CELL = 8
