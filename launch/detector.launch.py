@@ -1,37 +1,76 @@
 """Launch the tiled_detector node: `ros2 launch tiled_detector detector.launch.py image:=/camera/image_raw`.
 
+Every node parameter is also a launch argument (`conf_threshold:=0.4 transport:=compressed ...`); one given on
+the command line overrides the params file, one left empty keeps the params file's value. A misspelt argument
+(`conf_treshold:=0.4`) is refused naming the nearest one; `--show-args` lists them all.
 Several cameras: launch it once per camera with its own `namespace` and `image` topic, e.g.
 `ros2 launch tiled_detector detector.launch.py namespace:=front image:=/front/image_raw` and again with
 `namespace:=rear image:=/rear/image_raw`; each node publishes `<namespace>/detections`.
 """
 
+import difflib
+
+import yaml
 from launch import LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
+from tiled_detector.ros.params import PARAMS
+
 SHARE = FindPackageShare("tiled_detector")
 
 ARGUMENTS = (
     ("image", "image", "input sensor_msgs/Image topic (its /compressed sibling with transport:=compressed)"),
     ("params_file", PathJoinSubstitution([SHARE, "config", "detector.yaml"]), "parameters YAML file"),
-    ("model", "", "model file (.onnx, .engine, .ts, .pt2); empty = the params file's (default: bundled model)"),
     ("namespace", "", "namespace of the node and its topics (one per camera)"),
     ("use_sim_time", "false", "use /clock (true when replaying bags)"),
     ("log_level", "info", "logging level: debug, info, warn, error"),
     ("fastdds_profile", PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
      "Fast DDS profile with a shared-memory segment large enough for full-resolution images"),
+    *((p.name, "", f"{p.description}; empty = the params file's value") for p in PARAMS),
 )  # fmt: skip
+NAMES = {name for name, _, _ in ARGUMENTS}
+
+
+def _typed(name: str, text: str) -> object:
+    """A launch argument's text as the parameter's type (lists as YAML, e.g. [car, person])."""
+    kind = next(p.value_type for p in PARAMS if p.name == name)
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"launch argument {name} must be true or false, got {text!r}")
+        return text.lower() == "true"
+    if kind is list:
+        value = yaml.safe_load(text)
+        return [str(v) for v in value] if isinstance(value, list) else text
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"launch argument {name} must be {what}, got {text!r}") from None
+
+
+def _check_spelling(context: LaunchContext) -> None:
+    """Refuse a launch configuration that is a near miss of one of our arguments (a typo)."""
+    for given in sorted(set(context.launch_configurations) - NAMES):
+        nearest = difflib.get_close_matches(given, NAMES, n=1, cutoff=0.85)
+        if nearest:
+            raise ValueError(
+                f"unknown launch argument {given!r}: did you mean {nearest[0]!r}? "
+                "(`ros2 launch tiled_detector detector.launch.py --show-args` lists them)"
+            )
 
 
 def _detector_node(context: LaunchContext) -> list[Node]:
-    """The node, with `model` overriding the params file only when it is given."""
+    """The node, with every non-empty parameter argument overriding the params file."""
+    _check_spelling(context)
     arg = {name: LaunchConfiguration(name) for name, _, _ in ARGUMENTS}
     overrides: dict[str, object] = {"use_sim_time": arg["use_sim_time"].perform(context).lower() == "true"}
-    model = arg["model"].perform(context)
-    if model:
-        overrides["model"] = model
+    for param in PARAMS:
+        text = arg[param.name].perform(context)
+        if text:
+            overrides[param.name] = _typed(param.name, text)
     image = arg["image"].perform(context)
     return [
         Node(

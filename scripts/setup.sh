@@ -106,7 +106,7 @@ else
     echo "$msgs_hash" >"$prefix/share/vision_msgs/.tiled-detector-msgs"
   fi
 
-  pip_install -r "$root/requirements/python.txt" -r "$root/requirements/test.txt"
+  pip_install -r "$root/requirements/python.txt" -r "$root/requirements/test.txt" -r "$root/requirements/ros-tools.txt"
   # SAHI is only a test oracle; its metadata pulls opencv-python, which clashes with the headless build.
   pip_install --no-deps -r "$root/requirements/test-nodeps.txt"
   pip_install --no-deps -e "$root"

@@ -61,7 +61,9 @@ def launch_description(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _node_for(description: Any, **configurations: str) -> Any:
-    defaults = {"image": "image", "model": "", "use_sim_time": "false"}
+    from tiled_detector.ros.params import PARAMS
+
+    defaults = {"image": "image", "use_sim_time": "false", **{p.name: "" for p in PARAMS}}
     context = types.SimpleNamespace(launch_configurations={**defaults, **configurations})
     (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
     (node,) = opaque.kwargs["function"](context)
@@ -72,15 +74,18 @@ def test_launch_arguments(launch_description: Any) -> None:
     declared = {
         e.args[0]: e.kwargs for e in launch_description.args[0] if type(e).__name__ == "DeclareLaunchArgument"
     }
+    from tiled_detector.ros.params import PARAMS
+
+    # every node parameter is a launch argument too (empty default: the params file's value)
     assert set(declared) == {
         "image",
         "params_file",
-        "model",
         "namespace",
         "use_sim_time",
         "log_level",
         "fastdds_profile",
-    }
+    } | {p.name for p in PARAMS}
+    assert all(declared[p.name]["default_value"] == "" for p in PARAMS)
     assert all(kw["description"] for kw in declared.values())
     assert declared["use_sim_time"]["default_value"] == "false"
     params_default = declared["params_file"]["default_value"]
@@ -112,6 +117,35 @@ def test_launch_node_action(launch_description: Any) -> None:
 def test_launch_model_argument_overrides_params_file(launch_description: Any) -> None:
     node = _node_for(launch_description, model="/models/yolo.onnx")
     assert node.kwargs["parameters"][1] == {"use_sim_time": False, "model": "/models/yolo.onnx"}
+
+
+def test_launch_parameter_arguments_are_typed(launch_description: Any) -> None:
+    node = _node_for(
+        launch_description,
+        image_reliability="reliable",
+        transport="compressed",
+        conf_threshold="0.4",
+        tile_width="512",
+        full_frame="False",
+        classes="[red_disc, 2]",
+    )
+    assert node.kwargs["parameters"][1] == {
+        "use_sim_time": False,
+        "image_reliability": "reliable",
+        "transport": "compressed",
+        "conf_threshold": 0.4,
+        "tile_width": 512,
+        "full_frame": False,
+        "classes": ["red_disc", "2"],
+    }
+    with pytest.raises(ValueError, match="tile_width must be an integer, got 'wide'"):
+        _node_for(launch_description, tile_width="wide")
+
+
+def test_launch_refuses_a_misspelt_argument(launch_description: Any) -> None:
+    with pytest.raises(ValueError, match="'conf_treshold': did you mean 'conf_threshold'"):
+        _node_for(launch_description, conf_treshold="0.4")
+    _node_for(launch_description, robot_name="r2")  # a parent launch file's own arguments pass
 
 
 def test_params_yaml_documents_every_parameter_with_its_default() -> None:

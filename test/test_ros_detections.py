@@ -124,9 +124,10 @@ def test_real_messages_carry_boxes_scores_labels_and_header() -> None:
     assert (second.bbox.center.position.x, second.bbox.center.position.y) == (101.0, 230.5)
     assert (second.bbox.size_x, second.bbox.size_y) == (1.0, 60.5)
     assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["person", "boat", "7"]
+    assert [d.id for d in msg.detections] == ["0", "1", "2"]  # stable per-frame ids
     assert first.results[0].hypothesis.score == pytest.approx(0.9)
     assert (second.results[0].hypothesis.score, third.results[0].hypothesis.score) == (1.0, 0.0)
-    assert all(len(d.results) == 1 and d.id == "" for d in msg.detections)
+    assert all(len(d.results) == 1 for d in msg.detections)
 
 
 def test_fields_are_python_scalars() -> None:
@@ -187,7 +188,7 @@ def test_older_layouts_by_feature_detection(layout: str) -> None:
         assert (result.id, result.score) == ("person", pytest.approx(0.9))
     else:
         assert (result.hypothesis.class_id, result.hypothesis.score) == ("person", pytest.approx(0.9))
-        assert first.id == ""
+        assert first.id == "0"
     boxes, scores, ids = msg_to_detections(msg, LABELS)
     np.testing.assert_array_equal(boxes, BOXES)
     np.testing.assert_array_equal(scores, np.clip(SCORES, 0, 1))

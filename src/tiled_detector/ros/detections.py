@@ -5,8 +5,9 @@ The message layout is found by feature detection on message instances, not by di
 - 3.x (Galactic): bbox.center.x/y (geometry_msgs/Pose2D), results[].hypothesis.class_id/score;
 - 2.x (Foxy): bbox.center.x/y, results[].id/score.
 Boxes are in the image's pixel frame. Each Detection2D carries the image header and one hypothesis whose
-class id is the label name when known, else the decimal class id. Detection2D.id is left empty: it names a
-tracked object and these detections are untracked.
+class id is the label name when known, else the decimal class id. Detection2D.id is the detection's index in
+its array ("0", "1", ...; the node publishes them best score first): stable for a given frame and model, unique
+within the array; it is not a track id across frames.
 """
 
 from __future__ import annotations
@@ -82,11 +83,13 @@ def detections_to_msg(
     sizes = (boxes[:, 2:] - boxes[:, :2]).tolist()
     class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
     detections = []
-    for (cx, cy), (width, height), score, name in zip(
-        centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True
+    for rank, ((cx, cy), (width, height), score, name) in enumerate(
+        zip(centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
     ):
         detection = msg_types.Detection2D()
         detection.header = header
+        if hasattr(detection, "id"):  # vision_msgs >= 3
+            detection.id = str(rank)
         center = _center(detection.bbox)
         center.x, center.y = cx, cy
         detection.bbox.size_x, detection.bbox.size_y = width, height

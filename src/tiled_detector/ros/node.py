@@ -8,6 +8,8 @@ messages, owns parameters, QoS and threads, and reports /diagnostics.
 
 from __future__ import annotations
 
+import difflib
+import os
 import signal
 import sys
 import threading
@@ -21,7 +23,8 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.executors import ExternalShutdownException
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -39,8 +42,18 @@ from tiled_detector.ros.images import (
     imgmsg_to_array,
 )
 from tiled_detector.ros.params import BY_NAME, PARAMS, Param, pipeline_changes, string_list
+from tiled_detector.ros.process import FASTDDS_PROFILE
+
+try:  # Iron and later
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:  # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
 
 NODE_NAME = "tiled_detector"
+SILENT_AFTER_S = 3.0  # no frame for this long while the input has publishers: WARN (and /diagnostics)
+WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
+SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
+COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed")
 
 
 class FrameSlot:
@@ -81,16 +94,16 @@ class Stats:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.counts = dict.fromkeys(("received", "processed", "dropped", "malformed", "failed"), 0)
+        self.counts = dict.fromkeys(COUNTERS, 0)
         self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
         self.stages: dict[str, deque[float]] = {}
         self._last_counts = dict(self.counts)
         self._last_time = time.monotonic()
 
-    def add(self, name: str) -> None:
-        """Count one event."""
+    def add(self, name: str, count: int = 1) -> None:
+        """Count `count` events."""
         with self.lock:
-            self.counts[name] += 1
+            self.counts[name] += count
 
     def record(self, latency_ms: float, timings: dict[str, float]) -> None:
         """Record one processed frame."""
@@ -100,16 +113,16 @@ class Stats:
             for stage, ms in timings.items():
                 self.stages.setdefault(stage, deque(maxlen=self.WINDOW)).append(ms)
 
-    def snapshot(self) -> dict[str, float]:
-        """Counters, rates since the last snapshot and latency percentiles."""
+    def snapshot(self) -> dict[str, float | int]:
+        """Counters (integers), rates since the last snapshot and latency percentiles."""
         with self.lock:
             now = time.monotonic()
             elapsed = max(now - self._last_time, 1e-9)
-            out: dict[str, float] = {f"frames_{k}": float(v) for k, v in self.counts.items()}
+            out: dict[str, float | int] = {f"frames_{k}": v for k, v in self.counts.items()}
             out["input_rate_hz"] = (self.counts["received"] - self._last_counts["received"]) / elapsed
             out["output_rate_hz"] = (self.counts["processed"] - self._last_counts["processed"]) / elapsed
-            for name in ("dropped", "malformed", "failed"):
-                out[f"{name}_since_last"] = float(self.counts[name] - self._last_counts[name])
+            for name in ("dropped", "lost", "malformed", "failed"):
+                out[f"{name}_since_last"] = self.counts[name] - self._last_counts[name]
             self._last_counts, self._last_time = dict(self.counts), now
             series = {"latency": self.latency_ms, **self.stages}
             for name, values in series.items():
@@ -136,9 +149,12 @@ class DetectorNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
         for param in PARAMS:
-            self.declare_parameter(param.name, _declared_value(param), param.descriptor())
-        # get_parameter_or: parameters declared by type only ("not set") read as None instead of raising
-        values = {p.name: self.get_parameter_or(p.name, Parameter(p.name)).value for p in PARAMS}
+            descriptor = param.descriptor()
+            # `model` becomes read-only once the loaded path is known (_show_loaded_model)
+            descriptor.read_only &= param.name != "model"
+            self.declare_parameter(param.name, _declared_value(param), descriptor)
+        self._warn_unknown_overrides()
+        values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
         for param in PARAMS:
             reason = param.check(values[param.name])
             if reason:
@@ -154,6 +170,7 @@ class DetectorNode(Node):
             layout=values["layout"],
             labels=tuple(string_list(values["labels"])) or None,
         )
+        values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
         # the detector and the parameter values it was built from, swapped together under the lock
         self._state = (detector.with_config(**pipeline_changes(values, self.labels)), values)
@@ -163,6 +180,8 @@ class DetectorNode(Node):
         self._last_hw: tuple[int, int] | None = None
         self._slot = FrameSlot()
         self._stop = threading.Event()
+        self._started = self._last_frame = time.monotonic()
+        self._warned_silent = -WARN_EVERY_S
         self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)
         self.debug_pub = self.create_publisher(Image, "debug_image", 1)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -172,25 +191,62 @@ class DetectorNode(Node):
             "image/compressed" if compressed else "image",
             self._on_image,
             image_qos(values["image_reliability"]),
+            event_callbacks=SubscriptionEventCallbacks(
+                message_lost=self._on_message_lost, incompatible_qos=self._on_incompatible_qos
+            ),
         )
         self._convert = compressed_to_array if compressed else imgmsg_to_array
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.create_timer(values["diagnostics_period"], self._publish_diagnostics)
+        # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
+        self.create_timer(
+            values["diagnostics_period"],
+            self._publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME),
+        )
         self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
         self._worker.start()
         engine, config = detector.engine, detector.config
+        self.get_logger().debug(f"parameters: {values}")
         self.get_logger().info(
             f"ready: model={config.model} backend={engine.backend.value} device={engine.device} "
             f"precision={engine.precision.value} input={self.image_sub.topic_name} "
             f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
 
+    def _warn_unknown_overrides(self) -> None:
+        """One WARN per parameter given (params file, -p) that the node does not have, naming the nearest."""
+        known = set(self._parameters)
+        for name in sorted(set(getattr(self, "_parameter_overrides", {})) - known):
+            if name.startswith("qos_overrides."):
+                continue
+            nearest = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+            self.get_logger().warning(f"unknown parameter {name!r} ignored{hint}")
+
+    def _show_loaded_model(self, path: str) -> str:
+        """Re-declare the read-only `model` parameter with the path actually loaded (e.g. the bundled model)."""
+        self.undeclare_parameter("model")
+        self.declare_parameter("model", path, BY_NAME["model"].descriptor(), ignore_override=True)
+        return path
+
     # --- callbacks -------------------------------------------------------------------------------------------
 
     def _on_image(self, msg: Image | CompressedImage) -> None:
         self.stats.add("received")
-        if self._slot.put((msg, time.monotonic())):
+        self._last_frame = time.monotonic()
+        if self._slot.put((msg, self._last_frame)):
             self.stats.add("dropped")
+
+    def _on_message_lost(self, info: Any) -> None:
+        """The middleware saw frames that never reached this subscription (e.g. a full transport)."""
+        self.stats.add("lost", int(info.total_count_change))
+
+    def _on_incompatible_qos(self, info: Any) -> None:
+        self.get_logger().warning(
+            f"a publisher of {self.image_sub.topic_name} has a QoS this subscription cannot match "
+            f"(policy id {info.last_policy_kind}); set image_reliability to match it",
+            throttle_duration_sec=WARN_EVERY_S,
+        )
 
     def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
         changed = {p.name: p.value for p in params if p.name in BY_NAME}
@@ -255,6 +311,22 @@ class DetectorNode(Node):
             self.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
         self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
 
+    def _input_problem(self) -> str | None:
+        """Why no frame arrives, when none has for `SILENT_AFTER_S` (None while frames flow)."""
+        silent_s = time.monotonic() - self._last_frame
+        if silent_s < SILENT_AFTER_S:
+            return None
+        topic = self.image_sub.topic_name
+        publishers = self.image_sub.get_publisher_count()
+        if not publishers:
+            return f"no publisher on {topic}"
+        profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE") or str(FASTDDS_PROFILE)
+        return (
+            f"{topic} has {publishers} publisher(s) but no frame arrived for {silent_s:.0f} s: large images need "
+            f"the shared-memory Fast DDS profile in the publisher's environment too: "
+            f"export FASTDDS_DEFAULT_PROFILES_FILE={profile} before starting the camera driver / ros2 bag play"
+        )
+
     def _publish_diagnostics(self) -> None:
         detector, _ = self._current()
         values = self.stats.snapshot()
@@ -266,18 +338,34 @@ class DetectorNode(Node):
             "model": str(detector.config.model),
             "tile_size": "x".join(map(str, detector.config.tile_size)),
             "full_frame": str(detector.config.full_frame),
+            "input_publishers": self.image_sub.get_publisher_count(),
         }
         if self._last_hw is not None:
             plan = detector.plan_for(*self._last_hw)
-            info["tiles_per_frame"] = str(len(plan.tiles))
-            info["batch_size"] = str(plan.batch_size)
-        problems = values["malformed_since_last"] + values["failed_since_last"]
+            info["tiles_per_frame"] = len(plan.tiles)
+            info["batch_size"] = plan.batch_size
+        silent = self._input_problem()
+        if silent and "publisher(s)" in silent and time.monotonic() - self._warned_silent >= WARN_EVERY_S:
+            self._warned_silent = time.monotonic()
+            self.get_logger().warning(silent)
+        lost = values["lost_since_last"]
+        problems = [
+            text
+            for count, text in (
+                (values["malformed_since_last"], "skipping malformed frames"),
+                (values["failed_since_last"], "frames failed"),
+                (lost, f"{lost} frame(s) lost before the node (transport)"),
+            )
+            if count
+        ]
+        if silent:
+            problems.append(silent)
         status = DiagnosticStatus(
             level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
             name=f"{self.get_fully_qualified_name()}: pipeline",
-            message="skipping bad frames" if problems else "ok",
+            message="; ".join(problems) or "ok",
             hardware_id=str(engine.device),
-            values=[KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else v)
+            values=[KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v))
                     for k, v in {**values, **info}.items()],
         )  # fmt: skip
         msg = DiagnosticArray(status=[status])
@@ -292,14 +380,34 @@ class DetectorNode(Node):
 
 
 def _declared_value(param: Param) -> Any:
-    """The value to declare: the default, or the type alone for parameters that are 'not set' by default."""
+    """The value to declare: the default; lists that are 'not set' by default are declared empty (a parameter
+    left unset would empty rclpy's batched get, and so `ros2 param dump`)."""
     if param.default is None:
-        return Parameter.Type.STRING_ARRAY if param.value_type is list else Parameter.Type.STRING
+        return [] if param.value_type is list else ""
     return param.default
+
+
+USAGE = """usage: detector_node [--ros-args --params-file FILE -p NAME:=VALUE -r image:=TOPIC ...]
+
+The tiled_detector node: subscribes `image` (sensor_msgs/Image; `image/compressed` with transport:=compressed),
+publishes `detections` (vision_msgs/Detection2DArray), `debug_image` and /diagnostics.
+Usually started with `ros2 launch tiled_detector detector.launch.py image:=/camera/image_raw`.
+
+parameters (ro = read-only, fixed at start; the others change at runtime with `ros2 param set`):
+""" + "\n".join(
+    f"  {p.name:<20} {'' if p.default is None else repr(p.default):<14} {'(ro) ' if p.read_only else ''}"
+    f"{p.description}"
+    for p in PARAMS
+)
 
 
 def main(args: Sequence[str] | None = None) -> int:
     """Run the node until Ctrl-C / SIGTERM: exit 0 after a clean shutdown, 1 when the node cannot start."""
+    argv = list(sys.argv if args is None else args)
+    ros_args_at = argv.index("--ros-args") if "--ros-args" in argv else len(argv)
+    if {"-h", "--help"} & set(argv[1:ros_args_at]):
+        print(USAGE)
+        return 0
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RuntimeError as error:  # rclpy's RCLError: unreadable params file or --ros-args
@@ -313,7 +421,10 @@ def main(args: Sequence[str] | None = None) -> int:
         except (ValueError, RuntimeError, OSError, ImportError) as error:  # bad parameter, model, backend
             print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
             return 1
-        rclpy.spin(node)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while rclpy.ok():  # a wall-clock wake-up: Ctrl-C is handled even while sim time stands still
+            executor.spin_once(timeout_sec=SPIN_WAKE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -6,6 +6,7 @@ runtime and are applied from the next frame. `config/detector.yaml` documents th
 
 from __future__ import annotations
 
+import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,8 @@ class Param:
             description=self.description,
             read_only=self.read_only,
             additional_constraints=f"one of: {', '.join(self.choices)}" if self.choices else "",
+            # lists: `[]` from the command line is typed as an empty bool array; names or ids are both fine
+            dynamic_typing=kind is list,
         )
         if self.min_value is not None and kind is int:
             descriptor.integer_range = [
@@ -64,6 +67,10 @@ class Param:
     def check(self, value: Any) -> str | None:
         """Why `value` is invalid for this parameter, or None when it is valid."""
         if value is None:
+            return None
+        if self.value_type is list and not _is_name_list(value):
+            return f"{self.name} must be a list of names or ids, e.g. ['a', 'b'] ([] for none), got {value!r}"
+        if self.value_type is list:
             return None
         if self.choices and value not in self.choices:
             return f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}"
@@ -123,9 +130,19 @@ PIPELINE_FIELDS: Mapping[str, str] = {
 }
 
 
+def _is_name_list(value: Any) -> bool:
+    """A comma-separated string, or an array of strings or integers (any empty array)."""
+    if isinstance(value, str):
+        return True
+    return isinstance(value, list | tuple | array.array) and all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+    )
+
+
 def string_list(value: Any) -> list[str]:
-    """A string-array parameter without the empty placeholder entries."""
-    return [str(v) for v in (value or []) if str(v).strip()]
+    """A list parameter (names, ids, or one comma-separated string) as non-empty strings."""
+    items = value.split(",") if isinstance(value, str) else (value or [])
+    return [str(v).strip() for v in items if str(v).strip()]
 
 
 def resolve_classes(names_or_ids: list[str], labels: list[str] | None) -> tuple[int, ...] | None:
