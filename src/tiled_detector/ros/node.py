@@ -413,7 +413,10 @@ def main(args: Sequence[str] | None = None) -> int:
     except RuntimeError as error:  # rclpy's RCLError: unreadable params file or --ros-args
         print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C / SIGTERM end the node, also when started from a background job (which inherits SIGINT ignored),
+    # as rclpy's own handlers do; launch stops nodes with SIGINT
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     node: DetectorNode | None = None
     try:
         try:
