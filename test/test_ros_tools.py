@@ -1,0 +1,375 @@
+"""The real ROS 2 tools, driven as a user would: `colcon build`, `ros2 launch`, `ros2 run`, `ros2 param`,
+`ros2 node`, `ros2 topic` and `ros2 pkg` against this package installed in a colcon workspace.
+
+No registry serves launch, launch_ros or ros2cli here, so the workspace is built once per test session from the
+unmodified upstream sources in `../shared/third_party/*.tar.gz` (see its README) plus this package as committed
+(its tracked and not-ignored files), over `.venv`. Without those archives the module is skipped, except under
+CI=true, where their absence fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+rclpy = pytest.importorskip("rclpy")
+
+from tiled_detector.detector import TiledDetector  # noqa: E402
+from tiled_detector.ros.client import DetectorClient, stamp_ns  # noqa: E402
+from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
+from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
+from tiled_detector.ros.process import pick_domain_id, ros_environment  # noqa: E402
+from tiled_detector.synthetic import CLASSES, make_scene  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+THIRD_PARTY = Path(os.environ.get("TILED_DETECTOR_THIRD_PARTY", ROOT.parent / "shared" / "third_party"))
+VENV = Path(sys.prefix)
+# no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
+PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
+LIST_OPTIONS = ("--no-daemon", "--spin-time", "3")
+
+
+def _package_files() -> list[str]:
+    """This package as committed: the files git tracks or would track (not ignored)."""
+    if (ROOT / ".git").exists() and shutil.which("git"):
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT, check=True, capture_output=True,
+        ).stdout.decode()  # fmt: skip
+        return [f for f in listed.split("\0") if f and (ROOT / f).is_file()]
+    skip = {".venv", ".git", "build", "install", "log", "__pycache__"}
+    return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.parts)]
+
+
+def _sourced_environment(setup: Path, base: dict[str, str]) -> dict[str, str]:
+    """The environment after `source install/setup.bash`, as a user's shell has it."""
+    dump = subprocess.run(
+        ["bash", "-c", f"source '{setup}' >/dev/null && env -0"], env=base, check=True, capture_output=True
+    ).stdout.decode()
+    return dict(line.split("=", 1) for line in dump.split("\0") if "=" in line)
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A colcon workspace with launch, launch_ros, ros2cli and this package built and installed."""
+    archives = sorted(THIRD_PARTY.glob("*.tar.gz"))
+    if not archives:
+        why = f"no ROS 2 tool sources in {THIRD_PARTY} (set TILED_DETECTOR_THIRD_PARTY)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI needs them to run the real ros2 tools")
+        pytest.skip(why)
+    if not shutil.which("colcon", path=str(VENV / "bin")):
+        pytest.fail("colcon is missing from the venv: run ./scripts/setup.sh (requirements/ros-tools.txt)")
+    ws = tmp_path_factory.mktemp("colcon_ws")
+    (ws / "src").mkdir()
+    for archive in archives:
+        subprocess.run(["tar", "xzf", str(archive), "-C", str(ws / "src")], check=True)
+    for name in _package_files():
+        target = ws / "src" / "tiled_detector" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target)
+    base = {
+        **os.environ,
+        "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}",
+        "AMENT_PREFIX_PATH": str(VENV),
+        "CMAKE_PREFIX_PATH": str(VENV),
+    }
+    build = subprocess.run(
+        [str(VENV / "bin" / "colcon"), "build", "--cmake-args", "-DBUILD_TESTING=OFF",
+         f"-DPython3_EXECUTABLE={VENV / 'bin' / 'python'}"],
+        cwd=ws, env=base, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    env = _sourced_environment(ws / "install" / "setup.bash", base)
+    share = ws / "install" / "tiled_detector" / "share" / "tiled_detector"
+    return SimpleNamespace(path=ws, env=env, share=share, log=build.stdout)
+
+
+def _env(ws: SimpleNamespace, domain: int, profile: bool = True) -> dict[str, str]:
+    env = ros_environment(domain, base=ws.env)
+    env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(ws.share / "config" / "fastdds_large_images.xml")
+    if not profile:
+        del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    return env
+
+
+def ros2(ws: SimpleNamespace, domain: int, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run a `ros2` command to completion (in the workspace's sourced environment)."""
+    return subprocess.run(
+        ["ros2", *args], env=_env(ws, domain), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+class Background:
+    """A long-running `ros2 launch` / `ros2 run` process; stopped with SIGINT like Ctrl-C."""
+
+    def __init__(self, ws: SimpleNamespace, domain: int, *args: str, log: Path) -> None:
+        self.log = log
+        self._file = log.open("wb")
+        self.process = subprocess.Popen(
+            ["ros2", *args], env=_env(ws, domain), stdout=self._file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def interrupt(self, timeout: float = 20.0) -> tuple[int, float]:
+        """Ctrl-C (SIGINT to the process group, as a terminal sends it); exit code and seconds taken."""
+        started = time.monotonic()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        self._file.close()
+        return code, time.monotonic() - started
+
+
+def _frame(index: int, frame_id: str) -> tuple[Any, Any]:
+    scene = make_scene(900 + index, 1280, 720)
+    msg = array_to_imgmsg(scene.image, "rgb8")
+    msg.header.frame_id = frame_id
+    msg.header.stamp.sec, msg.header.stamp.nanosec = 2000 + index, 125
+    return scene, msg
+
+
+def _answer(client: DetectorClient, msg: Any, timeout: float = 60.0) -> Any:
+    """Publish `msg` until its detections come back (best-effort images can be lost right after discovery)."""
+    stamp = stamp_ns(msg.header.stamp)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        client.publish(msg)
+        reply = client.wait_for_stamp(stamp, timeout=min(3.0, max(deadline - time.monotonic(), 0.1)))
+        if reply is not None:
+            return reply
+    raise AssertionError(f"no detections for stamp {stamp} on {client.detections_subscription.topic_name}")
+
+
+def _same(reply: Any, expected: Any) -> None:
+    boxes, scores, class_ids = msg_to_detections(reply, list(CLASSES))
+    assert len(scores) == len(expected.scores) > 0
+    order, ref = np.lexsort((boxes[:, 0], -scores)), np.lexsort((expected.boxes[:, 0], -expected.scores))
+    np.testing.assert_allclose(boxes[order], expected.boxes[ref], atol=1e-3)
+    np.testing.assert_array_equal(class_ids[order], expected.class_ids[ref])
+
+
+def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
+    domain = pick_domain_id()
+    prefix = ros2(workspace, domain, "pkg", "prefix", "tiled_detector")
+    assert prefix.returncode == 0, prefix.stderr
+    assert Path(prefix.stdout.strip()) == workspace.path / "install" / "tiled_detector"
+    executables = ros2(workspace, domain, "pkg", "executables", "tiled_detector")
+    assert "tiled_detector detector_node" in executables.stdout, executables
+    assert os.access(workspace.path / "install/tiled_detector/lib/tiled_detector/detector_node", os.X_OK)
+    for name in ("launch/detector.launch.py", "config/detector.yaml", "config/fastdds_large_images.xml",
+                 "package.xml"):  # fmt: skip
+        assert (workspace.share / name).is_file(), name
+    found = subprocess.run(
+        [sys.executable, "-c", "import tiled_detector as t; print(t.default_model_path())"],
+        env=workspace.env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    model = Path(found.stdout.strip())
+    assert model.is_file() and workspace.path / "install" in model.parents, model
+    helped = ros2(workspace, domain, "run", "tiled_detector", "detector_node", "--help")
+    assert helped.returncode == 0 and "usage: detector_node" in helped.stdout, helped
+    assert "conf_threshold" in helped.stdout
+
+
+@pytest.fixture(scope="module")
+def two_cameras(
+    workspace: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SimpleNamespace]:
+    """Two launches side by side: `front` (params file, model, reliable images, debug log) and `rear`."""
+    tmp = tmp_path_factory.mktemp("launch")
+    params = tmp / "front.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    conf_threshold: 0.3\n    max_detections: 40\n")
+    model = workspace.path / "install/tiled_detector/lib/python3.11/site-packages/tiled_detector/models"
+    model = next(model.glob("default.onnx"), None) or next(workspace.path.glob("install/**/default.onnx"))
+    domain = pick_domain_id()
+    front = Background(
+        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "namespace:=front",
+        "image:=/front/image_raw", f"params_file:={params}", f"model:={model}", "log_level:=debug",
+        "image_reliability:=reliable", "transport:=raw", log=tmp / "front.log",
+    )  # fmt: skip
+    rear = Background(
+        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "namespace:=rear",
+        "image:=/rear/image_raw", log=tmp / "rear.log",
+    )  # fmt: skip
+    clients = {
+        name: DetectorClient(
+            domain_id=domain, image_topic=f"/{name}/image_raw", detections_topic=f"/{name}/detections",
+            image_reliable=True, node_name=f"client_{name}",
+        )
+        for name in ("front", "rear")
+    }  # fmt: skip
+    try:
+        for client in clients.values():
+            assert client.wait_for_node(timeout=90), (front.text(), rear.text())
+        yield SimpleNamespace(
+            ws=workspace, domain=domain, front=front, rear=rear, clients=clients, model=model, params=params
+        )
+    finally:
+        for client in clients.values():
+            client.close()
+        front.interrupt()
+        rear.interrupt()
+
+
+def test_two_launches_answer_on_their_namespaces(two_cameras: SimpleNamespace) -> None:
+    for index, name in enumerate(("front", "rear")):
+        scene, msg = _frame(index, f"{name}_optical")
+        reply = _answer(two_cameras.clients[name], msg)
+        assert reply.header.frame_id == f"{name}_optical"
+        assert (reply.header.stamp.sec, reply.header.stamp.nanosec) == (2000 + index, 125)
+        settings = {"conf_threshold": 0.3, "max_detections": 40} if name == "front" else {}
+        _same(reply, TiledDetector(**settings).detect(scene.image, "rgb8"))
+        assert [d.id for d in reply.detections] == [str(i) for i in range(len(reply.detections))]
+    assert "parameters: {" in two_cameras.front.text()  # log_level:=debug reached the node
+    assert "parameters: {" not in two_cameras.rear.text()
+
+
+def test_launch_arguments_reach_the_node(two_cameras: SimpleNamespace) -> None:
+    ws, domain = two_cameras.ws, two_cameras.domain
+    expected = {
+        "conf_threshold": "0.3",  # from params_file:=
+        "image_reliability": "reliable",  # from image_reliability:=
+        "transport": "raw",
+        "model": str(two_cameras.model),  # from model:=
+    }
+    for name, value in expected.items():
+        got = ros2(ws, domain, "param", "get", *PARAM_OPTIONS, "/front/tiled_detector", name)
+        assert got.returncode == 0 and got.stdout.strip().endswith(value), (name, got)
+    bundled = ros2(ws, domain, "param", "get", *PARAM_OPTIONS, "/rear/tiled_detector", "model")
+    assert bundled.stdout.strip().endswith("default.onnx"), bundled  # the loaded path, not ""
+
+
+def test_ros2_param_set_get_describe_dump(two_cameras: SimpleNamespace) -> None:
+    ws, domain, node = two_cameras.ws, two_cameras.domain, "/rear/tiled_detector"
+
+    def param(*args: str) -> subprocess.CompletedProcess:
+        return ros2(ws, domain, "param", args[0], *PARAM_OPTIONS, node, *args[1:])
+
+    ok = param("set", "conf_threshold", "0.6")
+    assert ok.returncode == 0 and "Set parameter successful" in ok.stdout, ok
+    scene, msg = _frame(5, "rear_optical")
+    _same(
+        _answer(two_cameras.clients["rear"], msg),
+        TiledDetector(conf_threshold=0.6).detect(scene.image, "rgb8"),
+    )
+    assert param("get", "conf_threshold").stdout.strip().endswith("0.6")
+
+    refusals = {
+        ("overlap", "1.7"): "out of range",
+        ("tile_width", "wide"): "Wrong parameter type",
+        ("model", "/other.onnx"): "read-only",
+        ("merge", "average"): "merge must be one of nms, nmm, greedy_nmm",
+    }
+    for (name, value), reason in refusals.items():
+        refused = param("set", name, value)
+        assert "Setting parameter failed" in refused.stdout + refused.stderr, refused
+        assert reason in refused.stdout + refused.stderr, (reason, refused)
+    for value in ('["red_disc"]', "[]"):  # a class filter, and back to all classes
+        reset = param("set", "classes", value)
+        assert "Set parameter successful" in reset.stdout, reset
+
+    described = param("describe", "overlap")
+    assert "Min value: 0.0" in described.stdout and "Max value: 0.95" in described.stdout, described
+    assert "overlap ratio" in described.stdout
+    dumped = param("dump")
+    assert dumped.returncode == 0, dumped
+    for name in ("conf_threshold: 0.6", "model:", "labels:", "classes:", "tile_width: 640", "overlap: 0.2"):
+        assert name in dumped.stdout, (name, dumped.stdout)
+
+
+def test_ros2_node_and_topic_tools(two_cameras: SimpleNamespace) -> None:
+    ws, domain = two_cameras.ws, two_cameras.domain
+    nodes = ros2(ws, domain, "node", "list", *LIST_OPTIONS).stdout.split()
+    assert {"/front/tiled_detector", "/rear/tiled_detector"} <= set(nodes), nodes
+    topics = ros2(ws, domain, "topic", "list", *LIST_OPTIONS).stdout.split()
+    for topic in (
+        "/front/detections",
+        "/rear/detections",
+        "/front/image_raw",
+        "/front/debug_image",
+        "/diagnostics",
+    ):
+        assert topic in topics, (topic, topics)
+    try:  # hz runs until stopped: give it a few diagnostics periods
+        hz = ros2(ws, domain, "topic", "hz", "/diagnostics", timeout=7)
+        output = hz.stdout
+    except subprocess.TimeoutExpired as stopped:
+        output = (
+            (stopped.stdout or b"").decode() if isinstance(stopped.stdout, bytes) else stopped.stdout or ""
+        )
+    rates = [float(r) for r in re.findall(r"average rate: ([0-9.]+)", output)]
+    assert rates and 1.0 <= rates[-1] <= 3.0, output  # two nodes at 1 Hz each
+
+
+def test_sigint_ends_each_launch_cleanly(two_cameras: SimpleNamespace) -> None:
+    for launch in (two_cameras.front, two_cameras.rear):
+        code, seconds = launch.interrupt()
+        text = launch.text()
+        assert code == 0, text
+        assert seconds < 10, (seconds, text)
+        assert "process has finished cleanly" in text, text
+        assert "Traceback" not in text and "SIGKILL" not in text and "SIGTERM" not in text, text
+
+
+def test_ros2_run_with_the_installed_params_file(workspace: SimpleNamespace, tmp_path: Path) -> None:
+    domain = pick_domain_id()
+    node = Background(
+        workspace, domain, "run", "tiled_detector", "detector_node", "--ros-args", "--params-file",
+        str(workspace.share / "config" / "detector.yaml"), "-r", "image:=/camera/image_raw",
+        log=tmp_path / "run.log",
+    )  # fmt: skip
+    client = DetectorClient(domain_id=domain, image_topic="/camera/image_raw", node_name="client_run")
+    try:
+        assert client.wait_for_node(timeout=90), node.text()
+        scene, msg = _frame(7, "camera_optical")
+        reply = _answer(client, msg)
+        assert reply.header.frame_id == "camera_optical"
+        _same(reply, TiledDetector().detect(scene.image, "rgb8"))
+    finally:
+        client.close()
+        code, _ = node.interrupt()
+    assert code == 0 and "Traceback" not in node.text(), node.text()
+
+
+def test_sim_time_launch_stops_on_ctrl_c(workspace: SimpleNamespace, tmp_path: Path) -> None:
+    domain = pick_domain_id()
+    launch = Background(
+        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "use_sim_time:=true",
+        log=tmp_path / "sim.log",
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while "ready:" not in launch.text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "ready:" in launch.text(), launch.text()
+    time.sleep(2.0)  # no /clock: sim time stands still
+    code, seconds = launch.interrupt()
+    assert code == 0 and seconds < 5, (code, seconds, launch.text())
+    assert "process has finished cleanly" in launch.text()
+
+
+def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None:
+    refused = ros2(workspace, pick_domain_id(), "launch", "tiled_detector", "detector.launch.py",
+                   "conf_treshold:=0.4")  # fmt: skip
+    assert refused.returncode != 0
+    assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
