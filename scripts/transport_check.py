@@ -104,7 +104,7 @@ def measure(args: argparse.Namespace) -> int:
                                        "--size", size, "--encoding", encoding, "--rate", str(rate),
                                        "--count", str(count), "--reliability", reliability]  # fmt: skip
                             done = subprocess.run(
-                                command, env=env, capture_output=True, text=True, timeout=120
+                                command, check=False, env=env, capture_output=True, text=True, timeout=120
                             )
                             sent = (
                                 json.loads(done.stdout.strip().splitlines()[-1])["sent"] if done.stdout else 0

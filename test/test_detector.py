@@ -306,3 +306,25 @@ def test_overflow_at_the_largest_capacity_skips_the_sync_free_pass_for_a_while(s
         np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
         assert set(dets.timings) == STAGES
     assert len(calls) == 2  # the first frame, then one retry after _RETRY_AFTER exact-only frames
+
+
+@pytest.mark.parametrize(
+    ("shape", "encoding", "step_pad"),
+    [
+        ((1, 1280, 3), "rgb8", 0),  # 1 px tall, wider than a tile: the full-frame view is 1 px tall
+        ((1300, 1, 3), "rgb8", 0),
+        ((2, 30000, 3), "rgb8", 0),
+        ((1, 1, 3), "rgb8", 0),
+        ((40, 50), "mono16", 1),  # 16-bit rows with an odd step: not viewable in place, copied
+    ],
+)
+def test_degenerate_but_legal_frames_are_answered(detector, shape, encoding, step_pad):
+    h, w = shape[:2]
+    itemsize = 2 if encoding == "mono16" else 1
+    row = w * (shape[2] if len(shape) == 3 else 1) * itemsize + step_pad
+    buffer = np.random.default_rng(0).integers(0, 255, h * row, np.uint8)
+    dtype = np.uint16 if encoding == "mono16" else np.uint8
+    frame = np.ndarray(shape, dtype, buffer, strides=(row, *np.array(np.empty(shape, dtype).strides[1:])))
+    dets = detector.detect(frame, encoding)
+    assert dets.boxes.shape[1] == 4 and "total" in dets.timings
+    assert (dets.boxes[:, [0, 2]] <= w).all() and (dets.boxes[:, [1, 3]] <= h).all()

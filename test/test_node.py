@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,14 +17,14 @@ pytestmark = pytest.mark.ros
 
 rclpy = pytest.importorskip("rclpy")
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
 from tiled_detector.ros.client import DetectorClient  # noqa: E402
 from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
 from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
-from tiled_detector.ros.process import NodeProcess, pick_domain_id  # noqa: E402
+from tiled_detector.ros.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
 from tiled_detector.synthetic import CLASSES, make_scene  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,3 +234,83 @@ def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes
     assert len(boxes) == len(expected) > 0
     np.testing.assert_allclose(np.sort(scores), np.sort(expected.scores), atol=1e-5)
     assert sorted(class_ids.tolist()) == sorted(expected.class_ids.tolist())
+
+
+# --- frames lost before the node: counted and explained ------------------------------------------------------
+
+PUBLISHER = (sys.executable, str(ROOT / "scripts" / "transport_check.py"), "publish")
+
+
+def _status(diagnostics: list[Any]) -> dict[str, str]:
+    return {kv.key: kv.value for kv in diagnostics[-1].status[0].values} if diagnostics else {}
+
+
+def _publisher(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*PUBLISHER, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) -> None:
+    """No frame gets through from a publisher lacking the profile: one WARN names the variable and the file."""
+    domain = pick_domain_id()
+    params_file = _write_params(tmp_path / "params.yaml", diagnostics_period=0.5)
+    env = ros_environment(domain)
+    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    with NodeProcess(params_file, domain_id=domain) as node:
+        client = DetectorClient(domain_id=domain)
+        diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            assert client.wait_until(lambda: len(diagnostics) > 0, timeout=60), node.log_text()
+            publisher = _publisher(env, "--topic", "image", "--size", "640x480", "--rate", "5", "--count", "60",
+                                   "--reliability", "best_effort")  # fmt: skip
+            explained = client.wait_until(
+                lambda: "FASTDDS_DEFAULT_PROFILES_FILE" in diagnostics[-1].status[0].message, timeout=30
+            )
+            publisher.wait(60)
+            status = diagnostics[-1].status[0]
+        finally:
+            client.close()
+    assert explained, [d.status[0].message for d in diagnostics[-3:]]
+    assert status.level == DiagnosticStatus.WARN
+    assert _status(diagnostics)["frames_received"] == "0"
+    assert int(_status(diagnostics)["input_publishers"]) >= 1  # (the test client publishes on it too)
+    log = node.log_text()
+    warnings = [line for line in log.splitlines() if "no frame arrived" in line]
+    assert len(warnings) == 1, log  # said once, not per frame
+    assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE}" in warnings[0]
+
+
+def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
+    """A stream that overruns the shared-memory port queue (here made small: 128 fragments): the middleware's
+    message-lost reports reach /diagnostics, so received + lost accounts for what was sent."""
+    domain = pick_domain_id()
+    params_file = _write_params(tmp_path / "params.yaml", diagnostics_period=0.5)
+    small = tmp_path / "small_queue.xml"
+    small.write_text(
+        FASTDDS_PROFILE.read_text().replace("<port_queue_capacity>4096<", "<port_queue_capacity>128<")
+    )
+    env = {**ros_environment(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(small)}
+    node = NodeProcess(params_file, domain_id=domain)
+    node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(small)
+    with node:
+        client = DetectorClient(domain_id=domain)
+        diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            assert client.wait_until(lambda: len(diagnostics) > 0, timeout=60), node.log_text()
+            publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "30", "--count",
+                                   "60", "--reliability", "reliable")  # fmt: skip
+            out, err = publisher.communicate(timeout=120)
+            sent = json.loads(out.strip().splitlines()[-1])["sent"]
+
+            def settled() -> bool:
+                status = _status(diagnostics)
+                return int(status.get("frames_received", 0)) + int(status.get("frames_lost", 0)) >= sent * 0.9
+
+            client.wait_until(settled, timeout=10)
+            status = _status(diagnostics)
+        finally:
+            client.close()
+    received, lost = int(status["frames_received"]), int(status["frames_lost"])
+    assert lost > 0 and received < sent, (status, err)
+    assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)

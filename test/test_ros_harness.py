@@ -28,6 +28,7 @@ def test_environment_isolates_and_enables_large_images() -> None:
     assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
     assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]) == FASTDDS_PROFILE
     assert "<segment_size>67108864</segment_size>" in FASTDDS_PROFILE.read_text()
+    assert "<port_queue_capacity>4096</port_queue_capacity>" in FASTDDS_PROFILE.read_text()
     with pytest.raises(ValueError, match="ROS_DOMAIN_ID"):
         ros_environment(300)
 

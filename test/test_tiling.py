@@ -98,6 +98,8 @@ def test_letterbox_fit():
     assert (lb.pad_x, lb.pad_y) == (0, 140)
     same = Letterbox.fit((640, 640), (640, 640))
     assert (same.scale, same.pad_x, same.pad_y, same.resized_hw) == (1.0, 0, 0, (640, 640))
+    thin = Letterbox.fit((1, 30000), (640, 640))  # never a zero-sized resize
+    assert thin.resized_hw == (1, 640) and thin.pad_y == 319
 
 
 def test_make_plan_fields_and_cache():

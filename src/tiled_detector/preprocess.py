@@ -126,8 +126,8 @@ def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) 
     """View `frame` as an (H, W, C) tensor (no copy where possible) after checking it against `encoding`."""
     enc = Encoding.from_value(encoding)
     if isinstance(frame, np.ndarray):
-        if any(s < 0 for s in frame.strides):
-            frame = np.ascontiguousarray(frame)
+        if not frame.flags.aligned or any(s < 0 or s % frame.itemsize for s in frame.strides):
+            frame = np.ascontiguousarray(frame)  # torch cannot view these (e.g. 16-bit rows with an odd step)
         if frame.flags.writeable:
             tensor = torch.from_numpy(frame)
         else:  # read-only buffers (e.g. ROS message data) are only read here

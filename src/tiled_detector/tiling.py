@@ -63,11 +63,12 @@ class Letterbox:
 
     @classmethod
     def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
-        """Largest aspect-preserving resize of `source_hw` into `input_hw`, centred (pads rounded down)."""
+        """Largest aspect-preserving resize of `source_hw` into `input_hw` (at least 1 pixel per side), centred
+        (pads rounded down)."""
         scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
-        resized = (
-            min(input_hw[0], round(source_hw[0] * scale)),
-            min(input_hw[1], round(source_hw[1] * scale)),
+        resized = (  # at least one pixel: a 1-pixel-thin frame still has a (thin) view
+            max(1, min(input_hw[0], round(source_hw[0] * scale))),
+            max(1, min(input_hw[1], round(source_hw[1] * scale))),
         )
         return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
 
