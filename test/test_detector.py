@@ -231,8 +231,11 @@ def test_engine_buffer_is_only_asked_for_batches_the_engine_takes_at_once(square
     frame, boxes, classes = _scene(0)
     assert det.plan_for(*frame.shape[:2]).batch_size > 2
     dets = det.detect(frame)
-    assert asked == []  # the plan's batch is split by Engine.infer, written into the preprocessor's batch
+    batch = det.plan_for(*frame.shape[:2]).batch_size
+    # the plan's views go through in chunks of max_batch, each into the engine's buffer
+    assert asked == [2] * (batch // 2) + ([batch % 2] if batch % 2 else [])
     np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
+    asked.clear()
     det.detect(np.zeros((40, 40, 3), np.uint8))  # one tile + the full-frame view: 2 images, one call
     assert asked == [2]
 
@@ -328,3 +331,20 @@ def test_degenerate_but_legal_frames_are_answered(detector, shape, encoding, ste
     dets = detector.detect(frame, encoding)
     assert dets.boxes.shape[1] == 4 and "total" in dets.timings
     assert (dets.boxes[:, [0, 2]] <= w).all() and (dets.boxes[:, [1, 3]] <= h).all()
+
+
+def test_a_frame_with_more_views_than_max_batch_runs_in_chunks_with_the_same_result(square_onnx):
+    frame, _, _ = _scene(1)
+    whole = TiledDetector(square_onnx, tile_size=(24, 24), overlap=0.25, conf_threshold=0.3, max_batch=256)
+    chunked = TiledDetector(square_onnx, tile_size=(24, 24), overlap=0.25, conf_threshold=0.3, max_batch=5)
+    batch = whole.plan_for(*frame.shape[:2]).batch_size
+    assert batch > 3 * 5  # several chunks, the last one partial
+    seen = []
+    infer = chunked.engine.infer
+    chunked.engine.infer = lambda b: seen.append(len(b)) or infer(b)
+    expected, got = whole.detect(frame), chunked.detect(frame)
+    assert max(seen) == 5 and sum(seen) == batch  # never more than max_batch images at once
+    assert len(got) == len(expected) > 0
+    np.testing.assert_array_equal(got.boxes, expected.boxes)
+    np.testing.assert_array_equal(got.scores, expected.scores)
+    np.testing.assert_array_equal(got.class_ids, expected.class_ids)

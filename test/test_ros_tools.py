@@ -40,7 +40,7 @@ THIRD_PARTY = Path(os.environ.get("TILED_DETECTOR_THIRD_PARTY", ROOT.parent / "s
 VENV = Path(sys.prefix)
 # no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
 PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
-LIST_OPTIONS = ("--no-daemon", "--spin-time", "3")
+LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
 
 
 def _package_files() -> list[str]:
@@ -298,21 +298,31 @@ def test_ros2_param_set_get_describe_dump(two_cameras: SimpleNamespace) -> None:
         assert name in dumped.stdout, (name, dumped.stdout)
 
 
+def _listed(
+    ws: SimpleNamespace, domain: int, what: str, wanted: set[str], timeout: float = 60.0
+) -> list[str]:
+    """`ros2 <what> list`, again until it shows `wanted` (discovery on a loaded machine can take a while)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = ros2(ws, domain, what, "list", *LIST_OPTIONS).stdout.split()
+        if wanted <= set(listed) or time.monotonic() > deadline:
+            return listed
+
+
 def test_ros2_node_and_topic_tools(two_cameras: SimpleNamespace) -> None:
     ws, domain = two_cameras.ws, two_cameras.domain
-    nodes = ros2(ws, domain, "node", "list", *LIST_OPTIONS).stdout.split()
-    assert {"/front/tiled_detector", "/rear/tiled_detector"} <= set(nodes), nodes
-    topics = ros2(ws, domain, "topic", "list", *LIST_OPTIONS).stdout.split()
-    for topic in (
+    nodes = {"/front/tiled_detector", "/rear/tiled_detector"}
+    assert nodes <= set(_listed(ws, domain, "node", nodes))
+    topics = {
         "/front/detections",
         "/rear/detections",
         "/front/image_raw",
         "/front/debug_image",
         "/diagnostics",
-    ):
-        assert topic in topics, (topic, topics)
+    }
+    assert topics <= set(_listed(ws, domain, "topic", topics))
     try:  # hz runs until stopped: give it a few diagnostics periods
-        hz = ros2(ws, domain, "topic", "hz", "/diagnostics", timeout=7)
+        hz = ros2(ws, domain, "topic", "hz", "/diagnostics", timeout=12)
         output = hz.stdout
     except subprocess.TimeoutExpired as stopped:
         output = (

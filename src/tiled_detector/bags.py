@@ -202,6 +202,24 @@ def deserialize(data: bytes | memoryview, msgtype: str) -> Any:
     return typestore().deserialize_cdr(data, msgtype)
 
 
+def _remove_orphaned_staging(path: Path) -> None:
+    """Delete staging folders of earlier writes of `path` whose process is gone (killed, e.g. SIGKILL)."""
+    for staging in path.parent.glob(f".{path.name}.*.partial"):
+        pid = staging.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class BagWriter:
     """Writes one bag atomically: into a hidden staging folder next to `path`, renamed there on success.
 
@@ -219,11 +237,16 @@ class BagWriter:
         self.path = Path(path)
         self.storage = Storage.from_value(storage)
         if self.path.exists() and not force:
-            raise FileExistsError(f"{self.path} exists; pass force=True (--force) to replace it")
+            raise FileExistsError(
+                f"{self.path} exists: replace it with --force (force=True), or pick another name"
+            )
         self.force = force
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_orphaned_staging(self.path)
         self._staging = Path(
-            tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
+            tempfile.mkdtemp(
+                prefix=f".{self.path.name}.{os.getpid()}.", suffix=".partial", dir=self.path.parent
+            )
         )
         self._writer = Writer(
             self._staging / self.path.name, version=METADATA_VERSION, storage_plugin=self.storage.plugin

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+
+from tiled_detector import __version__
+from tiled_detector.errors import one_line
 
 # name -> (module under tiled_detector.commands, one-line help). Each module defines
 # `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported.
@@ -28,21 +32,41 @@ def _top_parser() -> argparse.ArgumentParser:
         epilog="subcommands:\n" + "\n".join(f"  {n:<14} {h}" for n, (_, h) in COMMANDS.items()),
     )
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="see below")
+    parser.add_argument("--version", action="version", version=f"tiled-detector {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (any subcommand)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `tiled-detector` console script."""
+    """Entry point of the `tiled-detector` console script.
+
+    Exit codes: 0 done, 1 an error (one line on stderr: `<command>: cannot start: <what and why>`; the traceback
+    with `--debug`), 2 a usage error, 130 interrupted (Ctrl-C). A subcommand may return 1 for its own verdicts.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
     if not args or args[0] not in COMMANDS:
         _top_parser().parse_args(args[:1] or ["--help"])
         return 2
     name, rest = args[0], args[1:]
-    module_name, help_text = COMMANDS[name]
-    module = importlib.import_module(f"tiled_detector.commands.{module_name}")
-    parser = argparse.ArgumentParser(prog=f"tiled-detector {name}", description=help_text)
-    module.add_arguments(parser)
-    return int(module.run(parser.parse_args(rest)) or 0)
+    try:
+        module_name, help_text = COMMANDS[name]
+        module = importlib.import_module(f"tiled_detector.commands.{module_name}")
+        parser = argparse.ArgumentParser(prog=f"tiled-detector {name}", description=help_text)
+        module.add_arguments(parser)
+        parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+        return int(module.run(parser.parse_args(rest)) or 0)
+    except KeyboardInterrupt:
+        print(f"tiled-detector {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # the CLI boundary: one line for the user (--debug: the traceback)
+        if debug:
+            traceback.print_exc()
+        print(f"tiled-detector {name}: cannot start: {one_line(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, DetectorConfig
-from tiled_detector.decode import OutputLayout, decode_outputs, decode_padded, detect_layout
+from tiled_detector.decode import Decoded, OutputLayout, PaddedDecoded, decode_padded, detect_layout
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.merge import merge, merge_padded, suppress_truncated
 from tiled_detector.preprocess import Encoding, Preprocessor, as_frame_tensor
@@ -222,33 +222,45 @@ class TiledDetector:
 
     def _detect(self, frame: torch.Tensor, encoding: str | Encoding, clock: _StageClock) -> Detections:
         plan = self.plan_for(frame.shape[0], frame.shape[1])
-        # the engine's bound input only when one call takes the whole batch (else `infer` splits it)
-        fits = plan.batch_size <= self._engine.max_batch
-        buffer = self._engine.input_buffer(plan.batch_size) if fits else None
-        batch = self._preprocessor.prepare(frame, plan, encoding, buffer)
-        clock.mark("preprocess")
-        outputs = self._engine.infer(batch)
-        clock.mark("infer")
+        found = self._infer_and_decode(frame, plan, encoding, clock)
         host = None
         if self._exact_frames:
             self._exact_frames -= 1
         elif self._sync_free:
-            host = self._postprocess_sync_free(outputs, plan, clock)
+            host = self._postprocess_sync_free(found, plan, clock)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
-            packed = self._postprocess_exact(outputs, plan, clock)
+            packed = self._postprocess_exact(found.compact(), plan, clock)
             host = packed.cpu().numpy()
             clock.mark("download")
         return Detections(host[:, :4], host[:, 4], host[:, 5].astype(np.int64), clock.timings())
 
-    def _postprocess_exact(
-        self, outputs: dict[str, torch.Tensor], plan: TilePlan, clock: _StageClock
-    ) -> torch.Tensor:
-        """decode -> frame pixels -> seam rule -> merge -> top rows packed (M, 6), with data-dependent shapes."""
+    def _infer_and_decode(
+        self, frame: torch.Tensor, plan: TilePlan, encoding: str | Encoding, clock: _StageClock
+    ) -> PaddedDecoded:
+        """Preprocess, infer and decode the plan's views in chunks of at most `max_batch` images (one chunk for
+        any usual frame), so a huge frame never holds more than one engine batch of images; each chunk's
+        outputs shrink to their per-image top-k candidates before the next chunk runs."""
+        cfg, step = self._config, self._engine.max_batch
+        parts = []
+        for start in range(0, plan.batch_size, step):
+            stop = min(start + step, plan.batch_size)
+            buffer = self._engine.input_buffer(stop - start)  # the engine's bound input, written in place
+            batch = self._preprocessor.prepare(frame, plan, encoding, buffer, (start, stop))
+            clock.mark("preprocess")
+            outputs = self._engine.infer(batch)
+            clock.mark("infer")
+            found = decode_padded(
+                outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
+            )
+            parts.append(found._replace(image_index=found.image_index + start) if start else found)
+            clock.mark("decode")
+        if len(parts) == 1:
+            return parts[0]
+        return PaddedDecoded(*(torch.cat(field) for field in zip(*parts, strict=True)))
+
+    def _postprocess_exact(self, found: Decoded, plan: TilePlan, clock: _StageClock) -> torch.Tensor:
+        """frame pixels -> seam rule -> merge -> top rows packed (M, 6), with data-dependent shapes."""
         cfg = self._config
-        found = decode_outputs(
-            outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
-        )
-        clock.mark("decode")
         boxes = plan.to_frame(found.boxes, found.image_index)
         scores, class_ids = found.scores.float(), found.class_ids
         if cfg.seam_suppression:
@@ -265,19 +277,15 @@ class TiledDetector:
         return packed
 
     def _postprocess_sync_free(
-        self, outputs: dict[str, torch.Tensor], plan: TilePlan, clock: _StageClock
+        self, found: PaddedDecoded, plan: TilePlan, clock: _StageClock
     ) -> np.ndarray | None:
         """The same result with fixed shapes and one download; None when it is not proven exact."""
         cfg = self._config
-        found = decode_padded(
-            outputs, self._layout, cfg.conf_threshold, cfg.top_k, cfg.classes, self._num_classes
-        )
         count = found.valid.sum()
         capacity = self._capacity
         if len(found.valid) > capacity:  # the valid rows first, in order, then cut to the capacity
             first = _valid_first(found.valid)[:capacity]
             found = type(found)(*(t[first] for t in found))
-        clock.mark("decode")
         boxes = plan.to_frame(found.boxes, found.image_index)
         scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
         if cfg.seam_suppression:

@@ -175,7 +175,7 @@ class Preprocessor:
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
         self._batch: torch.Tensor | None = None
         self._plan: TilePlan | None = None
-        self._copy: _TileCopy | None = None
+        self._copies: dict[tuple[int, int], _TileCopy] = {}  # tile range -> how to cut it (for self._plan)
         self._frame_scratch: torch.Tensor | None = None
         self._tile_scratch: torch.Tensor | None = None  # tiles before resizing, when tile size != input size
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
@@ -219,23 +219,29 @@ class Preprocessor:
         plan: TilePlan,
         encoding: str | Encoding = Encoding.RGB8,
         out: torch.Tensor | None = None,
+        views: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """Write the tiles and the full-frame view of a device frame (H, W, C) into the batch and return it.
 
-        `out` is a buffer to write into (e.g. an engine's bound input, at least `plan.batch_size` long);
-        without it the preprocessor's own batch tensor is reused across calls.
+        `views` (start, stop) writes only those batch images of the plan (a chunk of a frame with more views
+        than one engine call takes), at batch positions 0..stop-start-1. `out` is a buffer to write into (e.g. an
+        engine's bound input, at least that long); without it the preprocessor's own batch tensor is reused.
         """
         enc = Encoding.from_value(encoding)
         frame = as_frame_tensor(frame, enc)
         if frame.device != self.device:
             raise ValueError(f"frame is on {frame.device}, the preprocessor writes on {self.device}")
-        batch = self._batch_view(plan.batch_size, out)
+        start, stop = views or (0, plan.batch_size)
+        if not 0 <= start < stop <= plan.batch_size:
+            raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
+        batch = self._batch_view(stop - start, out)
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
-        if n_tiles:
-            self._write_tiles(frame, plan, enc, order, batch[:n_tiles])
-        if plan.full_frame:
-            self._write_full_frame(frame, plan, order, enc.scale, batch[n_tiles])
+        tiles_stop = min(stop, n_tiles)
+        if start < tiles_stop:
+            self._write_tiles(frame, plan, (start, tiles_stop), enc, order, batch[: tiles_stop - start])
+        if plan.full_frame and start <= n_tiles < stop:
+            self._write_full_frame(frame, plan, order, enc.scale, batch[n_tiles - start])
         return batch
 
     def _batch_view(self, batch_size: int, out: torch.Tensor | None) -> torch.Tensor:
@@ -265,16 +271,24 @@ class Preprocessor:
             self._order[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
         return self._order[key]
 
-    def _tile_copy(self, plan: TilePlan, height: int, width: int) -> _TileCopy:
-        if plan is not self._plan or self._copy is None:
-            self._copy = _tile_copy(plan.tiles, height, width, self.device)
+    def _tile_copy(self, plan: TilePlan, tiles: tuple[int, int], height: int, width: int) -> _TileCopy:
+        if plan is not self._plan:
+            self._copies.clear()
             self._plan = plan
-        return self._copy
+        if tiles not in self._copies:
+            self._copies[tiles] = _tile_copy(plan.tiles[tiles[0] : tiles[1]], height, width, self.device)
+        return self._copies[tiles]
 
     def _write_tiles(
-        self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, order: torch.Tensor, dst: torch.Tensor
+        self,
+        frame: torch.Tensor,
+        plan: TilePlan,
+        tiles: tuple[int, int],
+        enc: Encoding,
+        order: torch.Tensor,
+        dst: torch.Tensor,
     ) -> None:
-        copy = self._tile_copy(plan, frame.shape[0], frame.shape[1])
+        copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
         same_size = copy.tile_hw == self.input_hw
         tiles = dst if same_size else self._tile_buffer((len(dst), 3, *copy.tile_hw))
         if copy.blocks:

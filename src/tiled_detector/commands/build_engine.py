@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     """Build (or find in the cache) the engine; print its path."""
     import torch
 
-    from tiled_detector.engines.base import Precision
+    from tiled_detector.engines.base import Precision, require_cuda
     from tiled_detector.engines.tensorrt import checked, import_tensorrt, make_logger
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_input, runtime_tiling
 
@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.model} is not a file", file=sys.stderr)
         return 2
     device = torch.device(args.device)
+    # checked before any TensorRT call: without a GPU the native builder can crash the process
+    require_cuda(device, "build-engine builds TensorRT engines on the GPU they will run on")
     trt = import_tensorrt()
     logger = make_logger(trt, args.verbose)
     runtime = checked(trt.Runtime, logger, what="Runtime()")

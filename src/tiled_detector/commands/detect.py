@@ -40,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Detect in every image; returns 1 when an image could not be read, else 0."""
-    import cv2
-
     from tiled_detector.detector import TiledDetector
 
     detector = TiledDetector(
@@ -60,11 +58,13 @@ def run(args: argparse.Namespace) -> int:
         args.save_dir.mkdir(parents=True, exist_ok=True)
     results, status = [], 0
     for path in args.images:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        image, problem = read_image(path)
         if image is None:
-            print(f"{path}: cannot read image", file=sys.stderr)
+            print(f"{path}: cannot read image: {problem}", file=sys.stderr)
             status = 1
             continue
+        if problem:
+            print(f"{path}: warning: {problem}; detections are on the part that decoded", file=sys.stderr)
         dets = detector.detect(image, encoding="bgr8")
         names = [labels[c] if labels and c < len(labels) else str(c) for c in dets.class_ids.tolist()]
         counts = {n: names.count(n) for n in sorted(set(names))}
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(
             {
                 "image": str(path),
+                "truncated": problem is not None,
                 "width": image.shape[1],
                 "height": image.shape[0],
                 "detections": [
@@ -96,6 +97,28 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"model": str(detector.config.model), "images": results}))
     return status
+
+
+def read_image(path: Path) -> tuple[np.ndarray | None, str | None]:
+    """A colour (BGR) image and what is wrong with its file: (None, why) when nothing decodes, (image, why) when
+    the file is cut short (JPEG without its end-of-image marker, PNG without IEND) but a part decoded."""
+    import cv2
+    import numpy as np
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return None, error.strerror or str(error)
+    body = data.rstrip(b"\0\r\n\t ")
+    cut = None
+    if data[:2] == b"\xff\xd8" and not body.endswith(b"\xff\xd9"):
+        cut = "truncated JPEG (no end-of-image marker)"
+    elif data[:8] == b"\x89PNG\r\n\x1a\n" and b"IEND" not in data[-16:]:
+        cut = "truncated PNG (no IEND chunk)"
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
+    if image is None:
+        return None, cut or ("not an image OpenCV can decode" if data else "empty file")
+    return image, cut
 
 
 def _save_annotated(

@@ -118,6 +118,23 @@ def concrete_device(device: str | torch.device) -> torch.device:
     return device
 
 
+def require_cuda(device: torch.device | str, why: str) -> None:
+    """ValueError (one line: what is missing and what to do) unless torch can use the CUDA `device`."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"device {device} is not a CUDA device: {why}; use cuda or cuda:N")
+    if not torch.cuda.is_available():
+        build = (
+            "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
+        )
+        raise ValueError(
+            f"device {device}: torch {torch.__version__} ({build}) has no CUDA device here: {why}; use a machine "
+            "with an NVIDIA GPU and a CUDA build of torch (on a Jetson: NVIDIA's JetPack wheel)"
+        )
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+
+
 def same_device(have: torch.device, want: torch.device) -> bool:
     """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
     return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
@@ -164,6 +181,19 @@ def load_engine(
 ) -> Engine:
     """Load `model` with the chosen backend (`auto` picks by suffix and device)."""
     chosen = resolve_backend(model, backend, device)
+    if not Path(model).is_file():
+        raise ValueError(
+            f"model file {model} not found: give an .onnx, .engine/.plan or .ts/.pt2 file (an empty model "
+            "setting loads the bundled one)"
+        )
+    if torch.device(device).type == "cuda":
+        require_cuda(
+            device, f"the {chosen.value} engine was asked to run there (device cpu runs without one)"
+        )
+    elif chosen is Backend.TENSORRT:
+        raise ValueError(
+            f"the TensorRT backend runs on CUDA devices only, got device {device}: use device cuda"
+        )
     return engine_class(chosen)(
         Path(model),
         device=concrete_device(device),

@@ -75,7 +75,14 @@ class OnnxRuntimeEngine(Engine):
         options.intra_op_num_threads = 0 if threads is None else int(threads)
         # idle ORT threads must not spin: torch's pre/post-processing runs on the same cores right after
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(model), options, providers=self._providers())
+        providers = self._providers()
+        try:
+            self._session = ort.InferenceSession(str(model), options, providers=providers)
+        except Exception as error:  # ONNX Runtime's own exception types (InvalidProtobuf, Fail, ...)
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(
+                f"{model} is not a model ONNX Runtime can load ({first}); re-export it, or check the file is whole"
+            ) from error
         inputs = self._session.get_inputs()
         if len(inputs) != 1 or len(inputs[0].shape) != 4:
             raise ValueError(

@@ -34,6 +34,7 @@ from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
 from tiled_detector.detector import TiledDetector
+from tiled_detector.errors import one_line
 from tiled_detector.ros.detections import detections_to_msg
 from tiled_detector.ros.images import (
     ImageConversionError,
@@ -148,6 +149,7 @@ class DetectorNode(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        self._check_override_types()
         for param in PARAMS:
             descriptor = param.descriptor()
             # `model` becomes read-only once the loaded path is known (_show_loaded_model)
@@ -182,6 +184,7 @@ class DetectorNode(Node):
         self._stop = threading.Event()
         self._started = self._last_frame = time.monotonic()
         self._warned_silent = -WARN_EVERY_S
+        self._warned_mono = False
         self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)
         self.debug_pub = self.create_publisher(Image, "debug_image", 1)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -212,6 +215,26 @@ class DetectorNode(Node):
             f"precision={engine.precision.value} input={self.image_sub.topic_name} "
             f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
+
+    def _check_override_types(self) -> None:
+        """Refuse a parameter given with the wrong type (params file or -p) instead of ignoring it; an integer
+        for a floating-point parameter (`conf_threshold: 1`) is taken as that number."""
+        overrides = getattr(self, "_parameter_overrides", {})
+        for param in PARAMS:
+            given = overrides.get(param.name)
+            if given is None or param.value_type is list:
+                continue
+            value = given.value
+            if param.value_type is float and isinstance(value, int) and not isinstance(value, bool):
+                overrides[param.name] = Parameter(param.name, value=float(value))
+            elif not isinstance(value, param.value_type) or isinstance(value, bool) != (
+                param.value_type is bool
+            ):
+                example = param.default if param.default is not None else "..."
+                raise ValueError(
+                    f"parameter {param.name} must be a {param.value_type.__name__} (e.g. {param.name}: {example!r}), "
+                    f"got {value!r} ({type(value).__name__}) from the params file or -p"
+                )
 
     def _warn_unknown_overrides(self) -> None:
         """One WARN per parameter given (params file, -p) that the node does not have, naming the nearest."""
@@ -301,6 +324,12 @@ class DetectorNode(Node):
             self.get_logger().error(f"detection failed for one frame: {error}", throttle_duration_sec=2.0)
             return
         self._last_hw = frame.shape[:2]
+        if encoding.startswith("mono") and not self._warned_mono:
+            self._warned_mono = True
+            self.get_logger().warning(
+                f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B (16-bit "
+                "scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
+            )
         labels = self.labels if values["output_format"] == "labels" else None
         self.detections_pub.publish(
             detections_to_msg(detections.boxes, detections.scores, detections.class_ids, msg.header, labels)
@@ -421,8 +450,10 @@ def main(args: Sequence[str] | None = None) -> int:
     try:
         try:
             node = DetectorNode()
-        except (ValueError, RuntimeError, OSError, ImportError) as error:  # bad parameter, model, backend
-            print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
+        except Exception as error:  # the process boundary: one line (bad parameter, model, backend, device)
+            if os.environ.get("TILED_DETECTOR_DEBUG"):
+                traceback.print_exc()
+            print(f"[{NODE_NAME}] cannot start: {one_line(error)}", file=sys.stderr)
             return 1
         executor = SingleThreadedExecutor()
         executor.add_node(node)

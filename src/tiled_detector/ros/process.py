@@ -52,6 +52,15 @@ def pick_domain_id(seed: int | None = None) -> int:
     return 1 + (value * 7919 + time.monotonic_ns() // 1_000_000) % 100
 
 
+def die_with_parent() -> None:
+    """In a child before exec: ask Linux to send it SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), so a
+    killed `demo` / `replay` leaves no orphaned node behind."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
 DETECTOR_NODE = (sys.executable, "-m", "tiled_detector.ros.node")
 
 
@@ -109,9 +118,14 @@ class NodeProcess:
         self._final_log: str | None = None
 
     def start(self) -> NodeProcess:
-        """Start the node process."""
+        """Start the node process (on Linux it gets SIGTERM when this process dies, even by SIGKILL)."""
         self.process = subprocess.Popen(
-            self.command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.command,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
         )
         return self
 
