@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -185,8 +187,8 @@ def test_cli_from_images_and_video(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert bags.bag_info(tmp_path / "from_video").topics == {"/front/image": (bags.IMAGE, 4)}
     assert "wrote" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="exists"):
-        cli_main(["make-bag", str(tmp_path / "from_video"), "--video", str(video)])
+    assert cli_main(["make-bag", str(tmp_path / "from_video"), "--video", str(video)]) == 1
+    assert "exists: replace it with --force" in capsys.readouterr().err
 
 
 def test_image_topic_selection(synthetic_bag: Path) -> None:
@@ -236,3 +238,17 @@ def test_detections_survive_cdr(rows: list[tuple[float, ...]], stamp: int) -> No
     np.testing.assert_allclose(got_boxes, boxes, atol=1e-3 * max(1.0, float(np.abs(boxes).max(initial=1))))
     np.testing.assert_allclose(got_scores, values[:, 4], atol=1e-6)
     np.testing.assert_array_equal(got_ids, values[:, 5].astype(int))
+
+
+def test_staging_left_by_a_killed_writer_is_removed_by_the_next(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    dead = tmp_path / f".bag.{done.stdout.strip()}.abc123.partial"  # as a SIGKILLed make-bag leaves it
+    live = tmp_path / f".bag.{os.getpid()}.def456.partial"  # a write still running elsewhere
+    for staging in (dead, live):
+        (staging / "bag").mkdir(parents=True)
+    frame = np.zeros((8, 8, 3), np.uint8)
+    bags.write_image_bag(tmp_path / "bag", [bags.Frame(frame)])
+    assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bag", live.name])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,3 +90,27 @@ def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
         assert class_ids.tolist() == [0]
         assert time.monotonic() - started < 10
     assert node.returncode == 0, node.log_text()
+
+
+def test_node_process_dies_with_its_parent(tmp_path: Path) -> None:
+    """A `demo` / `replay` killed with SIGKILL leaves no node behind (Linux parent-death signal)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from tiled_detector.ros.process import NodeProcess\n"
+         "node = NodeProcess(program=(sys.executable, '-c', 'import time; time.sleep(120)')).start()\n"
+         "print(node.process.pid, flush=True)\n"
+         "time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    child = int(parent.stdout.readline())
+    assert Path(f"/proc/{child}").exists()
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, os.WNOHANG)  # (not our child: only reaped by init)
+        time.sleep(0.1)
+    state = Path(f"/proc/{child}/stat").read_text().split()[2] if Path(f"/proc/{child}").exists() else "gone"
+    assert state in ("gone", "Z"), state

@@ -57,32 +57,27 @@ def run(args: argparse.Namespace) -> int:
         "frame_id": args.frame_id,
         "force": args.force,
     }
-    try:
-        if args.images is not None:
-            if args.frames is not None:
-                raise ValueError("--frames cannot be used with --images (every image is written)")
-            path = bags.write_image_bag(
-                args.out,
-                bags.image_folder_frames(args.images),
-                **common,
-                custom_data={"source": f"images:{args.images}"},
-            )
-        elif args.video is not None:
-            frames = bags.video_frames(args.video, args.frames)
-            path = bags.write_image_bag(
-                args.out, frames, **common, custom_data={"source": f"video:{args.video}"}
-            )
-        else:
-            path = bags.make_synthetic_bag(
-                args.out,
-                30 if args.frames is None else args.frames,
-                args.seed,
-                args.width,
-                args.height,
-                **common,
-            )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        raise SystemExit(f"make-bag: {error}") from None
+    if args.images is not None:
+        if args.frames is not None:
+            raise ValueError("--frames cannot be used with --images (every image is written)")
+        path = bags.write_image_bag(
+            args.out,
+            bags.image_folder_frames(args.images),
+            **common,
+            custom_data={"source": f"images:{args.images}"},
+        )
+    elif args.video is not None:
+        frames = bags.video_frames(args.video, args.frames)
+        path = bags.write_image_bag(args.out, frames, **common, custom_data={"source": f"video:{args.video}"})
+    else:
+        path = bags.make_synthetic_bag(
+            args.out,
+            30 if args.frames is None else args.frames,
+            args.seed,
+            args.width,
+            args.height,
+            **common,
+        )
     info = bags.bag_info(path)
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")
     for topic, (msgtype, count) in info.topics.items():

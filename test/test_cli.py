@@ -1,0 +1,134 @@
+"""The CLI's error contract: one line `tiled-detector CMD: cannot start: <what, why, fix>`, exit 1 (2 for usage,
+130 for Ctrl-C), no traceback unless `--debug`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from tiled_detector import __version__
+from tiled_detector.cli import main
+from tiled_detector.models import default_model_path
+
+MODEL = str(default_model_path())
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    image = np.zeros((120, 160, 3), np.uint8)
+    image[40:60, 50:90] = 220
+    cv2.imwrite(str(folder / "ok.jpg"), image)
+    data = (folder / "ok.jpg").read_bytes()
+    (folder / "half.jpg").write_bytes(data[: len(data) // 2])  # OpenCV 4.12 decodes no cut JPEG at all
+    cv2.imwrite(str(folder / "ok.png"), image)
+    (folder / "cut.png").write_bytes((folder / "ok.png").read_bytes()[:-12])  # the IEND chunk missing
+    (folder / "corrupt.onnx").write_bytes(Path(MODEL).read_bytes()[:3000])
+    return folder
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expected: str) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"tiled-detector {argv[0]}: cannot start: "), err
+    for text in expected:
+        assert text in err, (text, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model", "missing.onnx"], ["model file missing.onnx not found", ".onnx"]),
+        (["--model", "{dir}/corrupt.onnx"], ["is not a model ONNX Runtime can load", "re-export"]),
+        (["--overlap", "1.5"], ["overlap must be in [0.0, 1.0), got 1.5"]),
+        (["--tile-size", "-1", "-1"], ["tile_size must be two positive integers"]),
+        (["--conf", "1.5"], ["conf_threshold must be in [0.0, 1.0], got 1.5"]),
+        (["--backend", "tensorrt"], ["TensorRT backend runs on CUDA devices only", "device cuda"]),
+    ],
+)
+def test_detect_errors_are_one_line(capsys, files: Path, args: list[str], expected: list[str]) -> None:
+    argv = ["detect", str(files / "ok.jpg"), *(a.format(dir=files) for a in args)]
+    _one_line_error(capsys, argv, *expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_missing_is_said_before_any_native_call(capsys, files: Path) -> None:
+    _one_line_error(capsys, ["detect", str(files / "ok.jpg"), "--device", "cuda"], "has no CUDA device here")
+    _one_line_error(capsys, ["build-engine", MODEL], "has no CUDA device here", "build-engine builds")
+
+
+def test_eval_unknown_config_is_one_line(capsys) -> None:
+    _one_line_error(
+        capsys, ["eval", "--configs", "full", "bogus"], "unknown evaluation config 'bogus'", "tiles"
+    )
+
+
+def test_truncated_images_are_reported(capsys, files: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenCV 4.12 (here) decodes nothing of a cut file: one line says why
+    assert main(["detect", str(files / "half.jpg"), str(files / "cut.png")]) == 1
+    err = capsys.readouterr().err
+    assert "half.jpg: cannot read image: truncated JPEG (no end-of-image marker)" in err
+    assert "cut.png: cannot read image: truncated PNG (no IEND chunk)" in err
+    # older OpenCV (e.g. JetPack's 4.8) returns the part that decoded, grey below: reported, not silently scored
+    decode = cv2.imdecode
+
+    def partial(buffer: np.ndarray, flags: int) -> np.ndarray:
+        image = decode(buffer, flags)
+        return np.full((120, 160, 3), 128, np.uint8) if image is None else image
+
+    monkeypatch.setattr(cv2, "imdecode", partial)
+    assert main(["detect", str(files / "cut.png"), str(files / "ok.jpg"), "--json"]) == 0
+    captured = capsys.readouterr()
+    cut, whole = json.loads(captured.out.strip().splitlines()[-1])["images"]
+    assert cut["truncated"] is True and whole["truncated"] is False
+    assert (
+        "cut.png: warning: truncated PNG (no IEND chunk); detections are on the part that decoded"
+        in captured.err
+    )
+
+
+def test_make_bag_existing_and_unwritable_targets(capsys, tmp_path: Path) -> None:
+    (tmp_path / "bag").mkdir()
+    _one_line_error(
+        capsys, ["make-bag", str(tmp_path / "bag"), "--frames", "1"], "exists: replace it with --force"
+    )
+    blocker = tmp_path / "a_file"  # a target that cannot be created (root ignores read-only folders)
+    blocker.write_text("")
+    _one_line_error(capsys, ["make-bag", str(blocker / "bag"), "--frames", "1"], "a_file")
+
+
+def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiled_detector.commands import env
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(env, "run", interrupted)
+    assert main(["env"]) == 130
+    assert capsys.readouterr().err.strip() == "tiled-detector env: interrupted"
+
+
+def test_debug_shows_the_traceback_and_version(files: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "tiled_detector.cli",
+        "detect",
+        str(files / "ok.jpg"),
+        "--overlap",
+        "1.5",
+    ]
+    plain = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    debug = subprocess.run([*command, "--debug"], capture_output=True, text=True, check=False)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "cannot start" in debug.stderr
+    version = subprocess.run([*command[:3], "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == f"tiled-detector {__version__}"
