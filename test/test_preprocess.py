@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiled_detector import preprocess
 from tiled_detector.preprocess import PAD_VALUE, Encoding, Preprocessor, as_frame_tensor
 from tiled_detector.tiling import Letterbox, make_plan
 
@@ -213,3 +214,15 @@ def test_resized_tiles_reuse_their_scratch_tensor():
 def test_channel_order_is_checked():
     with pytest.raises(ValueError, match="channel_order must be 'rgb' or 'bgr'"):
         Preprocessor("cpu", torch.float32, (32, 32), channel_order="grb")
+
+
+@pytest.mark.parametrize(("height", "width", "encoding"), [(2200, 3900, "bgr8"), (4321, 2001, "mono16")])
+def test_huge_frames_sample_only_what_bilinear_reads(monkeypatch, height, width, encoding):
+    rng = np.random.default_rng(5)
+    dtype = np.uint16 if encoding == "mono16" else np.uint8
+    frame = rng.integers(0, np.iinfo(dtype).max, (height, width, 1 if encoding == "mono16" else 3), dtype)
+    plan = make_plan((height, width), (640, 640), 0.2, (640, 640), True)
+    sampled = Preprocessor("cpu", torch.float32, (640, 640)).run(frame, plan, encoding)[-1].clone()
+    monkeypatch.setattr(preprocess, "HUGE_FRAME_PIXELS", height * width)  # the whole-frame F.interpolate path
+    whole = Preprocessor("cpu", torch.float32, (640, 640)).run(frame, plan, encoding)[-1]
+    torch.testing.assert_close(sampled, whole, rtol=0, atol=1e-6 if encoding == "bgr8" else 2e-4)
