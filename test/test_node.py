@@ -262,8 +262,8 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
         try:
             assert client.wait_until(lambda: len(diagnostics) > 0, timeout=60), node.log_text()
-            publisher = _publisher(env, "--topic", "image", "--size", "640x480", "--rate", "5", "--count", "60",
-                                   "--reliability", "best_effort")  # fmt: skip
+            publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "5", "--count",
+                                   "40", "--reliability", "best_effort")  # fmt: skip
             explained = client.wait_until(
                 lambda: "FASTDDS_DEFAULT_PROFILES_FILE" in diagnostics[-1].status[0].message, timeout=30
             )
@@ -273,7 +273,7 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
             client.close()
     assert explained, [d.status[0].message for d in diagnostics[-3:]]
     assert status.level == DiagnosticStatus.WARN
-    assert _status(diagnostics)["frames_received"] == "0"
+    assert int(_status(diagnostics)["frames_received"]) <= 4  # of 40 (UDP fragments rarely get one through)
     assert int(_status(diagnostics)["input_publishers"]) >= 1  # (the test client publishes on it too)
     log = node.log_text()
     warnings = [line for line in log.splitlines() if "no frame arrived" in line]
