@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -348,3 +351,22 @@ def test_a_frame_with_more_views_than_max_batch_runs_in_chunks_with_the_same_res
     np.testing.assert_array_equal(got.boxes, expected.boxes)
     np.testing.assert_array_equal(got.scores, expected.scores)
     np.testing.assert_array_equal(got.class_ids, expected.class_ids)
+
+
+@pytest.mark.slow
+def test_a_12000x9000_frame_stays_under_2_gb_peak_rss() -> None:
+    """The bundled model on a 108-megapixel frame (433 views): chunks of max_batch and a sampled full-frame
+    view keep the whole process (torch, ONNX Runtime, the 324 MB frame) under 2 GB."""
+    code = (
+        "import resource, numpy as np\n"
+        "from tiled_detector import TiledDetector\n"
+        "frame = np.random.default_rng(0).integers(0, 256, (9000, 12000, 3), np.uint8)\n"
+        "dets = TiledDetector().detect(frame)\n"
+        "print(len(dets), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    count, peak_mb = map(int, done.stdout.split())
+    assert count > 0
+    assert peak_mb <= 2048, peak_mb

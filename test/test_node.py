@@ -314,3 +314,37 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
     received, lost = int(status["frames_received"]), int(status["frames_lost"])
     assert lost > 0 and received < sent, (status, err)
     assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("overlap: 1.5", "overlap out of range"),
+        ('conf_threshold: "abc"', "parameter conf_threshold must be a float"),
+        ("model: /no/such/model.onnx", "model file /no/such/model.onnx not found"),
+        ("max_batch: 0", "max_batch out of range"),
+        ("precision: fp8", "precision must be one of fp32, fp16, int8"),
+    ],
+)
+def test_bad_parameters_stop_the_node_with_one_line(tmp_path: Path, line: str, expected: str) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(f"/**:\n  ros__parameters:\n    {line}\n")
+    with NodeProcess(params, domain_id=pick_domain_id()) as node:
+        node.process.wait(60)
+    lines = [text for text in node.log_text().splitlines() if text.strip()]
+    assert node.returncode == 1, lines
+    assert len(lines) == 1 and lines[0].startswith("[tiled_detector] cannot start: "), lines
+    assert expected in lines[0], lines
+
+
+def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path) -> None:
+    params = _write_params(tmp_path / "params.yaml", conf_threshold=1, merge_threshold=0)
+    domain = pick_domain_id()
+    with NodeProcess(params, domain_id=domain) as node:
+        client = DetectorClient(domain_id=domain)
+        try:
+            assert client.wait_for_node(timeout=60), node.log_text()
+            reply = _send(client, _image(make_scene(904, 640, 480).image, 0), _stamp(0))
+        finally:
+            client.close()
+    assert node.returncode == 0 and reply.detections == []  # conf_threshold 1.0: nothing scores above it

@@ -117,6 +117,7 @@ def test_fuzzed_images_never_kill_the_node_and_every_valid_frame_is_answered(tmp
             client.close()
     assert node.returncode == 0, node.log_text()[-3000:]
     assert "Traceback" not in node.log_text()
+    assert node.log_text().count("the model takes colour") == 1  # mono8 / 16UC1 frames: said once
     assert answered == 60
     assert counts["failed"] == 0, node.log_text()[-3000:]
     assert counts["malformed"] > 1000 and counts["processed"] >= 60, counts

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +217,26 @@ def test_detector_node_drops_frames_in_realtime_at_30_hz(camera_bag: Path) -> No
     assert report.frames_sent == 30
     assert report.frames_answered < report.frames_sent  # slower than the camera on this CPU
     assert report.dropped == report.frames_sent - report.frames_answered
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> None:
+    import psutil
+
+    command = [sys.executable, "-m", "tiled_detector.cli", "replay", str(camera_bag), "--mode", "realtime"]
+    replay = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent = psutil.Process(replay.pid)
+    deadline = time.monotonic() + 60
+    while not parent.children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    children = parent.children(recursive=True)
+    assert children, "replay started no node"
+    time.sleep(3.0)  # the node is up and frames flow
+    replay.send_signal(signal.SIGINT)
+    out, err = replay.communicate(timeout=30)
+    assert replay.returncode == 130, (out, err)
+    assert err.strip().splitlines()[-1] == "tiled-detector replay: interrupted", err
+    assert "Traceback" not in err
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, alive
