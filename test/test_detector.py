@@ -370,3 +370,15 @@ def test_a_12000x9000_frame_stays_under_2_gb_peak_rss() -> None:
     count, peak_mb = map(int, done.stdout.split())
     assert count > 0
     assert peak_mb <= 2048, peak_mb
+
+
+def test_a_candidate_flood_is_cut_to_the_best_before_the_pairwise_merge(square_onnx, monkeypatch):
+    from tiled_detector import detector as detector_module
+
+    det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5)
+    frame, _, _ = _scene(0)
+    everything = det.detect(frame)
+    monkeypatch.setattr(detector_module, "MAX_CANDIDATES", 4)  # (N, N) matrices of at most 4 x 4
+    capped = det.detect(frame)
+    assert 0 < len(capped) <= 4 < len(everything)
+    np.testing.assert_array_equal(capped.scores, everything.scores[: len(capped)])  # the best ones survive

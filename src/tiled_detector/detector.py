@@ -31,6 +31,9 @@ from tiled_detector.zero_copy import as_torch_tensor
 
 _MIN_CAPACITY = 1024  # sync-free candidates per frame at first (doubled up to _MAX_CAPACITY when exceeded)
 _MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, frames keep taking the exact path
+# The exact path merges at most this many candidates per frame (the best scores): its (N, N) matrices stay under
+# about half a gigabyte whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix).
+MAX_CANDIDATES = 2 * _MAX_CAPACITY
 _MIN_SLOTS, _MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 _MIN_ROUNDS, _MAX_ROUNDS = 16, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
 _RETRY_AFTER = 30  # frames taking the exact path directly after one exceeded a sync-free limit at its maximum
@@ -261,6 +264,9 @@ class TiledDetector:
     def _postprocess_exact(self, found: Decoded, plan: TilePlan, clock: _StageClock) -> torch.Tensor:
         """frame pixels -> seam rule -> merge -> top rows packed (M, 6), with data-dependent shapes."""
         cfg = self._config
+        if len(found.scores) > MAX_CANDIDATES:  # a candidate flood: the best ones, in their original order
+            best = found.scores.topk(MAX_CANDIDATES).indices.sort().values
+            found = Decoded(*(t[best] for t in found))
         boxes = plan.to_frame(found.boxes, found.image_index)
         scores, class_ids = found.scores.float(), found.class_ids
         if cfg.seam_suppression:

@@ -72,6 +72,7 @@ class OnnxRuntimeEngine(Engine):
         self.device = torch.device(device)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.enable_cpu_mem_arena = False
         options.intra_op_num_threads = 0 if threads is None else int(threads)
         # idle ORT threads must not spin: torch's pre/post-processing runs on the same cores right after
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
