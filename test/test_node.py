@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -251,26 +252,37 @@ def _publisher(env: dict[str, str], *args: str) -> subprocess.Popen:
     )
 
 
-def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) -> None:
-    """No frame gets through from a publisher lacking the profile: one WARN names the variable and the file."""
-    domain = pick_domain_id()
-    params_file = _write_params(tmp_path / "params.yaml", diagnostics_period=0.5)
-    env = ros_environment(domain)
-    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
-    with NodeProcess(params_file, domain_id=domain) as node:
+@contextlib.contextmanager
+def _watched_node(
+    tmp_path: Path, domain: int, profile: Path | None = None
+) -> Iterator[tuple[Any, Any, list]]:
+    """The node (optionally with another Fast DDS profile) reporting every 0.5 s, a client, its /diagnostics."""
+    node = NodeProcess(_write_params(tmp_path / "params.yaml", diagnostics_period=0.5), domain_id=domain)
+    if profile is not None:
+        node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
+    with node:
         client = DetectorClient(domain_id=domain)
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
         try:
             assert client.wait_until(lambda: len(diagnostics) > 0, timeout=60), node.log_text()
-            publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "5", "--count",
-                                   "40", "--reliability", "best_effort")  # fmt: skip
-            explained = client.wait_until(
-                lambda: "FASTDDS_DEFAULT_PROFILES_FILE" in diagnostics[-1].status[0].message, timeout=30
-            )
-            publisher.wait(60)
-            status = diagnostics[-1].status[0]
+            yield node, client, diagnostics
         finally:
             client.close()
+
+
+def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) -> None:
+    """No frame gets through from a publisher lacking the profile: one WARN names the variable and the file."""
+    domain = pick_domain_id()
+    env = ros_environment(domain)
+    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    with _watched_node(tmp_path, domain) as (node, client, diagnostics):
+        publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "5", "--count", "40",
+                               "--reliability", "best_effort")  # fmt: skip
+        explained = client.wait_until(
+            lambda: "FASTDDS_DEFAULT_PROFILES_FILE" in diagnostics[-1].status[0].message, timeout=30
+        )
+        publisher.wait(60)
+        status = diagnostics[-1].status[0]
     assert explained, [d.status[0].message for d in diagnostics[-3:]]
     assert status.level == DiagnosticStatus.WARN
     assert int(_status(diagnostics)["frames_received"]) <= 4  # of 40 (UDP fragments rarely get one through)
@@ -285,32 +297,23 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
     """A stream that overruns the shared-memory port queue (here made small: 128 fragments): the middleware's
     message-lost reports reach /diagnostics, so received + lost accounts for what was sent."""
     domain = pick_domain_id()
-    params_file = _write_params(tmp_path / "params.yaml", diagnostics_period=0.5)
     small = tmp_path / "small_queue.xml"
     small.write_text(
         FASTDDS_PROFILE.read_text().replace("<port_queue_capacity>4096<", "<port_queue_capacity>128<")
     )
     env = {**ros_environment(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(small)}
-    node = NodeProcess(params_file, domain_id=domain)
-    node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(small)
-    with node:
-        client = DetectorClient(domain_id=domain)
-        diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
-        try:
-            assert client.wait_until(lambda: len(diagnostics) > 0, timeout=60), node.log_text()
-            publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "30", "--count",
-                                   "60", "--reliability", "reliable")  # fmt: skip
-            out, err = publisher.communicate(timeout=120)
-            sent = json.loads(out.strip().splitlines()[-1])["sent"]
+    with _watched_node(tmp_path, domain, small) as (_, client, diagnostics):
+        publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "30", "--count", "60",
+                               "--reliability", "reliable")  # fmt: skip
+        out, err = publisher.communicate(timeout=120)
+        sent = json.loads(out.strip().splitlines()[-1])["sent"]
 
-            def settled() -> bool:
-                status = _status(diagnostics)
-                return int(status.get("frames_received", 0)) + int(status.get("frames_lost", 0)) >= sent * 0.9
-
-            client.wait_until(settled, timeout=10)
+        def settled() -> bool:
             status = _status(diagnostics)
-        finally:
-            client.close()
+            return int(status.get("frames_received", 0)) + int(status.get("frames_lost", 0)) >= sent * 0.9
+
+        client.wait_until(settled, timeout=10)
+        status = _status(diagnostics)
     received, lost = int(status["frames_received"]), int(status["frames_lost"])
     assert lost > 0 and received < sent, (status, err)
     assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)
