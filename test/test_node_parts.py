@@ -99,7 +99,10 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
 
     from tiled_detector.ros.images import array_to_imgmsg
     from tiled_detector.ros.node import DetectorNode
+    from tiled_detector.ros.process import apply_ros_environment
 
+    # Fast DDS reads its profile once per process: later in-process clients need the large-image one
+    apply_ros_environment()
     context = Context()
     rclpy.init(context=context)
     node = DetectorNode(context=context)

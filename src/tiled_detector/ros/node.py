@@ -15,11 +15,9 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
@@ -44,6 +42,7 @@ from tiled_detector.ros.images import (
 )
 from tiled_detector.ros.params import BY_NAME, PARAMS, Param, pipeline_changes, string_list
 from tiled_detector.ros.process import FASTDDS_PROFILE
+from tiled_detector.ros.stats import FrameSlot, Stats
 
 try:  # Iron and later
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -54,83 +53,6 @@ NODE_NAME = "tiled_detector"
 SILENT_AFTER_S = 3.0  # no frame for this long while the input has publishers: WARN (and /diagnostics)
 WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
 SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
-COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed")
-
-
-class FrameSlot:
-    """Holds only the newest frame: `put` replaces an unprocessed one (a drop), `take` waits for one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._item: Any = None
-        self._closed = False
-
-    def put(self, item: Any) -> bool:
-        """Store `item`; True when it replaced a frame the worker never saw."""
-        with self._cond:
-            dropped = self._item is not None
-            self._item = item
-            self._cond.notify()
-            return dropped
-
-    def take(self, timeout: float) -> Any:
-        """The newest frame, or None after `timeout` seconds or once closed."""
-        with self._cond:
-            if self._item is None and not self._closed:
-                self._cond.wait(timeout)
-            item, self._item = self._item, None
-            return item
-
-    def close(self) -> None:
-        """Wake the worker for shutdown."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-class Stats:
-    """Counters and recent latencies shared by the callback, the worker and the diagnostics timer."""
-
-    WINDOW = 300
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts = dict.fromkeys(COUNTERS, 0)
-        self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
-        self.stages: dict[str, deque[float]] = {}
-        self._last_counts = dict(self.counts)
-        self._last_time = time.monotonic()
-
-    def add(self, name: str, count: int = 1) -> None:
-        """Count `count` events."""
-        with self.lock:
-            self.counts[name] += count
-
-    def record(self, latency_ms: float, timings: dict[str, float]) -> None:
-        """Record one processed frame."""
-        with self.lock:
-            self.counts["processed"] += 1
-            self.latency_ms.append(latency_ms)
-            for stage, ms in timings.items():
-                self.stages.setdefault(stage, deque(maxlen=self.WINDOW)).append(ms)
-
-    def snapshot(self) -> dict[str, float | int]:
-        """Counters (integers), rates since the last snapshot and latency percentiles."""
-        with self.lock:
-            now = time.monotonic()
-            elapsed = max(now - self._last_time, 1e-9)
-            out: dict[str, float | int] = {f"frames_{k}": v for k, v in self.counts.items()}
-            out["input_rate_hz"] = (self.counts["received"] - self._last_counts["received"]) / elapsed
-            out["output_rate_hz"] = (self.counts["processed"] - self._last_counts["processed"]) / elapsed
-            for name in ("dropped", "lost", "malformed", "failed"):
-                out[f"{name}_since_last"] = self.counts[name] - self._last_counts[name]
-            self._last_counts, self._last_time = dict(self.counts), now
-            series = {"latency": self.latency_ms, **self.stages}
-            for name, values in series.items():
-                if values:
-                    p50, p95 = np.percentile(np.fromiter(values, float), [50, 95])
-                    out[f"{name}_ms_p50"], out[f"{name}_ms_p95"] = float(p50), float(p95)
-            return out
 
 
 def image_qos(reliability: str) -> QoSProfile:
@@ -182,7 +104,7 @@ class DetectorNode(Node):
         self._last_hw: tuple[int, int] | None = None
         self._slot = FrameSlot()
         self._stop = threading.Event()
-        self._started = self._last_frame = time.monotonic()
+        self._last_frame = time.monotonic()
         self._warned_silent = -WARN_EVERY_S
         self._warned_mono = False
         self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)

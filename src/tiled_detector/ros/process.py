@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 # Fast DDS shared-memory profile with a segment large enough for full-resolution frames.
 FASTDDS_PROFILE = Path(str(resources.files("tiled_detector") / "resources" / "fastdds_large_images.xml"))
@@ -52,13 +53,21 @@ def pick_domain_id(seed: int | None = None) -> int:
     return 1 + (value * 7919 + time.monotonic_ns() // 1_000_000) % 100
 
 
-def die_with_parent() -> None:
-    """In a child before exec: ask Linux to send it SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), so a
-    killed `demo` / `replay` leaves no orphaned node behind."""
+def _libc_prctl() -> Any:
+    """libc's prctl, resolved here in the parent: a child must not load libraries between fork and exec."""
     import ctypes
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    return ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec: ask Linux to send it SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), so a
+    killed `demo` / `replay` leaves no orphaned node behind. Only a call through the pre-resolved function."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 DETECTOR_NODE = (sys.executable, "-m", "tiled_detector.ros.node")
@@ -125,7 +134,7 @@ class NodeProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=die_with_parent if _PRCTL is not None else None,  # noqa: PLW1509
         )
         return self
 
