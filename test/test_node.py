@@ -341,7 +341,8 @@ def test_bad_parameters_stop_the_node_with_one_line(tmp_path: Path, line: str, e
 
 
 def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path) -> None:
-    params = _write_params(tmp_path / "params.yaml", conf_threshold=1, merge_threshold=0)
+    """...and a misspelt parameter gets one WARN naming the nearest one."""
+    params = _write_params(tmp_path / "params.yaml", conf_threshold=1, merge_threshold=0, conf_treshold=0.5)
     domain = pick_domain_id()
     with NodeProcess(params, domain_id=domain) as node:
         client = DetectorClient(domain_id=domain)
@@ -351,3 +352,5 @@ def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path
         finally:
             client.close()
     assert node.returncode == 0 and reply.detections == []  # conf_threshold 1.0: nothing scores above it
+    warnings = [line for line in node.log_text().splitlines() if "conf_treshold" in line]
+    assert len(warnings) == 1 and "did you mean 'conf_threshold'?" in warnings[0], node.log_text()
