@@ -10,13 +10,13 @@ import pytest
 from tiled_detector.evaluation import (
     CONFIGS,
     METRICS,
-    box_iou,
     coco_metrics,
     config_changes,
     duplicate_count,
     markdown_table,
     write_report,
 )
+from tiled_detector.scoring import box_iou
 from tiled_detector.synthetic import coco_ground_truth
 from tiled_detector.types import Detections
 

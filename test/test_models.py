@@ -10,8 +10,8 @@ import onnx
 import pytest
 import torch
 
-from tiled_detector.evaluation import box_iou
 from tiled_detector.models import default_model_path, load_labels
+from tiled_detector.scoring import box_iou
 from tiled_detector.synthetic import CLASSES, make_scene
 
 

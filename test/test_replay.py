@@ -21,13 +21,13 @@ from tiled_detector.replay import (
     ReplayOptions,
     ReplayReport,
     Thresholds,
-    box_iou,
     coco_ap50,
     replay_bag,
     score,
     summarize,
     true_positives,
 )
+from tiled_detector.scoring import box_iou
 
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
 

@@ -10,8 +10,6 @@ detections of their class) and the mean pipeline time per frame.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tiled_detector.scoring import box_iou, coco_stats
 from tiled_detector.synthetic import coco_ground_truth, make_scene
 from tiled_detector.types import Detections
 
@@ -48,16 +47,6 @@ def scene_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N, M) IoU of x1, y1, x2, y2 boxes."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(axis=2)
-    area_a = (a[:, 2:] - a[:, :2]).prod(axis=1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(axis=1)
-    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
-
-
 def duplicate_count(gt_boxes: np.ndarray, gt_classes: np.ndarray, found: Detections, iou: float = 0.5) -> int:
     """Ground-truth objects matched (IoU >= `iou`, same class) by two or more detections."""
     if len(gt_boxes) == 0 or len(found) == 0:
@@ -68,30 +57,9 @@ def duplicate_count(gt_boxes: np.ndarray, gt_classes: np.ndarray, found: Detecti
 
 def coco_metrics(ground_truth: dict, detections: Sequence[Detections]) -> dict[str, float]:
     """AP, AP50, AP_small and recall (AR@100) of `detections` (one per ground-truth image, in order)."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    results = [
-        {
-            "image_id": image["id"],
-            "category_id": int(c) + 1,
-            "bbox": [x1, y1, x2 - x1, y2 - y1],
-            "score": float(s),
-        }
-        for image, found in zip(ground_truth["images"], detections, strict=True)
-        for (x1, y1, x2, y2), s, c in zip(found.boxes.tolist(), found.scores, found.class_ids, strict=True)
-    ]
-    if not results:
+    stats = coco_stats(ground_truth, [(d.boxes, d.scores, d.class_ids) for d in detections])
+    if stats is None:
         return {"AP": 0.0, "AP50": 0.0, "AP_small": 0.0, "recall": 0.0}
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        gt = COCO()
-        gt.dataset = ground_truth
-        gt.createIndex()
-        evaluator = COCOeval(gt, gt.loadRes(results), "bbox")
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
-    stats = evaluator.stats
     return {
         "AP": float(stats[0]),
         "AP50": float(stats[1]),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,9 +31,9 @@ import numpy as np
 
 from tiled_detector import bags
 from tiled_detector.options import Option
+from tiled_detector.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, scores (N,), class ids (N,)
 
 
 class ReplayError(RuntimeError):
@@ -168,18 +167,6 @@ class ReplayReport:
 # --- scoring (pure numpy / pycocotools) -------------------------------------------------------------------
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU matrix (len(a), len(b)) of x1y1x2y2 boxes."""
-    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
-    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
-    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(bottom_right - top_left, 0, None).prod(axis=2)
-    area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(axis=1)
-    area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(axis=1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-
-
 def true_positives(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou: float = 0.5) -> int:
     """Predictions matched one-to-one to a same-class truth box with IoU >= `iou`, highest score first."""
     boxes, scores, classes = predicted
@@ -201,60 +188,16 @@ def true_positives(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou:
 
 def coco_ap50(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> float:
     """COCO AP at IoU 0.5 (pycocotools, up to 1000 detections per image) over the images of `truth`."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    image_ids = {stamp: index for index, stamp in enumerate(sorted(truth), start=1)}
-    annotations, results = [], []
-    for stamp, (boxes, classes) in truth.items():
-        for box, cls in zip(np.asarray(boxes, float).tolist(), np.asarray(classes).tolist(), strict=True):
-            w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_ids[stamp],
-                    "category_id": int(cls) + 1,
-                    "bbox": [box[0], box[1], w, h],
-                    "area": w * h,
-                    "iscrowd": 0,
-                }
-            )
-    for stamp, (boxes, scores, classes) in predicted.items():
-        if stamp not in image_ids:
-            continue
-        for box, score, cls in zip(
-            np.asarray(boxes, float).tolist(),
-            np.asarray(scores, float).tolist(),
-            np.asarray(classes).tolist(),
-            strict=True,
-        ):
-            results.append(
-                {
-                    "image_id": image_ids[stamp],
-                    "category_id": int(cls) + 1,
-                    "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
-                    "score": score,
-                }
-            )
-    if not annotations:
+    stamps = sorted(truth)
+    if not any(len(truth[s][0]) for s in stamps):
         raise ValueError("AP50 needs at least one ground-truth box")
-    if not results:
-        return 0.0
-    categories = {a["category_id"] for a in annotations} | {r["category_id"] for r in results}
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        ground_truth = COCO()
-        ground_truth.dataset = {
-            "images": [{"id": i} for i in image_ids.values()],
-            "annotations": annotations,
-            "categories": [{"id": c} for c in sorted(categories)],
-        }
-        ground_truth.createIndex()
-        evaluation = COCOeval(ground_truth, ground_truth.loadRes(results), "bbox")
-        evaluation.params.maxDets = [1, 10, 1000]
-        evaluation.evaluate()
-        evaluation.accumulate()
-        evaluation.summarize()
-    return float(evaluation.stats[1])
+    empty: Arrays = (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+    stats = coco_stats(
+        coco_ground_truth(truth[s] for s in stamps),
+        [predicted.get(s, empty) for s in stamps],
+        max_dets=(1, 10, 1000),
+    )
+    return 0.0 if stats is None else float(stats[1])
 
 
 def score(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> Scores:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from tiled_detector import scoring
 from tiled_detector.tiling import plan_tiles
 
 CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
@@ -316,26 +317,8 @@ def make_crop(seed: int, size: int = 640, style: SceneStyle | None = None) -> Sc
 def coco_ground_truth(
     labels: Iterable[tuple[np.ndarray, np.ndarray]], sizes: Iterable[tuple[int, int]], first_image_id: int = 1
 ) -> dict:
-    """COCO detection ground truth from per-image (boxes xyxy, class ids) and (width, height)."""
-    images, annotations = [], []
-    for image_id, ((boxes, class_ids), (width, height)) in enumerate(
-        zip(labels, sizes, strict=True), start=first_image_id
-    ):
-        images.append({"id": image_id, "width": width, "height": height, "file_name": f"{image_id:06d}.png"})
-        for box, cls in zip(np.asarray(boxes).tolist(), np.asarray(class_ids).tolist(), strict=True):
-            w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_id,
-                    "category_id": int(cls) + 1,
-                    "bbox": [box[0], box[1], w, h],
-                    "area": w * h,
-                    "iscrowd": 0,
-                }
-            )
-    categories = [{"id": i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(CLASSES)]
-    return {"images": images, "annotations": annotations, "categories": categories}
+    """COCO detection ground truth of synthetic labels: `scoring.coco_ground_truth` with the scene classes."""
+    return scoring.coco_ground_truth(labels, sizes, CLASSES, first_image_id)
 
 
 def to_coco(scenes: Sequence[Scene], first_image_id: int = 1) -> dict:

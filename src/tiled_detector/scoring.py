@@ -1,0 +1,100 @@
+"""Scoring detections against ground truth: box IoU and COCO metrics (pycocotools), for `eval` and `replay`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, scores (N,), class ids (N,)
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix (len(a), len(b)) of x1y1x2y2 boxes, in float64 (0 where the union is empty)."""
+    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
+    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
+    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(bottom_right - top_left, 0, None).prod(axis=2)
+    area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(axis=1)
+    area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def coco_ground_truth(
+    labels: Iterable[tuple[np.ndarray, np.ndarray]],
+    sizes: Iterable[tuple[int, int]] | None = None,
+    names: Sequence[str] | None = None,
+    first_image_id: int = 1,
+) -> dict:
+    """COCO detection ground truth from per-image (boxes xyxy, class ids) and optional (width, height); category
+    id = class id + 1, named by `names` (default: every class id found, named by its number)."""
+    labels = list(labels)
+    sizes = list(sizes) if sizes is not None else [(0, 0)] * len(labels)
+    images, annotations = [], []
+    for image_id, ((boxes, class_ids), (width, height)) in enumerate(
+        zip(labels, sizes, strict=True), start=first_image_id
+    ):
+        images.append({"id": image_id, "width": width, "height": height, "file_name": f"{image_id:06d}.png"})
+        for box, cls in zip(np.asarray(boxes).tolist(), np.asarray(class_ids).tolist(), strict=True):
+            w, h = box[2] - box[0], box[3] - box[1]
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [box[0], box[1], w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
+    if names is None:
+        found = sorted({int(c) for _, class_ids in labels for c in np.asarray(class_ids).tolist()})
+        names = {c: str(c) for c in found}
+    else:
+        names = dict(enumerate(names))
+    categories = [{"id": i + 1, "name": name, "supercategory": "object"} for i, name in names.items()]
+    return {"images": images, "annotations": annotations, "categories": categories}
+
+
+def coco_stats(
+    ground_truth: dict, predictions: Sequence[Arrays], max_dets: Sequence[int] = (1, 10, 100)
+) -> np.ndarray | None:
+    """COCOeval's 12 summary numbers (AP, AP50, AP75, AP_small, ..., AR@max_dets[2], ...) of `predictions`, one per
+    ground-truth image in order; None when there is no prediction at all. Categories of predictions that the
+    ground truth lacks are added (they can only be false positives)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    results = [
+        {
+            "image_id": image["id"],
+            "category_id": int(c) + 1,
+            "bbox": [x1, y1, x2 - x1, y2 - y1],
+            "score": float(s),
+        }
+        for image, (boxes, scores, classes) in zip(ground_truth["images"], predictions, strict=True)
+        for (x1, y1, x2, y2), s, c in zip(
+            np.asarray(boxes, float).tolist(),
+            np.asarray(scores).tolist(),
+            np.asarray(classes).tolist(),
+            strict=True,
+        )
+    ]
+    if not results:
+        return None
+    known = {c["id"] for c in ground_truth["categories"]}
+    extra = sorted({r["category_id"] for r in results} - known)
+    dataset = {**ground_truth, "categories": [*ground_truth["categories"], *({"id": c} for c in extra)]}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+        truth = COCO()
+        truth.dataset = dataset
+        truth.createIndex()
+        evaluation = COCOeval(truth, truth.loadRes(results), "bbox")
+        evaluation.params.maxDets = list(max_dets)
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return evaluation.stats
