@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 rclpy = pytest.importorskip("rclpy")
 
+from tiled_detector.bags import stamp_ns  # noqa: E402
 from tiled_detector.detector import TiledDetector  # noqa: E402
-from tiled_detector.ros.client import DetectorClient, stamp_ns  # noqa: E402
+from tiled_detector.ros.client import DetectorClient  # noqa: E402
 from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
 from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
 from tiled_detector.ros.process import pick_domain_id, ros_environment  # noqa: E402

@@ -21,12 +21,8 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
+from tiled_detector.bags import stamp_ns
 from tiled_detector.ros.process import apply_ros_environment
-
-
-def stamp_ns(stamp: Any) -> int:
-    """A builtin_interfaces/Time as integer nanoseconds."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 def reliable_qos(depth: int = 10) -> QoSProfile:
