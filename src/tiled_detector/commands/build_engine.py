@@ -55,11 +55,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="batch to optimise for: tiles per frame + 1 (default 9, at most --max-batch)",
     )
-    parser.add_argument("--input-hw", type=int, nargs=2, metavar=("H", "W"), help="for dynamic-size models")
+    parser.add_argument(
+        "--input-size",
+        type=int,
+        nargs=2,
+        metavar=("W", "H"),
+        help="model input width and height (dynamic models)",
+    )
     parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
     parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
     parser.add_argument(
-        "--tile", type=int, nargs=2, metavar=("H", "W"), help="run-time tile size (default: input)"
+        "--tile-size",
+        type=int,
+        nargs=2,
+        metavar=("W", "H"),
+        help="run-time tile width and height (default: input)",
     )
     parser.add_argument("--overlap", type=float, default=0.2, help="run-time tile overlap ratio")
     parser.add_argument("--no-full-frame", action="store_true", help="run time has no full-frame view")
@@ -88,13 +98,13 @@ def run(args: argparse.Namespace) -> int:
     trt = import_tensorrt()
     logger = make_logger(trt, args.verbose)
     runtime = checked(trt.Runtime, logger, what="Runtime()")
-    input_hw = tuple(args.input_hw) if args.input_hw else None
+    input_hw = (args.input_size[1], args.input_size[0]) if args.input_size else None
     tiling = None
     if args.calib is not None:
         import onnx
 
         _, chw = onnx_input(onnx.load(str(args.model), load_external_data=False), input_hw)
-        tile_hw = tuple(args.tile) if args.tile else None
+        tile_hw = (args.tile_size[1], args.tile_size[0]) if args.tile_size else None
         tiling = runtime_tiling(device, torch.float32, chw[1:], tile_hw, args.overlap, not args.no_full_frame)
     options = BuildOptions(
         precision=Precision.from_value(args.precision),
