@@ -13,7 +13,7 @@ from typing import Any
 from tiled_detector.decode import OutputLayout
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.merge import MatchMetric, MergeMethod
-from tiled_detector.preprocess import check_channel_order
+from tiled_detector.options import check_channel_order
 
 # Fields whose change needs the engine loaded again (everything else is applied per call).
 ENGINE_FIELDS = frozenset({"model", "backend", "device", "precision", "max_batch", "engine_options"})

@@ -24,3 +24,12 @@ class Option(str, enum.Enum):
         what = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
         valid = ", ".join(m.value for m in cls)
         raise ValueError(f"unknown {what} {value!r}; expected one of: {valid}")
+
+
+def check_channel_order(channel_order: str) -> str:
+    """`channel_order` if it is a model input order ('rgb' or 'bgr'), else ValueError."""
+    if channel_order not in ("rgb", "bgr"):
+        raise ValueError(
+            f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
+        )
+    return channel_order

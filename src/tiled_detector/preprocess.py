@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from tiled_detector.engines.base import concrete_device
-from tiled_detector.options import Option
+from tiled_detector.devices import concrete_device
+from tiled_detector.options import Option, check_channel_order
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
@@ -154,15 +154,6 @@ def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) 
     if tensor.shape[0] == 0 or tensor.shape[1] == 0:
         raise ValueError(f"frame must not be empty, got shape {tuple(frame.shape)}")
     return tensor
-
-
-def check_channel_order(channel_order: str) -> str:
-    """`channel_order` if it is a model input order ('rgb' or 'bgr'), else ValueError."""
-    if channel_order not in ("rgb", "bgr"):
-        raise ValueError(
-            f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
-        )
-    return channel_order
 
 
 class Preprocessor:

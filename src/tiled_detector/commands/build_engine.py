@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     """Build (or find in the cache) the engine; print its path."""
     import torch
 
-    from tiled_detector.engines.base import Precision, require_cuda
+    from tiled_detector.devices import require_cuda
+    from tiled_detector.engines.base import Precision
     from tiled_detector.engines.tensorrt import checked, import_tensorrt, make_logger
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_input, runtime_tiling
 

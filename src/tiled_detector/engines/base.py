@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from tiled_detector.devices import concrete_device, require_cuda, same_device
 from tiled_detector.options import Option
 
 
@@ -107,37 +108,6 @@ class Engine(ABC):
         padded = chunk.new_zeros((size, *chunk.shape[1:]))
         padded[: chunk.shape[0]] = chunk
         return {name: out[: chunk.shape[0]] for name, out in self._infer(padded).items()}
-
-
-def concrete_device(device: str | torch.device) -> torch.device:
-    """`device` with the index made explicit (`cuda` -> `cuda:N` of the current device), so that it compares
-    equal to the `.device` of the tensors allocated on it."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def require_cuda(device: torch.device | str, why: str) -> None:
-    """ValueError (one line: what is missing and what to do) unless torch can use the CUDA `device`."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ValueError(f"device {device} is not a CUDA device: {why}; use cuda or cuda:N")
-    if not torch.cuda.is_available():
-        build = (
-            "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
-        )
-        raise ValueError(
-            f"device {device}: torch {torch.__version__} ({build}) has no CUDA device here: {why}; use a machine "
-            "with an NVIDIA GPU and a CUDA build of torch (on a Jetson: NVIDIA's JetPack wheel)"
-        )
-    if device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
-
-
-def same_device(have: torch.device, want: torch.device) -> bool:
-    """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
-    return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
 
 
 # backend -> "module:Class"; modules are imported only when the backend is chosen.
