@@ -499,14 +499,12 @@ def test_int8_on_tensorrt_11_without_qdq_or_modelopt_says_what_to_do(monkeypatch
     actions = PRECISION_ACTIONS[(FeatureSet.TRT11, Precision.INT8)]
     options = BuildOptions(precision=Precision.INT8, max_batch=4, opt_batch=2)
     with pytest.raises(TensorRTError) as err:
-        build_mod.prepare_onnx(path, actions, options, torch.device("cpu"), "11.4.0")
+        build_mod.prepare_onnx(path, actions, options, "11.4.0")
     assert str(err.value) == MODELOPT_MISSING.format(version="11.4.0", model=path)
     assert "nvidia-modelopt" in str(err.value) and "--calib" in str(err.value)
     # an ONNX that already has Q/DQ nodes is accepted as is
     onnx.save(conv_model(qdq=True), path)
-    assert has_qdq(
-        onnx.load_from_string(build_mod.prepare_onnx(path, actions, options, torch.device("cpu"), "11"))
-    )
+    assert has_qdq(onnx.load_from_string(build_mod.prepare_onnx(path, actions, options, "11")))
 
 
 def test_rebatch_makes_fixed_size_batches_up_to_a_limit() -> None:
@@ -623,7 +621,7 @@ def test_text_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_calibration_frames_from_an_image_folder(tmp_path: Path) -> None:
     import cv2
 
-    from tiled_detector.engines.tensorrt_build import calibration_frames
+    from tiled_detector.calibration import calibration_frames
 
     rgb = np.zeros((20, 30, 3), np.uint8)
     rgb[..., 0] = 200  # red
@@ -635,3 +633,20 @@ def test_calibration_frames_from_an_image_folder(tmp_path: Path) -> None:
     np.testing.assert_array_equal(frames[0][0], rgb)
     with pytest.raises(FileNotFoundError):
         list(calibration_frames(tmp_path / "missing"))
+
+
+def test_calibration_batches_are_tiled_as_at_run_time(tmp_path: Path) -> None:
+    import cv2
+
+    from tiled_detector.calibration import calibration_batches
+    from tiled_detector.preprocess import Preprocessor
+    from tiled_detector.tiling import make_plan
+
+    frame = np.random.default_rng(3).integers(0, 256, (100, 150, 3), np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), frame[..., ::-1])
+    make = calibration_batches(tmp_path, torch.device("cpu"), tile_hw=(48, 48), overlap=0.25)
+    (batch,) = list(make((32, 32)))  # the builder asks with the model's input size
+    plan = make_plan((100, 150), (48, 48), 0.25, (32, 32), True)
+    expected = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, "rgb8")
+    torch.testing.assert_close(batch, expected, rtol=0, atol=0)
+    assert batch.shape == (plan.batch_size, 3, 32, 32)

@@ -85,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
     """Build (or find in the cache) the engine; print its path."""
     import torch
 
+    from tiled_detector.calibration import calibration_batches
     from tiled_detector.devices import require_cuda
     from tiled_detector.engines.base import Precision
     from tiled_detector.engines.tensorrt import checked, import_tensorrt, make_logger
-    from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_input, runtime_tiling
+    from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
     if not args.model.is_file():
         print(f"error: {args.model} is not a file", file=sys.stderr)
@@ -100,20 +101,17 @@ def run(args: argparse.Namespace) -> int:
     logger = make_logger(trt, args.verbose)
     runtime = checked(trt.Runtime, logger, what="Runtime()")
     input_hw = (args.input_size[1], args.input_size[0]) if args.input_size else None
-    tiling = None
+    batches = None
     if args.calib is not None:
-        import onnx
-
-        _, chw = onnx_input(onnx.load(str(args.model), load_external_data=False), input_hw)
         tile_hw = (args.tile_size[1], args.tile_size[0]) if args.tile_size else None
-        tiling = runtime_tiling(device, torch.float32, chw[1:], tile_hw, args.overlap, not args.no_full_frame)
+        batches = calibration_batches(args.calib, device, tile_hw, args.overlap, not args.no_full_frame)
     options = BuildOptions(
         precision=Precision.from_value(args.precision),
         max_batch=args.max_batch,
         opt_batch=args.opt_batch or min(BuildOptions.opt_batch, args.max_batch),
         input_hw=input_hw,
         calib=args.calib,
-        calib_tiling=tiling,
+        calib_batches=batches,
         calib_tiles=args.calib_tiles,
     )
     started = time.monotonic()

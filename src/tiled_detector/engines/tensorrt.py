@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -252,8 +252,9 @@ class TensorRTEngine(Engine):
     """A TensorRT engine on one CUDA device; see the module docstring.
 
     Options: `opt_batch` (optimisation-profile batch when building: tiles per frame + full-frame view),
-    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `calib` (INT8 calibration images:
-    folder or rosbag), `calib_tiling` (callable frame -> batch, the run-time tiling), `verbose`.
+    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `calib` (the INT8 calibration source, which names the
+    cached engine) with `calib_batches` (input (h, w) -> engine batches of it: `tiled_detector.calibration`),
+    `verbose`.
     """
 
     backend = Backend.TENSORRT
@@ -269,7 +270,7 @@ class TensorRTEngine(Engine):
         input_hw: tuple[int, int] | None = None,
         cache_dir: str | Path | None = None,
         calib: str | Path | None = None,
-        calib_tiling: Callable[[Any], torch.Tensor] | None = None,
+        calib_batches: Callable[[tuple[int, int]], Iterable[torch.Tensor]] | None = None,
         verbose: bool = False,
     ) -> None:
         if torch.device(device).type != "cuda":
@@ -293,7 +294,7 @@ class TensorRTEngine(Engine):
                 opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
                 input_hw=input_hw,
                 calib=Path(calib) if calib else None,
-                calib_tiling=calib_tiling,
+                calib_batches=calib_batches,
             )
             self._engine, self.engine_path = load_or_build(
                 self.trt, self._runtime, self._logger, model, options, self.device, cache_dir

@@ -149,62 +149,7 @@ def quantize_with_modelopt(model_path: Path, calibration: np.ndarray, output: Pa
     )
 
 
-# --- calibration data, tiled as at run time -----------------------------------------------------------------
-
-
-def _is_bag(source: Path) -> bool:
-    return source.suffix in {".mcap", ".db3"} or (source.is_dir() and (source / "metadata.yaml").exists())
-
-
-def calibration_frames(source: Path) -> Iterator[tuple[np.ndarray, str]]:
-    """(image, encoding) pairs from a folder of images or from the image topics of a rosbag2 bag."""
-    if not source.exists():
-        raise FileNotFoundError(f"calibration source {source} does not exist")
-    if _is_bag(source):
-        yield from _bag_frames(source)
-        return
-    from tiled_detector.bags import image_folder_frames
-
-    for frame in image_folder_frames(source):
-        yield frame.image, "rgb8"
-
-
-def _bag_frames(bag: Path) -> Iterator[tuple[np.ndarray, str]]:
-    from rosbags.highlevel import AnyReader
-
-    from tiled_detector.ros.images import compressed_to_array, imgmsg_to_array
-
-    convert = {
-        "sensor_msgs/msg/Image": imgmsg_to_array,
-        "sensor_msgs/msg/CompressedImage": compressed_to_array,
-    }
-    with AnyReader([bag]) as reader:
-        connections = [c for c in reader.connections if c.msgtype in convert]
-        if not connections:
-            raise ValueError(f"no sensor_msgs Image / CompressedImage topic in {bag}")
-        for connection, _, raw in reader.messages(connections=connections):
-            yield convert[connection.msgtype](reader.deserialize(raw, connection.msgtype))
-
-
-def runtime_tiling(
-    device: torch.device,
-    dtype: torch.dtype,
-    input_hw: tuple[int, int],
-    tile_hw: tuple[int, int] | None = None,
-    overlap: float = 0.2,
-    full_frame: bool = True,
-) -> Callable[[np.ndarray, str], torch.Tensor]:
-    """frame -> engine batch, through the same `make_plan` + `Preprocessor` the detector runs."""
-    from tiled_detector.preprocess import Preprocessor
-    from tiled_detector.tiling import make_plan
-
-    preprocessor = Preprocessor(device, dtype, input_hw)
-
-    def tile(frame: np.ndarray, encoding: str) -> torch.Tensor:
-        plan = make_plan(frame.shape[:2], tile_hw or input_hw, overlap, input_hw, full_frame)
-        return preprocessor.run(frame, plan, encoding).clone()
-
-    return tile
+# --- calibration data (batches from the caller: see tiled_detector.calibration) ---------------------------
 
 
 def rebatch(batches: Iterable[torch.Tensor], size: int, limit: int) -> Iterator[torch.Tensor]:
@@ -297,8 +242,9 @@ class BuildOptions:
     max_batch: int = 32
     opt_batch: int = 9  # tiles per frame + full-frame view
     input_hw: tuple[int, int] | None = None
-    calib: Path | None = None
-    calib_tiling: Callable[[np.ndarray, str], torch.Tensor] | None = None
+    calib: Path | None = None  # the calibration source (it names the cached engine)
+    # input (height, width) -> engine batches of calibration images, tiled as at run time
+    calib_batches: Callable[[tuple[int, int]], Iterable[torch.Tensor]] | None = None
     calib_tiles: int = 128
     workspace_bytes: int = WORKSPACE_BYTES
 
@@ -316,18 +262,16 @@ def profile_shapes(options: BuildOptions, chw: tuple[int, int, int]) -> tuple[tu
     return tuple((b, *chw) for b in (1, options.opt_batch, options.max_batch))
 
 
-def _calibration_batches(options: BuildOptions, input_hw: tuple[int, int], device: torch.device) -> Iterator:
-    if options.calib is None:
+def _calibration_batches(options: BuildOptions, input_hw: tuple[int, int]) -> Iterator:
+    if options.calib_batches is None:
         raise ValueError(
             "INT8 needs calibration images: pass calib=DIR_OR_BAG (--calib), or an ONNX with Q/DQ nodes"
         )
-    tiling = options.calib_tiling or runtime_tiling(device, torch.float32, input_hw)
-    frames = calibration_frames(options.calib)
-    return rebatch((tiling(frame, enc) for frame, enc in frames), options.opt_batch, options.calib_tiles)
+    return rebatch(options.calib_batches(input_hw), options.opt_batch, options.calib_tiles)
 
 
 def prepare_onnx(
-    model_path: Path, actions: BuildActions, options: BuildOptions, device: torch.device, trt_version_str: str
+    model_path: Path, actions: BuildActions, options: BuildOptions, trt_version_str: str
 ) -> bytes:
     """The ONNX bytes to parse: converted to fp16, or quantized with ModelOpt, where the actions say so."""
     model = onnx.load(str(model_path))
@@ -337,7 +281,7 @@ def prepare_onnx(
         if importlib.util.find_spec("modelopt") is None:
             raise TensorRTError(MODELOPT_MISSING.format(version=trt_version_str, model=model_path))
         _, chw = onnx_input(model, options.input_hw)
-        data = torch.cat(list(_calibration_batches(options, chw[1:], device))).cpu().numpy()
+        data = torch.cat(list(_calibration_batches(options, chw[1:]))).cpu().numpy()
         with tempfile.TemporaryDirectory() as tmp:
             quantized = Path(tmp) / "model.qdq.onnx"
             quantize_with_modelopt(model_path, data, quantized)
@@ -358,7 +302,7 @@ def build_serialized(
 ) -> bytes:
     """Build a serialized engine from `model_path` as `PRECISION_ACTIONS` says for this TensorRT."""
     actions = PRECISION_ACTIONS[(feature_set(trt), options.precision)]
-    data = prepare_onnx(model_path, actions, options, device, str(trt.__version__))
+    data = prepare_onnx(model_path, actions, options, str(trt.__version__))
     model = onnx.load_from_string(data)
     name, chw = onnx_input(model, options.input_hw)
 
@@ -387,7 +331,7 @@ def build_serialized(
         calibration_profile = checked(builder.create_optimization_profile, what="create_optimization_profile")
         calibration_profile.set_shape(name, opt, opt, opt)
         config.set_calibration_profile(calibration_profile)
-        batches = _calibration_batches(options, chw[1:], device)
+        batches = _calibration_batches(options, chw[1:])
         cache_file = calib_cache or model_path.with_suffix(".calib")
         config.int8_calibrator = make_calibrator(trt, batches, options.opt_batch, cache_file)
     monitor = make_progress_monitor(trt, progress) if progress else None
