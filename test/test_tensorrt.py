@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 from tiled_detector.commands.build_engine import TextProgress
 from tiled_detector.engines import base as engine_base
 from tiled_detector.engines import tensorrt as trt_mod
+from tiled_detector.engines import tensorrt_api as api_mod
 from tiled_detector.engines import tensorrt_build as build_mod
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
@@ -178,15 +179,15 @@ def make_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, engine: Any, mo
 
 
 def test_import_tensorrt_falls_back_to_the_lean_bindings() -> None:
-    module = trt_mod.import_tensorrt()
-    assert module.__name__ in trt_mod.TENSORRT_MODULES
-    assert trt_mod.trt_version(module)[0] >= 8
+    module = api_mod.import_tensorrt()
+    assert module.__name__ in api_mod.TENSORRT_MODULES
+    assert api_mod.trt_version(module)[0] >= 8
 
 
 def test_import_tensorrt_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trt_mod, "TENSORRT_MODULES", ("no_such_trt_module",))
+    monkeypatch.setattr(api_mod, "TENSORRT_MODULES", ("no_such_trt_module",))
     with pytest.raises(ImportError, match="python3-libnvinfer"):
-        trt_mod.import_tensorrt()
+        api_mod.import_tensorrt()
 
 
 def test_checked_turns_false_none_and_exceptions_into_tensorrt_errors() -> None:

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from tiled_detector.calibration import calibration_batches
     from tiled_detector.devices import require_cuda
     from tiled_detector.engines.base import Precision
-    from tiled_detector.engines.tensorrt import checked, import_tensorrt, make_logger
+    from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
     if not args.model.is_file():

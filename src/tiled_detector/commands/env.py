@@ -30,6 +30,7 @@ PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "vision_msgs": (("vision_msgs", "ros-vision-msgs"), "vision_msgs"),
     "tiled_detector": (("tiled_detector", "tiled-detector"), "tiled_detector"),
 }
+# the same order as engines/tensorrt_api.TENSORRT_MODULES (not imported: env must not import torch)
 TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx", "tensorrt_lean", "tensorrt_lean_bindings")
 ROS_PACKAGES = ("rclpy", "vision_msgs")
 

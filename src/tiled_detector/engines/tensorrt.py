@@ -14,25 +14,22 @@ module functions so tests without a GPU can replace them.
 
 from __future__ import annotations
 
-import importlib
-import logging
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
-
-LOG = logging.getLogger(__name__)
-R = TypeVar("R")
-
-# Module names of the TensorRT Python bindings, in order of preference: the full package, TensorRT-RTX,
-# the lean runtime (as `tensorrt_lean`, and as the standalone wheel's `tensorrt_lean_bindings`).
-TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx", "tensorrt_lean", "tensorrt_lean_bindings")
+from tiled_detector.engines.tensorrt_api import (
+    TensorRTError,
+    checked,
+    deserialize,
+    import_tensorrt,
+    make_logger,
+)
 
 # TensorRT DataType member name -> torch dtype
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -45,71 +42,6 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "INT64": torch.int64,
     "BOOL": torch.bool,
 }
-
-
-class TensorRTError(RuntimeError):
-    """A TensorRT call failed."""
-
-
-def import_tensorrt() -> ModuleType:
-    """The first importable TensorRT binding module of `TENSORRT_MODULES`."""
-    failures = []
-    for name in TENSORRT_MODULES:
-        try:
-            return importlib.import_module(name)
-        except ImportError as err:
-            failures.append(f"{name}: {err}")
-    raise ImportError(
-        "no TensorRT Python bindings found (" + "; ".join(failures) + "). Jetson: `sudo apt install "
-        "python3-libnvinfer` and a venv made with --system-site-packages; x86_64: `pip install tensorrt`"
-    )
-
-
-def trt_version(trt: ModuleType) -> tuple[int, ...]:
-    """`trt.__version__` as integers, e.g. (10, 3, 0, 30)."""
-    return tuple(int(part) for part in re.findall(r"\d+", str(trt.__version__)))
-
-
-def checked(call: Callable[..., R], *args: Any, what: str, **kwargs: Any) -> R:
-    """Call a TensorRT function; a raised error, None or False becomes a `TensorRTError` naming `what`."""
-    try:
-        result = call(*args, **kwargs)
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise TensorRTError(f"TensorRT {what} failed: {err}") from err
-    if result is None or result is False:
-        raise TensorRTError(f"TensorRT {what} failed (returned {result!r}); the TensorRT log above says why")
-    return result
-
-
-def make_logger(trt: ModuleType, verbose: bool = False) -> Any:
-    """A TensorRT logger that forwards to Python logging."""
-    severity = trt.ILogger.Severity
-    levels = {
-        severity.INTERNAL_ERROR: logging.CRITICAL,
-        severity.ERROR: logging.ERROR,
-        severity.WARNING: logging.WARNING,
-        severity.INFO: logging.INFO,
-        severity.VERBOSE: logging.DEBUG,
-    }
-
-    class _Logger(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, sev: Any, msg: str) -> None:
-            if verbose or sev in (severity.INTERNAL_ERROR, severity.ERROR, severity.WARNING):
-                LOG.log(levels.get(sev, logging.INFO), "[TensorRT] %s", msg)
-
-    return _Logger()
-
-
-def deserialize(runtime: Any, data: bytes) -> Any | None:
-    """The ICudaEngine in `data`, or None when it is not an engine this TensorRT and GPU can run."""
-    try:
-        return runtime.deserialize_cuda_engine(data)
-    except (RuntimeError, TypeError, ValueError) as err:
-        LOG.warning("engine does not deserialize: %s", err)
-        return None
 
 
 # --- CUDA touch points (replaced in tests: no GPU there) -------------------------------------------------

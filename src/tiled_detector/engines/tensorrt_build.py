@@ -27,7 +27,7 @@ import torch
 
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.cache import EngineCache, EngineKey, atomic_write, sha256_file
-from tiled_detector.engines.tensorrt import TensorRTError, checked, deserialize, trt_version
+from tiled_detector.engines.tensorrt_api import TensorRTError, checked, deserialize, trt_version
 
 LOG = logging.getLogger(__name__)
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
