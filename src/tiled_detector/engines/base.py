@@ -160,10 +160,6 @@ def load_engine(
         require_cuda(
             device, f"the {chosen.value} engine was asked to run there (device cpu runs without one)"
         )
-    elif chosen is Backend.TENSORRT:
-        raise ValueError(
-            f"the TensorRT backend runs on CUDA devices only, got device {device}: use device cuda"
-        )
     return engine_class(chosen)(
         Path(model),
         device=concrete_device(device),

@@ -206,7 +206,9 @@ class TensorRTEngine(Engine):
         verbose: bool = False,
     ) -> None:
         if torch.device(device).type != "cuda":
-            raise ValueError(f"TensorRT runs on CUDA devices only, got device={device}")
+            raise ValueError(
+                f"the TensorRT backend runs on CUDA devices only, got device {device}: use device cuda"
+            )
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         device = torch.device(device)

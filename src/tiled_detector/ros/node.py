@@ -262,13 +262,12 @@ class DetectorNode(Node):
             self.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
         self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
 
-    def _input_problem(self) -> str | None:
+    def _input_problem(self, publishers: int) -> str | None:
         """Why no frame arrives, when none has for `SILENT_AFTER_S` (None while frames flow)."""
         silent_s = time.monotonic() - self._last_frame
         if silent_s < SILENT_AFTER_S:
             return None
         topic = self.image_sub.topic_name
-        publishers = self.image_sub.get_publisher_count()
         if not publishers:
             return f"no publisher on {topic}"
         profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE") or str(FASTDDS_PROFILE)
@@ -282,6 +281,7 @@ class DetectorNode(Node):
         detector, _ = self._current()
         values = self.stats.snapshot()
         engine = detector.engine
+        publishers = self.image_sub.get_publisher_count()
         info = {
             "backend": engine.backend.value,
             "device": str(engine.device),
@@ -289,14 +289,14 @@ class DetectorNode(Node):
             "model": str(detector.config.model),
             "tile_size": "x".join(map(str, detector.config.tile_size)),
             "full_frame": str(detector.config.full_frame),
-            "input_publishers": self.image_sub.get_publisher_count(),
+            "input_publishers": publishers,
         }
         if self._last_hw is not None:
             plan = detector.plan_for(*self._last_hw)
             info["tiles_per_frame"] = len(plan.tiles)
             info["batch_size"] = plan.batch_size
-        silent = self._input_problem()
-        if silent and "publisher(s)" in silent and time.monotonic() - self._warned_silent >= WARN_EVERY_S:
+        silent = self._input_problem(publishers)
+        if silent and publishers and time.monotonic() - self._warned_silent >= WARN_EVERY_S:
             self._warned_silent = time.monotonic()
             self.get_logger().warning(silent)
         lost = values["lost_since_last"]

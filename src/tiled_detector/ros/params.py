@@ -68,10 +68,13 @@ class Param:
         """Why `value` is invalid for this parameter, or None when it is valid."""
         if value is None:
             return None
-        if self.value_type is list and not _is_name_list(value):
-            return f"{self.name} must be a list of names or ids, e.g. ['a', 'b'] ([] for none), got {value!r}"
         if self.value_type is list:
-            return None
+            valid = _is_name_list(value)
+            return (
+                None
+                if valid
+                else f"{self.name} must be a list of names or ids, e.g. ['a', 'b'], got {value!r}"
+            )
         if self.choices and value not in self.choices:
             return f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}"
         if self.min_value is not None and not self.min_value <= value <= self.max_value:
