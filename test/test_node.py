@@ -282,9 +282,12 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
             lambda: "FASTDDS_DEFAULT_PROFILES_FILE" in diagnostics[-1].status[0].message, timeout=30
         )
         publisher.wait(60)
-        status = diagnostics[-1].status[0]
     assert explained, [d.status[0].message for d in diagnostics[-3:]]
-    assert status.level == DiagnosticStatus.WARN
+    # (a stray UDP frame may end the silence later: the statuses that explain it are the ones checked)
+    explaining = [
+        d.status[0] for d in list(diagnostics) if "FASTDDS_DEFAULT_PROFILES_FILE" in d.status[0].message
+    ]
+    assert explaining and all(s.level == DiagnosticStatus.WARN for s in explaining)
     assert int(_status(diagnostics)["frames_received"]) <= 4  # of 40 (UDP fragments rarely get one through)
     assert int(_status(diagnostics)["input_publishers"]) >= 1  # (the test client publishes on it too)
     log = node.log_text()
