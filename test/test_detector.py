@@ -16,6 +16,7 @@ from tiled_detector.decode import OutputLayout
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.merge import MatchMetric, MergeMethod
+from tiled_detector.postprocess import Limits
 from tiled_detector.zero_copy import ZeroCopyError
 
 STAGES = {"upload", "preprocess", "infer", "decode", "merge", "download", "total"}
@@ -256,56 +257,58 @@ def test_stage_times_of_a_repeated_stage_add_up():
 
 def _sync_free(square_onnx, monkeypatch, **options):
     """A detector taking the accelerator's sync-free path on the CPU, recording merge_padded's limits."""
-    import tiled_detector.detector as detector_module
+    import tiled_detector.postprocess as postprocess_module
 
     det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5, **options)
     det._sync_free = True
     calls = []
-    real = detector_module.merge_padded
+    real = postprocess_module.merge_padded
 
     def merge_padded(*args, **kwargs):
-        calls.append(kwargs)
+        if kwargs["slots"] is not None:  # the sync-free pass (the exact path takes its sizes from the data)
+            calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(detector_module, "merge_padded", merge_padded)
+    monkeypatch.setattr(postprocess_module, "merge_padded", merge_padded)
     return det, calls
 
 
 def test_sync_free_merge_walks_the_adapted_slots(square_onnx, monkeypatch):
     det, calls = _sync_free(square_onnx, monkeypatch, merge="greedy_nmm", seam_suppression=False)
-    det._slots = 1  # too few for a square seen by four tiles
+    det._limits = Limits(slots=1)  # too few for a square seen by four tiles
     frame = np.zeros((152, 208, 3), np.uint8)
     frame[48:56, 48:56] = COLOURS[1]  # inside tiles (0,0), (48,0), (0,48) and (48,48)
     for _ in range(2):
         dets = det.detect(frame)
         np.testing.assert_array_equal(dets.boxes, [[48, 48, 56, 56]])
-    assert calls[0]["slots"] == 1 and calls[1]["slots"] == det._slots > 1
+    assert calls[0]["slots"] == 1 and calls[1]["slots"] == det._limits.slots > 1
 
 
 def test_sync_free_nms_rounds_grow_when_nms_did_not_settle(square_onnx, monkeypatch):
-    import tiled_detector.detector as detector_module
+    import tiled_detector.postprocess as postprocess_module
 
     det, calls = _sync_free(square_onnx, monkeypatch, merge="nms")
-    recorded = detector_module.merge_padded
+    recorded = postprocess_module.merge_padded
 
     def unsettled_once(*args, **kwargs):  # the status row of a frame whose NMS chain outran the rounds
         out = recorded(*args, **kwargs)
         return out._replace(exact=out.exact & (len(calls) > 1))
 
-    monkeypatch.setattr(detector_module, "merge_padded", unsettled_once)
+    monkeypatch.setattr(postprocess_module, "merge_padded", unsettled_once)
     frame, boxes, classes = _scene(2)
     for _ in range(2):
         dets = det.detect(frame)
         np.testing.assert_array_equal(_sorted(dets.boxes, dets.class_ids)[0], _sorted(boxes, classes)[0])
-    assert calls[1]["nms_rounds"] == 2 * calls[0]["nms_rounds"] == det._rounds
+    assert calls[1]["nms_rounds"] == 2 * calls[0]["nms_rounds"] == det._limits.rounds
 
 
 def test_overflow_at_the_largest_capacity_skips_the_sync_free_pass_for_a_while(square_onnx, monkeypatch):
     import tiled_detector.detector as detector_module
+    import tiled_detector.postprocess as postprocess_module
 
     det, calls = _sync_free(square_onnx, monkeypatch)
-    monkeypatch.setattr(detector_module, "_MAX_CAPACITY", 2)
-    det._capacity = 2  # every frame of _scene has more candidates
+    monkeypatch.setattr(postprocess_module, "MAX_CAPACITY", 2)
+    det._limits = Limits(capacity=2)  # every frame of _scene has more candidates
     frame, boxes, classes = _scene(3)
     for _ in range(detector_module._RETRY_AFTER + 2):
         dets = det.detect(frame)
@@ -376,12 +379,12 @@ def test_a_12000x9000_frame_stays_under_2_gb_peak_rss() -> None:
 
 
 def test_a_candidate_flood_is_cut_to_the_best_before_the_pairwise_merge(square_onnx, monkeypatch):
-    from tiled_detector import detector as detector_module
+    from tiled_detector import postprocess as postprocess_module
 
     det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5)
     frame, _, _ = _scene(0)
     everything = det.detect(frame)
-    monkeypatch.setattr(detector_module, "MAX_CANDIDATES", 4)  # (N, N) matrices of at most 4 x 4
+    monkeypatch.setattr(postprocess_module, "MAX_CANDIDATES", 4)  # (N, N) matrices of at most 4 x 4
     capped = det.detect(frame)
     assert 0 < len(capped) <= 4 < len(everything)
     np.testing.assert_array_equal(capped.scores, everything.scores[: len(capped)])  # the best ones survive

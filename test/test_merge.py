@@ -16,9 +16,8 @@ from tiled_detector.merge import (
     merge_detections,
     overlap,
     rank_order,
-    suppress_truncated,
-    truncated_sides,
 )
+from tiled_detector.seams import suppress_truncated, truncated_sides
 from tiled_detector.tiling import make_plan
 
 combine = pytest.importorskip("sahi.postprocess.combine")

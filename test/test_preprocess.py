@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector import preprocess
-from tiled_detector.preprocess import PAD_VALUE, Encoding, Preprocessor, as_frame_tensor
+from tiled_detector.encodings import Encoding, as_frame_tensor
+from tiled_detector.preprocess import PAD_VALUE, Preprocessor
 from tiled_detector.tiling import Letterbox, make_plan
+from tiled_detector.upload import Uploader
 
 ORDERS = {"rgb8": [0, 1, 2], "bgr8": [2, 1, 0], "rgba8": [0, 1, 2], "bgra8": [2, 1, 0], "mono8": [0, 0, 0]}
 
@@ -154,7 +156,7 @@ def test_writes_into_a_given_buffer():
 
 def test_cpu_frames_are_not_copied():
     frame = _frame(np.random.default_rng(4), 10, 12, "rgb8")
-    tensor = Preprocessor("cpu", torch.float32, (8, 8)).upload(frame, "rgb8")
+    tensor = Uploader("cpu").upload(frame, "rgb8")
     assert tensor.data_ptr() == frame.ctypes.data
     readonly = frame.copy()
     readonly.setflags(write=False)

@@ -73,16 +73,19 @@ def test_detector_post_processing_has_no_sync_and_matches_exact(square_model, me
     fast = TiledDetector(square_model, device="cpu", **options)
     fast._sync_free = True  # the accelerator path, run on the CPU
     counter = SyncCounter()
-    sync_free = fast._postprocess_sync_free
+    program, sync_free_pass = fast._program, fast._sync_free_pass
     results = []
 
-    def traced(*args):
+    def traced(*args):  # the whole frame program: preprocess, infer, decode and post-process
         with counter:
-            out = sync_free(*args)
-        results.append(out is not None)
+            return program(*args)
+
+    def passed(*args):
+        out = sync_free_pass(*args)
+        results.append(out[0] is not None)
         return out
 
-    fast._postprocess_sync_free = traced
+    fast._program, fast._sync_free_pass = traced, passed
     rng = np.random.default_rng(3)
     for height, width in ((1080, 1920), (1080, 1920), (2160, 3840), (2160, 3840)):
         frame = _frame(rng, height, width)

@@ -12,28 +12,25 @@ Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`):
   growing union box; a member that still matches widens the box (union), the score is the keeper's (the max),
   and the class becomes the member's when its score equals the keeper's; a member that no longer matches is
   dropped. Results come out in rank order (SAHI's class-aware output is grouped by class instead).
-The seam rule (`suppress_truncated`) runs before the merge: a box cut by an inner tile edge yields to a whole
-view of the same object from another batch image.
-Only the nms keep order and group membership are sequential; both are computed with matrix fixed points. The
-merge itself is one vectorised pass when every member passes SAHI's re-check, else a walk over group positions.
+Boxes of different frames (`frame_index`) never match: groups are frame x class (frame with class_agnostic).
+Only the nms keep order and group membership are sequential; both are matrix fixed points, and the merge walks
+the positions of every group at once.
 
-`merge_padded` and `suppress_truncated(..., valid=...)` are the same computations on a fixed-size candidate set
-with a validity mask: no data-dependent shape, no host synchronisation (for accelerators). Their sequential
-parts run a fixed number of rounds and report, as a device flag, whether the result is proven exact.
+One implementation, `merge_padded`, works on a fixed-size candidate set with a validity mask: no data-dependent
+shape, no host synchronisation (for accelerators). Its sequential parts run a fixed number of rounds and report,
+as a device flag, whether the result is proven exact. `merge` is the same computation on all rows with the
+rounds chosen from the data (until the fixed point; the largest group), so it is always exact.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from tiled_detector.options import Option
-
-if TYPE_CHECKING:
-    from tiled_detector.tiling import TilePlan
 
 
 class MergeMethod(Option):
@@ -87,59 +84,67 @@ def rank_order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 
 
 def _match_matrix(
-    boxes: torch.Tensor, class_ids: torch.Tensor, metric: MatchMetric, threshold: float, class_agnostic: bool
+    boxes: torch.Tensor,
+    class_ids: torch.Tensor,
+    frame_index: torch.Tensor,
+    valid: torch.Tensor,
+    metric: MatchMetric,
+    threshold: float,
+    class_agnostic: bool,
 ) -> torch.Tensor:
-    """(N, N) bool: row i matches column j, for i ranked before j (inputs already in rank order)."""
+    """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
+    in rank order)."""
     rank = torch.arange(len(boxes), device=boxes.device)
     match = overlap(boxes[:, None], boxes[None], metric) >= threshold
-    match &= rank[:, None] < rank[None]
+    match &= (rank[:, None] < rank[None]) & (frame_index[:, None] == frame_index[None])
+    match &= valid[:, None] & valid[None]
     if not class_agnostic:
         match &= class_ids[:, None] == class_ids[None]
     return match
 
 
-def _nms_keep(match: torch.Tensor) -> torch.Tensor:
-    """Greedy NMS keep mask from a rank-ordered upper-triangular match matrix.
+def _nms_keep(match: torch.Tensor, rounds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy NMS keep mask from a rank-ordered upper-triangular match matrix, and a 0-dim bool tensor: True
+    when the mask is the fixed point (one more round changes nothing), hence exact.
 
-    The fixed point of keep[j] = not any(keep[i] and match[i, j]) is unique on a triangular system, and each
-    iteration fixes at least one more rank, so the loop ends after at most N + 1 rounds (in practice the depth
-    of the longest suppression chain).
+    The fixed point of keep[j] = not any(keep[i] and match[i, j]) is unique on a triangular system and each round
+    fixes at least one more rank, so N + 1 rounds always reach it (in practice the depth of the longest
+    suppression chain). `rounds` None runs until the fixed point (reading a flag per round: syncs), an int runs
+    that many rounds with no host read.
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
-    for _ in range(len(match) + 1):
+    limit = len(match) + 1 if rounds is None else min(rounds, len(match) + 1)
+    for _ in range(limit):
         new_keep = ~(match & keep[:, None]).any(0)
-        if torch.equal(new_keep, keep):
+        if rounds is None and torch.equal(new_keep, keep):
             break
         keep = new_keep
-    return keep
-
-
-def _nms_keep_rounds(match: torch.Tensor, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_nms_keep` with a fixed number of rounds (no host sync), and a 0-dim bool tensor: True when the result
-    is the fixed point (one more round changes nothing), hence exact."""
-    keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
-    for _ in range(min(rounds, len(match) + 1)):
-        keep = ~(match & keep[:, None]).any(0)
     return keep, (~(match & keep[:, None]).any(0) == keep).all()
 
 
 def _nms_keep_torchvision(
-    ops: Any, boxes: torch.Tensor, class_ids: torch.Tensor, threshold: float, class_agnostic: bool
+    ops: Any,
+    boxes: torch.Tensor,
+    class_ids: torch.Tensor,
+    frame_index: torch.Tensor,
+    threshold: float,
+    class_agnostic: bool,
 ) -> torch.Tensor:
-    """The same keep mask through torchvision's IoU kernel (inputs in rank order).
+    """The same keep mask through torchvision's IoU kernel (inputs in rank order, all valid).
 
     Scores are replaced by the rank so that torchvision's sort reproduces our tie-breaking, and the threshold
     by the next float32 below it, because torchvision suppresses on IoU > threshold where SAHI uses >=.
-    Boxes of different classes are kept apart by torchvision's coordinate offsets, which can move IoU values
-    by float32 rounding; keep sets only differ from the pure-torch path for IoUs within that rounding.
+    Boxes of different classes or frames are kept apart by torchvision's coordinate offsets, which can move IoU
+    values by float32 rounding; keep sets only differ from the pure-torch path for IoUs within that rounding.
     """
     n = len(boxes)
     rank_scores = torch.arange(n, 0, -1, dtype=torch.float32, device=boxes.device)
     below = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
-    if class_agnostic:
+    groups = frame_index if class_agnostic else frame_index * (int(class_ids.max()) + 1) + class_ids
+    if bool((groups == groups[0]).all()):
         kept = ops.nms(boxes, rank_scores, below)
     else:
-        kept = ops.batched_nms(boxes, rank_scores, class_ids, below)
+        kept = ops.batched_nms(boxes, rank_scores, groups, below)
     keep = torch.zeros(n, dtype=torch.bool, device=boxes.device)
     keep[kept] = True
     return keep
@@ -151,17 +156,8 @@ def _first_true_row(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _roots(parent: torch.Tensor) -> torch.Tensor:
-    """Root of every node of a forest given as parent pointers (roots point to themselves): pointer jumping."""
-    root = parent
-    while True:
-        jumped = root[root]
-        if torch.equal(jumped, root):
-            return root
-        root = jumped
-
-
-def _roots_fixed(parent: torch.Tensor) -> torch.Tensor:
-    """`_roots` with ceil(log2(N)) jumps: enough for any forest of N nodes (depth < N), so exact, no sync."""
+    """Root of every node of a forest given as parent pointers (roots point to themselves): ceil(log2(N))
+    pointer jumps, enough for any forest of N nodes (depth < N), so exact with no host read."""
     root = parent
     for _ in range(max(1, (len(parent) - 1).bit_length())):
         root = root[root]
@@ -193,152 +189,29 @@ def _merge_groups(
     class_ids: torch.Tensor,
     keeper: torch.Tensor,
     member_order: torch.Tensor,
-    metric: MatchMetric,
-    threshold: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """SAHI's `_apply_merge` for all groups at once (inputs in rank order).
-
-    keeper (N,) is each box's group keeper (itself for keepers); member_order (N,) int64 sorts the members of a
-    group in SAHI's merge order. Returns the merged boxes, scores and classes of the keepers, in rank order.
-    Groups are laid out on a (groups, slots) grid, slot 0 being the keeper. First every member is assumed to
-    pass SAHI's re-check against the growing union (prefix unions by cummin / cummax) and all re-checks are
-    evaluated at once; only if one fails are the slots walked in order (vectorised over the groups).
-    """
-    n = len(boxes)
-    positions = torch.arange(n, device=boxes.device)
-    is_keeper = keeper == positions
-    order = torch.sort(torch.where(is_keeper, -1, member_order), stable=True).indices
-    order = order[torch.sort(keeper[order], stable=True).indices]  # grouped: keeper, then its members
-    groups = keeper[order]
-    slot = positions - torch.searchsorted(groups, groups)
-    group = torch.cumsum(slot == 0, 0) - 1
-    num_groups, num_slots = len(scores[is_keeper]), int(slot.max()) + 1
-
-    def grid(values: torch.Tensor, fill: float | bool) -> torch.Tensor:
-        out = values.new_full((num_groups, num_slots, *values.shape[1:]), fill)
-        out[group, slot] = values
-        return out
-
-    present = grid(torch.ones(n, dtype=torch.bool, device=boxes.device), False)
-    gboxes = grid(boxes.double()[order], float("nan"))
-    gclass = grid(class_ids[order], 0)
-    takes_class = grid(scores[order] >= scores[groups], False)  # SAHI: not (keeper score > member score)
-    takes_class[:, 0] = True
-
-    lo = torch.where(present[..., None], gboxes[..., :2], float("inf")).cummin(1).values
-    hi = torch.where(present[..., None], gboxes[..., 2:], float("-inf")).cummax(1).values
-    prefix = torch.cat([lo, hi], dim=2)  # union of slots 0..s, if every member passes
-    passes = overlap(prefix[:, :-1], gboxes[:, 1:], metric) >= threshold
-    if bool((passes | ~present[:, 1:]).all()):
-        merged = prefix[:, -1]
-        last_taker = torch.where(present & takes_class, positions[:num_slots], 0).amax(1, keepdim=True)
-        merged_class = gclass.gather(1, last_taker).squeeze(1)
-    else:
-        merged, merged_class = gboxes[:, 0], gclass[:, 0]
-        for s in range(1, num_slots):
-            merged, merged_class = _absorb(
-                merged,
-                merged_class,
-                gboxes[:, s],
-                gclass[:, s],
-                present[:, s],
-                takes_class[:, s],
-                metric,
-                threshold,
-            )
-    return merged.to(boxes.dtype), scores[is_keeper], merged_class
-
-
-def merge(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    class_ids: torch.Tensor,
-    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
-    metric: str | MatchMetric = MatchMetric.IOS,
-    threshold: float = 0.5,
-    class_agnostic: bool = False,
-    use_torchvision: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device.
-
-    boxes (N, 4) x1, y1, x2, y2, scores (N,), class_ids (N,) int64 -> the same, float32 / int64, score-ranked.
-    `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU and a
-    threshold above 0).
-    """
-    method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"merge threshold must be in [0, 1], got {threshold!r}")
-    if not len(boxes) == len(scores) == len(class_ids) or boxes.shape[1:] != (4,):
-        raise ValueError(
-            f"merge needs (N, 4) boxes and N scores and class ids, got {tuple(boxes.shape)}, "
-            f"{tuple(scores.shape)} and {tuple(class_ids.shape)}"
-        )
-    order = rank_order(boxes.float(), scores.float())
-    boxes, scores, class_ids = boxes.float()[order], scores.float()[order], class_ids.long()[order]
-    if len(boxes) == 0:
-        return boxes, scores, class_ids
-
-    ops = _torchvision_ops() if use_torchvision else None
-    # torchvision separates classes by offsetting boxes (IoU 0), so it cannot express "every pair matches"
-    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None and threshold > 0:
-        keep = _nms_keep_torchvision(ops, boxes, class_ids, threshold, class_agnostic)
-        return boxes[keep], scores[keep], class_ids[keep]
-    match = _match_matrix(boxes, class_ids, metric, threshold, class_agnostic)
-    if method is MergeMethod.NMS:
-        keep = _nms_keep(match)
-        return boxes[keep], scores[keep], class_ids[keep]
-
-    positions = torch.arange(len(boxes), device=boxes.device)
-    if method is MergeMethod.GREEDY_NMM:
-        keep = _nms_keep(match)
-        parent, _ = _first_true_row(match & keep[:, None])
-        keeper = torch.where(keep, positions, parent)
-        member_order = positions  # SAHI appends a keeper's members in rank order
-    else:
-        # nmm: a box claims lower-ranked matches, except equal-score boxes with different coordinates
-        same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
-        parent, claimed = _first_true_row(match & ~same)
-        keeper = _roots(torch.where(claimed, parent, positions))
-        # members are appended claimer by claimer (rank order), each claimer's in input-index order
-        member_order = parent * len(boxes) + order
-    return _merge_groups(boxes, scores, class_ids, keeper, member_order, metric, threshold)
-
-
-class PaddedMerge(NamedTuple):
-    """Result of `merge_padded`: N rows in rank order (invalid rows last), `valid` (N,) marks the merged
-    detections, `exact` is a 0-dim bool tensor, False when a fixed-round step did not reach its fixed point or a
-    group is larger than the slots walked (then use `merge` on the valid rows, or more rounds / slots)."""
-
-    boxes: torch.Tensor
-    scores: torch.Tensor
-    class_ids: torch.Tensor
-    valid: torch.Tensor
-    exact: torch.Tensor
-    largest: torch.Tensor  # 0-dim int64: the largest merge group (1 for nms)
-
-
-def _merge_groups_padded(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    class_ids: torch.Tensor,
-    keeper: torch.Tensor,
-    member_order: torch.Tensor,
     valid: torch.Tensor,
     metric: MatchMetric,
     threshold: float,
-    slots: int,
+    slots: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_merge_groups`' walk over group positions on fixed shapes: merged boxes and classes on the keepers'
-    rows, the keeper mask, and the largest group size (exact when it is at most `slots`)."""
+    """SAHI's `_apply_merge` for all groups at once (inputs in rank order): merged boxes and classes on the
+    keepers' rows, the keeper mask, and the largest group size.
+
+    keeper (N,) is each box's group keeper (itself for keepers); member_order (N,) int64 sorts the members of a
+    group in SAHI's merge order. Every group walks `slots` positions (slot 0 is the keeper), so the result is
+    exact when the largest group fits; `slots` None walks the largest group (read on the host).
+    """
     n = len(boxes)
     positions = torch.arange(n, device=boxes.device)
     own = keeper == positions
-    key = torch.where(own, -1, member_order)  # merge order within a group: keeper first, ties by position
-    same = (keeper[:, None] == keeper[None]) & valid[:, None] & valid[None]
-    before = same & (
-        (key[:, None] < key[None]) | ((key[:, None] == key[None]) & (positions[:, None] < positions))
-    )
-    slot = before.sum(0)  # position of each box in its group's merge order (the keeper's is 0)
+    group = torch.where(valid, keeper, n)  # invalid rows sort last, in no group
+    order = torch.sort(torch.where(own, -1, member_order), stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]  # grouped: keeper, then members in order
+    grouped = group[order]
+    slot = torch.empty_like(positions)
+    slot[order] = positions - torch.searchsorted(grouped, grouped)  # position in its group's merge order
+    largest = torch.where(valid, slot, 0).amax() + 1
+    slots = int(largest) if slots is None else slots
     # table[g, s]: the box at position s of the group kept by g, or n (a padding row) where there is none
     fits = valid & (slot < slots)
     table = torch.full((n + 1, slots), n, dtype=torch.int64, device=boxes.device)
@@ -361,8 +234,21 @@ def _merge_groups_padded(
             metric,
             threshold,
         )
-    largest = torch.where(valid, slot, 0).amax() + 1
     return merged.to(boxes.dtype), merged_class, own & valid, largest
+
+
+class PaddedMerge(NamedTuple):
+    """Result of `merge_padded`: N rows in rank order (invalid rows last), `valid` (N,) marks the merged
+    detections, `exact` is a 0-dim bool tensor, False when a fixed-round step did not reach its fixed point or a
+    group is larger than the slots walked (then use `merge` on the valid rows, or more rounds / slots)."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    class_ids: torch.Tensor
+    valid: torch.Tensor
+    exact: torch.Tensor
+    largest: torch.Tensor  # 0-dim int64: the largest merge group (1 for nms)
+    frame_index: torch.Tensor  # (N,) int64: the frame of each row
 
 
 def merge_padded(
@@ -374,52 +260,94 @@ def merge_padded(
     metric: str | MatchMetric = MatchMetric.IOS,
     threshold: float = 0.5,
     class_agnostic: bool = False,
-    nms_rounds: int = 16,
-    slots: int = 16,
+    nms_rounds: int | None = 16,
+    slots: int | None = 16,
+    frame_index: torch.Tensor | None = None,
+    use_torchvision: bool = False,
 ) -> PaddedMerge:
-    """`merge` of the rows where `valid` (N,) bool, with fixed shapes and no host synchronisation.
+    """Combine overlapping detections among the rows where `valid` (N,) bool, like SAHI (module docstring).
 
-    When `exact` is True the valid output rows, in order, equal `merge` of the valid input rows with
-    `use_torchvision=False`. NMS keep masks run `nms_rounds` rounds (the depth of the longest suppression chain
-    is needed); the merge walks `slots` positions of each group (the largest group size is needed; it is
-    reported as `largest`). nmm group membership is always exact.
+    Fixed shapes and no host synchronisation: NMS keep masks run `nms_rounds` rounds (the depth of the longest
+    suppression chain is needed); the merge walks `slots` positions of each group (the largest group size is
+    needed; it is reported as `largest`). nmm group membership is always exact. When `exact` is True the valid
+    output rows, in order, equal `merge` of the valid input rows with `use_torchvision=False`. None for
+    `nms_rounds` / `slots` takes them from the data (host reads): always exact. `frame_index` (N,) keeps frames
+    apart (default: one frame). `use_torchvision` (with `nms_rounds` None) runs nms with IoU through
+    torchvision's kernel when it is installed.
     """
     method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"merge threshold must be in [0, 1], got {threshold!r}")
     if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] != (4,):
         raise ValueError(
-            f"merge_padded needs (N, 4) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
+            f"merge needs (N, 4) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
             f"{tuple(scores.shape)}, {tuple(class_ids.shape)} and {tuple(valid.shape)}"
         )
     valid = valid.bool()
+    frames = torch.zeros_like(valid, dtype=torch.int64) if frame_index is None else frame_index.long()
     boxes = torch.where(valid[:, None], boxes.float(), 0.0)  # invalid rows: harmless values, ranked last
     scores = torch.where(valid, scores.float(), float("-inf"))
     order = rank_order(boxes, scores)
     order = order[torch.sort((~valid[order]).to(torch.int32), stable=True).indices]
-    boxes, scores, class_ids, valid = boxes[order], scores[order], class_ids.long()[order], valid[order]
+    boxes, scores, class_ids = boxes[order], scores[order], class_ids.long()[order]
+    valid, frames = valid[order], frames[order]
     exact = torch.ones((), dtype=torch.bool, device=boxes.device)
     one = torch.ones((), dtype=torch.int64, device=boxes.device)
     if len(boxes) == 0:
-        return PaddedMerge(boxes, scores, class_ids, valid, exact, one)
-    match = _match_matrix(boxes, class_ids, metric, threshold, class_agnostic) & valid[:, None] & valid[None]
+        return PaddedMerge(boxes, scores, class_ids, valid, exact, one, frames)
+    ops = _torchvision_ops() if use_torchvision and nms_rounds is None else None
+    # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
+    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None and threshold > 0:
+        keep = _nms_keep_torchvision(ops, boxes, class_ids, frames, threshold, class_agnostic)
+        return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
+    match = _match_matrix(boxes, class_ids, frames, valid, metric, threshold, class_agnostic)
     positions = torch.arange(len(boxes), device=boxes.device)
     if method is MergeMethod.NMM:
+        # a box claims lower-ranked matches, except equal-score boxes with different coordinates
         same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
         parent, claimed = _first_true_row(match & ~same)
-        keeper = _roots_fixed(torch.where(claimed, parent, positions))
+        keeper = _roots(torch.where(claimed, parent, positions))
+        # members are appended claimer by claimer (rank order), each claimer's in input-index order
         member_order = parent * len(boxes) + order
     else:
-        keep, exact = _nms_keep_rounds(match, nms_rounds)
+        keep, exact = _nms_keep(match, nms_rounds)
         if method is MergeMethod.NMS:
-            return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one)
+            return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
         parent, _ = _first_true_row(match & keep[:, None])
         keeper = torch.where(keep, positions, parent)
-        member_order = positions
-    merged, merged_class, is_keeper, largest = _merge_groups_padded(
+        member_order = positions  # SAHI appends a keeper's members in rank order
+    merged, merged_class, is_keeper, largest = _merge_groups(
         boxes, scores, class_ids, keeper, member_order, valid, metric, threshold, slots
     )
-    return PaddedMerge(merged, scores, merged_class, is_keeper, exact & (largest <= slots), largest)
+    fits = largest <= slots if slots is not None else exact
+    return PaddedMerge(merged, scores, merged_class, is_keeper, exact & fits, largest, frames)
+
+
+def merge(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
+    metric: str | MatchMetric = MatchMetric.IOS,
+    threshold: float = 0.5,
+    class_agnostic: bool = False,
+    use_torchvision: bool = True,
+    frame_index: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device: the valid
+    rows of `merge_padded` over all rows with the rounds and slots the data needs (so always exact).
+
+    boxes (N, 4) x1, y1, x2, y2, scores (N,), class_ids (N,) int64 -> the same, float32 / int64, score-ranked.
+    `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU and a
+    threshold above 0).
+    """
+    valid = torch.ones(len(scores), dtype=torch.bool, device=scores.device)
+    out = merge_padded(
+        boxes, scores, class_ids, valid, method, metric, threshold, class_agnostic, None, None, frame_index,
+        use_torchvision,
+    )  # fmt: skip
+    keep = out.valid.nonzero().squeeze(1)
+    return out.boxes[keep], out.scores[keep], out.class_ids[keep]
 
 
 def merge_detections(
@@ -442,100 +370,3 @@ def merge_detections(
         class_agnostic,
     )
     return out[0].numpy(), out[1].numpy(), out[2].numpy()
-
-
-def truncated_sides(
-    boxes_in_frame: torch.Tensor, image_index: torch.Tensor, plan: TilePlan, margin_px: float = 2.0
-) -> torch.Tensor:
-    """(M, 4) bool: box touches (within `margin_px` frame pixels) the left, top, right, bottom edge of its view
-    where that edge is an inner seam. Full-frame boxes are never truncated."""
-    t = plan.tensors(boxes_in_frame.device)
-    views, inner = t.views[image_index], t.inner_edges[image_index]
-    near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin_px
-    near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin_px
-    return inner & torch.cat([near_start, near_end], dim=1)
-
-
-def _covers(part: torch.Tensor, whole: torch.Tensor, min_cover: float) -> torch.Tensor:
-    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part`."""
-    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
-        0
-    )
-    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
-        0
-    )
-    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
-    return iw * ih >= min_cover * area
-
-
-def suppress_truncated(
-    boxes_in_frame: torch.Tensor,
-    scores: torch.Tensor,
-    class_ids: torch.Tensor,
-    image_index: torch.Tensor,
-    plan: TilePlan,
-    margin_px: float = 2.0,
-    min_cover: float = 0.6,
-    min_score_ratio: float = 0.5,
-    class_agnostic: bool = False,
-    valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Keep mask (M,) bool of the seam rule, applied before merging.
-
-    A box touching an inner seam of its tile (see `truncated_sides`) is dropped when a box from another batch
-    image (a neighbouring tile or the full-frame view) that is not truncated on any side, of the same class
-    (unless `class_agnostic`), covers at least `min_cover` of its area and scores at least `min_score_ratio`
-    times its score. Boxes cut in every view they appear in are kept and left to the merge (whose union
-    restores the whole extent).
-    With `valid` (M,) bool, only valid rows take part and the result is `valid` & keep, computed with fixed
-    (M, M) matrices and no host synchronisation.
-    """
-    if valid is not None:
-        return _suppress_truncated_padded(
-            boxes_in_frame,
-            scores,
-            class_ids,
-            image_index,
-            plan,
-            margin_px,
-            min_cover,
-            min_score_ratio,
-            class_agnostic,
-            valid.bool(),
-        )
-    keep = torch.ones(len(boxes_in_frame), dtype=torch.bool, device=boxes_in_frame.device)
-    truncated = truncated_sides(boxes_in_frame, image_index, plan, margin_px).any(1)
-    cut = truncated.nonzero().squeeze(1)
-    if len(cut) == 0:
-        return keep
-    part, whole = boxes_in_frame[cut, None], boxes_in_frame[None]
-    covered = _covers(part, whole, min_cover)
-    covered &= ~truncated[None] & (image_index[cut, None] != image_index[None])
-    covered &= scores[None] >= min_score_ratio * scores[cut, None]
-    if not class_agnostic:
-        covered &= class_ids[cut, None] == class_ids[None]
-    keep[cut] = ~covered.any(1)
-    return keep
-
-
-def _suppress_truncated_padded(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    class_ids: torch.Tensor,
-    image_index: torch.Tensor,
-    plan: TilePlan,
-    margin_px: float,
-    min_cover: float,
-    min_score_ratio: float,
-    class_agnostic: bool,
-    valid: torch.Tensor,
-) -> torch.Tensor:
-    """`suppress_truncated` on all rows at once (the same float operations per pair)."""
-    truncated = truncated_sides(boxes, image_index, plan, margin_px).any(1)
-    part, whole = boxes[:, None], boxes[None]
-    covered = _covers(part, whole, min_cover)
-    covered &= (valid & ~truncated)[None] & (image_index[:, None] != image_index[None])
-    covered &= scores[None] >= min_score_ratio * scores[:, None]
-    if not class_agnostic:
-        covered &= class_ids[:, None] == class_ids[None]
-    return valid & ~(truncated & covered.any(1))

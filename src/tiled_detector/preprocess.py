@@ -1,7 +1,6 @@
-"""Frame -> engine input batch on the engine's device: one upload, then tile crops and a letterboxed frame.
+"""Device frame -> engine input batch: tile crops and a letterboxed full frame, written in place.
 
-The raw frame crosses to the device once (through a reused pinned staging buffer on CUDA). All the rest runs
-on the device: one batched gather crops all tiles (channel reorder and mono -> 3 channels folded into the same
+The raw frame is already on the device (`tiled_detector.upload`). Everything here runs there: one batched gather crops all tiles (channel reorder and mono -> 3 channels folded into the same
 gather), tiles past the frame border are padded with YOLO's grey (114/255), tiles are letterboxed in one
 `F.interpolate` call when the tile size differs from the model input, and the full frame is resized and padded
 into the last slot. Results are written in place into a batch tensor (B, 3, H, W) reused across frames.
@@ -10,7 +9,6 @@ into the last slot. Results are written in place into a batch tensor (B, 3, H, W
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +16,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
-from tiled_detector.options import Option, check_channel_order
+from tiled_detector.encodings import Encoding, as_frame_tensor
+from tiled_detector.options import check_channel_order
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
@@ -27,39 +26,7 @@ PAD_VALUE = 114.0 / 255.0
 # view, not the frame (a 12000x9000 frame would need a 1.3 GB float copy). Equal to F.interpolate within 1e-6
 # for 8-bit frames, 2e-4 for 16-bit ones (of values in [0, 1]).
 HUGE_FRAME_PIXELS = 3840 * 2160
-
-
-class Encoding(Option):
-    """Pixel encodings accepted as input (ROS sensor_msgs/Image names)."""
-
-    RGB8 = "rgb8"
-    BGR8 = "bgr8"
-    RGBA8 = "rgba8"
-    BGRA8 = "bgra8"
-    MONO8 = "mono8"
-    MONO16 = "mono16"
-
-    @property
-    def channels(self) -> int:
-        """Channels per pixel in the raw frame."""
-        return {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4}.get(self.value, 1)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """Element type of the raw frame."""
-        return torch.uint16 if self is Encoding.MONO16 else torch.uint8
-
-    @property
-    def rgb_order(self) -> tuple[int, int, int]:
-        """Source channel of each of the model's R, G, B channels."""
-        if self.channels == 1:
-            return (0, 0, 0)
-        return (2, 1, 0) if self.value.startswith("bgr") else (0, 1, 2)
-
-    @property
-    def scale(self) -> float:
-        """Factor that maps raw values to [0, 1]."""
-        return 1.0 / 65535.0 if self is Encoding.MONO16 else 1.0 / 255.0
+_CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
 
 @dataclass(frozen=True)
@@ -128,34 +95,6 @@ def _tile_copy(tiles: np.ndarray, height: int, width: int, device: torch.device)
     )
 
 
-def as_frame_tensor(frame: np.ndarray | torch.Tensor, encoding: str | Encoding) -> torch.Tensor:
-    """View `frame` as an (H, W, C) tensor (no copy where possible) after checking it against `encoding`."""
-    enc = Encoding.from_value(encoding)
-    if isinstance(frame, np.ndarray):
-        if not frame.flags.aligned or any(s < 0 or s % frame.itemsize for s in frame.strides):
-            frame = np.ascontiguousarray(frame)  # torch cannot view these (e.g. 16-bit rows with an odd step)
-        if frame.flags.writeable:
-            tensor = torch.from_numpy(frame)
-        else:  # read-only buffers (e.g. ROS message data) are only read here
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                tensor = torch.from_numpy(frame)
-    elif isinstance(frame, torch.Tensor):
-        tensor = frame
-    else:
-        raise TypeError(f"frame must be a numpy array or a torch tensor, got {type(frame).__name__}")
-    if tensor.dim() == 2:
-        tensor = tensor.unsqueeze(-1)
-    if tensor.dim() != 3 or tensor.shape[2] != enc.channels or tensor.dtype != enc.dtype:
-        raise ValueError(
-            f"encoding {enc.value} needs an HxWx{enc.channels} {enc.dtype} frame, "
-            f"got shape {tuple(frame.shape)} of {tensor.dtype}"
-        )
-    if tensor.shape[0] == 0 or tensor.shape[1] == 0:
-        raise ValueError(f"frame must not be empty, got shape {tuple(frame.shape)}")
-    return tensor
-
-
 class Preprocessor:
     """Turns frames into the engine's input batch on `device` (not thread-safe: it owns reused buffers)."""
 
@@ -171,14 +110,11 @@ class Preprocessor:
         self.dtype = dtype
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
         self._batch: torch.Tensor | None = None
-        self._plan: TilePlan | None = None
-        self._copies: dict[tuple[int, int], _TileCopy] = {}  # tile range -> how to cut it (for self._plan)
-        self._frame_scratch: torch.Tensor | None = None
-        self._tile_scratch: torch.Tensor | None = None  # tiles before resizing, when tile size != input size
+        # (plan, tile range) -> how to cut those tiles; frame / tile shape -> scratch tensor (bounded caches: a
+        # batch of several frames alternates between their plans and sizes)
+        self._copies: dict[tuple[TilePlan, tuple[int, int]], _TileCopy] = {}
+        self._scratch: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
-        self._pinned: torch.Tensor | None = None
-        self._staged: torch.Tensor | None = None
-        self._uploaded: torch.cuda.Event | None = None
 
     def run(
         self,
@@ -187,28 +123,9 @@ class Preprocessor:
         encoding: str | Encoding = Encoding.RGB8,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Upload `frame`, write its tiles (+ full-frame view) into the batch and return it (B, 3, H, W)."""
-        return self.prepare(self.upload(frame, encoding), plan, encoding, out)
-
-    def upload(
-        self, frame: np.ndarray | torch.Tensor, encoding: str | Encoding = Encoding.RGB8
-    ) -> torch.Tensor:
-        """The frame as an (H, W, C) tensor on the device: one host-to-device copy, none if already there."""
-        tensor = as_frame_tensor(frame, encoding)
-        if tensor.device == self.device:
-            return tensor
-        if self.device.type != "cuda" or tensor.device.type != "cpu":
-            return tensor.to(self.device)
-        if self._pinned is None or self._pinned.shape != tensor.shape or self._pinned.dtype != tensor.dtype:
-            self._pinned = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            self._staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device)
-            self._uploaded = torch.cuda.Event()
-        else:
-            self._uploaded.synchronize()  # the previous frame's copy out of the pinned buffer is done
-        self._pinned.copy_(tensor)
-        self._staged.copy_(self._pinned, non_blocking=True)
-        self._uploaded.record()
-        return self._staged
+        """Write the tiles (+ full-frame view) of a frame anywhere into the batch and return it (B, 3, H, W)
+        (a plain copy to the device first: the pipeline's upload is `tiled_detector.upload`)."""
+        return self.prepare(as_frame_tensor(frame, encoding).to(self.device), plan, encoding, out)
 
     def prepare(
         self,
@@ -231,7 +148,7 @@ class Preprocessor:
         start, stop = views or (0, plan.batch_size)
         if not 0 <= start < stop <= plan.batch_size:
             raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
-        batch = self._batch_view(stop - start, out)
+        batch = self.batch(stop - start, out)
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
         tiles_stop = min(stop, n_tiles)
@@ -241,7 +158,8 @@ class Preprocessor:
             self._write_full_frame(frame, plan, order, enc.scale, batch[n_tiles - start])
         return batch
 
-    def _batch_view(self, batch_size: int, out: torch.Tensor | None) -> torch.Tensor:
+    def batch(self, batch_size: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The first `batch_size` images of `out` (checked to fit), or of the preprocessor's own reused batch."""
         shape = (3, *self.input_hw)
         if out is not None:
             if out.dim() != 4 or tuple(out.shape[1:]) != shape or out.shape[0] < batch_size:
@@ -269,12 +187,25 @@ class Preprocessor:
         return self._order[key]
 
     def _tile_copy(self, plan: TilePlan, tiles: tuple[int, int], height: int, width: int) -> _TileCopy:
-        if plan is not self._plan:
-            self._copies.clear()
-            self._plan = plan
-        if tiles not in self._copies:
-            self._copies[tiles] = _tile_copy(plan.tiles[tiles[0] : tiles[1]], height, width, self.device)
-        return self._copies[tiles]
+        key = (plan, tiles)
+        if key not in self._copies:
+            if len(self._copies) >= _CACHED:
+                self._copies.clear()
+            self._copies[key] = _tile_copy(plan.tiles[tiles[0] : tiles[1]], height, width, self.device)
+        return self._copies[key]
+
+    def _buffer(self, kind: str, shape: tuple[int, ...], like: torch.Tensor | None = None) -> torch.Tensor:
+        """A reused scratch tensor of this kind and shape (`like`: with its memory format)."""
+        key = (kind, shape)
+        if key not in self._scratch:
+            if len(self._scratch) >= _CACHED:
+                self._scratch.clear()
+            self._scratch[key] = (
+                torch.empty(shape, dtype=self.dtype, device=self.device)
+                if like is None
+                else torch.empty_like(like, dtype=self.dtype)
+            )
+        return self._scratch[key]
 
     def _write_tiles(
         self,
@@ -287,7 +218,7 @@ class Preprocessor:
     ) -> None:
         copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
         same_size = copy.tile_hw == self.input_hw
-        tiles = dst if same_size else self._tile_buffer((len(dst), 3, *copy.tile_hw))
+        tiles = dst if same_size else self._buffer("tiles", (len(dst), 3, *copy.tile_hw))
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
@@ -306,12 +237,6 @@ class Preprocessor:
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst)
 
-    def _tile_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The reused scratch tensor for tiles at their own size (reallocated only when the shape changes)."""
-        if self._tile_scratch is None or tuple(self._tile_scratch.shape) != shape:
-            self._tile_scratch = torch.empty(shape, dtype=self.dtype, device=self.device)
-        return self._tile_scratch
-
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor
     ) -> None:
@@ -320,9 +245,7 @@ class Preprocessor:
         if frame.shape[0] * frame.shape[1] > HUGE_FRAME_PIXELS and box.scale <= 1.0:
             _place(_sampled_bilinear(color, box.resized_hw, scale), box, dst.unsqueeze(0), order)
             return
-        if self._frame_scratch is None or self._frame_scratch.shape != color.shape:
-            self._frame_scratch = torch.empty_like(color, dtype=self.dtype)  # channels-last, like the view
-        scaled = self._frame_scratch
+        scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
         torch.mul(color, scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
         _letterbox_into(scaled, box, dst.unsqueeze(0), order)
 

@@ -10,6 +10,7 @@ scales[i] = 1 / scale and offsets[i] = view origin - pad / scale.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -73,15 +74,6 @@ class Letterbox:
         return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
 
 
-class PlanTensors(NamedTuple):
-    """A plan's per-view arrays as tensors on one device (see TilePlan)."""
-
-    scales: torch.Tensor  # (B,) float32
-    offsets: torch.Tensor  # (B, 2) float32
-    views: torch.Tensor  # (B, 4) float32 frame regions x1, y1, x2, y2
-    inner_edges: torch.Tensor  # (B, 4) bool: left, top, right, bottom edge is an inner seam
-
-
 @dataclass(frozen=True, eq=False)
 class TilePlan:
     """Everything the pipeline needs about one (frame size, tiling, model input) combination.
@@ -105,7 +97,6 @@ class TilePlan:
     scales: np.ndarray
     offsets: np.ndarray
     inner_edges: np.ndarray
-    _device_cache: dict[str, PlanTensors] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         b = self.batch_size
@@ -146,35 +137,13 @@ class TilePlan:
         return self.frame_letterbox.pad_y
 
     def tensors(self, device: torch.device | str) -> PlanTensors:
-        """The per-view arrays on `device`, copied there once and cached in the plan."""
-        key = str(torch.device(device))
-        cached = self._device_cache.get(key)
-        if cached is None:
-            cached = PlanTensors(
-                *(
-                    torch.tensor(np.asarray(a, dtype=dt), device=device)
-                    for a, dt in (
-                        (self.scales, np.float32),
-                        (self.offsets, np.float32),
-                        (self.views, np.float32),
-                        (self.inner_edges, np.bool_),
-                    )
-                )
-            )
-            self._device_cache[key] = cached
-        return cached
+        """The per-view arrays on `device` (those of this frame's `BatchPlan`, cached there)."""
+        return batch_plan((self,)).tensors(device)
 
     def to_frame(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
-        """Map (M, 4) x1, y1, x2, y2 boxes in model-input pixels of batch images `image_index` (M,) to frame
-        pixels (float32, clipped to the frame, on the boxes' device)."""
-        t = self.tensors(boxes.device)
-        scale = t.scales[image_index].unsqueeze(1)
-        offset = t.offsets[image_index].repeat(1, 2)
-        frame = boxes.float() * scale + offset
-        h, w = self.frame_hw
-        frame[:, 0::2].clamp_(0.0, float(w))  # scalar bounds: no per-frame host-to-device copy
-        frame[:, 1::2].clamp_(0.0, float(h))
-        return frame
+        """Map (M, 4) boxes in model-input pixels of batch images `image_index` to frame pixels (see
+        `BatchPlan.to_frame`)."""
+        return batch_plan((self,)).to_frame(boxes, image_index)
 
 
 def make_plan(
@@ -230,3 +199,86 @@ def _make_plan(
         offsets=offsets.astype(np.float32),
         inner_edges=inner,
     )
+
+
+class PlanTensors(NamedTuple):
+    """A batch plan's per-view arrays as tensors on one device (see BatchPlan)."""
+
+    scales: torch.Tensor  # (B,) float32
+    offsets: torch.Tensor  # (B, 2) float32
+    views: torch.Tensor  # (B, 4) float32 frame regions x1, y1, x2, y2
+    inner_edges: torch.Tensor  # (B, 4) bool: left, top, right, bottom edge is an inner seam
+    frame: torch.Tensor  # (B,) int64: the frame each view belongs to
+    bounds: torch.Tensor  # (B, 2) float32: width and height of that frame
+
+
+@dataclass(frozen=True, eq=False)
+class BatchPlan:
+    """The views of several frames (each with its own `TilePlan`) in one engine batch.
+
+    Frame k's views are batch images `starts[k]` .. `starts[k + 1] - 1`, in its plan's order. A single frame is a
+    batch plan of one. Build with `batch_plan` (cached); compare by identity.
+    """
+
+    plans: tuple[TilePlan, ...]
+    starts: tuple[int, ...]
+    _device_cache: dict[str, PlanTensors] = field(default_factory=dict, repr=False)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames in the batch."""
+        return len(self.plans)
+
+    @property
+    def batch_size(self) -> int:
+        """Images of all frames together."""
+        return self.starts[-1]
+
+    def pieces(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """The parts of batch images start..stop-1 per frame: (frame, first view, end view) in frame order."""
+        parts = []
+        for k, plan in enumerate(self.plans):
+            lo, hi = max(start, self.starts[k]), min(stop, self.starts[k] + plan.batch_size)
+            if lo < hi:
+                parts.append((k, lo - self.starts[k], hi - self.starts[k]))
+        return parts
+
+    def tensors(self, device: torch.device | str) -> PlanTensors:
+        """The per-view arrays on `device`, copied there once and cached in the plan."""
+        key = str(torch.device(device))
+        cached = self._device_cache.get(key)
+        if cached is None:
+            plans = self.plans
+            frame = np.repeat(np.arange(len(plans)), [p.batch_size for p in plans])
+            bounds = np.array([p.frame_hw[::-1] for p in plans], np.float32).reshape(-1, 2)[frame]
+            arrays = (
+                (np.concatenate([p.scales for p in plans]), torch.float32),
+                (np.concatenate([p.offsets for p in plans]), torch.float32),
+                (np.concatenate([p.views for p in plans]).astype(np.float32), torch.float32),
+                (np.concatenate([p.inner_edges for p in plans]), torch.bool),
+                (frame, torch.int64),
+                (bounds, torch.float32),
+            )
+            cached = PlanTensors(*(torch.tensor(a, dtype=dt, device=device) for a, dt in arrays))
+            self._device_cache[key] = cached
+        return cached
+
+    def to_frame(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+        """Map (M, 4) x1, y1, x2, y2 boxes in model-input pixels of batch images `image_index` (M,) to the pixels
+        of their frames (float32, clipped to each frame, on the boxes' device)."""
+        t = self.tensors(boxes.device)
+        frame = boxes.float() * t.scales[image_index].unsqueeze(1) + t.offsets[image_index].repeat(1, 2)
+        bounds = t.bounds[image_index].repeat(1, 2)
+        return torch.minimum(frame.clamp_min(0.0), bounds)
+
+
+def batch_plan(plans: Sequence[TilePlan]) -> BatchPlan:
+    """The BatchPlan of these frame plans, in this order (cached per tuple of plans)."""
+    return _batch_plan(tuple(plans))
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_plan(plans: tuple[TilePlan, ...]) -> BatchPlan:
+    if not plans:
+        raise ValueError("a batch plan needs at least one frame")
+    return BatchPlan(plans, tuple(np.cumsum([0, *(p.batch_size for p in plans)]).tolist()))

@@ -15,7 +15,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-PIPELINE_ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8", "mono16")
+from tiled_detector.encodings import Encoding
+
+PIPELINE_ENCODINGS = tuple(encoding.value for encoding in Encoding)
 
 
 class ImageConversionError(ValueError):
@@ -39,12 +41,9 @@ class _Layout:
 # OpenCV names Bayer patterns after the 2x2 block starting at the second row and column, so ROS
 # bayer_rggb8 (R at pixel 0,0) is OpenCV's BG pattern; test_ros_images checks this on a synthetic mosaic.
 _LAYOUTS: dict[str, _Layout] = {
-    "rgb8": _Layout(3, 1, "rgb8"),
-    "bgr8": _Layout(3, 1, "bgr8"),
-    "rgba8": _Layout(4, 1, "rgba8"),
-    "bgra8": _Layout(4, 1, "bgra8"),
-    "mono8": _Layout(1, 1, "mono8"),
-    "mono16": _Layout(1, 2, "mono16"),
+    **{
+        e.value: _Layout(e.channels, e.itemsize, e.value) for e in Encoding
+    },  # the pipeline's own, as they are
     "8UC1": _Layout(1, 1, "mono8"),
     # 8UC3 carries no channel order; like cv_bridge we assume OpenCV's native BGR.
     "8UC3": _Layout(3, 1, "bgr8"),

@@ -1,0 +1,166 @@
+"""Post-processing of one engine batch (one frame or several): decoded candidates -> packed result rows.
+
+`postprocess` is a free function of (candidates, batch plan, settings, limits) with no host read when `limits`
+are given (fixed sizes: the accelerator's sync-free path, capturable as a CUDA graph); with `limits` None the
+same computation takes its sizes from the data (host reads: the exact path, and the CPU's). Pipeline: frame
+pixels (`BatchPlan.to_frame`) -> seam rule -> merge (groups never span frames) -> the best `max_detections`
+rows of every frame -> one (R + 1, 8) float32 tensor: rows x1, y1, x2, y2, score, class, valid, frame, then a
+status row (candidates needed, exact, largest merge group) that the host reads after the one download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tiled_detector.decode import PaddedDecoded
+from tiled_detector.merge import MatchMetric, MergeMethod, merge_padded
+from tiled_detector.seams import suppress_truncated
+from tiled_detector.tiling import BatchPlan
+
+MIN_CAPACITY = 1024  # sync-free candidates per batch at first (doubled up to MAX_CAPACITY when exceeded)
+MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exact path
+# The exact path merges at most this many candidates per frame (the best scores): its (N, N) matrices stay under
+# about half a gigabyte whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix).
+MAX_CANDIDATES = 2 * MAX_CAPACITY
+MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
+MIN_ROUNDS, MAX_ROUNDS = 16, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
+COLUMNS = 8  # x1, y1, x2, y2, score, class, valid, frame
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    """The settings post-processing reads (a `DetectorConfig` has them all)."""
+
+    seam_suppression: bool = True
+    merge: MergeMethod = MergeMethod.NMS
+    match_metric: MatchMetric = MatchMetric.IOS
+    merge_threshold: float = 0.5
+    class_agnostic: bool = False
+    max_detections: int = 300
+
+    @classmethod
+    def of(cls, config: Any) -> MergeSettings:
+        """The fields of `config` (any object with these attributes)."""
+        return cls(**{name: getattr(config, name) for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Fixed sizes of the sync-free path: candidates kept, merge-group positions walked, NMS rounds."""
+
+    capacity: int = MIN_CAPACITY
+    slots: int = MIN_SLOTS
+    rounds: int = MIN_ROUNDS
+
+    def grown(self, needed: int, exact: bool, largest: int) -> tuple[Limits, bool]:
+        """The limits a batch with this status needs (each at most its maximum), and whether a limit already at
+        its maximum was exceeded (then the exact path is the only way)."""
+        capacity, slots, rounds = self.capacity, self.slots, self.rounds
+        if needed > capacity:
+            capacity = min(MAX_CAPACITY, 1 << (needed - 1).bit_length())
+        if largest > slots:
+            slots = min(MAX_SLOTS, 1 << (largest - 1).bit_length())
+        elif not exact:  # the group walk was long enough, so the NMS fixed point was not reached
+            rounds = min(MAX_ROUNDS, 2 * rounds)
+        maxed = (
+            (needed > self.capacity >= MAX_CAPACITY)
+            or (largest > self.slots >= MAX_SLOTS)
+            or (not exact and largest <= self.slots and self.rounds >= MAX_ROUNDS)
+        )
+        return Limits(capacity, slots, rounds), maxed
+
+
+def valid_first(valid: torch.Tensor) -> torch.Tensor:
+    """Permutation putting the True rows first, each part in its original order (fixed shape, no sync)."""
+    return torch.sort((~valid).to(torch.int32), stable=True).indices
+
+
+def _strongest(found: PaddedDecoded, plan: BatchPlan, limits: Limits | None) -> PaddedDecoded:
+    """The candidates post-processing takes: the valid rows first, cut to the capacity (sync-free); or exactly
+    the valid rows, at most MAX_CANDIDATES per frame, the best ones in their original order (exact)."""
+    if limits is not None:
+        if len(found.valid) <= limits.capacity:
+            return found
+        first = valid_first(found.valid)[: limits.capacity]
+        return PaddedDecoded(*(t[first] for t in found))
+    keep = found.valid.nonzero().squeeze(1)
+    cap = MAX_CANDIDATES * plan.num_frames
+    if len(keep) > cap:  # a candidate flood
+        keep = keep[found.scores[keep].topk(cap).indices.sort().values]
+    return PaddedDecoded(*(t[keep] for t in found))
+
+
+def _per_frame_best(
+    valid: torch.Tensor, frame: torch.Tensor, num_frames: int, max_detections: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows (in rank order) to download: the first `max_detections` valid rows of every frame, grouped by frame,
+    then the rest; and which of those rows are results. At most num_frames * max_detections + 1 rows."""
+    key = torch.where(valid, frame, num_frames)
+    order = torch.sort(key, stable=True).indices
+    grouped = key[order]
+    position = torch.arange(len(order), device=order.device) - torch.searchsorted(grouped, grouped)
+    kept = (grouped < num_frames) & (position < max_detections)
+    order = order[valid_first(kept)][: num_frames * max_detections]
+    return order, kept[valid_first(kept)][: num_frames * max_detections]
+
+
+def postprocess(
+    found: PaddedDecoded, plan: BatchPlan, settings: MergeSettings, limits: Limits | None
+) -> torch.Tensor:
+    """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring).
+
+    With `limits` no op reads device data on the host; `exact` in the status row says whether the result equals
+    the exact one (`limits` None, always exact)."""
+    needed = found.valid.sum()
+    found = _strongest(found, plan, limits)
+    boxes = plan.to_frame(found.boxes, found.image_index)
+    frame = plan.tensors(boxes.device).frame[found.image_index]
+    scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
+    if settings.seam_suppression:
+        valid = suppress_truncated(
+            boxes, scores, class_ids, found.image_index, plan,
+            class_agnostic=settings.class_agnostic, valid=valid,
+        )  # fmt: skip
+    merged = merge_padded(
+        boxes,
+        scores,
+        class_ids,
+        valid,
+        settings.merge,
+        settings.match_metric,
+        settings.merge_threshold,
+        settings.class_agnostic,
+        nms_rounds=None if limits is None else limits.rounds,
+        slots=None if limits is None else limits.slots,
+        frame_index=frame,
+        use_torchvision=limits is None,
+    )
+    rows, kept = _per_frame_best(merged.valid, merged.frame_index, plan.num_frames, settings.max_detections)
+    status = torch.cat([needed.float()[None], merged.exact.float()[None], merged.largest.float()[None]])
+    return torch.cat(
+        [
+            torch.cat(
+                [
+                    merged.boxes[rows],
+                    merged.scores[rows, None],
+                    merged.class_ids[rows, None].float(),
+                    kept[:, None].float(),
+                    merged.frame_index[rows, None].float(),
+                ],
+                dim=1,
+            ),
+            torch.cat([status, status.new_zeros(COLUMNS - 3)])[None],
+        ]
+    )
+
+
+def unpack(host: np.ndarray, num_frames: int) -> list[np.ndarray]:
+    """The (M, 6) result rows (x1, y1, x2, y2, score, class) of every frame from a downloaded `postprocess`
+    result, in rank order."""
+    rows = host[:-1]
+    rows = rows[rows[:, 6] > 0]
+    return [rows[rows[:, 7] == k, :6] for k in range(num_frames)]

@@ -1,0 +1,126 @@
+"""The frame program: all the device work for one batch of frames as one function, and the runner that executes
+it eagerly or captures it once per key and replays it.
+
+`FrameProgram(frames, encodings, plan, settings)`: device frames -> tiles and letterboxed views written into the
+engine's input (in chunks of at most `max_batch` images) -> engine -> decode (each chunk to its per-image top-k
+candidates) -> `postprocess` -> packed rows + a status row. With fixed `Limits` nothing in it reads device data
+on the host, so the whole function can be captured (e.g. as a CUDA graph) and replayed for the next frame of the
+same key: its inputs are static buffers (the uploader's device frames) and its outputs are overwritten in place.
+Limit growth and the exact fallback are host policy, outside (in `TiledDetector`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from tiled_detector.decode import OutputLayout, PaddedDecoded, decode_padded
+from tiled_detector.encodings import Encoding
+from tiled_detector.engines.base import Engine
+from tiled_detector.postprocess import Limits, MergeSettings, postprocess
+from tiled_detector.preprocess import Preprocessor
+from tiled_detector.tiling import BatchPlan
+
+T = TypeVar("T")
+# capture(function) -> (replay, outputs): replay() recomputes `outputs` in place from the same input buffers
+Capture = Callable[[Callable[[], T]], tuple[Callable[[], None], T]]
+Mark = Callable[[str], None]
+
+
+def _no_mark(stage: str) -> None:
+    """Stage boundaries are not timed inside a capture."""
+
+
+class Runner:
+    """Runs a device function eagerly, or (with a `capture`) captures it once per key and replays it after."""
+
+    def __init__(self, capture: Capture | None = None, max_captures: int = 8) -> None:
+        self._capture = capture
+        self._max = max_captures
+        self._captured: dict[Hashable, tuple[Callable[[], None], Any]] = {}
+
+    @property
+    def captures(self) -> bool:
+        """True when functions are captured and replayed."""
+        return self._capture is not None
+
+    def run(self, key: Hashable, function: Callable[[], T]) -> T:
+        """`function()`'s outputs: computed now (eager), or by replaying the capture made for `key` (the first
+        call with a key captures; the function must then read only buffers that stay the same for that key)."""
+        if self._capture is None:
+            return function()
+        entry = self._captured.get(key)
+        if entry is None:
+            if len(self._captured) >= self._max:  # frame sizes or settings changed: drop the oldest capture
+                self._captured.pop(next(iter(self._captured)))
+            entry = self._captured[key] = self._capture(function)
+        replay, outputs = entry
+        replay()
+        return outputs
+
+
+class FrameProgram:
+    """prepare -> infer -> decode -> postprocess over a `BatchPlan`, on the engine's device (not thread-safe:
+    it writes the engine's and the preprocessor's reused buffers)."""
+
+    def __init__(
+        self, engine: Engine, preprocessor: Preprocessor, layout: OutputLayout, num_classes: int | None
+    ) -> None:
+        self.engine = engine
+        self.preprocessor = preprocessor
+        self.layout = layout
+        self.num_classes = num_classes
+
+    def candidates(
+        self,
+        frames: Sequence[torch.Tensor],
+        encodings: Sequence[Encoding],
+        plan: BatchPlan,
+        settings: Any,
+        mark: Mark = _no_mark,
+    ) -> PaddedDecoded:
+        """Every view of every frame through the engine, in chunks of at most `max_batch` images (one engine call
+        whenever the batch fits), each chunk decoded to its per-image top-k before the next runs, so memory
+        follows the engine batch, not the frames."""
+        step, parts = self.engine.max_batch, []
+        for start in range(0, plan.batch_size, step):
+            stop = min(start + step, plan.batch_size)
+            # the engine's bound input when it has one (written in place), else the preprocessor's batch
+            batch = self.preprocessor.batch(stop - start, self.engine.input_buffer(stop - start))
+            for k, first, end in plan.pieces(start, stop):
+                at = plan.starts[k] + first - start
+                out = batch[at : at + end - first]
+                self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], out, (first, end))
+            mark("preprocess")
+            outputs = self.engine.infer(batch)
+            mark("infer")
+            found = decode_padded(
+                outputs,
+                self.layout,
+                settings.conf_threshold,
+                settings.top_k,
+                settings.classes,
+                self.num_classes,
+            )
+            parts.append(found._replace(image_index=found.image_index + start) if start else found)
+            mark("decode")
+        if len(parts) == 1:
+            return parts[0]
+        return PaddedDecoded(*(torch.cat(field) for field in zip(*parts, strict=True)))
+
+    def __call__(
+        self,
+        frames: Sequence[torch.Tensor],
+        encodings: Sequence[Encoding],
+        plan: BatchPlan,
+        settings: Any,
+        limits: Limits | None,
+        mark: Mark = _no_mark,
+    ) -> tuple[torch.Tensor, PaddedDecoded]:
+        """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
+        found = self.candidates(frames, encodings, plan, settings, mark)
+        packed = postprocess(found, plan, MergeSettings.of(settings), limits)
+        mark("merge")
+        return packed, found

@@ -1,0 +1,76 @@
+"""The seam rule: a box cut by an inner tile edge yields to a whole view of the same object from another view.
+
+It runs before the merge, on a fixed-size candidate set with a validity mask (no data-dependent shape, no host
+synchronisation); the exact result is the same computation with every row valid.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan
+
+
+def _as_batch(plan: TilePlan | BatchPlan) -> BatchPlan:
+    return plan if isinstance(plan, BatchPlan) else batch_plan((plan,))
+
+
+def truncated_sides(
+    boxes_in_frame: torch.Tensor,
+    image_index: torch.Tensor,
+    plan: TilePlan | BatchPlan,
+    margin_px: float = 2.0,
+) -> torch.Tensor:
+    """(M, 4) bool: box touches (within `margin_px` frame pixels) the left, top, right, bottom edge of its view
+    where that edge is an inner seam. Full-frame boxes are never truncated."""
+    t = _as_batch(plan).tensors(boxes_in_frame.device)
+    views, inner = t.views[image_index], t.inner_edges[image_index]
+    near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin_px
+    near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin_px
+    return inner & torch.cat([near_start, near_end], dim=1)
+
+
+def _covers(part: torch.Tensor, whole: torch.Tensor, min_cover: float) -> torch.Tensor:
+    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part`."""
+    iw = (torch.minimum(part[..., 2], whole[..., 2]) - torch.maximum(part[..., 0], whole[..., 0])).clamp_min(
+        0
+    )
+    ih = (torch.minimum(part[..., 3], whole[..., 3]) - torch.maximum(part[..., 1], whole[..., 1])).clamp_min(
+        0
+    )
+    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
+    return iw * ih >= min_cover * area
+
+
+def suppress_truncated(
+    boxes_in_frame: torch.Tensor,
+    scores: torch.Tensor,
+    class_ids: torch.Tensor,
+    image_index: torch.Tensor,
+    plan: TilePlan | BatchPlan,
+    margin_px: float = 2.0,
+    min_cover: float = 0.6,
+    min_score_ratio: float = 0.5,
+    class_agnostic: bool = False,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Keep mask (M,) bool of the seam rule, applied before merging.
+
+    A box touching an inner seam of its tile (see `truncated_sides`) is dropped when a box of the same frame
+    from another batch image (a neighbouring tile or the full-frame view) that is not truncated on any side, of
+    the same class (unless `class_agnostic`), covers at least `min_cover` of its area and scores at least
+    `min_score_ratio` times its score. Boxes cut in every view they appear in are kept and left to the merge
+    (whose union restores the whole extent). With `valid` (M,) bool only valid rows take part and the result is
+    `valid` & keep; fixed (M, M) matrices, no host synchronisation.
+    """
+    batch = _as_batch(plan)
+    valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid.bool()
+    frame = batch.tensors(boxes_in_frame.device).frame[image_index]
+    truncated = truncated_sides(boxes_in_frame, image_index, batch, margin_px).any(1)
+    covered = _covers(boxes_in_frame[:, None], boxes_in_frame[None], min_cover)
+    covered &= (valid & ~truncated)[None] & (image_index[:, None] != image_index[None])
+    covered &= frame[:, None] == frame[None]
+    covered &= scores[None] >= min_score_ratio * scores[:, None]
+    if not class_agnostic:
+        covered &= class_ids[:, None] == class_ids[None]
+    return valid & ~(truncated & covered.any(1))

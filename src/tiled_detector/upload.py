@@ -1,0 +1,56 @@
+"""Upload: a host frame into a static device frame, the pipeline's one host-to-device copy.
+
+On CUDA every frame slot (one per frame of a batch) owns a pinned staging buffer and a device frame that are
+reused while the frame shape stays the same, so the device work of later frames always reads the same memory
+(what a captured CUDA graph needs). Frames already on the device, and any frame for a CPU engine, are used
+where they are, with no copy.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from tiled_detector.devices import concrete_device
+from tiled_detector.encodings import Encoding, as_frame_tensor
+
+
+class _Slot(NamedTuple):
+    pinned: torch.Tensor
+    device: torch.Tensor
+    copied: torch.cuda.Event
+
+
+class Uploader:
+    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers)."""
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = concrete_device(device)
+        self._slots: dict[int, _Slot] = {}
+
+    def upload(
+        self, frame: np.ndarray | torch.Tensor, encoding: str | Encoding = Encoding.RGB8, slot: int = 0
+    ) -> torch.Tensor:
+        """The frame as an (H, W, C) tensor on the device: one host-to-device copy (into slot `slot`'s static
+        device frame), none when it is already there."""
+        tensor = as_frame_tensor(frame, encoding)
+        if tensor.device == self.device:
+            return tensor
+        if self.device.type != "cuda" or tensor.device.type != "cpu":
+            return tensor.to(self.device)
+        staged = self._slots.get(slot)
+        if staged is None or staged.pinned.shape != tensor.shape or staged.pinned.dtype != tensor.dtype:
+            staged = _Slot(
+                torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True),
+                torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device),
+                torch.cuda.Event(),
+            )
+            self._slots[slot] = staged
+        else:
+            staged.copied.synchronize()  # the previous frame's copy out of the pinned buffer is done
+        staged.pinned.copy_(tensor)
+        staged.device.copy_(staged.pinned, non_blocking=True)
+        staged.copied.record()
+        return staged.device
