@@ -102,6 +102,7 @@ class TiledDetector:
         conf_threshold: float = 0.25,
         *,
         engine: Engine | None = None,
+        capture: Capture | None = None,
         **more: Any,
     ) -> None:
         settings = dict(
@@ -115,13 +116,16 @@ class TiledDetector:
         )
         if model is not None:
             settings["model"] = model
-        self._setup(DetectorConfig(**settings), engine)
+        self._setup(DetectorConfig(**settings), engine, capture)
 
     @classmethod
-    def from_config(cls, config: DetectorConfig, engine: Engine | None = None) -> TiledDetector:
-        """A detector for `config`, loading its engine unless a loaded `engine` is given."""
+    def from_config(
+        cls, config: DetectorConfig, engine: Engine | None = None, capture: Capture | None = None
+    ) -> TiledDetector:
+        """A detector for `config`, loading its engine unless a loaded `engine` is given; with `capture` the
+        sync-free frame program is captured once per key and replayed (`program.Runner`)."""
         detector = cls.__new__(cls)
-        detector._setup(config, engine)
+        detector._setup(config, engine, capture)
         return detector
 
     def _setup(self, config: DetectorConfig, engine: Engine | None, capture: Capture | None = None) -> None:
@@ -144,7 +148,7 @@ class TiledDetector:
         self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
         preprocessor = Preprocessor(engine.device, engine.input.dtype, engine.input_hw, config.channel_order)
-        self._uploader = Uploader(engine.device)
+        self._uploader = Uploader(engine.device, static=capture is not None)
         self._program = FrameProgram(engine, preprocessor, self._layout, self._num_classes)
         self._runner = Runner(capture)
         self._sync_free = config.sync_free and engine.device.type != "cpu"
@@ -187,15 +191,20 @@ class TiledDetector:
     def update(self, **changes: Any) -> None:
         """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call, keeping
         the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
-        config = self._checked(changes)
+        self.reconfigure(self._checked(changes))
+
+    def reconfigure(self, config: DetectorConfig) -> None:
+        """`update` to a whole config (its engine settings must be this detector's)."""
+        config = self._checked({}, config)
         if config.channel_order != self._config.channel_order or config.layout != self._config.layout:
             self._setup(config, self._engine, self._runner._capture)
             return
+        if config.sync_free != self._config.sync_free:
+            self._sync_free = config.sync_free and self._engine.device.type != "cpu"
         self._config = config
-        self._sync_free = config.sync_free and self._engine.device.type != "cpu"
 
-    def _checked(self, changes: dict[str, Any]) -> DetectorConfig:
-        config = self._config.replace(**changes)
+    def _checked(self, changes: dict[str, Any], config: DetectorConfig | None = None) -> DetectorConfig:
+        config = (config or self._config).replace(**changes)
         reload = sorted(
             name for name in ENGINE_FIELDS if getattr(config, name) != getattr(self._config, name)
         )
@@ -242,9 +251,12 @@ class TiledDetector:
         `frame` is an (H, W, C) torch tensor, a DLPack capsule, or any object with `__dlpack__` or
         `__cuda_array_interface__` (CuPy, Numba, NVIDIA decoders); memory elsewhere raises `ZeroCopyError`.
         """
-        tensor = as_frame_tensor(as_torch_tensor(frame, self._engine.device), encoding)
+        tensor = as_torch_tensor(frame, self._engine.device)
         clock = _StageClock(self._engine.device, self._config.profile)
-        return self._detect([tensor], [Encoding.from_value(encoding)], clock)[0]
+        if self._uploader.static:  # a captured program reads its static device frame (a device-side copy)
+            tensor = self._uploader.upload(tensor, encoding)
+            clock.mark("upload")
+        return self._detect([as_frame_tensor(tensor, encoding)], [Encoding.from_value(encoding)], clock)[0]
 
     @staticmethod
     def _encodings(encodings: Sequence[str | Encoding] | str | Encoding, count: int) -> list[Encoding]:

@@ -20,14 +20,18 @@ from tiled_detector.encodings import Encoding, as_frame_tensor
 class _Slot(NamedTuple):
     pinned: torch.Tensor
     device: torch.Tensor
-    copied: torch.cuda.Event
+    copied: torch.cuda.Event | None  # CUDA: recorded after the copy out of `pinned`
 
 
 class Uploader:
-    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers)."""
+    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers).
 
-    def __init__(self, device: str | torch.device) -> None:
+    `static=True` copies every frame into its slot's device frame, even one already on the device (a captured
+    frame program must read the same memory every time)."""
+
+    def __init__(self, device: str | torch.device, static: bool = False) -> None:
         self.device = concrete_device(device)
+        self.static = static
         self._slots: dict[int, _Slot] = {}
 
     def upload(
@@ -36,20 +40,21 @@ class Uploader:
         """The frame as an (H, W, C) tensor on the device: one host-to-device copy (into slot `slot`'s static
         device frame), none when it is already there."""
         tensor = as_frame_tensor(frame, encoding)
-        if tensor.device == self.device:
-            return tensor
-        if self.device.type != "cuda" or tensor.device.type != "cpu":
-            return tensor.to(self.device)
+        staging = self.device.type == "cuda" and tensor.device.type == "cpu"
+        if not self.static and not staging:
+            return tensor if tensor.device == self.device else tensor.to(self.device)
         staged = self._slots.get(slot)
-        if staged is None or staged.pinned.shape != tensor.shape or staged.pinned.dtype != tensor.dtype:
+        if staged is None or staged.device.shape != tensor.shape or staged.device.dtype != tensor.dtype:
             staged = _Slot(
-                torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True),
+                torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=staging),
                 torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device),
-                torch.cuda.Event(),
+                torch.cuda.Event() if self.device.type == "cuda" else None,
             )
             self._slots[slot] = staged
-        else:
+        elif staging:
             staged.copied.synchronize()  # the previous frame's copy out of the pinned buffer is done
+        if not staging:
+            return staged.device.copy_(tensor)
         staged.pinned.copy_(tensor)
         staged.device.copy_(staged.pinned, non_blocking=True)
         staged.copied.record()

@@ -31,6 +31,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
+from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.errors import one_line
 from tiled_detector.ros.detections import detections_to_msg
@@ -96,8 +97,10 @@ class DetectorNode(Node):
         )
         values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
-        # the detector and the parameter values it was built from, swapped together under the lock
-        self._state = (detector.with_config(**pipeline_changes(values, self.labels)), values)
+        detector.update(**pipeline_changes(values, self.labels))
+        self._detector = detector  # used by the worker thread only (it applies parameter changes between frames)
+        # the detector settings and the parameter values they come from, swapped together under the lock
+        self._state = (detector.config, values)
         self._state_lock = threading.Lock()
 
         self.stats = Stats()
@@ -205,14 +208,14 @@ class DetectorNode(Node):
         if "tile_width" in runtime or "tile_height" in runtime:
             runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
         try:
-            candidate = current.with_config(**pipeline_changes(runtime, self.labels))
+            candidate = current.replace(**pipeline_changes(runtime, self.labels))
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:
             self._state = (candidate, merged)
         return SetParametersResult(successful=True)
 
-    def _current(self) -> tuple[TiledDetector, dict[str, Any]]:
+    def _current(self) -> tuple[DetectorConfig, dict[str, Any]]:
         with self._state_lock:
             return self._state
 
@@ -232,7 +235,10 @@ class DetectorNode(Node):
                 )
 
     def _process(self, msg: Image | CompressedImage, received: float) -> None:
-        detector, values = self._current()
+        config, values = self._current()
+        detector = self._detector
+        if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
+            detector.reconfigure(config)
         try:
             frame, encoding = self._convert(msg)
         except ImageConversionError as error:
@@ -278,7 +284,8 @@ class DetectorNode(Node):
         )
 
     def _publish_diagnostics(self) -> None:
-        detector, _ = self._current()
+        config, _ = self._current()
+        detector = self._detector
         values = self.stats.snapshot()
         engine = detector.engine
         publishers = self.image_sub.get_publisher_count()
@@ -286,9 +293,9 @@ class DetectorNode(Node):
             "backend": engine.backend.value,
             "device": str(engine.device),
             "precision": engine.precision.value,
-            "model": str(detector.config.model),
-            "tile_size": "x".join(map(str, detector.config.tile_size)),
-            "full_frame": str(detector.config.full_frame),
+            "model": str(config.model),
+            "tile_size": "x".join(map(str, config.tile_size)),
+            "full_frame": str(config.full_frame),
             "input_publishers": publishers,
         }
         if self._last_hw is not None:

@@ -1,0 +1,172 @@
+"""The frame program over one frame or several: detect_many equals per-frame detect, in the fewest engine calls;
+frames never mix in seams or merging; the runner executes the same device function eagerly or captured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tiled_detector.detector import TiledDetector
+from tiled_detector.merge import merge, merge_padded
+from tiled_detector.postprocess import Limits
+from tiled_detector.seams import suppress_truncated
+from tiled_detector.synthetic import make_scene
+from tiled_detector.tiling import batch_plan, make_plan
+
+SIZES = ((640, 480), (1280, 720), (1920, 1080))  # (width, height)
+
+
+def _same(a, b) -> None:
+    np.testing.assert_array_equal(a.boxes, b.boxes)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.class_ids, b.class_ids)
+
+
+def _counting(detector: TiledDetector, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Batch sizes of the detector's engine calls, from now on (until the test ends)."""
+    calls, infer = [], detector.engine.infer
+
+    def counted(batch):
+        calls.append(batch.shape[0])
+        return infer(batch)
+
+    monkeypatch.setattr(detector.engine, "infer", counted)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    return [make_scene(seed, w, h).image for seed, (w, h) in enumerate(SIZES)]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return TiledDetector()
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_detect_many_equals_detect_per_frame_in_one_engine_call(bundled, scenes, sync_free, monkeypatch):
+    detector = bundled.with_config()
+    detector._sync_free = sync_free  # True: the accelerator's fixed-size path, run on the CPU
+    alone = [detector.detect(frame) for frame in scenes]
+    calls = _counting(detector, monkeypatch)
+    together = detector.detect_many(scenes)
+    views = sum(detector.plan_for(*frame.shape[:2]).batch_size for frame in scenes)
+    assert views <= detector.engine.max_batch and calls == [views]  # 2 + 7 + 9 views, one engine call
+    assert [len(d) > 3 for d in together] == [True] * 3
+    for a, b in zip(alone, together, strict=True):
+        _same(a, b)
+
+
+def test_detect_many_splits_at_max_batch_into_the_fewest_calls(bundled, scenes, monkeypatch):
+    detector = bundled.with_config()
+    views = sum(detector.plan_for(*frame.shape[:2]).batch_size for frame in scenes)  # 18
+    monkeypatch.setattr(detector.engine, "max_batch", 8)
+    calls = _counting(detector, monkeypatch)
+    together = detector.detect_many(scenes)
+    assert calls == [8, 8, 2] and views == 18
+    monkeypatch.undo()
+    for frame, found in zip(scenes, together, strict=True):
+        _same(bundled.detect(frame), found)
+
+
+def test_identical_frames_are_never_merged_together_and_max_detections_is_per_frame(bundled, scenes):
+    frame = scenes[1]
+    one = bundled.detect(frame)
+    twice = bundled.detect_many([frame, frame], ["rgb8", "rgb8"])
+    _same(one, twice[0])
+    _same(one, twice[1])
+    capped = bundled.with_config(max_detections=3).detect_many([frame, frame, scenes[0]])
+    assert [len(d) for d in capped] == [3, 3, 3]
+    _same(capped[0], capped[1])
+    np.testing.assert_array_equal(capped[0].scores, one.scores[:3])
+
+
+def test_detect_many_takes_mixed_encodings(bundled, scenes):
+    bgr = np.ascontiguousarray(scenes[0][..., ::-1])
+    found = bundled.detect_many([bgr, scenes[2]], ["bgr8", "rgb8"])
+    _same(found[0], bundled.detect(scenes[0]))
+    _same(found[1], bundled.detect(scenes[2]))
+    assert bundled.detect_many([]) == []
+    with pytest.raises(ValueError, match="2 frames but 1 encodings"):
+        bundled.detect_many([bgr, bgr], ["bgr8"])
+
+
+def test_merge_and_seams_keep_frames_apart():
+    boxes = torch.tensor([[10.0, 10, 50, 50], [10, 10, 50, 50], [12, 10, 50, 50]])
+    scores, classes = torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3, dtype=torch.int64)
+    frames = torch.tensor([0, 1, 1])
+    kept = merge(boxes, scores, classes, "nms", "iou", 0.5, frame_index=frames)
+    torch.testing.assert_close(kept[1], torch.tensor([0.9, 0.8]))  # 0 and 1 overlap fully, in other frames
+    padded = merge_padded(boxes, scores, classes, torch.ones(3, dtype=torch.bool), "nmm", frame_index=frames)
+    assert padded.valid.tolist() == [True, True, False] and bool(padded.exact)
+    # a box cut by a seam of frame 0 is not suppressed by a whole box of frame 1 at the same place
+    plan = batch_plan([make_plan((100, 100), (60, 60), 0.2, (60, 60), False)] * 2)
+    # tiles x1, y1, x2, y2: (0, 0, 60, 60), (40, 0, 100, 60), ...: a box cut at x = 60 in tile 0, whole in tile 1
+    cut = torch.tensor([[45.0, 20, 60, 40], [45, 20, 70, 40]])
+    image = torch.tensor([0, plan.starts[1] + 1])  # the whole box is frame 1's
+    keep = suppress_truncated(cut, torch.tensor([0.9, 0.9]), torch.zeros(2, dtype=torch.int64), image, plan)
+    assert keep.tolist() == [True, True]
+    same_frame = torch.tensor([0, 1])
+    assert suppress_truncated(cut, torch.tensor([0.9, 0.9]), torch.zeros(2, dtype=torch.int64), same_frame,
+                              plan).tolist() == [False, True]  # fmt: skip
+
+
+def _replaying_capture(log: list[str]):
+    """A CPU stand-in for a CUDA graph: capture runs the function once into outputs that every replay recomputes
+    in place (a graph's outputs are its static memory); replays run the same function again."""
+
+    def capture(function):
+        log.append("capture")
+        outputs = function()
+
+        def replay():
+            log.append("replay")
+            fresh = function()
+            for static, new in zip(_tensors(outputs), _tensors(fresh), strict=True):
+                static.copy_(new)
+
+        return replay, outputs
+
+    return capture
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in _tensors(item)]
+
+
+def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
+    from test_detector import _scene
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
+    eager = TiledDetector(square_torchscript, **options)
+    log: list[str] = []
+    captured = TiledDetector(square_torchscript, capture=_replaying_capture(log), **options)
+    captured._sync_free = True  # the capturable (fixed-size) path
+    assert captured._runner.captures and captured._uploader.static
+    for seed in (0, 1, 2):
+        frame, _, _ = _scene(seed)
+        got = captured.detect(frame)
+        _same(eager.detect(frame), got)
+    assert log[:2] == ["capture", "replay"] and log.count("capture") == 1  # one key: same size and settings
+    captured.update(conf_threshold=0.9)  # a new key captures once more
+    frame, _, _ = _scene(3)
+    _same(eager.with_config(conf_threshold=0.9).detect(frame), captured.detect(frame))
+    assert log.count("capture") == 2 and captured._limits == Limits()
+
+
+def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
+    detector = bundled.with_config()
+    program, uploader = detector._program, detector._uploader
+    detector._limits = Limits(capacity=2048, slots=16, rounds=32)
+    detector.update(conf_threshold=0.5, tile_size=(512, 512), overlap=0.1, merge="greedy_nmm")
+    assert (
+        detector._program is program and detector._uploader is uploader and detector._limits.capacity == 2048
+    )
+    _same(detector.detect(scenes[2]), bundled.with_config(
+        conf_threshold=0.5, tile_size=(512, 512), overlap=0.1, merge="greedy_nmm").detect(scenes[2]))  # fmt: skip
+    with pytest.raises(ValueError, match="needs a new engine"):
+        detector.update(precision="fp16")
