@@ -16,8 +16,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector import bags
 from tiled_detector.cli import main as cli_main
+from tiled_detector.harness import bags, recording
 from tiled_detector.synthetic import CLASSES, make_scene
 
 W, H, N, SEED = 320, 240, 3, 11
@@ -26,7 +26,7 @@ W, H, N, SEED = 320, 240, 3, 11
 @pytest.fixture(scope="module", params=["sqlite3", "mcap"])
 def synthetic_bag(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp(request.param) / "bag"
-    return bags.make_synthetic_bag(out, N, SEED, W, H, rate=10.0, storage=request.param)
+    return recording.make_synthetic_bag(out, N, SEED, W, H, rate=10.0, storage=request.param)
 
 
 def test_rosbags_round_trip_keeps_frames_and_stamps(synthetic_bag: Path) -> None:
@@ -127,16 +127,16 @@ def test_type_hashes_equal_rosidl(msgtype: str) -> None:
 
 
 def test_writes_are_atomic_and_refuse_to_overwrite(tmp_path: Path) -> None:
-    frame = bags.Frame(np.zeros((16, 16, 3), np.uint8))
-    out = bags.write_image_bag(tmp_path / "bag", [frame])
+    frame = recording.Frame(np.zeros((16, 16, 3), np.uint8))
+    out = recording.write_image_bag(tmp_path / "bag", [frame])
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(FileExistsError, match="--force"):
-        bags.write_image_bag(out, [frame])
+        recording.write_image_bag(out, [frame])
     with pytest.raises(RuntimeError, match="boom"), bags.BagWriter(tmp_path / "broken") as writer:
         writer.write("/x", bags.IMAGE, 1, bags.image_message(frame.image, 1, "f"))
         raise RuntimeError("boom")
     assert not (tmp_path / "broken").exists()
-    bags.write_image_bag(out, [frame, frame], force=True, storage="mcap")
+    recording.write_image_bag(out, [frame, frame], force=True, storage="mcap")
     assert bags.bag_info(out).topics == {"/camera/image_raw": (bags.IMAGE, 2)}
     assert sorted(p.name for p in out.iterdir()) != before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bag"]  # no staging folders left
@@ -144,7 +144,7 @@ def test_writes_are_atomic_and_refuse_to_overwrite(tmp_path: Path) -> None:
 
 def test_compressed_frames_are_jpeg(tmp_path: Path) -> None:
     scene = make_scene(3, 160, 120)
-    out = bags.write_image_bag(tmp_path / "c", [bags.Frame(scene.image)], compressed=True)
+    out = recording.write_image_bag(tmp_path / "c", [recording.Frame(scene.image)], compressed=True)
     (message,) = bags.read_messages(out)
     msg = bags.deserialize(message.data, bags.COMPRESSED_IMAGE)
     assert msg.format == "rgb8; jpeg compressed bgr8"
@@ -207,7 +207,7 @@ def test_option_and_message_errors() -> None:
     with pytest.raises(ValueError, match="HxWx3 uint8"):
         bags.image_message(np.zeros((4, 4), np.uint8), 0, "f")
     with pytest.raises(ValueError, match="both"):
-        bags.Frame(np.zeros((4, 4, 3), np.uint8), boxes=np.zeros((0, 4)))
+        recording.Frame(np.zeros((4, 4, 3), np.uint8), boxes=np.zeros((0, 4)))
 
 
 @settings(max_examples=40, deadline=None)
@@ -249,6 +249,6 @@ def test_staging_left_by_a_killed_writer_is_removed_by_the_next(tmp_path: Path) 
     for staging in (dead, live):
         (staging / "bag").mkdir(parents=True)
     frame = np.zeros((8, 8, 3), np.uint8)
-    bags.write_image_bag(tmp_path / "bag", [bags.Frame(frame)])
+    recording.write_image_bag(tmp_path / "bag", [recording.Frame(frame)])
     assert not dead.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bag", live.name])

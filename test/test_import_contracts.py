@@ -28,6 +28,9 @@ def _lint(source_root: Path) -> subprocess.CompletedProcess:
     [
         ("tiling.py", "import tiled_detector.ros.node", "Layers"),  # a stage reaching up into the ROS shell
         ("merge.py", "import rclpy", "The core imports no ROS"),
+        ("detector.py", "import tiled_detector.harness.bags", "The core imports no ROS"),  # the rosbags harness
+        ("engines/torch.py", "import tiled_detector.tiling", "Engines import no stage"),
+        ("seams.py", "import tiled_detector.engines.base", "Layers"),  # a stage importing an engine
     ],
 )
 def test_a_wrong_import_breaks_a_contract(tmp_path: Path, module: str, bad_import: str, broken: str) -> None:

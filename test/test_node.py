@@ -22,10 +22,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
-from tiled_detector.ros.client import DetectorClient  # noqa: E402
+from tiled_detector.harness.client import DetectorClient  # noqa: E402
+from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
 from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
 from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
-from tiled_detector.ros.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
 from tiled_detector.synthetic import CLASSES, make_scene  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

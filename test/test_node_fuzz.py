@@ -18,9 +18,9 @@ rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from tiled_detector.bags import stamp_ns  # noqa: E402
-from tiled_detector.ros.client import DetectorClient  # noqa: E402
-from tiled_detector.ros.process import NodeProcess, pick_domain_id  # noqa: E402
+from tiled_detector.harness.bags import stamp_ns  # noqa: E402
+from tiled_detector.harness.client import DetectorClient  # noqa: E402
+from tiled_detector.harness.process import NodeProcess, pick_domain_id  # noqa: E402
 
 # every encoding of sensor_msgs/image_encodings.hpp, plus junk
 ENCODINGS = (

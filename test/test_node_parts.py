@@ -97,9 +97,9 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
     import rclpy
     from rclpy.context import Context
 
+    from tiled_detector.harness.process import apply_ros_environment
     from tiled_detector.ros.images import array_to_imgmsg
     from tiled_detector.ros.node import DetectorNode
-    from tiled_detector.ros.process import apply_ros_environment
 
     # Fast DDS reads its profile once per process: later in-process clients need the large-image one
     apply_ros_environment()

@@ -14,15 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector import bags
-from tiled_detector.replay import (
+from tiled_detector.harness import bags, recording
+from tiled_detector.harness.replay import ReplayOptions, Thresholds, replay_bag
+from tiled_detector.harness.report import (
     FrameRecord,
     Mode,
-    ReplayOptions,
     ReplayReport,
-    Thresholds,
     coco_ap50,
-    replay_bag,
     score,
     summarize,
     true_positives,
@@ -123,7 +121,7 @@ def test_report_counts_drops_and_gates() -> None:
 # --- real processes -----------------------------------------------------------------------------------------
 
 
-def _bright_squares(count: int, shift: int = 0) -> list[bags.Frame]:
+def _bright_squares(count: int, shift: int = 0) -> list[recording.Frame]:
     """Frames with one white rectangle each; ground truth shifted by `shift` pixels (0 = exact)."""
     frames = []
     for index in range(count):
@@ -131,19 +129,19 @@ def _bright_squares(count: int, shift: int = 0) -> list[bags.Frame]:
         x, y = 20 + 9 * index, 30 + 4 * index
         image[y : y + 40, x : x + 60] = 255
         gt = np.array([[x + shift, y, x + 60 + shift, y + 40]], np.float32)
-        frames.append(bags.Frame(image, gt, np.array([0])))
+        frames.append(recording.Frame(image, gt, np.array([0])))
     return frames
 
 
 @pytest.mark.ros
 def test_lockstep_replay_records_and_scores(tmp_path: Path) -> None:
-    bag = bags.write_image_bag(tmp_path / "bag", _bright_squares(8), labels=["bright"], storage="mcap")
+    bag = recording.write_image_bag(tmp_path / "bag", _bright_squares(8), labels=["bright"], storage="mcap")
     report = replay_bag(bag, ReplayOptions(program=ECHO_NODE, timeout=10), tmp_path / "out")
     assert (report.frames_sent, report.frames_answered, report.dropped) == (8, 8, 0)
     assert (report.ap50, report.precision, report.recall) == pytest.approx((1.0, 1.0, 1.0))
     assert 0 < report.latency_ms_p50 <= report.latency_ms_p95
     recorded = bags.read_detections(tmp_path / "out" / "detections", "/detections", ["bright"])
-    assert sorted(recorded) == [bags.frame_stamp(i, 30.0) for i in range(8)]
+    assert sorted(recorded) == [recording.frame_stamp(i, 30.0) for i in range(8)]
     assert bags.bag_info(tmp_path / "out" / "detections").storage is bags.Storage.MCAP
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["summary"] == report.summary()
@@ -152,7 +150,7 @@ def test_lockstep_replay_records_and_scores(tmp_path: Path) -> None:
 
 @pytest.mark.ros
 def test_realtime_replay_reports_drops_honestly(tmp_path: Path) -> None:
-    bag = bags.write_image_bag(tmp_path / "bag", _bright_squares(10), rate=60.0, labels=["bright"])
+    bag = recording.write_image_bag(tmp_path / "bag", _bright_squares(10), rate=60.0, labels=["bright"])
     report = replay_bag(bag, ReplayOptions(mode="realtime", program=ECHO_NODE, timeout=10))
     assert report.frames_sent == 10
     assert 1 <= report.frames_answered <= 10
@@ -165,10 +163,10 @@ def test_cli_gate_attached_to_a_running_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tiled_detector.cli import main
-    from tiled_detector.ros.process import NodeProcess, pick_domain_id
+    from tiled_detector.harness.process import NodeProcess, pick_domain_id
 
-    good = bags.write_image_bag(tmp_path / "good", _bright_squares(4), labels=["bright"])
-    bad = bags.write_image_bag(tmp_path / "bad", _bright_squares(4, shift=45), labels=["bright"])
+    good = recording.write_image_bag(tmp_path / "good", _bright_squares(4), labels=["bright"])
+    bad = recording.write_image_bag(tmp_path / "bad", _bright_squares(4, shift=45), labels=["bright"])
     domain = pick_domain_id()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     with NodeProcess(remaps={"image": "/camera/image_raw"}, domain_id=domain, program=ECHO_NODE):
@@ -190,7 +188,7 @@ def test_cli_gate_attached_to_a_running_node(
 
 @pytest.fixture(scope="module")
 def camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return bags.make_synthetic_bag(tmp_path_factory.mktemp("camera") / "bag", 30, 100, 1920, 1080, rate=30.0)
+    return recording.make_synthetic_bag(tmp_path_factory.mktemp("camera") / "bag", 30, 100, 1920, 1080, rate=30.0)
 
 
 @pytest.mark.ros

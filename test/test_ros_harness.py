@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiled_detector.ros.process import (
+from tiled_detector.harness.process import (
     FASTDDS_PROFILE,
     NodeProcess,
     node_command,
@@ -58,7 +58,7 @@ def test_node_command_passes_ros_args() -> None:
 @pytest.mark.ros
 def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
     """One process publishes a 1920x1080 rgb8 image; another answers with a Detection2DArray built from it."""
-    from tiled_detector.ros.client import DetectorClient
+    from tiled_detector.harness.client import DetectorClient
     from tiled_detector.ros.detections import msg_to_detections
     from tiled_detector.ros.images import array_to_imgmsg
 
@@ -97,7 +97,7 @@ def test_node_process_dies_with_its_parent(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from tiled_detector.ros.process import NodeProcess\n"
+         "from tiled_detector.harness.process import NodeProcess\n"
          "node = NodeProcess(program=(sys.executable, '-c', 'import time; time.sleep(120)')).start()\n"
          "print(node.process.pid, flush=True)\n"
          "time.sleep(120)\n"],

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from rosbags.highlevel import AnyReader
 
-from tiled_detector.bags import image_folder_frames
+from tiled_detector.harness.recording import image_folder_frames
 from tiled_detector.preprocess import Preprocessor
 from tiled_detector.ros.images import compressed_to_array, imgmsg_to_array
 from tiled_detector.tiling import make_plan

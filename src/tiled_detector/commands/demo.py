@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Make the sample bag, replay it lock-step through the node, report."""
-    from tiled_detector.bags import make_synthetic_bag
-    from tiled_detector.replay import ReplayError, ReplayOptions, replay_bag
+    from tiled_detector.harness.recording import make_synthetic_bag
+    from tiled_detector.harness.replay import ReplayError, ReplayOptions, replay_bag
 
     if args.frames < 1:
         raise SystemExit("--frames must be at least 1")
@@ -129,7 +129,7 @@ def _write_snapshot(
     import cv2
 
     from tiled_detector.annotate import annotate, annotated_encoding
-    from tiled_detector.bags import IMAGE, deserialize, read_messages
+    from tiled_detector.harness.bags import IMAGE, deserialize, read_messages
     from tiled_detector.ros.images import imgmsg_to_array
     from tiled_detector.tiling import plan_tiles
     from tiled_detector.types import Detections

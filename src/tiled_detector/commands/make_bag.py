@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the bag and print what it holds."""
-    from tiled_detector import bags
+    from tiled_detector.harness import bags, recording
 
     common = {
         "rate": args.rate,
@@ -60,17 +60,17 @@ def run(args: argparse.Namespace) -> int:
     if args.images is not None:
         if args.frames is not None:
             raise ValueError("--frames cannot be used with --images (every image is written)")
-        path = bags.write_image_bag(
+        path = recording.write_image_bag(
             args.out,
-            bags.image_folder_frames(args.images),
+            recording.image_folder_frames(args.images),
             **common,
             custom_data={"source": f"images:{args.images}"},
         )
     elif args.video is not None:
-        frames = bags.video_frames(args.video, args.frames)
-        path = bags.write_image_bag(args.out, frames, **common, custom_data={"source": f"video:{args.video}"})
+        frames = recording.video_frames(args.video, args.frames)
+        path = recording.write_image_bag(args.out, frames, **common, custom_data={"source": f"video:{args.video}"})
     else:
-        path = bags.make_synthetic_bag(
+        path = recording.make_synthetic_bag(
             args.out,
             30 if args.frames is None else args.frames,
             args.seed,

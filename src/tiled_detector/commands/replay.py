@@ -85,7 +85,7 @@ def _parameters(items: list[str]) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Replay, print the report, return 0 (passed), 1 (a threshold missed) or 2 (could not run)."""
-    from tiled_detector.replay import ReplayError, ReplayOptions, Thresholds, replay_bag
+    from tiled_detector.harness.replay import ReplayError, ReplayOptions, Thresholds, replay_bag
 
     try:
         thresholds = Thresholds(args.min_ap50, args.min_recall, args.max_drop_rate)

@@ -35,6 +35,7 @@ from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.errors import one_line
 from tiled_detector.ros.detections import detections_to_msg
+from tiled_detector.ros.fastdds import FASTDDS_PROFILE
 from tiled_detector.ros.images import (
     ImageConversionError,
     array_to_imgmsg,
@@ -42,7 +43,6 @@ from tiled_detector.ros.images import (
     imgmsg_to_array,
 )
 from tiled_detector.ros.params import BY_NAME, PARAMS, Param, pipeline_changes, string_list
-from tiled_detector.ros.process import FASTDDS_PROFILE
 from tiled_detector.ros.stats import FrameSlot, Stats
 
 try:  # Iron and later

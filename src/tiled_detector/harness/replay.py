@@ -13,7 +13,7 @@ with a warm node and a working path, and only the first frame's last publish cou
 Scores: AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the answered frames against the
 bag's ground truth (`/ground_truth`); a dropped frame is counted in `dropped` / the drop rate instead.
 Latency per frame is the time the answer arrived minus the time the frame was published.
-The ROS side goes through `tiled_detector.ros.client.DetectorClient`; rclpy is imported only there.
+The ROS side goes through `tiled_detector.harness.client.DetectorClient`; rclpy is imported only there.
 """
 
 from __future__ import annotations
@@ -29,22 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector import bags
-from tiled_detector.options import Option
-from tiled_detector.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
+from tiled_detector.harness import bags
+from tiled_detector.harness.report import FrameRecord, Mode, ReplayReport, class_names, summarize, to_arrays
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
 
 
 class ReplayError(RuntimeError):
     """The replay could not run (bad bag, node did not start); the text says why."""
-
-
-class Mode(Option):
-    """How frames are played into the node."""
-
-    LOCKSTEP = "lockstep"
-    REALTIME = "realtime"
 
 
 @dataclass(frozen=True)
@@ -107,150 +99,6 @@ class ReplayOptions:
             raise ValueError(f"timeouts must be > 0 s, got {self.timeout} and {self.startup_timeout}")
 
 
-@dataclass(frozen=True)
-class FrameRecord:
-    """One frame sent: its stamp, latency (ms; None when unanswered) and the detections it got."""
-
-    stamp_ns: int
-    latency_ms: float | None
-    detections: Arrays | None
-
-
-@dataclass(frozen=True)
-class Scores:
-    """Detection quality over the answered frames that have ground truth (None without ground truth)."""
-
-    ap50: float | None = None
-    precision: float | None = None
-    recall: float | None = None
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    """Outcome of one replay."""
-
-    mode: str
-    frames_sent: int
-    frames_answered: int
-    ap50: float | None
-    precision: float | None
-    recall: float | None
-    latency_ms_p50: float | None
-    latency_ms_p95: float | None
-    records: tuple[FrameRecord, ...] = field(default=(), compare=False, repr=False)  # per frame sent
-    labels: tuple[str, ...] = ()  # class names indexed by the records' class ids
-
-    @property
-    def dropped(self) -> int:
-        return self.frames_sent - self.frames_answered
-
-    @property
-    def drop_rate(self) -> float:
-        return self.dropped / self.frames_sent if self.frames_sent else 0.0
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON report (keys as documented for `tiled-detector replay --json`)."""
-        return {
-            "mode": self.mode,
-            "frames_sent": self.frames_sent,
-            "frames_answered": self.frames_answered,
-            "dropped": self.dropped,
-            "drop_rate": self.drop_rate,
-            "AP50": self.ap50,
-            "precision": self.precision,
-            "recall": self.recall,
-            "latency_ms_p50": self.latency_ms_p50,
-            "latency_ms_p95": self.latency_ms_p95,
-        }
-
-
-# --- scoring (pure numpy / pycocotools) -------------------------------------------------------------------
-
-
-def true_positives(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou: float = 0.5) -> int:
-    """Predictions matched one-to-one to a same-class truth box with IoU >= `iou`, highest score first."""
-    boxes, scores, classes = predicted
-    truth_boxes, truth_classes = truth
-    if len(boxes) == 0 or len(truth_boxes) == 0:
-        return 0
-    overlaps = box_iou(boxes, truth_boxes)
-    overlaps[np.asarray(classes)[:, None] != np.asarray(truth_classes)[None, :]] = 0.0
-    free = np.ones(len(truth_boxes), bool)
-    matched = 0
-    for row in overlaps[np.argsort(-np.asarray(scores), kind="stable")]:
-        candidates = np.where(free, row, 0.0)
-        best = int(np.argmax(candidates))
-        if candidates[best] >= iou:
-            free[best] = False
-            matched += 1
-    return matched
-
-
-def coco_ap50(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> float:
-    """COCO AP at IoU 0.5 (pycocotools, up to 1000 detections per image) over the images of `truth`."""
-    stamps = sorted(truth)
-    if not any(len(truth[s][0]) for s in stamps):
-        raise ValueError("AP50 needs at least one ground-truth box")
-    empty: Arrays = (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
-    stats = coco_stats(
-        coco_ground_truth(truth[s] for s in stamps),
-        [predicted.get(s, empty) for s in stamps],
-        max_dets=(1, 10, 1000),
-    )
-    return 0.0 if stats is None else float(stats[1])
-
-
-def score(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> Scores:
-    """AP50, precision and recall at IoU 0.5 over the frames that have both an answer and ground truth."""
-    common = sorted(set(predicted) & set(truth))
-    if not common or not any(len(truth[s][0]) for s in common):
-        return Scores()
-    hits = sum(true_positives(predicted[s], truth[s]) for s in common)
-    n_predicted = sum(len(predicted[s][0]) for s in common)
-    n_truth = sum(len(truth[s][0]) for s in common)
-    ap50 = coco_ap50({s: predicted[s] for s in common}, {s: truth[s] for s in common})
-    return Scores(ap50, hits / n_predicted if n_predicted else 0.0, hits / n_truth)
-
-
-def summarize(
-    mode: Mode, records: Sequence[FrameRecord], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]
-) -> ReplayReport:
-    """The report of a replay from its frame records and the ground truth (stamp -> boxes, class ids)."""
-    answered = {r.stamp_ns: r.detections for r in records if r.detections is not None}
-    latencies = [r.latency_ms for r in records if r.latency_ms is not None]
-    scores = score(answered, truth)
-    p50, p95 = (float(v) for v in np.percentile(latencies, [50, 95])) if latencies else (None, None)
-    return ReplayReport(
-        mode.value,
-        len(records),
-        len(answered),
-        scores.ap50,
-        scores.precision,
-        scores.recall,
-        p50,
-        p95,
-        tuple(records),
-    )
-
-
-# --- class names shared by ground truth and answers -------------------------------------------------------
-
-
-def class_names(messages: Iterable[Any]) -> list[str]:
-    """Sorted class names (vision_msgs 4.x `results[].hypothesis.class_id`) used in Detection2DArrays."""
-    return sorted({r.hypothesis.class_id for m in messages for d in m.detections for r in d.results})
-
-
-def to_arrays(messages: Mapping[int, Any], labels: Sequence[str]) -> dict[int, Arrays]:
-    """stamp -> Detection2DArray  =>  stamp -> (boxes, scores, class ids by index in `labels`)."""
-    from tiled_detector.ros.detections import msg_to_detections
-
-    return {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}
-
-
-# --- the ROS side -----------------------------------------------------------------------------------------
-
-
 @dataclass
 class _Played:
     """What one run over DDS produced: sent frames (stamp, monotonic publish time) and the answers."""
@@ -310,8 +158,8 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
     from builtin_interfaces.msg import Time
     from rosgraph_msgs.msg import Clock
 
-    from tiled_detector.ros.client import DetectorClient
-    from tiled_detector.ros.process import DETECTOR_NODE, NodeProcess, pick_domain_id
+    from tiled_detector.harness.client import DetectorClient
+    from tiled_detector.harness.process import DETECTOR_NODE, NodeProcess, pick_domain_id
 
     realtime = options.mode is Mode.REALTIME
     domain = options.domain_id if options.domain_id is not None or options.attach else pick_domain_id()

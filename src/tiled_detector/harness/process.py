@@ -13,13 +13,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tiled_detector.ros.fastdds import FASTDDS_PROFILE
+
 # Fast DDS shared-memory profile with a segment large enough for full-resolution frames.
-FASTDDS_PROFILE = Path(str(resources.files("tiled_detector") / "resources" / "fastdds_large_images.xml"))
 
 
 def ros_environment(domain_id: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
