@@ -77,6 +77,60 @@ def check_equality(model: Path, device: str, frames: int, failures: list[str]) -
             )
 
 
+def cuda_graph(function):
+    """Capture `function` as a CUDA graph (after one warm-up run on a side stream): (replay, outputs)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = function()
+    return graph.replay, outputs
+
+
+def check_many_and_captured(model: Path, device: str, runs: int, failures: list[str]) -> None:
+    """detect_many of 3 sizes equals per-frame detect in one engine call; on CUDA the same frame program
+    captured as a CUDA graph (program.Runner with `cuda_graph`) equals eager, and is timed against it."""
+    options = {"tile_size": (640, 640), "overlap": 0.2, "conf_threshold": 0.3, "backend": "torch"}
+    eager = TiledDetector(model, device=device, **options)
+    rng = np.random.default_rng(5)
+    frames = [structured_frame(rng, h, w) for h, w in ((480, 640), (720, 1280), (1080, 1920))]
+    alone = [eager.detect(f) for f in frames]
+    calls, infer = [], eager.engine.infer
+    eager.engine.infer = lambda batch: calls.append(batch.shape[0]) or infer(batch)
+    together = eager.detect_many(frames)
+    del eager.engine.infer
+    same = all(
+        np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
+        for a, b in zip(alone, together, strict=False)
+    )
+    print(f"detect_many 640x480 + 1280x720 + 1920x1080: engine calls {calls}, equal to detect: {same}")
+    if not same or len(calls) != 1:
+        failures.append(f"detect_many differs from detect or took {len(calls)} engine calls")
+    if torch.device(device).type != "cuda":
+        return
+    captured = TiledDetector(model, device=device, capture=cuda_graph, **options)
+    frame_set = [structured_frame(rng, 1080, 1920) for _ in range(3)]
+    for i, frame in enumerate(frame_set):
+        a, b = eager.detect(frame), captured.detect(frame)
+        ok = np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
+        print(f"captured frame {i}: {len(b)} rows, equal to eager: {ok}")
+        if not ok:
+            failures.append(f"the captured frame program differs from eager on frame {i}")
+    for name, detector in (("eager", eager), ("captured", captured)):
+        times = []
+        for i in range(runs):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            detector.detect(frame_set[i % 3])
+            times.append((time.perf_counter() - start) * 1000)
+        print(
+            f"1080p squares model, {name}: median {statistics.median(times):.2f} ms per frame (detect, wall)"
+        )
+
+
 def _memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
     """(direction, bytes) of every memcpy in a chrome trace written by torch.profiler."""
     events = json.loads(trace_path.read_text()).get("traceEvents", [])
@@ -202,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for check in (
             lambda: check_equality(square, args.device, args.frames, failures),
             lambda: check_transfers(square, args.device, args.strict_syncs, failures),
+            lambda: check_many_and_captured(square, args.device, args.runs, failures),
             lambda: report_timings(args.device, args.runs, failures),
         ):
             try:

@@ -28,7 +28,11 @@ def _lint(source_root: Path) -> subprocess.CompletedProcess:
     [
         ("tiling.py", "import tiled_detector.ros.node", "Layers"),  # a stage reaching up into the ROS shell
         ("merge.py", "import rclpy", "The core imports no ROS"),
-        ("detector.py", "import tiled_detector.harness.bags", "The core imports no ROS"),  # the rosbags harness
+        (
+            "detector.py",
+            "import tiled_detector.harness.bags",
+            "The core imports no ROS",
+        ),  # the rosbags harness
         ("engines/torch.py", "import tiled_detector.tiling", "Engines import no stage"),
         ("seams.py", "import tiled_detector.engines.base", "Layers"),  # a stage importing an engine
     ],

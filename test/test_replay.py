@@ -188,7 +188,9 @@ def test_cli_gate_attached_to_a_running_node(
 
 @pytest.fixture(scope="module")
 def camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return recording.make_synthetic_bag(tmp_path_factory.mktemp("camera") / "bag", 30, 100, 1920, 1080, rate=30.0)
+    return recording.make_synthetic_bag(
+        tmp_path_factory.mktemp("camera") / "bag", 30, 100, 1920, 1080, rate=30.0
+    )
 
 
 @pytest.mark.ros

@@ -86,18 +86,21 @@ def rank_order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 def _match_matrix(
     boxes: torch.Tensor,
     class_ids: torch.Tensor,
-    frame_index: torch.Tensor,
-    valid: torch.Tensor,
+    frame_index: torch.Tensor | None,
+    valid: torch.Tensor | None,
     metric: MatchMetric,
     threshold: float,
     class_agnostic: bool,
 ) -> torch.Tensor:
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
-    in rank order)."""
+    in rank order; None: one frame, every row valid)."""
     rank = torch.arange(len(boxes), device=boxes.device)
     match = overlap(boxes[:, None], boxes[None], metric) >= threshold
-    match &= (rank[:, None] < rank[None]) & (frame_index[:, None] == frame_index[None])
-    match &= valid[:, None] & valid[None]
+    match &= rank[:, None] < rank[None]
+    if frame_index is not None:
+        match &= frame_index[:, None] == frame_index[None]
+    if valid is not None:
+        match &= valid[:, None] & valid[None]
     if not class_agnostic:
         match &= class_ids[:, None] == class_ids[None]
     return match
@@ -117,7 +120,7 @@ def _nms_keep(match: torch.Tensor, rounds: int | None) -> tuple[torch.Tensor, to
     for _ in range(limit):
         new_keep = ~(match & keep[:, None]).any(0)
         if rounds is None and torch.equal(new_keep, keep):
-            break
+            return keep, torch.ones((), dtype=torch.bool, device=match.device)  # the fixed point
         keep = new_keep
     return keep, (~(match & keep[:, None]).any(0) == keep).all()
 
@@ -300,7 +303,14 @@ def merge_padded(
     if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None and threshold > 0:
         keep = _nms_keep_torchvision(ops, boxes, class_ids, frames, threshold, class_agnostic)
         return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
-    match = _match_matrix(boxes, class_ids, frames, valid, metric, threshold, class_agnostic)
+    # the exact path (host reads allowed) skips the masks that change nothing: one frame, every row valid
+    exact_path = nms_rounds is None and slots is None
+    one_frame = exact_path and bool((frames == frames[0]).all())
+    all_valid = exact_path and bool(valid.all())
+    match = _match_matrix(
+        boxes, class_ids, None if one_frame else frames, None if all_valid else valid, metric, threshold,
+        class_agnostic,
+    )  # fmt: skip
     positions = torch.arange(len(boxes), device=boxes.device)
     if method is MergeMethod.NMM:
         # a box claims lower-ranked matches, except equal-score boxes with different coordinates

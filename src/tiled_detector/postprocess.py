@@ -125,6 +125,9 @@ def postprocess(
             boxes, scores, class_ids, found.image_index, plan,
             class_agnostic=settings.class_agnostic, valid=valid,
         )  # fmt: skip
+    if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
+        kept = valid.nonzero().squeeze(1)
+        boxes, scores, class_ids, frame, valid = (t[kept] for t in (boxes, scores, class_ids, frame, valid))
     merged = merge_padded(
         boxes,
         scores,

@@ -61,16 +61,22 @@ def suppress_truncated(
     the same class (unless `class_agnostic`), covers at least `min_cover` of its area and scores at least
     `min_score_ratio` times its score. Boxes cut in every view they appear in are kept and left to the merge
     (whose union restores the whole extent). With `valid` (M,) bool only valid rows take part and the result is
-    `valid` & keep; fixed (M, M) matrices, no host synchronisation.
+    `valid` & keep, with fixed (M, M) matrices and no host synchronisation; without `valid` only the truncated
+    rows are compared (a data-dependent shape: the exact path).
     """
     batch = _as_batch(plan)
+    exact = valid is None
     valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid.bool()
     frame = batch.tensors(boxes_in_frame.device).frame[image_index]
     truncated = truncated_sides(boxes_in_frame, image_index, batch, margin_px).any(1)
-    covered = _covers(boxes_in_frame[:, None], boxes_in_frame[None], min_cover)
-    covered &= (valid & ~truncated)[None] & (image_index[:, None] != image_index[None])
-    covered &= frame[:, None] == frame[None]
-    covered &= scores[None] >= min_score_ratio * scores[:, None]
+    # the rows that may yield: every row (fixed shape), or on the exact path only the truncated ones (fewer)
+    cut = truncated.nonzero().squeeze(1) if exact else torch.arange(len(scores), device=scores.device)
+    covered = _covers(boxes_in_frame[cut, None], boxes_in_frame[None], min_cover)
+    covered &= (valid & ~truncated)[None] & (image_index[cut, None] != image_index[None])
+    covered &= frame[cut, None] == frame[None]
+    covered &= scores[None] >= min_score_ratio * scores[cut, None]
     if not class_agnostic:
-        covered &= class_ids[:, None] == class_ids[None]
-    return valid & ~(truncated & covered.any(1))
+        covered &= class_ids[cut, None] == class_ids[None]
+    keep = valid.clone()
+    keep[cut] &= ~(truncated[cut] & covered.any(1))
+    return keep

@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         )
     elif args.video is not None:
         frames = recording.video_frames(args.video, args.frames)
-        path = recording.write_image_bag(args.out, frames, **common, custom_data={"source": f"video:{args.video}"})
+        path = recording.write_image_bag(
+            args.out, frames, **common, custom_data={"source": f"video:{args.video}"}
+        )
     else:
         path = recording.make_synthetic_bag(
             args.out,

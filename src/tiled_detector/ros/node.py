@@ -98,7 +98,9 @@ class DetectorNode(Node):
         values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
         detector.update(**pipeline_changes(values, self.labels))
-        self._detector = detector  # used by the worker thread only (it applies parameter changes between frames)
+        self._detector = (
+            detector  # used by the worker thread only (it applies parameter changes between frames)
+        )
         # the detector settings and the parameter values they come from, swapped together under the lock
         self._state = (detector.config, values)
         self._state_lock = threading.Lock()
