@@ -27,7 +27,7 @@ from tiled_detector.encodings import Encoding, as_frame_tensor
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.postprocess import Limits, MergeSettings, postprocess, unpack
 from tiled_detector.preprocess import Preprocessor
-from tiled_detector.program import Capture, FrameProgram, Runner
+from tiled_detector.program import Capture, FrameProgram, Runner, no_mark
 from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan, make_plan
 from tiled_detector.types import Detections
 from tiled_detector.upload import Uploader
@@ -186,16 +186,16 @@ class TiledDetector:
         Thresholds, merging, tiling, classes and the like apply per call; changing an engine setting
         (model, backend, device, precision, max_batch, engine_options) raises: build a new detector for that.
         """
-        return TiledDetector.from_config(self._checked(changes), engine=self._engine)
+        return TiledDetector.from_config(self._checked(self._config.replace(**changes)), engine=self._engine)
 
     def update(self, **changes: Any) -> None:
         """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call, keeping
         the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
-        self.reconfigure(self._checked(changes))
+        self.reconfigure(self._config.replace(**changes))
 
     def reconfigure(self, config: DetectorConfig) -> None:
         """`update` to a whole config (its engine settings must be this detector's)."""
-        config = self._checked({}, config)
+        config = self._checked(config)
         if config.channel_order != self._config.channel_order or config.layout != self._config.layout:
             self._setup(config, self._engine, self._runner._capture)
             return
@@ -203,8 +203,8 @@ class TiledDetector:
             self._sync_free = config.sync_free and self._engine.device.type != "cpu"
         self._config = config
 
-    def _checked(self, changes: dict[str, Any], config: DetectorConfig | None = None) -> DetectorConfig:
-        config = (config or self._config).replace(**changes)
+    def _checked(self, config: DetectorConfig) -> DetectorConfig:
+        """`config`, when its engine settings are this detector's (else a ValueError naming them)."""
         reload = sorted(
             name for name in ENGINE_FIELDS if getattr(config, name) != getattr(self._config, name)
         )
@@ -298,7 +298,7 @@ class TiledDetector:
         cfg, limits = self._config, self._limits
         settings = (MergeSettings.of(cfg), cfg.conf_threshold, cfg.top_k, cfg.classes)
         key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), settings, limits)
-        mark = clock.mark if not self._runner.captures else lambda stage: None
+        mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         packed, found = self._runner.run(
             key, lambda: self._program(frames, encodings, plan, cfg, limits, mark)
         )

@@ -29,7 +29,7 @@ Capture = Callable[[Callable[[], T]], tuple[Callable[[], None], T]]
 Mark = Callable[[str], None]
 
 
-def _no_mark(stage: str) -> None:
+def no_mark(stage: str) -> None:
     """Stage boundaries are not timed inside a capture."""
 
 
@@ -79,7 +79,7 @@ class FrameProgram:
         encodings: Sequence[Encoding],
         plan: BatchPlan,
         settings: Any,
-        mark: Mark = _no_mark,
+        mark: Mark = no_mark,
     ) -> PaddedDecoded:
         """Every view of every frame through the engine, in chunks of at most `max_batch` images (one engine call
         whenever the batch fits), each chunk decoded to its per-image top-k before the next runs, so memory
@@ -117,7 +117,7 @@ class FrameProgram:
         plan: BatchPlan,
         settings: Any,
         limits: Limits | None,
-        mark: Mark = _no_mark,
+        mark: Mark = no_mark,
     ) -> tuple[torch.Tensor, PaddedDecoded]:
         """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
         found = self.candidates(frames, encodings, plan, settings, mark)
