@@ -48,7 +48,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expect
     [
         (["--model", "missing.onnx"], ["model file missing.onnx not found", ".onnx"]),
         (["--model", "{dir}/corrupt.onnx"], ["is not a model ONNX Runtime can load", "re-export"]),
-        (["--overlap", "1.5"], ["overlap must be in [0.0, 1.0), got 1.5"]),
+        (["--overlap", "1.5"], ["overlap must be in [0.0, 0.95], got 1.5"]),
         (["--tile-size", "-1", "-1"], ["tile_size must be two positive integers"]),
         (["--conf", "1.5"], ["conf_threshold must be in [0.0, 1.0], got 1.5"]),
         (["--backend", "tensorrt"], ["TensorRT backend runs on CUDA devices only", "device cuda"]),

@@ -167,7 +167,7 @@ def test_config_normalises_options(square_onnx):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"overlap": 1.0}, r"overlap must be in \[0.0, 1.0\), got 1.0"),
+        ({"overlap": 1.0}, r"overlap must be in \[0.0, 0.95\], got 1.0"),
         ({"conf_threshold": -0.1}, "conf_threshold must be in"),
         ({"merge_threshold": 2}, "merge_threshold must be in"),
         ({"tile_size": (0, 640)}, "tile_size must be two positive integers"),
@@ -208,7 +208,7 @@ def test_detect_command_prints_lines_json_and_annotated_images(square_onnx, tmp_
         "0.25",
         "--conf",
         "0.5",
-        "--save-dir",
+        "--out",
         str(tmp_path / "out"),
     ]
     assert main(argv) == 1  # one image could not be read

@@ -67,6 +67,49 @@ def test_onnxruntime_outputs_equal_session_run(two_heads_onnx):
         np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_onnxruntime_reuses_one_binding_and_output_buffers_at_max_batch(two_heads_onnx, monkeypatch):
+    engine = OnnxRuntimeEngine(two_heads_onnx, max_batch=8)
+    bindings = []
+    io_binding = engine._session.io_binding
+    monkeypatch.setattr(engine._session, "io_binding", lambda: bindings.append(1) or io_binding())
+    bound = {
+        "12"
+    }  # the static-shaped output (batch, 4); output0's flattened dims are symbolic: ORT allocates it
+    assert set(engine._buffers) == bound
+    first = engine.infer(_batch(5))
+    pointers = {name: first[name].data_ptr() for name in bound}
+    expected = _plain_ort(two_heads_onnx, _batch(3))
+    second = engine.infer(_batch(3))  # a smaller batch: the same memory, the leading rows
+    assert {name: second[name].data_ptr() for name in bound} == pointers
+    assert pointers == {name: engine._buffers[name].data_ptr() for name in bound}
+    assert bindings == []  # the binding made at load time serves every call
+    for got, want in zip(second.values(), expected, strict=True):
+        assert got.shape[0] == 3
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert engine.reuses_output_buffers  # callers that keep outputs across calls copy them (infer does)
+
+
+def test_onnxruntime_follows_torchs_current_cuda_stream(two_heads_onnx, monkeypatch):
+    from types import SimpleNamespace
+    from unittest import mock
+
+    engine = OnnxRuntimeEngine(two_heads_onnx, max_batch=8)
+    engine.device, engine._stream = torch.device("cuda", 0), 0xA  # as made on CUDA with stream 0xA
+    session = mock.create_autospec(ort.InferenceSession, instance=True)
+    engine._session = session
+    stream = SimpleNamespace(cuda_stream=0xA)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: stream)
+    engine._follow_stream()
+    session.set_providers.assert_not_called()  # the stream the session was made with
+    stream.cuda_stream = 0xB
+    engine._follow_stream()
+    engine._follow_stream()
+    session.set_providers.assert_called_once_with(
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        [{"device_id": "0", "user_compute_stream": str(0xB)}, {}],
+    )
+
+
 def test_onnxruntime_splits_batches_above_max_batch(two_heads_onnx):
     batch = _batch(7)
     whole = OnnxRuntimeEngine(two_heads_onnx, max_batch=8).infer(batch)

@@ -158,6 +158,14 @@ def test_params_yaml_documents_every_parameter_with_its_default() -> None:
             assert f"# {param.name}:" in text, f"{param.name} is not documented"
         else:
             assert values[param.name] == param.default, param.name
+        # the line's comment states what the parameter table says: read-only, choices, range
+        line = next(x for x in text.splitlines() if x.strip().lstrip("# ").startswith(f"{param.name}:"))
+        comment = line.split("  # ")[-1]
+        assert ("(ro)" in comment) == param.read_only, line
+        if param.choices:
+            assert " | ".join(param.choices) in comment, line
+        if param.min_value is not None:
+            assert f"[{param.min_value:g}, {param.max_value:g}]" in comment, line
     assert set(values) <= {p.name for p in PARAMS}
 
 

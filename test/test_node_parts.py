@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+from tiled_detector.parameters import resolve_classes, runtime_changes
 from tiled_detector.ros.node import FrameSlot, Stats, image_qos
-from tiled_detector.ros.params import BY_NAME, PARAMS, pipeline_changes, resolve_classes
+from tiled_detector.ros.params import BY_NAME, PARAMS, descriptor
 
 
 def test_every_parameter_has_a_description_and_a_valid_default() -> None:
@@ -18,8 +19,7 @@ def test_every_parameter_has_a_description_and_a_valid_default() -> None:
     for param in PARAMS:
         assert param.description
         assert param.check(param.default) is None, param.name
-        descriptor = param.descriptor()
-        assert descriptor.read_only == param.read_only
+        assert descriptor(param).read_only == param.read_only
     engine = {"model", "backend", "device", "precision", "max_batch", "labels", "transport"}
     assert all(BY_NAME[name].read_only for name in engine)
     runtime = {"tile_width", "tile_height", "overlap", "full_frame", "conf_threshold", "merge", "match_metric",
@@ -31,8 +31,8 @@ def test_parameter_checks_state_the_rule_and_the_value() -> None:
     assert BY_NAME["merge"].check("average") == "merge must be one of nms, nmm, greedy_nmm, got 'average'"
     assert BY_NAME["overlap"].check(0.99) == "overlap must be in [0.0, 0.95], got 0.99"
     assert BY_NAME["conf_threshold"].check(0.3) is None
-    assert BY_NAME["overlap"].descriptor().floating_point_range[0].to_value == 0.95
-    assert BY_NAME["tile_width"].descriptor().integer_range[0].from_value == 32
+    assert descriptor(BY_NAME["overlap"]).floating_point_range[0].to_value == 0.95
+    assert descriptor(BY_NAME["tile_width"]).integer_range[0].from_value == 16
 
 
 def test_class_filter_from_names_and_ids() -> None:
@@ -46,7 +46,7 @@ def test_class_filter_from_names_and_ids() -> None:
 
 
 def test_pipeline_changes_map_parameters_to_config_fields() -> None:
-    changes = pipeline_changes(
+    changes = runtime_changes(
         {"tile_width": 512, "tile_height": 384, "conf_threshold": 0.5, "classes": ["", "1"], "model": "x"},
         ["a", "b"],
     )

@@ -196,7 +196,7 @@ def camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.ros
 @pytest.mark.slow
 def test_detector_node_passes_the_gate_lockstep(camera_bag: Path) -> None:
-    from tiled_detector.commands.demo import default_params_file
+    from tiled_detector.commands.settings import default_params_file
 
     report = replay_bag(
         camera_bag, ReplayOptions(params_file=default_params_file(), timeout=30, startup_timeout=60)
@@ -208,7 +208,7 @@ def test_detector_node_passes_the_gate_lockstep(camera_bag: Path) -> None:
 @pytest.mark.ros
 @pytest.mark.slow
 def test_detector_node_drops_frames_in_realtime_at_30_hz(camera_bag: Path) -> None:
-    from tiled_detector.commands.demo import default_params_file
+    from tiled_detector.commands.settings import default_params_file
 
     report = replay_bag(
         camera_bag,

@@ -10,6 +10,7 @@ NVIDIA's TensorRT Python API documentation (8.4, 10.x, 11.0).
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 from pathlib import Path
@@ -273,13 +274,56 @@ def test_call_order_addresses_and_stream(monkeypatch, tmp_path, cpu_cuda) -> Non
     ]
 
 
-def test_outputs_reused_and_reallocated_only_on_batch_change(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, _ = named_engine({"output0": (84, 21)})
+def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path, cpu_cuda) -> None:
+    allocated: list[tuple[int, ...]] = []
+    monkeypatch.setattr(
+        trt_mod,
+        "allocate",
+        lambda shape, dtype, device: allocated.append(shape) or torch.empty(shape, dtype=dtype),
+    )
+    engine, context = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
+    assert allocated == [
+        (MAX_BATCH, C, H, W),
+        (MAX_BATCH, 84, 21),
+    ]  # input and output, at the profile maximum
     first = eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr()
     assert eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr() == first
     changed = eng.infer(torch.rand(2, C, H, W))["output0"]
-    assert changed.shape[0] == 2 and changed.data_ptr() != first
+    # a smaller batch writes into the same memory: TensorRT is given the same address every call
+    assert changed.shape[0] == 2 and changed.data_ptr() == first
+    addresses = {c.args[1] for c in context.set_tensor_address.call_args_list if c.args[0] == "output0"}
+    assert addresses == {first}
+    assert len(allocated) == 2
+
+
+def test_prebuilt_engine_reports_the_precision_it_was_built_with(
+    monkeypatch, tmp_path, cpu_cuda, caplog
+) -> None:
+    class Inspector:  # the lean bindings have no IEngineInspector class: its one method used here
+        def get_engine_information(self, format: Any) -> str: ...
+
+    layers = {
+        "Layers": [
+            {"Name": "conv", "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
+             "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
+        ]
+    }  # fmt: skip
+    engine, _ = named_engine({"output0": (84, 21)})
+    engine.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    inspector = mock.create_autospec(Inspector, instance=True)
+    inspector.get_engine_information.return_value = json.dumps(layers)
+    engine.create_engine_inspector.side_effect = None
+    engine.create_engine_inspector.return_value = inspector
+    eng = make_engine(monkeypatch, tmp_path, engine, precision=Precision.FP32)
+    assert eng.precision is Precision.FP16  # read from the engine, not the setting echoed back
+    inspector.get_engine_information.assert_called_once_with(trt.LayerInformationFormat.JSON)
+    assert "was built for fp16" in caplog.text
+    # an engine without layer details says nothing about fp16 inside: the setting, with a warning
+    plain, _ = named_engine({"output0": (84, 21)})
+    assert make_engine(monkeypatch, tmp_path, plain, precision=Precision.INT8).precision is Precision.INT8
+    assert "does not record its precision" in caplog.text
+    assert api_mod.engine_precision(trt, plain, ["torch.float16", "torch.float32"]) is Precision.FP16
 
 
 def test_foreign_input_is_copied_into_the_bound_buffer(monkeypatch, tmp_path, cpu_cuda) -> None:
@@ -543,6 +587,7 @@ def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
     builder = mock.create_autospec(FakeBuilder, instance=True)
     config = mock.create_autospec(FakeBuilderConfig, instance=True)
     config.progress_monitor = None
+    config.profiling_verbosity = trt.ProfilingVerbosity.LAYER_NAMES_ONLY
     parser = mock.create_autospec(FakeParser, instance=True)
     parser.parse.return_value = True
     builder.create_builder_config.return_value = config
@@ -557,6 +602,7 @@ def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
         NetworkDefinitionCreationFlag=types.SimpleNamespace(EXPLICIT_BATCH=0, STRONGLY_TYPED=1),
         MemoryPoolType=trt.MemoryPoolType,
         IProgressMonitor=trt.IProgressMonitor,
+        ProfilingVerbosity=trt.ProfilingVerbosity,
     )
     return module, builder, config
 
@@ -579,6 +625,7 @@ def test_build_fp16_per_tensorrt_generation(tmp_path, version, fp16_flag, net_fl
         module, None, path, options, torch.device("cpu"), progress=lambda *a: phases.append(a)
     )
     assert plan == b"PLAN"
+    assert config.profiling_verbosity == trt.ProfilingVerbosity.DETAILED  # the engine can report its precision
     builder.create_network.assert_called_once_with(net_flags)
     assert [c.args[0] for c in config.set_flag.call_args_list] == set_flags
     profile = config.add_optimization_profile.call_args.args[0]

@@ -1,4 +1,4 @@
-"""Drawing detections and tile outlines onto a frame (debug images, the demo's snapshot, `detect --save-dir`)."""
+"""Drawing detections and tile outlines onto a frame (debug images, the demo's snapshot, `detect --out`)."""
 
 from __future__ import annotations
 

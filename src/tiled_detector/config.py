@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,10 +12,38 @@ from typing import Any
 from tiled_detector.decode import OutputLayout
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.merge import MatchMetric, MergeMethod
-from tiled_detector.options import check_channel_order
+from tiled_detector.options import ChannelOrder, out_of_range
 
-# Fields whose change needs the engine loaded again (everything else is applied per call).
-ENGINE_FIELDS = frozenset({"model", "backend", "device", "precision", "max_batch", "engine_options"})
+
+@dataclass(frozen=True)
+class Setting:
+    """What a user may know of a `DetectorConfig` field: its help text, range and choices, and when it applies.
+
+    runtime: changes take effect from the next frame (the node's parameter is writable); engine: a change needs
+    the engine loaded again (the rest of the non-runtime fields describe the model: labels, layout, channel
+    order); parameter: the node has it as a ROS parameter (and the CLI as a flag).
+    """
+
+    help: str
+    runtime: bool = True
+    engine: bool = False
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    parameter: bool = True
+    flag: str | None = None  # CLI flag when it is not the field's name
+
+
+def _setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None, **meta: Any) -> Any:
+    choices = meta.pop("choices", None)
+    if choices is not None:
+        meta["choices"] = tuple(member.value for member in choices)
+    if meta.get("engine"):
+        meta["runtime"] = False
+    metadata = {"setting": Setting(help, **meta)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def _default_model() -> Path | None:
@@ -28,64 +55,130 @@ def _default_model() -> Path | None:
     return Path(default_model_path())
 
 
-def _pair(name: str, value: Sequence[int] | int) -> tuple[int, int]:
+def _pair(name: str, value: Sequence[int] | int, setting: Setting) -> tuple[int, int]:
     pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
-        raise ValueError(f"{name} must be two positive integers (width, height), got {value!r}")
+    if len(pair) != 2 or not all(
+        isinstance(v, int) and not isinstance(v, bool) and setting.low <= v <= setting.high for v in pair
+    ):
+        raise ValueError(
+            f"{name} must be two positive integers (width, height) in [{setting.low}, {setting.high}], "
+            f"got {value!r}"
+        )
     return int(pair[0]), int(pair[1])
 
 
-def _in_range(name: str, value: float, low: float, high: float, high_open: bool = False) -> float:
-    value = float(value)
-    if not (low <= value < high if high_open else low <= value <= high) or math.isnan(value):
-        raise ValueError(f"{name} must be in [{low}, {high}{')' if high_open else ']'}, got {value!r}")
-    return value
+def _check(name: str, value: Any, setting: Setting) -> None:
+    """Raise ValueError when `value` is outside the setting's range."""
+    reason = out_of_range(name, value, setting.low, setting.high)
+    if reason:
+        raise ValueError(reason)
 
 
-def _positive(name: str, value: int) -> int:
+def _float(name: str, value: Any, setting: Setting) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    _check(name, float(value), setting)
+    return float(value)
+
+
+def _int(name: str, value: Any, setting: Setting) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    _check(name, value, setting)
     return value
+
+
+def _bool(name: str, value: Any, setting: Setting) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+# field annotation -> checker of its values (annotations are strings here: `from __future__ import annotations`)
+_SCALARS = {"float": _float, "int": _int, "bool": _bool}
 
 
 @dataclass(frozen=True)
 class DetectorConfig:
-    """Settings of a `TiledDetector`. String options accept enum values or their names (any case).
-
-    tile_size is (width, height) in frame pixels; overlap a ratio in [0, 1); full_frame adds a letterboxed view
-    of the whole frame to the batch; classes keeps only those class ids (None: all); top_k caps candidates per
-    batch image before merging; seam_suppression drops boxes cut by a tile seam when another view sees the whole
-    object; labels overrides the class names found in the model; profile synchronises the device at every
-    stage so that per-stage timings are host wall times (slower). engine_options go to the engine's
-    constructor (e.g. ONNX Runtime `threads`, torch `input_shape`). channel_order is the model's input order
-    (rgb or bgr). sync_free (CUDA only) post-processes on fixed-size tensors so that a frame costs exactly one
-    host-to-device and one device-to-host copy and the host never waits mid-frame; False takes the exact path
-    with data-dependent shapes, which synchronises about a dozen times but launches fewer kernels.
+    """Settings of a `TiledDetector`; each field's `Setting` (`settings()`) gives its help, range and whether it
+    changes at runtime: the node's parameters, config/detector.yaml and the CLI flags are derived from them.
+    String options accept enum values or their names (any case). tile_size is (width, height) in frame pixels.
     """
 
-    model: Path | None = field(default_factory=_default_model)
-    backend: Backend = Backend.AUTO
-    device: str = "cpu"
-    precision: Precision = Precision.FP32
-    tile_size: tuple[int, int] = (640, 640)
-    overlap: float = 0.2
-    full_frame: bool = True
-    conf_threshold: float = 0.25
-    merge: MergeMethod = MergeMethod.NMS
-    match_metric: MatchMetric = MatchMetric.IOS
-    merge_threshold: float = 0.5
-    class_agnostic: bool = False
-    max_detections: int = 300
-    classes: tuple[int, ...] | None = None
-    top_k: int = 100
-    layout: OutputLayout = OutputLayout.AUTO
-    max_batch: int = 32
-    seam_suppression: bool = True
-    labels: tuple[str, ...] | None = None
-    channel_order: str = "rgb"
-    sync_free: bool = True
-    profile: bool = False
-    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    model: Path | None = _setting(
+        help="model file (.onnx, .engine/.plan, .ts/.pt2); empty = the bundled default model",
+        factory=_default_model,
+        engine=True,
+    )
+    backend: Backend = _setting(
+        Backend.AUTO,
+        "inference backend; auto picks TensorRT for .onnx on CUDA when installed",
+        engine=True,
+        choices=Backend,
+    )
+    device: str = _setting("cpu", "torch device of the engine: cpu, cuda or cuda:N", engine=True)
+    precision: Precision = _setting(
+        Precision.FP32,
+        "engine precision: fp16 with TensorRT or torch on CUDA, int8 with TensorRT",
+        engine=True,
+        choices=Precision,
+    )
+    tile_size: tuple[int, int] = _setting((640, 640), "tile width and height in pixels", low=16, high=8192)
+    overlap: float = _setting(0.2, "overlap ratio between neighbouring tiles", low=0.0, high=0.95)
+    full_frame: bool = _setting(True, "also run the whole frame (letterboxed) in the same batch")
+    conf_threshold: float = _setting(0.25, "minimum detection score", low=0.0, high=1.0, flag="conf")
+    merge: MergeMethod = _setting(
+        MergeMethod.NMS, "how detections from overlapping tiles are merged", choices=MergeMethod
+    )
+    match_metric: MatchMetric = _setting(
+        MatchMetric.IOS,
+        "overlap measure for merging: intersection over union or over smaller",
+        choices=MatchMetric,
+    )
+    merge_threshold: float = _setting(
+        0.5, "overlap above which two detections are the same object", low=0.0, high=1.0
+    )
+    class_agnostic: bool = _setting(False, "merge detections across classes")
+    max_detections: int = _setting(300, "most detections per frame (highest scores kept)", low=1, high=100000)
+    classes: tuple[int, ...] | None = _setting(
+        None, "only these classes (names or ids); not set or empty = all"
+    )
+    top_k: int = _setting(100, "most candidates per tile (highest scores) before merging", low=1, high=100000)
+    layout: OutputLayout = _setting(
+        OutputLayout.AUTO,
+        "model output layout; auto detects it from the output shapes",
+        runtime=False,
+        choices=OutputLayout,
+    )
+    max_batch: int = _setting(
+        32, "largest engine batch; larger tile batches are split", engine=True, low=1, high=1024
+    )
+    seam_suppression: bool = _setting(
+        True, "drop a box cut by a tile seam when another view sees the whole object"
+    )
+    labels: tuple[str, ...] | None = _setting(
+        None, "class names by id; not set = the labels stored with the model", runtime=False
+    )
+    channel_order: str = _setting(
+        "rgb", "channel order the model expects", runtime=False, choices=ChannelOrder
+    )
+    sync_free: bool = _setting(
+        True,
+        "CUDA: post-process on fixed-size tensors, one host-to-device and one device-to-host copy per "
+        "frame (false: the exact path with data-dependent shapes)",
+        parameter=False,
+    )
+    profile: bool = _setting(
+        False,
+        "synchronise the device at every stage so that stage timings are wall times (slower)",
+        parameter=False,
+    )
+    engine_options: Mapping[str, Any] = _setting(
+        help="options of the engine's constructor (ONNX Runtime threads, torch input_shape, ...)",
+        factory=dict,
+        engine=True,
+        parameter=False,
+    )
 
     def __post_init__(self) -> None:
         def set_(name: str, value: object) -> None:
@@ -94,24 +187,16 @@ class DetectorConfig:
         if self.model is None:
             raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
         set_("model", Path(self.model))
-        set_("backend", Backend.from_value(self.backend))
-        set_("precision", Precision.from_value(self.precision))
-        set_("merge", MergeMethod.from_value(self.merge))
-        set_("match_metric", MatchMetric.from_value(self.match_metric))
-        set_("layout", OutputLayout.from_value(self.layout))
+        for name, option in _OPTIONS.items():
+            set_(name, option.from_value(getattr(self, name)))
         device = str(self.device).lower()
         if not (device in {"cpu", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         set_("device", device)
-        set_("tile_size", _pair("tile_size", self.tile_size))
-        set_("overlap", _in_range("overlap", self.overlap, 0.0, 1.0, high_open=True))
-        set_("conf_threshold", _in_range("conf_threshold", self.conf_threshold, 0.0, 1.0))
-        set_("merge_threshold", _in_range("merge_threshold", self.merge_threshold, 0.0, 1.0))
-        for name in ("max_detections", "top_k", "max_batch"):
-            _positive(name, getattr(self, name))
-        for name in ("full_frame", "class_agnostic", "seam_suppression", "profile", "sync_free"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        set_("tile_size", _pair("tile_size", self.tile_size, settings()["tile_size"]))
+        for f in dataclasses.fields(self):
+            if f.type in _SCALARS:
+                set_(f.name, _SCALARS[f.type](f.name, getattr(self, f.name), f.metadata["setting"]))
         if self.classes is not None:
             classes = tuple(self.classes)
             if not classes or not all(
@@ -125,7 +210,6 @@ class DetectorConfig:
             if isinstance(self.labels, str) or not all(isinstance(n, str) for n in self.labels):
                 raise ValueError(f"labels must be None or a list of class names, got {self.labels!r}")
             set_("labels", tuple(self.labels))
-        check_channel_order(self.channel_order)
         if not isinstance(self.engine_options, Mapping):
             raise ValueError(f"engine_options must be a mapping, got {self.engine_options!r}")
         set_("engine_options", MappingProxyType(dict(self.engine_options)))
@@ -144,3 +228,28 @@ class DetectorConfig:
                 f"unknown detector settings {unknown}; expected some of: {', '.join(sorted(names))}"
             )
         return dataclasses.replace(self, **changes)
+
+
+# string-option fields -> their enum
+_OPTIONS = {
+    "backend": Backend,
+    "precision": Precision,
+    "merge": MergeMethod,
+    "match_metric": MatchMetric,
+    "layout": OutputLayout,
+    "channel_order": ChannelOrder,
+}
+
+# fields whose change needs the engine loaded again (everything else is applied per call)
+ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(DetectorConfig) if f.metadata["setting"].engine)
+
+
+def settings() -> dict[str, Setting]:
+    """Every field's `Setting`, in field order."""
+    return {f.name: f.metadata["setting"] for f in dataclasses.fields(DetectorConfig)}
+
+
+def default(name: str) -> Any:
+    """The default value of a `DetectorConfig` field."""
+    f = next(f for f in dataclasses.fields(DetectorConfig) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default

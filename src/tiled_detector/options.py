@@ -26,10 +26,25 @@ class Option(str, enum.Enum):
         raise ValueError(f"unknown {what} {value!r}; expected one of: {valid}")
 
 
+class ChannelOrder(Option):
+    """Channel order of the model's input."""
+
+    RGB = "rgb"
+    BGR = "bgr"
+
+
 def check_channel_order(channel_order: str) -> str:
     """`channel_order` if it is a model input order ('rgb' or 'bgr'), else ValueError."""
-    if channel_order not in ("rgb", "bgr"):
+    if channel_order not in tuple(ChannelOrder):
         raise ValueError(
             f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
         )
-    return channel_order
+    return str(ChannelOrder(channel_order).value)
+
+
+def out_of_range(name: str, value: float, low: float | None, high: float | None) -> str | None:
+    """Why `value` is outside [low, high] (either bound may be None), or None when it is inside."""
+    if (low is not None and not value >= low) or (high is not None and not value <= high):
+        bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+        return f"{name} must be in {bounds}, got {value!r}"
+    return None

@@ -10,6 +10,11 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from tiled_detector.commands.settings import add_settings, parameter_values
+from tiled_detector.config import DetectorConfig
+
+BUILD_SETTINGS = ("device", "precision", "max_batch", "tile_size", "overlap", "full_frame")
+
 
 class TextProgress:
     """A one-line progress bar on a stream (tqdm's when tqdm is installed) fed by (phase, done, total)."""
@@ -47,8 +52,6 @@ class TextProgress:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `tiled-detector build-engine`."""
     parser.add_argument("model", type=Path, help="ONNX model")
-    parser.add_argument("--precision", default="fp16", choices=["fp32", "fp16", "int8"])
-    parser.add_argument("--max-batch", type=int, default=32, help="largest batch the engine accepts")
     parser.add_argument(
         "--opt-batch",
         type=int,
@@ -65,20 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
     parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
     parser.add_argument(
-        "--tile-size",
-        type=int,
-        nargs=2,
-        metavar=("W", "H"),
-        help="run-time tile width and height (default: input)",
-    )
-    parser.add_argument("--overlap", type=float, default=0.2, help="run-time tile overlap ratio")
-    parser.add_argument("--no-full-frame", action="store_true", help="run time has no full-frame view")
-    parser.add_argument(
         "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
     )
-    parser.add_argument("--output", type=Path, help="also copy the engine to this file")
-    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--out", type=Path, help="also copy the engine to this file")
     parser.add_argument("--verbose", action="store_true", help="TensorRT's info messages too")
+    # the node's settings that shape the engine (precision, batch) and its INT8 calibration (tiles)
+    add_settings(parser, only=BUILD_SETTINGS, defaults={"device": "cuda:0"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,14 +82,15 @@ def run(args: argparse.Namespace) -> int:
 
     from tiled_detector.calibration import calibration_batches
     from tiled_detector.devices import require_cuda
-    from tiled_detector.engines.base import Precision
     from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
+    from tiled_detector.parameters import config_changes
 
     if not args.model.is_file():
         print(f"error: {args.model} is not a file", file=sys.stderr)
         return 2
-    device = torch.device(args.device)
+    config = DetectorConfig(**{**config_changes(parameter_values(args)), "model": args.model})
+    device = torch.device(config.device)
     # checked before any TensorRT call: without a GPU the native builder can crash the process
     require_cuda(device, "build-engine builds TensorRT engines on the GPU they will run on")
     trt = import_tensorrt()
@@ -103,12 +99,11 @@ def run(args: argparse.Namespace) -> int:
     input_hw = (args.input_size[1], args.input_size[0]) if args.input_size else None
     batches = None
     if args.calib is not None:
-        tile_hw = (args.tile_size[1], args.tile_size[0]) if args.tile_size else None
-        batches = calibration_batches(args.calib, device, tile_hw, args.overlap, not args.no_full_frame)
+        batches = calibration_batches(args.calib, device, config.tile_hw, config.overlap, config.full_frame)
     options = BuildOptions(
-        precision=Precision.from_value(args.precision),
-        max_batch=args.max_batch,
-        opt_batch=args.opt_batch or min(BuildOptions.opt_batch, args.max_batch),
+        precision=config.precision,
+        max_batch=config.max_batch,
+        opt_batch=args.opt_batch or min(BuildOptions.opt_batch, config.max_batch),
         input_hw=input_hw,
         calib=args.calib,
         calib_batches=batches,
@@ -117,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     _, path = load_or_build(trt, runtime, logger, args.model, options, device, args.cache_dir, TextProgress())
     print(f"engine: {path} ({time.monotonic() - started:.1f} s, TensorRT {trt.__version__})")
-    if args.output is not None:
-        shutil.copyfile(path, args.output)
-        print(f"copied to {args.output}")
+    if args.out is not None:
+        shutil.copyfile(path, args.out)
+        print(f"copied to {args.out}")
     return 0

@@ -10,25 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-
-def default_params_file() -> Path:
-    """config/detector.yaml of a source checkout, else the installed share/tiled_detector copy."""
-    here = Path(__file__).resolve()
-    candidates = (
-        here.parents[3] / "config" / "detector.yaml",
-        Path(sys.prefix) / "share" / "tiled_detector" / "config" / "detector.yaml",
-    )
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("config/detector.yaml not found: pass --params-file")
+from tiled_detector.commands.settings import add_settings, default_params_file, flag_parameters
+from tiled_detector.config import DetectorConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="seed of the sample bag's first frame")
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
-    parser.add_argument("--params-file", type=Path, default=None, help="default: config/detector.yaml")
-    parser.add_argument("--model", default="", help="model file; default: the params file's (bundled model)")
-    parser.add_argument(
-        "--device", default="", help="engine device, e.g. cuda (default: the params file's, cpu)"
-    )
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="sample bag, replay record, image")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
+    add_settings(parser, params_file_help="the node's params file (default config/detector.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
         f"sample bag: {bag} ({args.frames} frames {args.width}x{args.height}, {time.monotonic() - started:.1f} s)"
     )
     say(f"replaying it lock-step through the detector node ({params_file})")
-    overrides = {name: value for name, value in (("model", args.model), ("device", args.device)) if value}
-    options = ReplayOptions(params_file=params_file, parameters=overrides)
+    options = ReplayOptions(params_file=params_file, parameters=flag_parameters(args))
     try:
         report = replay_bag(bag, options, output=args.out / "replay")
     except ReplayError as error:
@@ -77,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     counts = [len(r.detections[1]) for r in answered]
     busy_s = sum(r.latency_ms for r in answered) / 1e3
-    image_path = _write_snapshot(bag, answered, report.labels, args.out / "demo_annotated.png", params_file)
+    image_path = _write_snapshot(
+        bag, answered, report.labels, args.out / "demo_annotated.png", params_file, options.parameters
+    )
     summary = {
         "frames": len(answered),
         "frames_sent": report.frames_sent,
@@ -106,24 +93,21 @@ def run(args: argparse.Namespace) -> int:
     return 0 if len(answered) == report.frames_sent else 1
 
 
-def _tiling(params_file: Path) -> tuple[int, int, float]:
-    """tile_width, tile_height and overlap the node runs with: the params file's, else the defaults."""
-    import yaml
+def _tiling(params_file: Path, overrides: dict[str, Any]) -> tuple[tuple[int, int], float]:
+    """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults."""
+    from tiled_detector.parameters import config_changes, read_params_file
 
-    from tiled_detector.ros.params import BY_NAME
-
-    sections = yaml.safe_load(params_file.read_text()) or {}
-    values = {}
-    for section in sections.values():  # `/**` and node-name sections
-        values.update((section or {}).get("ros__parameters", {}))
-    width, height, overlap = (
-        values.get(n, BY_NAME[n].default) for n in ("tile_width", "tile_height", "overlap")
-    )
-    return int(width), int(height), float(overlap)
+    config = DetectorConfig(**config_changes({**read_params_file(params_file), **overrides}))
+    return config.tile_size, config.overlap
 
 
 def _write_snapshot(
-    bag: Path, answered: list, labels: tuple[str, ...], path: Path, params_file: Path
+    bag: Path,
+    answered: list,
+    labels: tuple[str, ...],
+    path: Path,
+    params_file: Path,
+    overrides: dict[str, Any],
 ) -> Path:
     """Annotate the answered frame with the most detections (tiles drawn) and write it atomically as PNG."""
     import cv2
@@ -137,7 +121,7 @@ def _write_snapshot(
     best = max(answered, key=lambda r: len(r.detections[1]))
     message = next(m for m in read_messages(bag) if m.msgtype == IMAGE and m.stamp_ns == best.stamp_ns)
     frame, encoding = imgmsg_to_array(deserialize(message.data, IMAGE))
-    tile_width, tile_height, overlap = _tiling(params_file)
+    (tile_width, tile_height), overlap = _tiling(params_file, overrides)
     tiles = plan_tiles(frame.shape[0], frame.shape[1], tile_height, tile_width, overlap)
     drawn = annotate(frame, Detections(*best.detections), labels, tiles)
     bgr = drawn[..., ::-1] if annotated_encoding(encoding) == "rgb8" else drawn

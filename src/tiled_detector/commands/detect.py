@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tiled_detector.engines.base import Backend
-from tiled_detector.merge import MatchMetric, MergeMethod
+from tiled_detector.commands.settings import add_settings, parameter_values
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,36 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="end with one JSON object holding every detection"
     )
-    parser.add_argument("--model", type=Path, help="model file (default: the bundled model)")
-    parser.add_argument("--backend", default="auto", choices=[b.value for b in Backend])
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--tile-size", nargs=2, type=int, default=(640, 640), metavar=("W", "H"))
-    parser.add_argument("--overlap", type=float, default=0.2, help="tile overlap ratio in [0, 1)")
-    parser.add_argument("--no-full-frame", dest="full_frame", action="store_false", help="tiles only")
-    parser.add_argument("--conf", type=float, default=0.25, help="confidence threshold")
-    parser.add_argument("--merge", default="nms", choices=[m.value for m in MergeMethod])
-    parser.add_argument("--metric", default="ios", choices=[m.value for m in MatchMetric])
-    parser.add_argument("--save-dir", type=Path, help="write annotated copies of the images here")
+    parser.add_argument("--out", type=Path, help="write annotated copies of the images into this folder")
+    add_settings(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Detect in every image; returns 1 when an image could not be read, else 0."""
-    from tiled_detector.detector import TiledDetector
+    from tiled_detector.parameters import build_detector
 
-    detector = TiledDetector(
-        args.model,
-        backend=args.backend,
-        device=args.device,
-        tile_size=tuple(args.tile_size),
-        overlap=args.overlap,
-        full_frame=args.full_frame,
-        conf_threshold=args.conf,
-        merge=args.merge,
-        match_metric=args.metric,
-    )
+    detector = build_detector(parameter_values(args))
     labels = detector.labels
-    if args.save_dir:
-        args.save_dir.mkdir(parents=True, exist_ok=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     results, status = [], 0
     for path in args.images:
         image, problem = read_image(path)
@@ -70,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
         counts = {n: names.count(n) for n in sorted(set(names))}
         summary = ", ".join(f"{n} {k}" for n, k in counts.items()) or "nothing"
         print(f"{path}: {len(dets)} detections ({summary}) in {dets.timings['total']:.1f} ms")
-        if args.save_dir:
+        if args.out:
             _save_annotated(
-                image, dets, labels, detector.plan_for(*image.shape[:2]).tiles, args.save_dir / path.name
+                image, dets, labels, detector.plan_for(*image.shape[:2]).tiles, args.out / path.name
             )
         results.append(
             {

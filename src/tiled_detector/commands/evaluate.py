@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from tiled_detector.commands.settings import add_settings, parameter_values
 from tiled_detector.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
 
 
@@ -19,10 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--width", type=int, default=1920, help="frame width (default 1920)")
     parser.add_argument("--height", type=int, default=1080, help="frame height (default 1080)")
-    parser.add_argument("--model", type=Path, help="model file (default: the bundled model)")
-    parser.add_argument("--backend", default="auto", help="auto, onnxruntime, torch or tensorrt")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--conf", type=float, help="confidence threshold (default: the detector's)")
     parser.add_argument(
         "--configs", nargs="+", default=list(CONFIGS), metavar="NAME", help=f"subset of: {' '.join(CONFIGS)}"
     )
@@ -30,19 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("eval_out"), help="report folder (default ./eval_out)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_settings(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the detector, evaluate every configuration, write the report and print the table (or JSON)."""
-    from tiled_detector.detector import TiledDetector
+    from tiled_detector.parameters import build_detector
 
     if args.frames < 1:
         print(f"--frames must be at least 1, got {args.frames}", file=sys.stderr)
         return 2
-    settings = {"backend": args.backend, "device": args.device}
-    if args.conf is not None:
-        settings["conf_threshold"] = args.conf
-    detector = TiledDetector(args.model, **settings)
+    detector = build_detector(parameter_values(args))
 
     def progress(done: int, total: int) -> None:
         if done % 10 == 0 or done == total:

@@ -6,9 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from tiled_detector.commands.settings import add_settings, default_params_file, flag_parameters
+
 EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 2: the replay could not run):
   tiled-detector make-bag bags/sample --frames 30          # or record one on the robot: ros2 bag record
-  tiled-detector replay bags/sample --min-ap50 0.80 --min-recall 0.80 --output out/replay --json
+  tiled-detector replay bags/sample --min-ap50 0.80 --min-recall 0.80 --out out/replay --json
 
   The last line printed with --json is one JSON object:
     {"frames_sent": 30, "frames_answered": 30, "dropped": 0, "AP50": 0.9, "precision": ..., "recall": ...,
@@ -39,21 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
     parser.add_argument(
-        "--output",
+        "--out",
         type=Path,
         default=None,
+        metavar="DIR",
         help="write DIR/detections (a bag of the answers) and DIR/report.json",
     )
     parser.add_argument("--attach", action="store_true", help="use a running node instead of starting one")
-    parser.add_argument(
-        "--params-file", type=Path, default=None, help="node parameters (default config/detector.yaml)"
-    )
     parser.add_argument(
         "--param",
         action="append",
         default=[],
         metavar="NAME:=VALUE",
-        help="extra node parameter, e.g. --param conf_threshold:=0.3 (repeatable)",
+        help="any other node parameter, e.g. --param transport:=compressed (repeatable)",
     )
     parser.add_argument(
         "--timeout",
@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--topic", default=None, help="image topic of the bag (default: its only image topic)"
     )
     parser.add_argument("--detections-topic", default="detections", help="topic the node answers on")
+    add_settings(parser, params_file_help="the node's params file (default config/detector.yaml)")
 
 
 def _parameters(items: list[str]) -> dict[str, object]:
@@ -91,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
         thresholds = Thresholds(args.min_ap50, args.min_recall, args.max_drop_rate)
         params_file = args.params_file
         if params_file is None and not args.attach:
-            from tiled_detector.commands.demo import default_params_file
-
             params_file = default_params_file()
         options = ReplayOptions(
             mode=args.mode,
@@ -102,9 +101,9 @@ def run(args: argparse.Namespace) -> int:
             detections_topic=args.detections_topic,
             attach=args.attach,
             params_file=params_file,
-            parameters=_parameters(args.param),
+            parameters={**_parameters(args.param), **flag_parameters(args)},
         )
-        report = replay_bag(args.bag, options, args.output)
+        report = replay_bag(args.bag, options, args.out)
     except (ReplayError, ValueError, FileNotFoundError) as error:
         print(f"replay: cannot run: {error}")
         if args.json:

@@ -54,11 +54,13 @@ class OnnxRuntimeEngine(Engine):
     """An ONNX model in an ONNX Runtime session, fed and read through I/O binding on torch buffers.
 
     `threads` sets the intra-op thread count (default: ONNX Runtime's own default, one per physical core).
-    Static-shaped outputs are written straight into torch tensors; dynamic ones are allocated by ONNX Runtime
-    and wrapped through DLPack. fp16 needs a model whose input is float16 (ONNX Runtime does not convert).
+    One I/O binding serves every call; static-shaped outputs are written straight into torch buffers allocated
+    once at `max_batch` (the next call overwrites them), dynamic ones are allocated by ONNX Runtime and wrapped
+    through DLPack. On CUDA the session runs on torch's current stream, followed per call. fp16 needs a model whose input is float16 (ONNX Runtime does not convert).
     """
 
     backend = Backend.ONNXRUNTIME
+    reuses_output_buffers = True
 
     def __init__(
         self,
@@ -120,6 +122,13 @@ class OnnxRuntimeEngine(Engine):
         self.labels = _labels(self._session)
         self._device_type = "cuda" if self.device.type == "cuda" else "cpu"
         self._device_id = (self.device.index or 0) if self.device.type == "cuda" else 0
+        # one binding and one buffer per batch output at the largest batch, reused by every call
+        self._binding = self._session.io_binding()
+        self._buffers = {
+            spec.name: torch.empty((self.max_batch, *spec.shape[1:]), dtype=spec.dtype, device=self.device)
+            for spec in self.outputs
+            if spec.name in self._batch_outputs
+        }
 
     def _metadata_imgsz(self) -> tuple[int, int] | None:
         """The export size ultralytics stores in the model metadata (`imgsz`: '[640, 640]' or '640')."""
@@ -137,9 +146,22 @@ class OnnxRuntimeEngine(Engine):
                 f"ONNX Runtime cannot run on {self.device}: available providers are "
                 f"{ort.get_available_providers()} (install onnxruntime-gpu for CUDA)"
             )
-        stream = torch.cuda.current_stream(self.device).cuda_stream  # run on torch's stream: no extra syncs
-        cuda = {"device_id": str(self.device.index or 0), "user_compute_stream": str(stream)}
-        return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+        self._stream = torch.cuda.current_stream(self.device).cuda_stream
+        return [("CUDAExecutionProvider", self._cuda_options(self._stream)), "CPUExecutionProvider"]
+
+    def _cuda_options(self, stream: int) -> dict[str, str]:
+        """The CUDA provider on `stream` (torch's: no extra synchronisation between torch and the session)."""
+        return {"device_id": str(self.device.index or 0), "user_compute_stream": str(stream)}
+
+    def _follow_stream(self) -> None:
+        """CUDA: run on torch's current stream; a new one re-binds the provider to it (rare: once per stream)."""
+        if self.device.type != "cuda":
+            return
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        if stream != self._stream:
+            options = [self._cuda_options(stream), {}]
+            self._session.set_providers(["CUDAExecutionProvider", "CPUExecutionProvider"], options)
+            self._stream = stream
 
     @staticmethod
     def _check_precision(precision: Precision, dtype: torch.dtype, model: Path) -> Precision:
@@ -155,8 +177,10 @@ class OnnxRuntimeEngine(Engine):
         return Precision.FP16 if dtype == torch.float16 else Precision.FP32
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        self._follow_stream()
         batch = batch.contiguous()
-        binding = self._session.io_binding()
+        n = batch.shape[0]
+        binding = self._binding
         binding.bind_input(
             self.input.name,
             self._device_type,
@@ -167,8 +191,8 @@ class OnnxRuntimeEngine(Engine):
         )
         results: dict[str, torch.Tensor] = {}
         for spec in self.outputs:
-            if spec.name in self._batch_outputs:
-                out = torch.empty((batch.shape[0], *spec.shape[1:]), dtype=spec.dtype, device=self.device)
+            if spec.name in self._buffers:
+                out = results[spec.name] = self._buffers[spec.name][:n]
                 binding.bind_output(
                     spec.name,
                     self._device_type,
@@ -177,11 +201,10 @@ class OnnxRuntimeEngine(Engine):
                     tuple(out.shape),
                     out.data_ptr(),
                 )
-                results[spec.name] = out
             else:
                 binding.bind_output(spec.name, self._device_type, self._device_id)
         self._session.run_with_iobinding(binding)
-        allocated = [s.name for s in self.outputs if s.name not in self._batch_outputs]
+        allocated = [s.name for s in self.outputs if s.name not in self._buffers]
         if allocated:
             values = dict(zip([s.name for s in self.outputs], binding.get_outputs(), strict=True))
             results.update({name: torch.from_dlpack(values[name]) for name in allocated})

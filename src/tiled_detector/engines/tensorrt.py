@@ -2,7 +2,7 @@
 
 Runs a serialized engine (.engine / .plan) or builds one from ONNX through the engine cache. The input
 buffer is preallocated at the profile maximum and exposed (`input_buffer`) so preprocessing can write
-straight into it; outputs are preallocated and reused until the batch shape changes. Work is enqueued on
+straight into it; outputs are allocated once at the profile maximum and every call writes into them. Work is enqueued on
 torch's current CUDA stream and a torch CUDA event is recorded after it (`done_event`): consumers on the
 same stream need nothing, consumers on another stream wait on the event.
 
@@ -24,9 +24,11 @@ import torch
 
 from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
 from tiled_detector.engines.tensorrt_api import (
+    LOG,
     TensorRTError,
     checked,
     deserialize,
+    engine_precision,
     import_tensorrt,
     make_logger,
 )
@@ -250,13 +252,41 @@ class TensorRTEngine(Engine):
             raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
         self._in = inputs[0]
         self._outs = [t for t in tensors if not t.is_input]
+        if model.suffix.lower() != ".onnx":
+            self.precision = self._prebuilt_precision(model, [str(t.dtype) for t in tensors])
         self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
         self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
         max_shape = self._in.max_shape or self._in.shape
         self.max_batch = min(max_batch, max_shape[0])
         self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
+        # outputs at the largest batch, allocated once: every call writes into the same memory (a captured
+        # CUDA graph replays with these addresses)
         self._outputs: dict[str, torch.Tensor] = {}
+        for spec in self._outs:  # outputs whose shape the input's H, W decide are allocated at their first call
+            if all(d >= 0 for d in spec.shape[1:]):
+                self._output_buffer(spec, (self.fixed_batch or self.max_batch, *spec.shape[1:]))
         self._done = new_event()
+
+    def _prebuilt_precision(self, model: Path, io_dtypes: list[str]) -> Precision:
+        """The precision a prebuilt engine was built with (the `precision` setting cannot change it); the
+        requested one, with a warning, when the engine does not record it."""
+        found = engine_precision(self.trt, self._engine, io_dtypes)
+        if found is None:
+            LOG.warning(
+                "%s does not record its precision (built without detailed profiling verbosity); reporting the "
+                "requested %s",
+                model,
+                self.precision.value,
+            )
+            return self.precision
+        if found is not self.precision:
+            LOG.warning(
+                "%s was built for %s: the precision setting %s does not apply to a prebuilt engine",
+                model,
+                found.value,
+                self.precision.value,
+            )
+        return found
 
     @property
     def done_event(self) -> Any:
@@ -306,11 +336,10 @@ class TensorRTEngine(Engine):
         return buffer
 
     def _output_buffer(self, spec: IOTensor, shape: tuple[int, ...]) -> torch.Tensor:
-        """The reused output buffer, reallocated only when the shape changes."""
+        """The output buffer's leading `shape[0]` rows (reallocated only for a shape it cannot hold)."""
         if any(d < 0 for d in shape):
             raise TensorRTError(f"output {spec.name!r} has a data-dependent shape {shape}: not supported")
         buffer = self._outputs.get(spec.name)
-        if buffer is None or tuple(buffer.shape) != shape:
-            buffer = allocate(shape, spec.dtype, self.device)
-            self._outputs[spec.name] = buffer
-        return buffer
+        if buffer is None or tuple(buffer.shape[1:]) != shape[1:] or buffer.shape[0] < shape[0]:
+            buffer = self._outputs[spec.name] = allocate(shape, spec.dtype, self.device)
+        return buffer[: shape[0]]

@@ -4,11 +4,14 @@ deserialisation. Shared by the engine (`tensorrt.py`) and the builder (`tensorrt
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
+
+from tiled_detector.engines.base import Precision
 
 LOG = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -81,3 +84,31 @@ def deserialize(runtime: Any, data: bytes) -> Any | None:
     except (RuntimeError, TypeError, ValueError) as err:
         LOG.warning("engine does not deserialize: %s", err)
         return None
+
+
+def engine_precision(trt: ModuleType, engine: Any, io_dtypes: Iterable[str]) -> Precision | None:
+    """The lowest precision an engine's layers run in, read from the engine itself: from the engine inspector's
+    layer formats when it was built with detailed profiling verbosity (as `build-engine` builds), else from its
+    I/O tensor types (`io_dtypes`, e.g. "torch.float16") when they are reduced; None when the engine does not
+    say (fp32 I/O, no layer details)."""
+    layers = []
+    detailed = getattr(trt, "ProfilingVerbosity", None)
+    if detailed is not None and getattr(engine, "profiling_verbosity", None) == detailed.DETAILED:
+        try:  # the lean runtime's bindings cannot return the inspector
+            inspector = checked(engine.create_engine_inspector, what="create_engine_inspector")
+            info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+        except (TensorRTError, json.JSONDecodeError) as error:
+            LOG.debug("no layer information: %s", error)
+            info = {}
+        layers = [layer for layer in info.get("Layers", []) if isinstance(layer, dict)]
+    formats = " ".join(
+        str(tensor.get("Format/Datatype", ""))
+        for layer in layers
+        for tensor in (*layer.get("Inputs", ()), *layer.get("Outputs", ()))
+    )
+    formats = (formats if layers else " ".join(io_dtypes)).lower()
+    if "int8" in formats:
+        return Precision.INT8
+    if "fp16" in formats or "half" in formats or "float16" in formats:
+        return Precision.FP16
+    return Precision.FP32 if layers else None

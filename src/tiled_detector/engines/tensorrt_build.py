@@ -323,6 +323,8 @@ def build_serialized(
         config.max_workspace_size = options.workspace_bytes
     for flag in actions.builder_flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
+    if hasattr(trt, "ProfilingVerbosity"):  # layer formats in the engine: it reports its own precision
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     lo, opt, hi = profile_shapes(options, chw)
     profile = checked(builder.create_optimization_profile, what="create_optimization_profile")
     profile.set_shape(name, lo, opt, hi)

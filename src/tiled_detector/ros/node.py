@@ -32,8 +32,8 @@ from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
 from tiled_detector.config import DetectorConfig
-from tiled_detector.detector import TiledDetector
 from tiled_detector.errors import one_line
+from tiled_detector.parameters import build_detector, runtime_changes
 from tiled_detector.ros.detections import detections_to_msg
 from tiled_detector.ros.fastdds import FASTDDS_PROFILE
 from tiled_detector.ros.images import (
@@ -42,7 +42,7 @@ from tiled_detector.ros.images import (
     compressed_to_array,
     imgmsg_to_array,
 )
-from tiled_detector.ros.params import BY_NAME, PARAMS, Param, pipeline_changes, string_list
+from tiled_detector.ros.params import BY_NAME, PARAMS, USAGE, declared_value, descriptor
 from tiled_detector.ros.stats import FrameSlot, Stats
 
 try:  # Iron and later
@@ -74,10 +74,10 @@ class DetectorNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self._check_override_types()
         for param in PARAMS:
-            descriptor = param.descriptor()
+            described = descriptor(param)
             # `model` becomes read-only once the loaded path is known (_show_loaded_model)
-            descriptor.read_only &= param.name != "model"
-            self.declare_parameter(param.name, _declared_value(param), descriptor)
+            described.read_only &= param.name != "model"
+            self.declare_parameter(param.name, declared_value(param), described)
         self._warn_unknown_overrides()
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
         for param in PARAMS:
@@ -85,19 +85,9 @@ class DetectorNode(Node):
             if reason:
                 raise ValueError(reason)
 
-        detector = TiledDetector(
-            model=values["model"] or None,
-            backend=values["backend"],
-            device=values["device"],
-            precision=values["precision"],
-            max_batch=values["max_batch"],
-            channel_order=values["model_channel_order"],
-            layout=values["layout"],
-            labels=tuple(string_list(values["labels"])) or None,
-        )
+        detector = build_detector(values)
         values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
-        detector.update(**pipeline_changes(values, self.labels))
         self._detector = (
             detector  # used by the worker thread only (it applies parameter changes between frames)
         )
@@ -176,7 +166,7 @@ class DetectorNode(Node):
     def _show_loaded_model(self, path: str) -> str:
         """Re-declare the read-only `model` parameter with the path actually loaded (e.g. the bundled model)."""
         self.undeclare_parameter("model")
-        self.declare_parameter("model", path, BY_NAME["model"].descriptor(), ignore_override=True)
+        self.declare_parameter("model", path, descriptor(BY_NAME["model"]), ignore_override=True)
         return path
 
     # --- callbacks -------------------------------------------------------------------------------------------
@@ -210,7 +200,7 @@ class DetectorNode(Node):
         if "tile_width" in runtime or "tile_height" in runtime:
             runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
         try:
-            candidate = current.replace(**pipeline_changes(runtime, self.labels))
+            candidate = current.replace(**runtime_changes(runtime, self.labels))
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:
@@ -337,28 +327,6 @@ class DetectorNode(Node):
         self._stop.set()
         self._slot.close()
         self._worker.join(timeout=10)
-
-
-def _declared_value(param: Param) -> Any:
-    """The value to declare: the default; lists that are 'not set' by default are declared empty (a parameter
-    left unset would empty rclpy's batched get, and so `ros2 param dump`)."""
-    if param.default is None:
-        return [] if param.value_type is list else ""
-    return param.default
-
-
-USAGE = """usage: detector_node [--ros-args --params-file FILE -p NAME:=VALUE -r image:=TOPIC ...]
-
-The tiled_detector node: subscribes `image` (sensor_msgs/Image; `image/compressed` with transport:=compressed),
-publishes `detections` (vision_msgs/Detection2DArray), `debug_image` and /diagnostics.
-Usually started with `ros2 launch tiled_detector detector.launch.py image:=/camera/image_raw`.
-
-parameters (ro = read-only, fixed at start; the others change at runtime with `ros2 param set`):
-""" + "\n".join(
-    f"  {p.name:<20} {'' if p.default is None else repr(p.default):<14} {'(ro) ' if p.read_only else ''}"
-    f"{p.description}"
-    for p in PARAMS
-)
 
 
 def main(args: Sequence[str] | None = None) -> int:

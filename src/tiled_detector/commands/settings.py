@@ -1,0 +1,97 @@
+"""The detector's settings as command-line flags, one per `DetectorConfig` setting with the same name in every
+subcommand, plus `--params-file` (a ROS 2 params file such as config/detector.yaml). Flags override the file;
+what neither gives keeps the built-in default. Help texts, ranges and choices come from the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from tiled_detector.config import DetectorConfig, default, settings
+from tiled_detector.parameters import as_parameters, read_params_file
+
+_TYPES = {"float": float, "int": int, "str": str}
+
+
+def default_params_file() -> Path:
+    """config/detector.yaml of a source checkout, else the installed share/tiled_detector copy."""
+    here = Path(__file__).resolve()
+    candidates = (
+        here.parents[3] / "config" / "detector.yaml",
+        Path(sys.prefix) / "share" / "tiled_detector" / "config" / "detector.yaml",
+    )
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("config/detector.yaml not found: pass --params-file")
+
+
+def flag(name: str) -> str:
+    """The command-line flag of setting `name`."""
+    return "--" + (settings()[name].flag or name).replace("_", "-")
+
+
+def add_settings(
+    parser: argparse.ArgumentParser,
+    only: Collection[str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    params_file_help: str = "ROS 2 params file with the detector's settings, e.g. config/detector.yaml",
+) -> None:
+    """Add `--params-file` and a flag for each detector setting (those in `only`, default all); `defaults`
+    replaces a built-in default where this subcommand has another one (shown in the help)."""
+    group = parser.add_argument_group("detector settings (flags override --params-file)")
+    group.add_argument("--params-file", type=Path, default=None, help=params_file_help)
+    for name, setting in settings().items():
+        if not setting.parameter or (only is not None and name not in only):
+            continue
+        value = (defaults or {}).get(name, default(name))
+        details = [] if name == "model" or value is None else [f"default {_shown(value)}"]
+        if setting.low is not None:
+            details.insert(0, f"[{setting.low:g}, {setting.high:g}]")
+        text = f"{setting.help} ({', '.join(details)})" if details else setting.help
+        options: dict[str, Any] = {"dest": name, "default": None, "help": text}
+        kind = _annotation(name)
+        if name == "tile_size":
+            options.update(nargs=2, type=int, metavar=("W", "H"))
+        elif name in ("labels", "classes"):
+            options.update(nargs="+", metavar="NAME")
+        elif kind == "bool":
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = _TYPES.get(kind, str)
+            options["metavar"] = kind.upper() if kind in ("float", "int") else None
+            if setting.choices:
+                options["choices"] = setting.choices
+        group.add_argument(flag(name), **options)
+    parser.set_defaults(setting_defaults=dict(defaults or {}))
+
+
+def _shown(value: Any) -> str:
+    """A default as a user types it: 640 640, true, nms."""
+    if isinstance(value, tuple):
+        return " ".join(map(str, value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(getattr(value, "value", value))
+
+
+def _annotation(name: str) -> str:
+    """The annotation of field `name` without Optional (`"float"`, `"int"`, `"bool"`, ...)."""
+    annotation = next(f.type for f in dataclasses.fields(DetectorConfig) if f.name == name)
+    return str(annotation).split(" | ")[0]
+
+
+def flag_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    """The parameter values given as flags, by parameter name."""
+    return as_parameters({n: getattr(args, n) for n in settings() if getattr(args, n, None) is not None})
+
+
+def parameter_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The subcommand's own defaults, then the params file's values (when given), then the flags."""
+    values = read_params_file(args.params_file) if args.params_file is not None else {}
+    return {**as_parameters(args.setting_defaults), **values, **flag_parameters(args)}

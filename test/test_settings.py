@@ -1,0 +1,154 @@
+"""One source for every setting: `DetectorConfig` field metadata -> the parameter table, config/detector.yaml (see
+test_launch) and the CLI flags of every subcommand; one flag name per meaning across subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiled_detector.cli import COMMANDS
+from tiled_detector.commands.settings import flag, parameter_values
+from tiled_detector.config import ENGINE_FIELDS, DetectorConfig, default, settings
+from tiled_detector.engines.base import Backend, Precision
+from tiled_detector.parameters import (
+    DETECTOR_PARAMETERS,
+    as_parameters,
+    build_detector,
+    config_changes,
+    read_params_file,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+# subcommands whose work depends on the detector's settings
+SETTING_COMMANDS = ("demo", "detect", "eval", "replay", "build-engine")
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    module = importlib.import_module(f"tiled_detector.commands.{COMMANDS[command][0]}")
+    parser = argparse.ArgumentParser(prog=command)
+    module.add_arguments(parser)
+    return parser
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings}
+
+
+def test_every_field_has_its_setting_and_a_valid_default() -> None:
+    for f in dataclasses.fields(DetectorConfig):
+        setting = f.metadata["setting"]
+        assert setting.help, f.name
+        assert not (setting.engine and setting.runtime), f.name
+    assert {"model", "backend", "device", "precision", "max_batch", "engine_options"} == ENGINE_FIELDS
+    DetectorConfig(**{name: default(name) for name in settings()})
+
+
+def test_parameters_are_derived_from_the_config_fields() -> None:
+    by_name = {p.name: p for p in DETECTOR_PARAMETERS}
+    assert by_name["tile_width"].default == default("tile_size")[0]
+    assert by_name["tile_height"].default == default("tile_size")[1]
+    assert by_name["model_channel_order"].choices == ("rgb", "bgr")
+    assert by_name["precision"].default == default("precision").value == "fp32"
+    assert by_name["backend"].choices == tuple(b.value for b in Backend)
+    for name, setting in settings().items():
+        if name in by_name:
+            param = by_name[name]
+            assert param.read_only == (not setting.runtime), name
+            assert (param.min_value, param.max_value) == (setting.low, setting.high), name
+            assert param.description == setting.help
+    # the node's overlap bound is the core's: one rule, one message
+    assert by_name["overlap"].check(0.96) == "overlap must be in [0.0, 0.95], got 0.96"
+    with pytest.raises(ValueError, match=r"^overlap must be in \[0.0, 0.95\], got 0.96$"):
+        DetectorConfig(overlap=0.96)
+
+
+def test_parameter_values_and_config_fields_convert_both_ways() -> None:
+    changes: dict[str, Any] = {
+        "tile_size": (512, 384),
+        "overlap": 0.3,
+        "merge": "nmm",
+        "channel_order": "bgr",
+        "labels": ("a", "b", "c"),
+        "classes": (2,),
+        "precision": Precision.FP16,
+        "seam_suppression": False,
+    }
+    values = as_parameters(changes)
+    assert values == {
+        "tile_width": 512,
+        "tile_height": 384,
+        "overlap": 0.3,
+        "merge": "nmm",
+        "model_channel_order": "bgr",
+        "labels": ["a", "b", "c"],
+        "classes": ["2"],
+        "precision": "fp16",
+        "seam_suppression": False,
+    }
+    back = config_changes(values, labels=["a", "b", "c"])
+    assert DetectorConfig(**back) == DetectorConfig(**changes)
+    assert config_changes({"classes": ["c", "0"]}, ["a", "b", "c"]) == {"classes": (0, 2)}
+    assert config_changes({"model": ""}) == {"model": default("model")}
+    assert config_changes({"transport": "compressed"}) == {}  # a node parameter of no config field
+
+
+@pytest.mark.parametrize("command", SETTING_COMMANDS)
+def test_every_subcommand_names_a_setting_the_same_way(command: str) -> None:
+    flags = _flags(_parser(command))
+    assert "--params-file" in flags
+    assert not {"--output", "--save-dir", "--metric", "--tile"} & set(flags)
+    for name, setting in settings().items():
+        option = flag(name)
+        if option not in flags:
+            continue
+        action = flags[option]
+        assert action.dest == name, (command, option)
+        if setting.choices:
+            assert tuple(action.choices) == setting.choices, (command, option)
+    expected = {"--precision", "--max-batch", "--tile-size", "--overlap", "--device"}
+    if command != "build-engine":  # build-engine takes the model as its argument
+        expected |= {"--model", "--backend", "--conf", "--merge", "--match-metric", "--classes"}
+    assert expected <= set(flags), expected - set(flags)
+    if any(a.dest == "out" for a in flags.values()):
+        assert "--out" in flags
+
+
+def test_one_default_precision_for_node_cli_and_build_engine() -> None:
+    node = {p.name: p for p in DETECTOR_PARAMETERS}["precision"].default
+    args = _parser("build-engine").parse_args(["model.onnx"])
+    built = DetectorConfig(**config_changes(parameter_values(args)))
+    detect = DetectorConfig(**config_changes(parameter_values(_parser("detect").parse_args(["x.png"]))))
+    assert node == built.precision.value == detect.precision.value == DetectorConfig().precision.value
+    assert built.device == "cuda:0"  # build-engine's own default: engines are built on the GPU
+
+
+def test_flags_override_the_params_file_which_overrides_the_defaults(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "/**:\n  ros__parameters:\n    conf_threshold: 0.4\n    tile_width: 512\n    tile_height: 384\n"
+        "    transport: compressed\n"
+        "tiled_detector:\n  ros__parameters:\n    overlap: 0.1\n"
+    )
+    assert read_params_file(params)["overlap"] == 0.1
+    args = _parser("detect").parse_args(["x.png", "--params-file", str(params), "--conf", "0.6"])
+    detector = build_detector(parameter_values(args))
+    config = detector.config
+    assert (config.conf_threshold, config.tile_size, config.overlap) == (0.6, (512, 384), 0.1)
+    assert config.merge_threshold == default("merge_threshold")
+    args = _parser("detect").parse_args(
+        ["x.png", "--classes", "1", "--no-full-frame", "--tile-size", "320", "240"]
+    )
+    config = build_detector(parameter_values(args)).config
+    assert (config.classes, config.full_frame, config.tile_size) == ((1,), False, (320, 240))
+
+
+def test_a_bad_params_file_is_one_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("/**: [unclosed\n")
+    with pytest.raises(ValueError, match="cannot read the params file"):
+        read_params_file(bad)
