@@ -625,7 +625,8 @@ def test_build_fp16_per_tensorrt_generation(tmp_path, version, fp16_flag, net_fl
         module, None, path, options, torch.device("cpu"), progress=lambda *a: phases.append(a)
     )
     assert plan == b"PLAN"
-    assert config.profiling_verbosity == trt.ProfilingVerbosity.DETAILED  # the engine can report its precision
+    # layer details in the engine: it can report its precision
+    assert config.profiling_verbosity == trt.ProfilingVerbosity.DETAILED
     builder.create_network.assert_called_once_with(net_flags)
     assert [c.args[0] for c in config.set_flag.call_args_list] == set_flags
     profile = config.add_optimization_profile.call_args.args[0]

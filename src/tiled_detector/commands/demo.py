@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.commands.settings import add_settings, default_params_file, flag_parameters
-from tiled_detector.config import DetectorConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,10 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _tiling(params_file: Path, overrides: dict[str, Any]) -> tuple[tuple[int, int], float]:
     """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults."""
-    from tiled_detector.parameters import config_changes, read_params_file
+    from tiled_detector.parameters import DETECTOR_PARAMETERS, read_params_file
 
-    config = DetectorConfig(**config_changes({**read_params_file(params_file), **overrides}))
-    return config.tile_size, config.overlap
+    values = {p.name: p.default for p in DETECTOR_PARAMETERS} | read_params_file(params_file) | overrides
+    return (int(values["tile_width"]), int(values["tile_height"])), float(values["overlap"])
 
 
 def _write_snapshot(

@@ -262,7 +262,8 @@ class TensorRTEngine(Engine):
         # outputs at the largest batch, allocated once: every call writes into the same memory (a captured
         # CUDA graph replays with these addresses)
         self._outputs: dict[str, torch.Tensor] = {}
-        for spec in self._outs:  # outputs whose shape the input's H, W decide are allocated at their first call
+        # outputs whose shape depends on the input's H, W are allocated at their first call
+        for spec in self._outs:
             if all(d >= 0 for d in spec.shape[1:]):
                 self._output_buffer(spec, (self.fixed_batch or self.max_batch, *spec.shape[1:]))
         self._done = new_event()
