@@ -59,42 +59,34 @@ def check_equality(model: Path, device: str, frames: int, failures: list[str]) -
     options = {"tile_size": (640, 640), "overlap": 0.2, "conf_threshold": 0.3, "backend": "torch"}
     options["max_detections"] = 10_000  # no cut among equal scores
     cpu = TiledDetector(model, device="cpu", **options)
-    dev = TiledDetector(model, device=device, **options)
+    devices = {  # the default (on CUDA: the frame captured as a CUDA graph) and the eager path
+        "graph": TiledDetector(model, device=device, **options),
+        "eager": TiledDetector(model, device=device, cuda_graph=False, **options),
+    }
     rng = np.random.default_rng(0)
     for i in range(frames):
         height, width = FRAME_SIZES[i % len(FRAME_SIZES)]
         frame = structured_frame(rng, height, width)
-        a, b = _sorted_rows(cpu.detect(frame)), _sorted_rows(dev.detect(frame))
-        same = a.shape == b.shape and np.allclose(a, b, atol=1e-3)
-        print(
-            f"equality frame {i} {width}x{height}: cpu {len(a)} vs {device} {len(b)} detections -> "
-            f"{'ok' if same else 'MISMATCH'}"
-        )
-        if not same:
-            failures.append(
-                f"CPU and {device} detections differ on frame {i} ({width}x{height}): "
-                f"{len(a)} vs {len(b)} rows; first rows cpu={a[:3].tolist()} dev={b[:3].tolist()}"
+        a = _sorted_rows(cpu.detect(frame))
+        for mode, dev in devices.items():
+            b = _sorted_rows(dev.detect(frame))
+            same = a.shape == b.shape and np.allclose(a, b, atol=1e-3)
+            print(
+                f"equality frame {i} {width}x{height}: cpu {len(a)} vs {device} {mode} {len(b)} detections -> "
+                f"{'ok' if same else 'MISMATCH'}"
             )
-
-
-def cuda_graph(function):
-    """Capture `function` as a CUDA graph (after one warm-up run on a side stream): (replay, outputs)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        function()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = function()
-    return graph.replay, outputs
+            if not same:
+                failures.append(
+                    f"CPU and {device} {mode} detections differ on frame {i} ({width}x{height}): {len(a)} vs "
+                    f"{len(b)} rows; first rows cpu={a[:3].tolist()} dev={b[:3].tolist()}"
+                )
 
 
 def check_many_and_captured(model: Path, device: str, runs: int, failures: list[str]) -> None:
     """detect_many of 3 sizes equals per-frame detect in one engine call; on CUDA the same frame program
-    captured as a CUDA graph (program.Runner with `cuda_graph`) equals eager, and is timed against it."""
+    captured as a CUDA graph (the default, `cuda_graph=True`) equals eager, and is timed against it."""
     options = {"tile_size": (640, 640), "overlap": 0.2, "conf_threshold": 0.3, "backend": "torch"}
-    eager = TiledDetector(model, device=device, **options)
+    eager = TiledDetector(model, device=device, cuda_graph=False, **options)
     rng = np.random.default_rng(5)
     frames = [structured_frame(rng, h, w) for h, w in ((480, 640), (720, 1280), (1080, 1920))]
     alone = [eager.detect(f) for f in frames]
@@ -111,7 +103,9 @@ def check_many_and_captured(model: Path, device: str, runs: int, failures: list[
         failures.append(f"detect_many differs from detect or took {len(calls)} engine calls")
     if torch.device(device).type != "cuda":
         return
-    captured = TiledDetector(model, device=device, capture=cuda_graph, **options)
+    captured = TiledDetector(model, device=device, **options)
+    if not captured._runner.captures:
+        failures.append("the CUDA detector does not capture its frame program by default")
     frame_set = [structured_frame(rng, 1080, 1920) for _ in range(3)]
     for i, frame in enumerate(frame_set):
         a, b = eager.detect(frame), captured.detect(frame)
@@ -196,18 +190,25 @@ def report_timings(device: str, runs: int, failures: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         yolo = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))
         bundled = default_model_path().with_suffix(".ts")
-        cases = [
-            ("yolov8n-like", yolo, "fp32", True),
-            ("yolov8n-like", yolo, "fp16", True),
-            ("yolov8n-like", yolo, "fp32", False),
-            ("bundled", bundled, "fp32", True),
-            ("bundled", bundled, "fp32", False),
+        cases = [  # (name, model, precision, sync_free, cuda_graph)
+            ("yolov8n-like", yolo, "fp32", True, True),
+            ("yolov8n-like", yolo, "fp16", True, True),
+            ("yolov8n-like", yolo, "fp16", True, False),
+            ("yolov8n-like", yolo, "fp32", False, False),
+            ("bundled", bundled, "fp32", True, True),
+            ("bundled", bundled, "fp32", True, False),
+            ("bundled", bundled, "fp32", False, False),
         ]
-        for name, model, precision, sync_free in cases:
+        for name, model, precision, sync_free, graph in cases:
             if precision == "fp16" and torch.device(device).type == "cpu":
                 continue
             detector = TiledDetector(
-                model, device=device, backend="torch", precision=precision, sync_free=sync_free
+                model,
+                device=device,
+                backend="torch",
+                precision=precision,
+                sync_free=sync_free,
+                cuda_graph=graph,
             )
             rng = np.random.default_rng(2)
             for height, width in FRAME_SIZES:
@@ -226,7 +227,7 @@ def report_timings(device: str, runs: int, failures: list[str]) -> None:
                 medians = {k: statistics.median(s[k] for s in stages) for k in stages[0]}
                 plan = detector.plan_for(height, width)
                 print(
-                    f"timings {name} {precision} sync_free={sync_free} {width}x{height} ({plan.num_tiles} tiles "
+                    f"timings {name} {precision} sync_free={sync_free} cuda_graph={graph} {width}x{height} ({plan.num_tiles} tiles "
                     f"+ full frame, batch {plan.batch_size}, {len(dets)} detections): wall "
                     f"{statistics.median(walls):.2f} ms | "
                     + ", ".join(f"{k} {v:.2f}" for k, v in medians.items())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.merge import merge, merge_padded
 from tiled_detector.postprocess import Limits
@@ -156,6 +157,53 @@ def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
     frame, _, _ = _scene(3)
     _same(eager.with_config(conf_threshold=0.9).detect(frame), captured.detect(frame))
     assert log.count("capture") == 2 and captured._limits == Limits()
+
+
+def test_a_failed_capture_falls_back_to_eager_with_one_log_line(square_torchscript, caplog):
+    from test_detector import _scene
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
+    eager = TiledDetector(square_torchscript, **options)
+    tries: list[int] = []
+
+    def failing(function):  # like a capture that meets a host sync: the graph cannot be made
+        tries.append(1)
+        raise RuntimeError("operation not permitted when stream is capturing\n(pages of native context)")
+
+    detector = TiledDetector(square_torchscript, capture=failing, **options)
+    detector._sync_free = True  # the capturable (fixed-size) path
+    with caplog.at_level("WARNING", logger="tiled_detector.program"):
+        for seed in (0, 1):
+            frame, _, _ = _scene(seed)
+            _same(eager.detect(frame), detector.detect(frame))
+    assert tries == [1] and not detector._runner.captures  # tried once, eager from then on
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.program"]
+    assert len(lines) == 1 and "capturing the frame program failed (operation not permitted" in lines[0]
+    assert "pages of native context" not in lines[0]
+
+
+def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
+    from types import SimpleNamespace
+
+    from tiled_detector.detector import default_capture
+    from tiled_detector.program import cuda_graph
+
+    config = DetectorConfig()
+    assert config.cuda_graph  # on by default
+    engine = SimpleNamespace(device=torch.device("cuda", 0), capturable=True)
+    assert default_capture(config, engine) is cuda_graph
+    assert default_capture(config.replace(cuda_graph=False), engine) is None
+    assert default_capture(config.replace(sync_free=False), engine) is None  # data-dependent shapes
+    assert default_capture(config, SimpleNamespace(device=torch.device("cuda", 0), capturable=False)) is None
+    assert default_capture(config, SimpleNamespace(device=torch.device("cpu"), capturable=True)) is None
+
+
+def test_switching_cuda_graph_off_at_runtime_keeps_the_engine(square_torchscript):
+    log: list[str] = []
+    detector = TiledDetector(square_torchscript, backend="torch", capture=_replaying_capture(log))
+    engine = detector.engine
+    detector.update(cuda_graph=False)
+    assert detector.engine is engine and detector.config.cuda_graph is False
 
 
 def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):

@@ -168,6 +168,12 @@ class DetectorConfig:
         "frame (false: the exact path with data-dependent shapes)",
         parameter=False,
     )
+    cuda_graph: bool = _setting(
+        True,
+        "CUDA, torch or TensorRT engine: capture each frame's work (tiles to merged boxes) as one CUDA graph per "
+        "frame size and settings and replay it (false: launch every kernel each frame)",
+        runtime=False,
+    )
     profile: bool = _setting(
         False,
         "synchronise the device at every stage so that stage timings are wall times (slower)",

@@ -27,7 +27,7 @@ from tiled_detector.encodings import Encoding, as_frame_tensor
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.postprocess import Limits, MergeSettings, postprocess, unpack
 from tiled_detector.preprocess import Preprocessor
-from tiled_detector.program import Capture, FrameProgram, Runner, no_mark
+from tiled_detector.program import Capture, FrameProgram, Runner, cuda_graph, no_mark
 from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan, make_plan
 from tiled_detector.types import Detections
 from tiled_detector.upload import Uploader
@@ -82,6 +82,13 @@ def _model_labels(model: object) -> tuple[str, ...] | None:
         return None
     labels = load_labels(model)
     return tuple(labels) if labels else None
+
+
+def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
+    """`cuda_graph` when the frame program can be captured: a CUDA device, the fixed-size (sync-free) path, an
+    engine that can be recorded (torch, TensorRT) and `cuda_graph` on; else None (eager)."""
+    capturable = engine.device.type == "cuda" and config.sync_free and engine.capturable
+    return cuda_graph if capturable and config.cuda_graph else None
 
 
 class TiledDetector:
@@ -148,10 +155,12 @@ class TiledDetector:
         self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
         preprocessor = Preprocessor(engine.device, engine.input.dtype, engine.input_hw, config.channel_order)
+        self._sync_free = config.sync_free and engine.device.type != "cpu"
+        self._capture = capture  # the caller's own capture function, kept when settings change
+        capture = capture or default_capture(config, engine)
         self._uploader = Uploader(engine.device, static=capture is not None)
         self._program = FrameProgram(engine, preprocessor, self._layout, self._num_classes)
         self._runner = Runner(capture)
-        self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
@@ -196,11 +205,10 @@ class TiledDetector:
     def reconfigure(self, config: DetectorConfig) -> None:
         """`update` to a whole config (its engine settings must be this detector's)."""
         config = self._checked(config)
-        if config.channel_order != self._config.channel_order or config.layout != self._config.layout:
-            self._setup(config, self._engine, self._runner._capture)
+        rebuilt = ("channel_order", "layout", "cuda_graph", "sync_free")
+        if any(getattr(config, n) != getattr(self._config, n) for n in rebuilt):
+            self._setup(config, self._engine, self._capture)
             return
-        if config.sync_free != self._config.sync_free:
-            self._sync_free = config.sync_free and self._engine.device.type != "cpu"
         self._config = config
 
     def _checked(self, config: DetectorConfig) -> DetectorConfig:

@@ -11,6 +11,7 @@ Limit growth and the exact fallback are host policy, outside (in `TiledDetector`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -19,10 +20,12 @@ import torch
 from tiled_detector.decode import OutputLayout, PaddedDecoded, decode_padded
 from tiled_detector.encodings import Encoding
 from tiled_detector.engines.base import Engine
+from tiled_detector.errors import one_line
 from tiled_detector.postprocess import Limits, MergeSettings, postprocess
 from tiled_detector.preprocess import Preprocessor
 from tiled_detector.tiling import BatchPlan
 
+LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 # capture(function) -> (replay, outputs): replay() recomputes `outputs` in place from the same input buffers
 Capture = Callable[[Callable[[], T]], tuple[Callable[[], None], T]]
@@ -31,6 +34,20 @@ Mark = Callable[[str], None]
 
 def no_mark(stage: str) -> None:
     """Stage boundaries are not timed inside a capture."""
+
+
+def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
+    """Capture `function` as one `torch.cuda.CUDAGraph` (after a warm-up run on a side stream, which lets
+    libraries allocate their workspaces): (replay, outputs), replay() recomputing `outputs` in place."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = function()
+    return graph.replay, outputs
 
 
 class Runner:
@@ -55,7 +72,15 @@ class Runner:
         if entry is None:
             if len(self._captured) >= self._max:  # frame sizes or settings changed: drop the oldest capture
                 self._captured.pop(next(iter(self._captured)))
-            entry = self._captured[key] = self._capture(function)
+            try:
+                entry = self._captured[key] = self._capture(function)
+            except Exception as error:  # e.g. an engine that synchronises or allocates while captured
+                LOG.warning(
+                    "capturing the frame program failed (%s); running it eagerly from now on", one_line(error)
+                )
+                self._capture = None
+                self._captured.clear()
+                return function()
         replay, outputs = entry
         replay()
         return outputs

@@ -55,6 +55,7 @@ class Engine(ABC):
     backend: Backend
     labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
     reuses_output_buffers: bool = False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
+    capturable: bool = False  # a call can be recorded in a CUDA graph (no host sync or allocation per call)
 
     @property
     def input_hw(self) -> tuple[int, int]:

@@ -192,6 +192,7 @@ class TensorRTEngine(Engine):
     """
 
     backend = Backend.TENSORRT
+    capturable = True
     reuses_output_buffers = True
 
     def __init__(

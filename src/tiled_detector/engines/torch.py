@@ -70,6 +70,7 @@ class TorchEngine(Engine):
     """A TorchScript or torch.export model run eagerly under `torch.inference_mode` on CPU or CUDA."""
 
     backend = Backend.TORCH
+    capturable = True
 
     def __init__(
         self,
