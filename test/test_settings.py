@@ -25,7 +25,7 @@ from tiled_detector.parameters import (
 
 ROOT = Path(__file__).resolve().parents[1]
 # subcommands whose work depends on the detector's settings
-SETTING_COMMANDS = ("demo", "detect", "eval", "replay", "build-engine")
+SETTING_COMMANDS = ("demo", "detect", "eval", "replay", "build-engine", "bench")
 
 
 def _parser(command: str) -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from tiled_detector.commands.build_engine import TextProgress
+from tiled_detector.commands.progress import TextProgress
 from tiled_detector.engines import base as engine_base
 from tiled_detector.engines import tensorrt as trt_mod
 from tiled_detector.engines import tensorrt_api as api_mod

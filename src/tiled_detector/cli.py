@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-bag": ("make_bag", "write a rosbag2 bag of images (and ground truth)"),
     "replay": ("replay", "replay a bag through the node and score its detections"),
     "build-engine": ("build_engine", "build (and cache) a TensorRT engine from an ONNX model"),
+    "bench": (
+        "bench",
+        "time the pipeline per stage against the model alone, per backend, precision and size",
+    ),
     "env": ("env", "versions of everything the detector depends on, and the GPU"),
 }
 

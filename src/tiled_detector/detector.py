@@ -310,6 +310,8 @@ class TiledDetector:
         packed, found = self._runner.run(
             key, lambda: self._program(frames, encodings, plan, cfg, limits, mark)
         )
+        if self._runner.captures:
+            clock.mark("graph")  # the replayed frame program, preprocessing to packed rows
         host = packed.cpu().numpy()
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])

@@ -68,7 +68,8 @@ def add_settings(
             if setting.choices:
                 options["choices"] = setting.choices
         group.add_argument(flag(name), **options)
-    parser.set_defaults(setting_defaults=dict(defaults or {}))
+    chosen = [n for n, s in settings().items() if s.parameter and (only is None or n in only)]
+    parser.set_defaults(setting_defaults=dict(defaults or {}), setting_flags=chosen)
 
 
 def _shown(value: Any) -> str:
@@ -88,7 +89,7 @@ def _annotation(name: str) -> str:
 
 def flag_parameters(args: argparse.Namespace) -> dict[str, Any]:
     """The parameter values given as flags, by parameter name."""
-    return as_parameters({n: getattr(args, n) for n in settings() if getattr(args, n, None) is not None})
+    return as_parameters({n: getattr(args, n) for n in args.setting_flags if getattr(args, n) is not None})
 
 
 def parameter_values(args: argparse.Namespace) -> dict[str, Any]:

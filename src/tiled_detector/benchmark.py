@@ -1,0 +1,301 @@
+"""`tiled-detector bench`: the pipeline's time per frame against its own engine's model-only time on the same
+batch, measured alternately in one loop (these machines are noisy: the ratio is what is compared).
+
+One configuration = (backend, precision, frame size). Each gets per-stage median and p95, end to end, the model
+alone on a batch of the same size (eager, and replayed as a CUDA graph where the engine can be captured), their
+ratio, frames/s, host<->device bytes per frame (counted by torch.profiler on CUDA) and peak GPU memory. A
+combination an engine cannot run is a row with its reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tiled_detector.detector import TiledDetector
+from tiled_detector.engines.cache import atomic_write
+from tiled_detector.program import cuda_graph
+from tiled_detector.synthetic import make_scene
+
+COLUMNS = ("backend", "precision", "size", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
+           "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
+           "status")  # fmt: skip
+
+
+@dataclass
+class Row:
+    """One configuration's measurements (times in ms, medians unless named p95)."""
+
+    backend: str
+    precision: str
+    size: str
+    status: str = "ok"
+    values: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)  # stage -> (median, p95)
+
+    def record(self) -> dict[str, Any]:
+        """The CSV row: the fixed columns, then `<stage>_ms` and `<stage>_p95_ms` per stage."""
+        out = {"backend": self.backend, "precision": self.precision, "size": self.size, "status": self.status}
+        out.update(self.values)
+        for stage, (median, p95) in self.stages.items():
+            out[f"{stage}_ms"], out[f"{stage}_p95_ms"] = round(median, 3), round(p95, 3)
+        return out
+
+
+def _p95(samples: Sequence[float]) -> float:
+    return float(np.percentile(samples, 95))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(function: Callable[[], Any], device: torch.device) -> float:
+    """Wall milliseconds of `function()`, device work included."""
+    _synchronize(device)
+    start = time.perf_counter()
+    function()
+    _synchronize(device)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
+    """(direction, bytes) of every memcpy in a chrome trace written by torch.profiler."""
+    events = json.loads(trace_path.read_text()).get("traceEvents", [])
+    copies = []
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") in {"gpu_memcpy", "Memcpy"} or name.startswith("Memcpy"):
+            direction = "HtoD" if "HtoD" in name else "DtoH" if "DtoH" in name else "other"
+            nbytes = event.get("args", {}).get("bytes")
+            copies.append((direction, int(nbytes) if nbytes is not None else None))
+    return copies
+
+
+def transfer_bytes(function: Callable[[], Any]) -> tuple[int, int]:
+    """Host-to-device and device-to-host bytes copied while `function()` runs (CUDA, torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        function()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        copies = memcpys(trace)
+    h2d = sum(b or 0 for d, b in copies if d == "HtoD")
+    return h2d, sum(b or 0 for d, b in copies if d == "DtoH")
+
+
+def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """The engine alone on `views` images (split at max_batch as the pipeline does), and the same call
+    replayed as a CUDA graph where the engine can be captured (else None)."""
+    engine = detector.engine
+    shape = (views, *engine.input.shape[1:])
+    batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
+        engine.device, engine.input.dtype
+    )
+    eager = lambda: engine.infer(batch)  # noqa: E731
+    if engine.device.type != "cuda" or not engine.capturable or views > engine.max_batch:
+        return eager, None
+    replay, _ = cuda_graph(eager)
+    return eager, replay
+
+
+def measure(
+    detector: TiledDetector,
+    frame: np.ndarray,
+    runs: int,
+    warmup: int,
+    row: Row,
+    progress: Callable[..., None] = lambda steps=1: None,
+) -> Row:
+    """Alternate the pipeline and the model alone `runs` times after `warmup` rounds; fill `row`."""
+    device = detector.engine.device
+    plan = detector.plan_for(*frame.shape[:2])
+    eager, graph = model_only(detector, plan.batch_size)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    walls, model, model_graph, stages, found = [], [], [], [], 0
+    for i in range(warmup + runs):
+        wall = _timed(lambda: stages.append(detector.detect(frame).timings), device)
+        model_ms = _timed(eager, device)
+        graph_ms = _timed(graph, device) if graph is not None else float("nan")
+        if i >= warmup:
+            walls.append(wall)
+            model.append(model_ms)
+            model_graph.append(graph_ms)
+        progress()
+    found = len(detector.detect(frame))
+    stages = stages[warmup:]
+    h2d, d2h = transfer_bytes(lambda: detector.detect(frame)) if device.type == "cuda" else (0, 0)
+    total, alone = statistics.median(walls), statistics.median(model)
+    best_alone = min(alone, statistics.median(model_graph)) if graph is not None else alone
+    row.values.update(
+        cuda_graph=detector._runner.captures,
+        views=plan.batch_size,
+        detections=found,
+        total_ms=round(total, 3),
+        total_p95_ms=round(_p95(walls), 3),
+        model_only_ms=round(alone, 3),
+        model_only_graph_ms=round(statistics.median(model_graph), 3) if graph is not None else "",
+        ratio=round(total / best_alone, 3),
+        fps=round(1000.0 / total, 2),
+        h2d_bytes=h2d,
+        d2h_bytes=d2h,
+        peak_gpu_mb=round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        if device.type == "cuda"
+        else "",
+    )
+    names = [n for n in stages[0] if n != "total"]
+    row.stages = {n: (statistics.median(s.get(n, 0.0) for s in stages), _p95([s.get(n, 0.0) for s in stages]))
+                  for n in names}  # fmt: skip
+    return row
+
+
+def frame_for(width: int, height: int) -> np.ndarray:
+    """The benchmark frame of a size: a synthetic scene (objects of the bundled model's classes)."""
+    return make_scene(1, width, height).image
+
+
+def run_bench(
+    settings: dict[str, Any],
+    backends: Iterable[str],
+    precisions: Iterable[str],
+    sizes: Iterable[tuple[int, int]],
+    runs: int,
+    warmup: int,
+    build: Callable[[dict[str, Any]], TiledDetector],
+    progress: Callable[..., None] = lambda steps=1: None,
+) -> list[Row]:
+    """Every (backend, precision, size): a measured row, or a row saying why that combination cannot run."""
+    rows = []
+    for backend in backends:
+        for precision in precisions:
+            try:
+                detector = build({**settings, "backend": backend, "precision": precision})
+                reason = None
+            except (ValueError, RuntimeError, ImportError, NotImplementedError) as error:
+                detector, reason = None, str(error).splitlines()[0]
+            for width, height in sizes:
+                name = backend if detector is None else detector.engine.backend.value
+                row = Row(name, precision, f"{width}x{height}")
+                if detector is None:
+                    row.status = f"unsupported: {reason}"
+                    progress(warmup + runs)
+                else:
+                    measure(detector, frame_for(width, height), runs, warmup, row, progress)
+                rows.append(row)
+    return rows
+
+
+def csv_text(rows: Sequence[Row]) -> str:
+    """All rows as CSV: the fixed columns, then every stage's median and p95."""
+    records = [r.record() for r in rows]
+    extra = sorted({k for r in records for k in r} - set(COLUMNS))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[*COLUMNS, *extra], restval="")
+    writer.writeheader()
+    writer.writerows(records)
+    return buffer.getvalue()
+
+
+def table(rows: Sequence[Row]) -> str:
+    """A fixed-width table of the main columns."""
+    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'total ms':>9} {'model ms':>9} {'ratio':>6} "
+             f"{'fps':>7}  status"]  # fmt: skip
+    for row in rows:
+        v = row.values
+        if row.status != "ok":
+            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>9} {'':>9} {'':>6} {'':>7}  "
+                         f"{row.status}")  # fmt: skip
+            continue
+        model = v["model_only_graph_ms"] if v["model_only_graph_ms"] != "" else v["model_only_ms"]
+        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {v['total_ms']:>9.2f} {model:>9.2f} "
+                     f"{v['ratio']:>6.2f} {v['fps']:>7.1f}  ok")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[Row], path: Path) -> None:
+    """Stacked stage times per configuration (PNG, written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r for r in rows if r.status == "ok"]
+    stages = list(dict.fromkeys(s for r in measured for s in r.stages))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * max(len(measured), 1)))
+    labels = [f"{r.backend} {r.precision} {r.size}" for r in measured]
+    left = np.zeros(len(measured))
+    for stage in stages:
+        widths = np.array([r.stages.get(stage, (0.0, 0.0))[0] for r in measured])
+        ax.barh(labels, widths, left=left, label=stage)
+        left += widths
+    for y, row in enumerate(measured):
+        model = row.values["model_only_graph_ms"] or row.values["model_only_ms"]
+        ax.plot([model, model], [y - 0.4, y + 0.4], color="black", linewidth=2)
+    ax.set_xlabel("milliseconds per frame (median); black: the model alone on the same batch")
+    ax.set_title("tiled-detector bench: stage times")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, buffer.getvalue())
+
+
+def peer_sahi(
+    model: Path, sizes: Iterable[tuple[int, int]], runs: int, warmup: int, settings: dict[str, Any]
+) -> list[Row]:
+    """SAHI's default sliced prediction (ultralytics model, greedy NMM on IOS 0.5, full frame added) on the same
+    model, frames and tiling; rows saying why when sahi or ultralytics are not importable (an optional extra)."""
+    try:
+        import ultralytics  # noqa: F401 - SAHI's ultralytics model needs it
+        from sahi import AutoDetectionModel
+        from sahi.predict import get_sliced_prediction
+    except ImportError as error:
+        reason = f"unavailable: {error} (pip install sahi ultralytics)"
+        return [Row("sahi", "default", f"{w}x{h}", reason) for w, h in sizes]
+    device = settings.get("device", "cpu")
+    tile_w, tile_h = settings.get("tile_size", (640, 640))
+    overlap = float(settings.get("overlap", 0.2))
+    sahi_model = AutoDetectionModel.from_pretrained(
+        model_type="ultralytics",
+        model_path=str(model),
+        confidence_threshold=float(settings.get("conf_threshold", 0.25)),
+        device=device,
+    )
+    rows = []
+    for width, height in sizes:
+        predict = functools.partial(
+            get_sliced_prediction,
+            frame_for(width, height),
+            sahi_model,
+            tile_h,
+            tile_w,
+            overlap,
+            overlap,
+            verbose=0,
+        )
+        walls = [_timed(predict, torch.device(device)) for _ in range(warmup + runs)][warmup:]
+        total = statistics.median(walls)
+        row = Row("sahi", "default", f"{width}x{height}")
+        row.values.update(
+            total_ms=round(total, 3), total_p95_ms=round(_p95(walls), 3), fps=round(1000 / total, 2)
+        )
+        rows.append(row)
+    return rows

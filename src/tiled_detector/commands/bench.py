@@ -1,0 +1,93 @@
+"""`tiled-detector bench`: time the pipeline per stage against the same engine's model-only time, per backend,
+precision and frame size; print a table and write DIR/bench.csv, DIR/bench.png and DIR/env.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from tiled_detector.commands.progress import TextProgress
+from tiled_detector.commands.settings import add_settings, parameter_values
+from tiled_detector.config import settings
+
+EPILOG = """examples:
+  tiled-detector bench                                     # bundled model, auto backend, fp32/fp16/int8, 1080p + 4K
+  tiled-detector bench --model yolov8n.onnx --backend tensorrt torch --precision fp16 --device cuda --out out/b
+  tiled-detector bench --size 1920x1080 --runs 50 --peer sahi   # also SAHI's default on the same model (optional)
+Combinations an engine cannot run are rows marked unsupported, with the reason. `ratio` is end to end over the
+same engine's model-only time on the same batch (its CUDA-graph replay where it can be captured), both measured
+alternately in this run: it is the number to compare across machines."""
+
+
+def _size(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise argparse.ArgumentTypeError(f"a frame size is WIDTHxHEIGHT, e.g. 1920x1080, got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of bench."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--backend", nargs="+", default=["auto"], choices=settings()["backend"].choices)
+    parser.add_argument("--precision", nargs="+", default=["fp32", "fp16", "int8"],
+                        choices=settings()["precision"].choices)  # fmt: skip
+    parser.add_argument("--size", nargs="+", type=_size, default=[(1920, 1080), (3840, 2160)], metavar="WxH",
+                        help="frame sizes (default 1920x1080 3840x2160)")  # fmt: skip
+    parser.add_argument("--runs", type=int, default=20, help="timed frames per configuration (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed frames first (default 3)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench_out"), help="report folder (default ./bench_out)"
+    )
+    parser.add_argument("--peer", choices=("sahi",), help="also time a peer on the same model and frames")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON object (last line)")
+    add_settings(parser, only=[n for n in settings() if n not in ("backend", "precision")])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure every configuration, print the table, write the report; 1 when nothing could be measured."""
+    from tiled_detector.benchmark import csv_text, peer_sahi, plot, run_bench, table
+    from tiled_detector.commands.env import collect
+    from tiled_detector.engines.cache import atomic_write
+    from tiled_detector.parameters import build_detector, config_changes
+
+    if args.runs < 1 or args.warmup < 0:
+        print(f"--runs must be >= 1 and --warmup >= 0, got {args.runs} and {args.warmup}", file=sys.stderr)
+        return 2
+    values = parameter_values(args)
+    total = len(args.backend) * len(args.precision) * len(args.size) * (args.runs + args.warmup)
+    bar = TextProgress()
+    done = 0
+
+    def progress(steps: int = 1) -> None:
+        nonlocal done
+        done += steps
+        bar("bench", min(done, total), total)
+
+    rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build_detector,
+                     progress)  # fmt: skip
+    if args.peer == "sahi":
+        config = config_changes(values)
+        model = config.get("model") or build_detector(values).config.model
+        rows += peer_sahi(model, args.size, args.runs, args.warmup, config)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.out / "bench.csv", csv_text(rows).encode())
+    plot(rows, args.out / "bench.png")
+    atomic_write(args.out / "env.json", (json.dumps(collect(), indent=2, default=str) + "\n").encode())
+    print(table(rows))
+    for width, height in args.size:
+        size = f"{width}x{height}"
+        peer = next((r for r in rows if r.backend == "sahi" and r.size == size and r.status == "ok"), None)
+        ours = [r for r in rows if r.backend != "sahi" and r.size == size and r.status == "ok"]
+        if peer and ours:
+            best = min(ours, key=lambda r: r.values["total_ms"])
+            ratio = peer.values["total_ms"] / best.values["total_ms"]
+            print(f"{size}: SAHI's default takes {ratio:.1f}x our fastest ({best.backend} {best.precision})")
+    print(f"wrote {args.out / 'bench.csv'}, {args.out / 'bench.png'}, {args.out / 'env.json'}")
+    if args.json:
+        print(json.dumps({"rows": [r.record() for r in rows]}))
+    return 0 if any(r.status == "ok" for r in rows) else 1

@@ -1,0 +1,76 @@
+"""`tiled-detector bench`: every (backend, precision, size) is a measured row or says why it cannot run; the CSV,
+the plot and the env report are written; the ratio is end to end over the same engine's model-only time."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tiled_detector.cli import main
+from tiled_detector.models import default_model_path
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["bench", "--size", "640x480", "1280x720", "--runs", "3", "--warmup", "1", "--backend", "onnxruntime",
+            "torch", "--precision", "fp32", "int8", "--out", str(out), "--peer", "sahi", "--json"]  # fmt: skip
+    return out, argv
+
+
+def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, capsys) -> None:
+    out, argv = report
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = list(csv.DictReader((out / "bench.csv").open()))
+    assert {"backend", "precision", "size", "total_ms", "model_only_ms", "ratio", "fps"} <= set(rows[0])
+    ours = [r for r in rows if r["backend"] != "sahi"]
+    assert [(r["backend"], r["precision"], r["size"]) for r in ours] == [
+        (backend, precision, size)
+        for backend in ("onnxruntime", "torch")
+        for precision in ("fp32", "int8")
+        for size in ("640x480", "1280x720")
+    ]
+    measured = [r for r in ours if r["status"] == "ok"]
+    assert [(r["backend"], r["precision"]) for r in measured] == [("onnxruntime", "fp32")] * 2
+    for r in measured:
+        total, alone, ratio = float(r["total_ms"]), float(r["model_only_ms"]), float(r["ratio"])
+        assert alone > 0 and total > 0 and ratio == pytest.approx(total / alone, rel=1e-2)
+        assert float(r["fps"]) == pytest.approx(1000 / total, rel=1e-2)
+        assert float(r["infer_ms"]) > 0 and float(r["preprocess_p95_ms"]) >= float(r["preprocess_ms"])
+        assert int(r["views"]) >= 2 and int(r["detections"]) > 0
+    # a combination the engine cannot run is a row with its reason, never dropped
+    reasons = {(r["backend"], r["precision"]): r["status"] for r in ours if r["status"] != "ok"}
+    assert "int8 is not supported" in reasons[("onnxruntime", "int8")]
+    assert reasons[("torch", "fp32")].startswith("unsupported: ")  # the bundled .onnx is no TorchScript model
+    peer = [r for r in rows if r["backend"] == "sahi"]
+    assert len(peer) == 2 and all(r["status"].startswith(("ok", "unavailable")) for r in peer)
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    env = json.loads((out / "env.json").read_text())
+    assert env["python"]["version"] and "gpus" in env
+    last = json.loads(printed.strip().splitlines()[-1])
+    assert len(last["rows"]) == len(rows)
+    assert "onnxruntime  fp32      640x480" in printed
+
+
+def test_bench_rejects_a_bad_size(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--size", "1920by1080"])
+    assert "WIDTHxHEIGHT" in capsys.readouterr().err
+
+
+def test_bench_model_only_uses_the_detectors_engine_and_batch() -> None:
+    from tiled_detector.benchmark import model_only
+    from tiled_detector.detector import TiledDetector
+
+    detector = TiledDetector(default_model_path(), max_batch=4)
+    calls = []
+    infer = detector.engine.infer
+    detector.engine.infer = lambda batch: calls.append(tuple(batch.shape)) or infer(batch)
+    eager, graph = model_only(detector, 9)
+    eager()
+    assert graph is None  # CPU: nothing to capture
+    assert calls == [(9, 3, *detector.engine.input_hw)]  # split at max_batch inside infer, as in the pipeline
