@@ -219,6 +219,21 @@ def test_torchscript_input_shape_from_option_and_fp16(tmp_path):
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+def test_torch_fp16_on_cuda_runs_channels_last_and_agrees_with_fp32(tmp_path):
+    module = TwoHeads().eval()
+    path = tmp_path / "plain.pt"
+    torch.jit.save(torch.jit.trace(module, _batch(1)), str(path))
+    fp32 = TorchEngine(path, device="cuda", input_shape="-1,3,16,16")
+    fp16 = TorchEngine(path, device="cuda", precision=Precision.FP16, input_shape="-1,3,16,16")
+    assert fp16._channels_last and not fp32._channels_last  # fp32 keeps its layout and results
+    batch = _batch(4).cuda()
+    want = fp32.infer(batch)["output1"]
+    got = fp16.infer(batch.half())["output1"]
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
 def test_torch_export_program(tmp_path):
     module = TwoHeads().eval()
     batch_dim = torch.export.Dim("batch", min=1, max=64)

@@ -218,13 +218,19 @@ def test_channel_order_is_checked():
         Preprocessor("cpu", torch.float32, (32, 32), channel_order="grb")
 
 
-@pytest.mark.parametrize(("height", "width", "encoding"), [(2200, 3900, "bgr8"), (4321, 2001, "mono16")])
-def test_huge_frames_sample_only_what_bilinear_reads(monkeypatch, height, width, encoding):
+@pytest.mark.parametrize(
+    ("height", "width", "encoding"), [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8")]
+)
+def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encoding):
     rng = np.random.default_rng(5)
     dtype = np.uint16 if encoding == "mono16" else np.uint8
     frame = rng.integers(0, np.iinfo(dtype).max, (height, width, 1 if encoding == "mono16" else 3), dtype)
     plan = make_plan((height, width), (640, 640), 0.2, (640, 640), True)
-    sampled = Preprocessor("cpu", torch.float32, (640, 640)).run(frame, plan, encoding)[-1].clone()
-    monkeypatch.setattr(preprocess, "HUGE_FRAME_PIXELS", height * width)  # the whole-frame F.interpolate path
-    whole = Preprocessor("cpu", torch.float32, (640, 640)).run(frame, plan, encoding)[-1]
-    torch.testing.assert_close(sampled, whole, rtol=0, atol=1e-6 if encoding == "bgr8" else 2e-4)
+    pre = Preprocessor("cpu", torch.float32, (640, 640))
+    sampled = pre.run(frame, plan, encoding)[-1].clone()
+    # the reference: F.interpolate of the whole frame converted to float (what the sampling avoids)
+    enc = Encoding.from_value(encoding)
+    whole = torch.from_numpy(frame.astype(np.float32)).permute(2, 0, 1).unsqueeze(0) * enc.scale
+    expected = torch.empty(1, 3, 640, 640)
+    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, pre._channel_order(enc))
+    torch.testing.assert_close(sampled, expected[0], rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)

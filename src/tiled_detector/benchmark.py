@@ -109,7 +109,7 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
         engine.device, engine.input.dtype
     )
     eager = lambda: engine.infer(batch)  # noqa: E731
-    if engine.device.type != "cuda" or not engine.capturable or views > engine.max_batch:
+    if engine.device.type != "cuda" or not engine.capturable:
         return eager, None
     replay, _ = cuda_graph(eager)
     return eager, replay

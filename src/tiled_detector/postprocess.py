@@ -21,7 +21,7 @@ from tiled_detector.merge import MatchMetric, MergeMethod, merge_padded
 from tiled_detector.seams import suppress_truncated
 from tiled_detector.tiling import BatchPlan
 
-MIN_CAPACITY = 1024  # sync-free candidates per batch at first (doubled up to MAX_CAPACITY when exceeded)
+MIN_CAPACITY = 256  # sync-free candidates per batch at first (doubled up to MAX_CAPACITY when exceeded)
 MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exact path
 # The exact path merges at most this many candidates per frame (the best scores): its (N, N) matrices stay under
 # about half a gigabyte whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix).

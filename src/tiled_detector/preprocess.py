@@ -25,7 +25,6 @@ PAD_VALUE = 114.0 / 255.0
 # per output pixel) instead of converting the whole frame to float first: memory and time in proportion to the
 # view, not the frame (a 12000x9000 frame would need a 1.3 GB float copy). Equal to F.interpolate within 1e-6
 # for 8-bit frames, 2e-4 for 16-bit ones (of values in [0, 1]).
-HUGE_FRAME_PIXELS = 3840 * 2160
 _CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
 
@@ -219,6 +218,9 @@ class Preprocessor:
         copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
         same_size = copy.tile_hw == self.input_hw
         tiles = dst if same_size else self._buffer("tiles", (len(dst), 3, *copy.tile_hw))
+        # float32: convert each channel with one strided copy, then scale the contiguous tiles once (two passes
+        # instead of mul's cast-and-copy); fp16 keeps the float32 product (16-bit values overflow fp16)
+        convert_then_scale = self.dtype == torch.float32
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
@@ -229,7 +231,12 @@ class Preprocessor:
                 first = frame.storage_offset() + block.origin[0] * row_stride + block.origin[1] * col_stride
                 for k, channel in enumerate(self._sources(enc)):
                     view = frame.as_strided(size, strides, first + channel * channel_stride)
-                    torch.mul(view, enc.scale, out=target[:, :, k])
+                    if convert_then_scale:
+                        target[:, :, k].copy_(view)
+                    else:
+                        torch.mul(view, enc.scale, out=target[:, :, k])
+            if convert_then_scale:
+                tiles.mul_(enc.scale)
         else:
             crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
             torch.mul(crops, enc.scale, out=tiles)
@@ -240,11 +247,12 @@ class Preprocessor:
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor
     ) -> None:
-        color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         box = plan.frame_letterbox
-        if frame.shape[0] * frame.shape[1] > HUGE_FRAME_PIXELS and box.scale <= 1.0:
-            _place(_sampled_bilinear(color, box.resized_hw, scale), box, dst.unsqueeze(0), order)
+        if box.scale <= 1.0:  # downscale: only the pixels the view reads are gathered and converted
+            colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
+            _place(_sampled_bilinear(colors, box.resized_hw, scale), box, dst.unsqueeze(0), order)
             return
+        color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
         torch.mul(color, scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
         _letterbox_into(scaled, box, dst.unsqueeze(0), order)
@@ -269,27 +277,25 @@ def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, order: torc
 
 
 @functools.lru_cache(maxsize=32)
-def _bilinear_axis(
-    size: int, out: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bilinear_axis(size: int, out: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """F.interpolate's bilinear sampling along one axis (align_corners=False): the source index pairs (2 * out,)
-    and their weights (out,) each, built once per (size, out, device)."""
+    and the weight of each pair's second index (out,), built once per (size, out, device)."""
     scale = torch.tensor(size, dtype=torch.float32) / out
     source = ((torch.arange(out, dtype=torch.float32) + 0.5) * scale - 0.5).clamp_min(0)
     first = source.to(torch.int64)
     second = torch.where(first < size - 1, first + 1, first)
     weight = source - first
     pairs = torch.stack([first, second], 1).reshape(-1)
-    return pairs.to(device), (1 - weight).to(device), weight.to(device)
+    return pairs.to(device), weight.to(device)
 
 
-def _sampled_bilinear(image: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
-    """Bilinear downscale of a (1, C, H, W) integer image times `scale` to `size`, as float32: only the two rows
-    and columns each output pixel reads are gathered and converted."""
-    rows, top, bottom = _bilinear_axis(image.shape[2], size[0], image.device)
-    cols, left, right = _bilinear_axis(image.shape[3], size[1], image.device)
-    picked = image[:, :, rows][:, :, :, cols].float().mul_(scale).view(1, -1, size[0], 2, size[1], 2)
-    top, bottom, left, right = top.view(-1, 1), bottom.view(-1, 1), left.view(1, -1), right.view(1, -1)
-    upper = left * picked[:, :, :, 0, :, 0] + right * picked[:, :, :, 0, :, 1]
-    lower = left * picked[:, :, :, 1, :, 0] + right * picked[:, :, :, 1, :, 1]
-    return top * upper + bottom * lower
+def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
+    """Bilinear downscale of an (H, W, C) integer frame times `scale` to `size`, as a (1, C, h, w) float32 image,
+    equal to F.interpolate's (to float rounding): only the two rows and columns each output pixel reads are
+    gathered (whole rows first, then columns) and converted, so the cost follows the view, not the frame."""
+    rows, bottom = _bilinear_axis(frame.shape[0], size[0], frame.device)
+    cols, right = _bilinear_axis(frame.shape[1], size[1], frame.device)
+    picked = frame.index_select(0, rows).index_select(1, cols).permute(2, 0, 1).float()
+    picked = picked.view(-1, size[0], 2, size[1], 2)
+    across = torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1))  # (C, h, 2, w)
+    return torch.lerp(across[:, :, 0], across[:, :, 1], bottom.view(1, -1, 1)).mul_(scale).unsqueeze(0)
