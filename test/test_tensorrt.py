@@ -297,6 +297,29 @@ def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path
     assert len(allocated) == 2
 
 
+def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
+    monkeypatch, tmp_path, cpu_cuda
+) -> None:
+    """What a CUDA graph capture needs of the engine: the work goes to the stream current at the call (the
+    capture stream while capturing) and a repeated batch binds the same memory, allocating nothing."""
+    engine, context = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    assert eng.capturable
+    capture_stream = types.SimpleNamespace(cuda_stream=0xCAB)
+    monkeypatch.setattr(trt_mod, "current_stream", lambda device: capture_stream)
+    monkeypatch.setattr(
+        trt_mod, "allocate", mock.Mock(side_effect=AssertionError("allocated while capturing"))
+    )
+    batch = eng.input_buffer(MAX_BATCH)
+    first = eng.infer(batch)["output0"].data_ptr()
+    second = eng.infer(batch)["output0"].data_ptr()
+    assert first == second
+    assert [c.args for c in context.execute_async_v3.call_args_list] == [(0xCAB,), (0xCAB,)]
+    cpu_cuda.record.assert_called_with(capture_stream)
+    bound = [c.args for c in context.set_tensor_address.call_args_list]
+    assert bound[:2] == bound[2:] == [("images", batch.data_ptr()), ("output0", first)]
+
+
 def test_prebuilt_engine_reports_the_precision_it_was_built_with(
     monkeypatch, tmp_path, cpu_cuda, caplog
 ) -> None:

@@ -361,6 +361,9 @@ def main(args: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        # a second signal (launch forwards SIGINT to a process that got the group's) must not cut the cleanup
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
         if node is not None:
             node.shutdown()
             node.destroy_node()
