@@ -1,4 +1,4 @@
-"""Merging detections across tiles: SAHI's nms / nmm / greedy_nmm as torch kernels, plus the seam rule.
+"""Merging detections across tiles: SAHI's nms / nmm / greedy_nmm as torch kernels.
 
 Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`):
 - boxes are ranked by score descending, ties broken by x1, y1, x2, y2 ascending, then by input index;
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from tiled_detector.options import Option
 
@@ -123,6 +124,19 @@ def _nms_keep(match: torch.Tensor, rounds: int | None) -> tuple[torch.Tensor, to
             return keep, torch.ones((), dtype=torch.bool, device=match.device)  # the fixed point
         keep = new_keep
     return keep, (~(match & keep[:, None]).any(0) == keep).all()
+
+
+def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric,
+                      threshold: float) -> Tensor:  # fmt: skip
+    """Class-aware NMS keep mask of the valid rows (rank order), each (frame, class) group on its own matrix:
+    equal to one (N, N) matrix (groups never match) for a fraction of the pairs (the CPU's exact path)."""
+    group = frames * (int(class_ids.max()) + 1) + class_ids
+    keep = torch.zeros_like(valid)
+    for value in torch.unique(group[valid]).tolist():
+        rows = ((group == value) & valid).nonzero().squeeze(1)  # ascending: still in rank order
+        match = _match_matrix(boxes[rows], class_ids[rows], None, None, metric, threshold, True)
+        keep[rows] = _nms_keep(match, None)[0]
+    return keep
 
 
 def _nms_keep_torchvision(
@@ -305,6 +319,9 @@ def merge_padded(
         return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
     # the exact path (host reads allowed) skips the masks that change nothing: one frame, every row valid
     exact_path = nms_rounds is None and slots is None
+    if exact_path and method is MergeMethod.NMS and not class_agnostic and boxes.device.type == "cpu":
+        keep = _grouped_nms_keep(boxes, class_ids, frames, valid, metric, threshold)
+        return PaddedMerge(boxes, scores, class_ids, keep, exact, one, frames)
     one_frame = exact_path and bool((frames == frames[0]).all())
     all_valid = exact_path and bool(valid.all())
     match = _match_matrix(
