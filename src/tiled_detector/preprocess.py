@@ -171,9 +171,9 @@ class Preprocessor:
                     f"got {out.dtype} on {out.device}"
                 )
             return out[:batch_size]
-        if self._batch is None or self._batch.shape[0] != batch_size:
+        if self._batch is None or self._batch.shape[0] < batch_size:  # kept at the largest batch asked for
             self._batch = torch.empty((batch_size, *shape), dtype=self.dtype, device=self.device)
-        return self._batch
+        return self._batch[:batch_size]
 
     def _sources(self, enc: Encoding) -> tuple[int, int, int]:
         """Source channel of each of the model's three input channels."""
