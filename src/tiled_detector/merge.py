@@ -33,6 +33,8 @@ from torch import Tensor
 
 from tiled_detector.options import Option
 
+NMS_BLOCK = 256  # rows settled together by the NMS fixed point (see `_nms_keep`)
+
 
 class MergeMethod(Option):
     """How overlapping detections are combined."""
@@ -107,23 +109,29 @@ def _match_matrix(
     return match
 
 
-def _nms_keep(match: torch.Tensor, rounds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy NMS keep mask from a rank-ordered upper-triangular match matrix, and a 0-dim bool tensor: True
-    when the mask is the fixed point (one more round changes nothing), hence exact.
-
-    The fixed point of keep[j] = not any(keep[i] and match[i, j]) is unique on a triangular system and each round
-    fixes at least one more rank, so N + 1 rounds always reach it (in practice the depth of the longest
-    suppression chain). `rounds` None runs until the fixed point (reading a flag per round: syncs), an int runs
-    that many rounds with no host read.
+def _nms_keep(match: Tensor, rounds: int | None, block: int = NMS_BLOCK) -> tuple[Tensor, Tensor]:
+    """Greedy NMS keep mask of a rank-ordered upper-triangular match matrix, and a 0-dim bool: True when it is
+    the fixed point (one more round changes nothing), hence exact. Rows are settled `block` at a time: rows before
+    a block are final, so one step finds the block's rows a kept earlier row suppresses, then the block's own
+    fixed point (unique: the system is triangular) takes as many rounds as its longest suppression chain, on a
+    (block, block) matrix. `rounds` None runs to each fixed point (a host read per round), an int that many
+    rounds per block with no host read.
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
-    limit = len(match) + 1 if rounds is None else min(rounds, len(match) + 1)
-    for _ in range(limit):
-        new_keep = ~(match & keep[:, None]).any(0)
-        if rounds is None and torch.equal(new_keep, keep):
-            return keep, torch.ones((), dtype=torch.bool, device=match.device)  # the fixed point
-        keep = new_keep
-    return keep, (~(match & keep[:, None]).any(0) == keep).all()
+    exact = torch.ones((), dtype=torch.bool, device=match.device)
+    for start in range(0, len(match), block):
+        stop = min(start + block, len(match))
+        alive = ~(match[:start, start:stop] & keep[:start, None]).any(0)
+        local, settled = match[start:stop, start:stop], alive
+        for _ in range(stop - start + 1 if rounds is None else min(rounds, stop - start + 1)):
+            new = alive & ~(local & settled[:, None]).any(0)
+            if rounds is None and torch.equal(new, settled):
+                break
+            settled = new
+        else:
+            exact = exact & ((alive & ~(local & settled[:, None]).any(0)) == settled).all()
+        keep[start:stop] = settled
+    return keep, exact
 
 
 def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric,
@@ -139,14 +147,8 @@ def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: T
     return keep
 
 
-def _nms_keep_torchvision(
-    ops: Any,
-    boxes: torch.Tensor,
-    class_ids: torch.Tensor,
-    frame_index: torch.Tensor,
-    threshold: float,
-    class_agnostic: bool,
-) -> torch.Tensor:
+def _nms_keep_torchvision(ops: Any, boxes: Tensor, class_ids: Tensor, frame_index: Tensor, threshold: float,
+                          class_agnostic: bool) -> Tensor:  # fmt: skip
     """The same keep mask through torchvision's IoU kernel (inputs in rank order, all valid).
 
     Scores are replaced by the rank so that torchvision's sort reproduces our tie-breaking, and the threshold
@@ -387,13 +389,8 @@ def merge_detections(
     class_agnostic: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy wrapper of `merge`: (N, 4) boxes, (N,) scores, (N,) class ids -> float32, float32, int64 arrays."""
-    out = merge(
-        torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
-        torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
-        torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)),
-        method,
-        metric,
-        threshold,
-        class_agnostic,
-    )
+    tensors = (torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
+               torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
+               torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)))  # fmt: skip
+    out = merge(*tensors, method, metric, threshold, class_agnostic)
     return out[0].numpy(), out[1].numpy(), out[2].numpy()
