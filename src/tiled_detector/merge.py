@@ -33,7 +33,9 @@ from torch import Tensor
 
 from tiled_detector.options import Option
 
-NMS_BLOCK = 256  # rows settled together by the NMS fixed point (see `_nms_keep`)
+# rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
+# ones launch the fewest kernels (GPU: up to 1024 candidates take one block)
+NMS_BLOCK = {"cpu": 256, "cuda": 1024}
 
 
 class MergeMethod(Option):
@@ -109,16 +111,16 @@ def _match_matrix(
     return match
 
 
-def _nms_keep(match: Tensor, rounds: int | None, block: int = NMS_BLOCK) -> tuple[Tensor, Tensor]:
+def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
     """Greedy NMS keep mask of a rank-ordered upper-triangular match matrix, and a 0-dim bool: True when it is
-    the fixed point (one more round changes nothing), hence exact. Rows are settled `block` at a time: rows before
-    a block are final, so one step finds the block's rows a kept earlier row suppresses, then the block's own
-    fixed point (unique: the system is triangular) takes as many rounds as its longest suppression chain, on a
-    (block, block) matrix. `rounds` None runs to each fixed point (a host read per round), an int that many
-    rounds per block with no host read.
+    the fixed point (one more round changes nothing), hence exact. Rows are settled a block (`NMS_BLOCK`) at a
+    time: rows before a block are final, so one step finds the block's rows a kept earlier row suppresses, then
+    the block's own fixed point (unique: the system is triangular) takes as many rounds as its longest chain.
+    `rounds` None runs to each fixed point (a host read per round), an int that many rounds per block.
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
     exact = torch.ones((), dtype=torch.bool, device=match.device)
+    block = NMS_BLOCK.get(match.device.type, NMS_BLOCK["cuda"])
     for start in range(0, len(match), block):
         stop = min(start + block, len(match))
         alive = ~(match[:start, start:stop] & keep[:start, None]).any(0)
