@@ -254,10 +254,13 @@ def _publisher(env: dict[str, str], *args: str) -> subprocess.Popen:
 
 @contextlib.contextmanager
 def _watched_node(
-    tmp_path: Path, domain: int, profile: Path | None = None
+    tmp_path: Path, domain: int, profile: Path | None = None, **params: Any
 ) -> Iterator[tuple[Any, Any, list]]:
-    """The node (optionally with another Fast DDS profile) reporting every 0.5 s, a client, its /diagnostics."""
-    node = NodeProcess(_write_params(tmp_path / "params.yaml", diagnostics_period=0.5), domain_id=domain)
+    """The node (optionally with another Fast DDS profile and parameters) reporting every 0.5 s, a client, its
+    /diagnostics."""
+    node = NodeProcess(
+        _write_params(tmp_path / "params.yaml", diagnostics_period=0.5, **params), domain_id=domain
+    )
     if profile is not None:
         node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
     with node:
@@ -296,19 +299,26 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
     assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE}" in warnings[0]
 
 
-def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
-    """A stream that overruns the shared-memory port queue (here made small: 128 fragments): the middleware's
-    message-lost reports reach /diagnostics, so received + lost accounts for what was sent."""
+def _stream_through_a_small_queue(tmp_path: Path) -> tuple[dict[str, str], int, str]:
+    """A node whose shared-memory port queue is small (128 fragments) receives 60 4K frames (380 fragments of
+    64 KB each) while two busy processes share the cores: its /diagnostics status at the end, frames sent, stderr."""
     domain = pick_domain_id()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     small = tmp_path / "small_queue.xml"
     small.write_text(
         FASTDDS_PROFILE.read_text().replace("<port_queue_capacity>4096<", "<port_queue_capacity>128<")
     )
     env = {**ros_environment(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(small)}
     with _watched_node(tmp_path, domain, small) as (_, client, diagnostics):
-        publisher = _publisher(env, "--topic", "image", "--size", "1920x1080", "--rate", "30", "--count", "60",
-                               "--reliability", "reliable")  # fmt: skip
-        out, err = publisher.communicate(timeout=120)
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
+            publisher = _publisher(env, "--topic", "image", "--size", "3840x2160", "--rate", "30", "--count", "60",
+                                   "--reliability", "reliable")  # fmt: skip
+            out, err = publisher.communicate(timeout=120)
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
         sent = json.loads(out.strip().splitlines()[-1])["sent"]
 
         def settled() -> bool:
@@ -316,8 +326,19 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
             return int(status.get("frames_received", 0)) + int(status.get("frames_lost", 0)) >= sent * 0.9
 
         client.wait_until(settled, timeout=10)
-        status = _status(diagnostics)
-    received, lost = int(status["frames_received"]), int(status["frames_lost"])
+        return _status(diagnostics), sent, err
+
+
+def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
+    """A stream that overruns the shared-memory port queue: the middleware's message-lost reports reach
+    /diagnostics, so received + lost accounts for what was sent. Whether a session overflows depends on how the
+    OS schedules the reception (and Fast DDS may match a session over UDP instead): up to 3 fresh nodes are tried
+    until one reports a loss, and that one must account for the stream."""
+    for attempt in range(3):
+        status, sent, err = _stream_through_a_small_queue(tmp_path / str(attempt))
+        received, lost = int(status["frames_received"]), int(status["frames_lost"])
+        if lost > 0:
+            break
     assert lost > 0 and received < sent, (status, err)
     assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)
 
