@@ -16,7 +16,6 @@ Exits non-zero with a FAIL line for every failed check.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from bench_pipeline import SquareDetector, YoloV8nLike, save_torchscript
+from tiled_detector.benchmark import profiled_copies
 from tiled_detector.detector import TiledDetector
 from tiled_detector.types import Detections
 
@@ -125,26 +125,11 @@ def check_many_and_captured(model: Path, device: str, runs: int, failures: list[
         )
 
 
-def _memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
-    """(direction, bytes) of every memcpy in a chrome trace written by torch.profiler."""
-    events = json.loads(trace_path.read_text()).get("traceEvents", [])
-    copies = []
-    for event in events:
-        name = str(event.get("name", ""))
-        if event.get("cat") in {"gpu_memcpy", "Memcpy"} or name.startswith("Memcpy"):
-            direction = "HtoD" if "HtoD" in name else "DtoH" if "DtoH" in name else "other"
-            nbytes = event.get("args", {}).get("bytes")
-            copies.append((direction, int(nbytes) if nbytes is not None else None))
-    return copies
-
-
 def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str]) -> None:
     """One H2D (the frame) and one D2H (the results) per detect() call, counted by torch.profiler."""
     if torch.device(device).type != "cuda":
         print("transfers: skipped (needs CUDA)")
         return
-    from torch.profiler import ProfilerActivity, profile
-
     detector = TiledDetector(model, device=device, backend="torch", tile_size=(640, 640), conf_threshold=0.3)
     rng = np.random.default_rng(1)
     for height, width in FRAME_SIZES:
@@ -152,13 +137,7 @@ def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list
         for _ in range(3):  # warm-up: plans, index tensors and pinned buffers are built once per size
             detector.detect(frame)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            dets = detector.detect(frame)
-            torch.cuda.synchronize()
-        with tempfile.TemporaryDirectory() as tmp:
-            trace = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(trace))
-            copies = _memcpys(trace)
+        dets, copies, prof = profiled_copies(lambda frame=frame: detector.detect(frame))
         h2d = [b for d, b in copies if d == "HtoD"]
         d2h = [b for d, b in copies if d == "DtoH"]
         scalar = [b for b in d2h if b is not None and b <= SCALAR_READ_BYTES]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -28,6 +28,8 @@ from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.program import cuda_graph
 from tiled_detector.synthetic import make_scene
+
+T = TypeVar("T")
 
 COLUMNS = ("backend", "precision", "size", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
@@ -72,7 +74,7 @@ def _timed(function: Callable[[], Any], device: torch.device) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-def memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
+def _memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
     """(direction, bytes) of every memcpy in a chrome trace written by torch.profiler."""
     events = json.loads(trace_path.read_text()).get("traceEvents", [])
     copies = []
@@ -85,19 +87,24 @@ def memcpys(trace_path: Path) -> list[tuple[str, int | None]]:
     return copies
 
 
-def transfer_bytes(function: Callable[[], Any]) -> tuple[int, int]:
-    """Host-to-device and device-to-host bytes copied while `function()` runs (CUDA, torch.profiler)."""
+def profiled_copies(function: Callable[[], T]) -> tuple[T, list[tuple[str, int | None]], Any]:
+    """`function()`'s result, every memcpy ("HtoD", "DtoH" or "other", bytes) while it ran on CUDA, and the
+    profiler (for its tables)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        function()
+        result = function()
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
-        copies = memcpys(trace)
-    h2d = sum(b or 0 for d, b in copies if d == "HtoD")
-    return h2d, sum(b or 0 for d, b in copies if d == "DtoH")
+        return result, _memcpys(trace), prof
+
+
+def transfer_bytes(function: Callable[[], Any]) -> tuple[int, int]:
+    """Host-to-device and device-to-host bytes copied while `function()` runs (CUDA, torch.profiler)."""
+    _, copies, _ = profiled_copies(function)
+    return tuple(sum(b or 0 for d, b in copies if d == way) for way in ("HtoD", "DtoH"))  # type: ignore[return-value]
 
 
 def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
@@ -129,7 +136,7 @@ def measure(
     eager, graph = model_only(detector, plan.batch_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    walls, model, model_graph, stages, found = [], [], [], [], 0
+    walls, model, model_graph, stages = [], [], [], []
     for i in range(warmup + runs):
         wall = _timed(lambda: stages.append(detector.detect(frame).timings), device)
         model_ms = _timed(eager, device)

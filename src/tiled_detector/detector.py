@@ -33,9 +33,8 @@ from tiled_detector.types import Detections
 from tiled_detector.upload import Uploader
 from tiled_detector.zero_copy import as_torch_tensor
 
-_RETRY_AFTER = (
-    30  # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
-)
+# batches taking the exact path directly after one exceeded a sync-free limit at its maximum
+_RETRY_AFTER = 30
 
 
 class _StageClock:

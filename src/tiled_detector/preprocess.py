@@ -1,9 +1,12 @@
 """Device frame -> engine input batch: tile crops and a letterboxed full frame, written in place.
 
-The raw frame is already on the device (`tiled_detector.upload`). Everything here runs there: one batched gather crops all tiles (channel reorder and mono -> 3 channels folded into the same
-gather), tiles past the frame border are padded with YOLO's grey (114/255), tiles are letterboxed in one
-`F.interpolate` call when the tile size differs from the model input, and the full frame is resized and padded
-into the last slot. Results are written in place into a batch tensor (B, 3, H, W) reused across frames.
+The raw frame is already on the device (`tiled_detector.upload`); everything here runs there. Tiles that form a
+grid inside the frame are copied with one strided view per block and channel, others with one batched gather
+(channel reorder and mono -> 3 channels folded in) and padded with YOLO's grey (114/255) past the border; tiles
+are letterboxed in one `F.interpolate` call when the tile size differs from the model input. A downscaled full
+frame reads only the pixels bilinear sampling uses (2 rows and 2 columns per output pixel) from the integer
+frame, so its cost follows the view, not the frame (no full-frame float copy). Results are written in place into
+a batch tensor (B, 3, H, W), the engine's bound input or one reused across frames.
 """
 
 from __future__ import annotations
@@ -21,10 +24,6 @@ from tiled_detector.options import check_channel_order
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
-# Above this many pixels the full-frame view reads only the pixels bilinear sampling uses (2 rows and 2 columns
-# per output pixel) instead of converting the whole frame to float first: memory and time in proportion to the
-# view, not the frame (a 12000x9000 frame would need a 1.3 GB float copy). Equal to F.interpolate within 1e-6
-# for 8-bit frames, 2e-4 for 16-bit ones (of values in [0, 1]).
 _CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tiled_detector.commands.progress import TextProgress
 from tiled_detector.commands.settings import add_settings, parameter_values
-from tiled_detector.config import settings
+from tiled_detector.config import default, settings
 
 EPILOG = """examples:
   tiled-detector bench                                     # bundled model, auto backend, fp32/fp16/int8, 1080p + 4K
@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
                      progress)  # fmt: skip
     if args.peer == "sahi":
         config = config_changes(values)
-        model = config.get("model") or build_detector(values).config.model
-        rows += peer_sahi(model, args.size, args.runs, args.warmup, config)
+        rows += peer_sahi(config.get("model", default("model")), args.size, args.runs, args.warmup, config)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out / "bench.csv", csv_text(rows).encode())
     plot(rows, args.out / "bench.png")

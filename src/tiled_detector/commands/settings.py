@@ -46,9 +46,9 @@ def add_settings(
     replaces a built-in default where this subcommand has another one (shown in the help)."""
     group = parser.add_argument_group("detector settings (flags override --params-file)")
     group.add_argument("--params-file", type=Path, default=None, help=params_file_help)
-    for name, setting in settings().items():
-        if not setting.parameter or (only is not None and name not in only):
-            continue
+    chosen = [n for n, s in settings().items() if s.parameter and (only is None or n in only)]
+    for name in chosen:
+        setting = settings()[name]
         value = (defaults or {}).get(name, default(name))
         details = [] if name == "model" or value is None else [f"default {_shown(value)}"]
         if setting.low is not None:
@@ -68,7 +68,6 @@ def add_settings(
             if setting.choices:
                 options["choices"] = setting.choices
         group.add_argument(flag(name), **options)
-    chosen = [n for n, s in settings().items() if s.parameter and (only is None or n in only)]
     parser.set_defaults(setting_defaults=dict(defaults or {}), setting_flags=chosen)
 
 

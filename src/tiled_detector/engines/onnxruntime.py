@@ -56,7 +56,8 @@ class OnnxRuntimeEngine(Engine):
     `threads` sets the intra-op thread count (default: ONNX Runtime's own default, one per physical core).
     One I/O binding serves every call; static-shaped outputs are written straight into torch buffers allocated
     once at `max_batch` (the next call overwrites them), dynamic ones are allocated by ONNX Runtime and wrapped
-    through DLPack. On CUDA the session runs on torch's current stream, followed per call. fp16 needs a model whose input is float16 (ONNX Runtime does not convert).
+    through DLPack. On CUDA the session runs on torch's current stream, followed per call. fp16 needs a model
+    whose input is float16 (ONNX Runtime does not convert).
     """
 
     backend = Backend.ONNXRUNTIME

@@ -2,9 +2,10 @@
 
 Runs a serialized engine (.engine / .plan) or builds one from ONNX through the engine cache. The input
 buffer is preallocated at the profile maximum and exposed (`input_buffer`) so preprocessing can write
-straight into it; outputs are allocated once at the profile maximum and every call writes into them. Work is enqueued on
-torch's current CUDA stream and a torch CUDA event is recorded after it (`done_event`): consumers on the
-same stream need nothing, consumers on another stream wait on the event.
+straight into it; outputs are allocated once at the profile maximum and every call writes into them, so a
+captured CUDA graph replays with the same addresses. Work is enqueued on torch's current CUDA stream and a
+torch CUDA event is recorded after it (`done_event`): consumers on the same stream need nothing, consumers on
+another stream wait on the event.
 
 Two TensorRT APIs are handled, chosen by feature detection: named tensors (TensorRT >= 8.5: set_input_shape,
 set_tensor_address, execute_async_v3) and binding indices (TensorRT < 8.5: set_binding_shape,
@@ -260,10 +261,9 @@ class TensorRTEngine(Engine):
         max_shape = self._in.max_shape or self._in.shape
         self.max_batch = min(max_batch, max_shape[0])
         self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
-        # outputs at the largest batch, allocated once: every call writes into the same memory (a captured
-        # CUDA graph replays with these addresses)
+        # outputs at the largest batch, allocated once (those whose shape depends on the input's H, W at their
+        # first call)
         self._outputs: dict[str, torch.Tensor] = {}
-        # outputs whose shape depends on the input's H, W are allocated at their first call
         for spec in self._outs:
             if all(d >= 0 for d in spec.shape[1:]):
                 self._output_buffer(spec, (self.fixed_batch or self.max_batch, *spec.shape[1:]))

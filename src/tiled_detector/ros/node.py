@@ -88,9 +88,8 @@ class DetectorNode(Node):
         detector = build_detector(values)
         values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
-        self._detector = (
-            detector  # used by the worker thread only (it applies parameter changes between frames)
-        )
+        # used by the worker thread (it applies parameter changes between frames)
+        self._detector = detector
         # the detector settings and the parameter values they come from, swapped together under the lock
         self._state = (detector.config, values)
         self._state_lock = threading.Lock()
