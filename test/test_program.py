@@ -218,3 +218,101 @@ def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
         conf_threshold=0.5, tile_size=(512, 512), overlap=0.1, merge="greedy_nmm").detect(scenes[2]))  # fmt: skip
     with pytest.raises(ValueError, match="needs a new engine"):
         detector.update(precision="fp16")
+
+
+def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
+    from types import SimpleNamespace
+
+    import tiled_detector.detector as detector_module
+    from tiled_detector.program import fused
+
+    cuda = SimpleNamespace(device=torch.device("cuda", 0))
+    config = DetectorConfig()
+    assert not config.compile and detector_module.default_compiler(config, cuda) is None  # off by default
+    monkeypatch.setattr(
+        detector_module.importlib.util, "find_spec", lambda name: object()
+    )  # triton "installed"
+    assert detector_module.default_compiler(config.replace(compile=True), cuda) is fused
+    with caplog.at_level("WARNING", logger="tiled_detector.detector"):
+        cpu = SimpleNamespace(device=torch.device("cpu"))
+        assert detector_module.default_compiler(config.replace(compile=True), cpu) is None
+        monkeypatch.setattr(detector_module.importlib.util, "find_spec", lambda name: None)  # no triton
+        assert detector_module.default_compiler(config.replace(compile=True), cuda) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.detector"]
+    assert len(lines) == 2 and all("compile needs a CUDA device and triton" in line for line in lines)
+
+
+def test_fused_runs_uncompiled_after_compiling_fails(monkeypatch, caplog) -> None:
+    from tiled_detector import program
+
+    tries: list[int] = []
+
+    def broken_compile(function, **options):
+        assert options == {"dynamic": False}
+
+        def compiled(*args, **kwargs):
+            tries.append(1)
+            raise RuntimeError("Cannot find a working triton installation\n(a long traceback)")
+
+        return compiled
+
+    monkeypatch.setattr(program.torch, "compile", broken_compile)
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 1:
+            raise ValueError("one dimension please")
+        return 2 * x
+
+    call = program.fused(double)
+    with pytest.raises(ValueError, match="one dimension"):  # the input's fault: raised, compiling stays on
+        call(torch.ones(2, 2))
+    with caplog.at_level("WARNING", logger="tiled_detector.program"):
+        assert call(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+        assert call(torch.ones(1)).tolist() == [2.0]
+    assert len(tries) == 2  # not tried again after it failed on good input
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.program"]
+    assert lines == ["torch.compile of double failed (Cannot find a working triton installation); running it "
+                     "uncompiled"]  # fmt: skip
+
+
+def test_the_frame_program_runs_its_decoding_and_post_processing_through_the_compiler(
+    square_torchscript, monkeypatch
+):
+    import tiled_detector.detector as detector_module
+    from test_detector import _scene
+
+    compiled: list[str] = []
+    called: list[str] = []
+
+    def stand_in(function):  # what torch.compile gives: an equivalent function
+        compiled.append(function.__name__)
+
+        def call(*args, **kwargs):
+            called.append(function.__name__)
+            return function(*args, **kwargs)
+
+        return call
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
+    eager = TiledDetector(square_torchscript, **options)
+    monkeypatch.setattr(detector_module, "default_compiler", lambda config, engine: stand_in)
+    detector = TiledDetector(square_torchscript, compile=True, **options)
+    detector._sync_free = True  # the fixed-size path, where the compiled post-processing runs
+    assert compiled == ["decode_padded", "postprocess"]
+    for seed in (0, 1):
+        frame, _, _ = _scene(seed)
+        _same(eager.detect(frame), detector.detect(frame))
+    assert called.count("postprocess") == 2 and called.count("decode_padded") == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (and triton)")
+def test_compiled_frame_program_equals_the_uncompiled_one_on_cuda(square_torchscript):
+    from test_detector import _scene
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch", device="cuda")
+    plain = TiledDetector(square_torchscript, **options)
+    fast = TiledDetector(square_torchscript, compile=True, **options)
+    assert fast._program.postprocess is not plain._program.postprocess
+    for seed in (0, 1, 2):
+        frame, _, _ = _scene(seed)
+        _same(plain.detect(frame), fast.detect(frame))

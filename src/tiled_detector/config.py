@@ -174,6 +174,12 @@ class DetectorConfig:
         "frame size and settings and replay it (false: launch every kernel each frame)",
         runtime=False,
     )
+    compile: bool = _setting(
+        False,
+        "CUDA with triton: fuse decoding and post-processing with torch.compile (fewer kernels per frame; the "
+        "first frame of each size compiles, for minutes, then torch caches it on disk)",
+        runtime=False,
+    )
     profile: bool = _setting(
         False,
         "synchronise the device at every stage so that stage timings are wall times (slower)",

@@ -14,6 +14,8 @@ On the CPU the exact path is used directly (host syncs cost nothing there).
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,12 +29,13 @@ from tiled_detector.encodings import Encoding, as_frame_tensor
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.postprocess import Limits, MergeSettings, postprocess, unpack
 from tiled_detector.preprocess import Preprocessor
-from tiled_detector.program import Capture, FrameProgram, Runner, cuda_graph, no_mark
+from tiled_detector.program import Capture, Compiler, FrameProgram, Runner, cuda_graph, fused, no_mark
 from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan, make_plan
 from tiled_detector.types import Detections
 from tiled_detector.upload import Uploader
 from tiled_detector.zero_copy import as_torch_tensor
 
+LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
 _RETRY_AFTER = 30
 
@@ -81,6 +84,17 @@ def _model_labels(model: object) -> tuple[str, ...] | None:
         return None
     labels = load_labels(model)
     return tuple(labels) if labels else None
+
+
+def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
+    """`program.fused` (torch.compile) when `compile` is on and the engine runs on CUDA with triton installed;
+    else None (one log line when it was asked for but cannot be had)."""
+    if not config.compile:
+        return None
+    if engine.device.type != "cuda" or importlib.util.find_spec("triton") is None:
+        LOG.warning("compile needs a CUDA device and triton (device %s): running uncompiled", engine.device)
+        return None
+    return fused
 
 
 def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
@@ -158,7 +172,9 @@ class TiledDetector:
         self._capture = capture  # the caller's own capture function, kept when settings change
         capture = capture or default_capture(config, engine)
         self._uploader = Uploader(engine.device, static=capture is not None)
-        self._program = FrameProgram(engine, preprocessor, self._layout, self._num_classes)
+        self._program = FrameProgram(
+            engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
+        )
         self._runner = Runner(capture)
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
         self._exact_batches = (
@@ -204,7 +220,7 @@ class TiledDetector:
     def reconfigure(self, config: DetectorConfig) -> None:
         """`update` to a whole config (its engine settings must be this detector's)."""
         config = self._checked(config)
-        rebuilt = ("channel_order", "layout", "cuda_graph", "sync_free")
+        rebuilt = ("channel_order", "layout", "cuda_graph", "sync_free", "compile")
         if any(getattr(config, n) != getattr(self._config, n) for n in rebuilt):
             self._setup(config, self._engine, self._capture)
             return

@@ -80,12 +80,15 @@ def overlap(a: torch.Tensor, b: torch.Tensor, metric: MatchMetric) -> torch.Tens
     return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
 
 
-def rank_order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Permutation sorting by score descending, then x1, y1, x2, y2 ascending, then index (SAHI's lexsort)."""
+def rank_order(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Permutation sorting by score descending, then x1, y1, x2, y2 ascending, then index (SAHI's lexsort);
+    with `valid` (N,) bool the invalid rows come last (NaN scores rank last too)."""
     order = torch.arange(len(scores), device=scores.device)
     for column in (3, 2, 1, 0):
         order = order[torch.sort(boxes[order, column], stable=True).indices]
-    return order[torch.sort(scores[order], stable=True, descending=True).indices]
+    # ascending on -score equals descending on score, and puts NaN (here: every invalid row) last
+    key = -scores[order] if valid is None else torch.where(valid[order], -scores[order], float("nan"))
+    return order[torch.sort(key, stable=True).indices]
 
 
 def _match_matrix(
@@ -99,9 +102,7 @@ def _match_matrix(
 ) -> torch.Tensor:
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
     in rank order; None: one frame, every row valid)."""
-    rank = torch.arange(len(boxes), device=boxes.device)
-    match = overlap(boxes[:, None], boxes[None], metric) >= threshold
-    match &= rank[:, None] < rank[None]
+    match = (overlap(boxes[:, None], boxes[None], metric) >= threshold).triu_(1)  # i ranked before j
     if frame_index is not None:
         match &= frame_index[:, None] == frame_index[None]
     if valid is not None:
@@ -123,15 +124,16 @@ def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
     block = NMS_BLOCK.get(match.device.type, NMS_BLOCK["cuda"])
     for start in range(0, len(match), block):
         stop = min(start + block, len(match))
-        alive = ~(match[:start, start:stop] & keep[:start, None]).any(0)
+        # rows no kept earlier row suppresses (bool a > b is a & ~b: one kernel)
+        alive = ~(match[:start, start:stop] & keep[:start, None]).any(0) if start else keep[start:stop]
         local, settled = match[start:stop, start:stop], alive
         for _ in range(stop - start + 1 if rounds is None else min(rounds, stop - start + 1)):
-            new = alive & ~(local & settled[:, None]).any(0)
+            new = alive > (local & settled[:, None]).any(0)
             if rounds is None and torch.equal(new, settled):
                 break
             settled = new
         else:
-            exact = exact & ((alive & ~(local & settled[:, None]).any(0)) == settled).all()
+            exact = exact & ((alive > (local & settled[:, None]).any(0)) == settled).all()
         keep[start:stop] = settled
     return keep, exact
 
@@ -308,8 +310,7 @@ def merge_padded(
     frames = torch.zeros_like(valid, dtype=torch.int64) if frame_index is None else frame_index.long()
     boxes = torch.where(valid[:, None], boxes.float(), 0.0)  # invalid rows: harmless values, ranked last
     scores = torch.where(valid, scores.float(), float("-inf"))
-    order = rank_order(boxes, scores)
-    order = order[torch.sort((~valid[order]).to(torch.int32), stable=True).indices]
+    order = rank_order(boxes, scores, valid)
     boxes, scores, class_ids = boxes[order], scores[order], class_ids.long()[order]
     valid, frames = valid[order], frames[order]
     exact = torch.ones((), dtype=torch.bool, device=boxes.device)

@@ -27,7 +27,7 @@ MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exa
 # about half a gigabyte whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix).
 MAX_CANDIDATES = 2 * MAX_CAPACITY
 MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
-MIN_ROUNDS, MAX_ROUNDS = 16, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
+MIN_ROUNDS, MAX_ROUNDS = 4, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
 COLUMNS = 8  # x1, y1, x2, y2, score, class, valid, frame
 
 

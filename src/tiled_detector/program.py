@@ -11,6 +11,7 @@ Limit growth and the exact fallback are host policy, outside (in `TiledDetector`
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
@@ -30,6 +31,8 @@ T = TypeVar("T")
 # capture(function) -> (replay, outputs): replay() recomputes `outputs` in place from the same input buffers
 Capture = Callable[[Callable[[], T]], tuple[Callable[[], None], T]]
 Mark = Callable[[str], None]
+F = TypeVar("F", bound=Callable[..., Any])
+Compiler = Callable[[F], F]  # a stage function -> an equivalent one (e.g. fused by torch.compile)
 
 
 def no_mark(stage: str) -> None:
@@ -48,6 +51,29 @@ def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
     with torch.cuda.graph(graph):
         outputs = function()
     return graph.replay, outputs
+
+
+def fused(function: F) -> F:
+    """`function` through `torch.compile` (static shapes: compiled at the first call of each shape). When
+    compiling fails (no triton, no C compiler, an unsupported op) the call runs uncompiled, and every call after
+    it, with one log line; an error the plain function raises too (bad input) is raised as it is."""
+    compiled: Callable[..., Any] | None = torch.compile(function, dynamic=False)
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal compiled
+        if compiled is None:
+            return function(*args, **kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as error:
+            result = function(*args, **kwargs)  # raises here when the input, not compiling, was the problem
+            LOG.warning("torch.compile of %s failed (%s); running it uncompiled", function.__name__,
+                        one_line(error))  # fmt: skip
+            compiled = None
+            return result
+
+    return call  # type: ignore[return-value]
 
 
 class Runner:
@@ -91,12 +117,21 @@ class FrameProgram:
     it writes the engine's and the preprocessor's reused buffers)."""
 
     def __init__(
-        self, engine: Engine, preprocessor: Preprocessor, layout: OutputLayout, num_classes: int | None
+        self,
+        engine: Engine,
+        preprocessor: Preprocessor,
+        layout: OutputLayout,
+        num_classes: int | None,
+        compiler: Compiler | None = None,
     ) -> None:
         self.engine = engine
         self.preprocessor = preprocessor
         self.layout = layout
         self.num_classes = num_classes
+        # decoding and the fixed-size post-processing, fused where a compiler is given (the exact path's
+        # data-dependent shapes stay with `postprocess` itself, in the detector)
+        self.decode = compiler(decode_padded) if compiler else decode_padded
+        self.postprocess = compiler(postprocess) if compiler else postprocess
 
     def candidates(
         self,
@@ -121,7 +156,7 @@ class FrameProgram:
             mark("preprocess")
             outputs = self.engine.infer(batch)
             mark("infer")
-            found = decode_padded(
+            found = self.decode(
                 outputs,
                 self.layout,
                 settings.conf_threshold,
@@ -146,6 +181,6 @@ class FrameProgram:
     ) -> tuple[torch.Tensor, PaddedDecoded]:
         """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
         found = self.candidates(frames, encodings, plan, settings, mark)
-        packed = postprocess(found, plan, MergeSettings.of(settings), limits)
+        packed = self.postprocess(found, plan, MergeSettings.of(settings), limits)
         mark("merge")
         return packed, found
