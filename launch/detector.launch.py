@@ -3,9 +3,10 @@
 Every node parameter is also a launch argument (`conf_threshold:=0.4 transport:=compressed ...`); one given on
 the command line overrides the params file, one left empty keeps the params file's value. A misspelt argument
 (`conf_treshold:=0.4`) is refused naming the nearest one; `--show-args` lists them all.
-Several cameras: launch it once per camera with its own `namespace` and `image` topic, e.g.
-`ros2 launch tiled_detector detector.launch.py namespace:=front image:=/front/image_raw` and again with
-`namespace:=rear image:=/rear/image_raw`; each node publishes `<namespace>/detections`.
+Several cameras, one node and one engine (their tiles batched together):
+`ros2 launch tiled_detector detector.launch.py "cameras:=[/front/image_raw, /rear/image_raw]"`; each camera's
+detections go to its topic's namespace (`/front/detections`, `/rear/detections`). Or one node per camera, each
+with its own `namespace` and `image` topic (`namespace:=front image:=/front/image_raw`).
 """
 
 import difflib

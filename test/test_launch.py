@@ -128,6 +128,7 @@ def test_launch_parameter_arguments_are_typed(launch_description: Any) -> None:
         tile_width="512",
         full_frame="False",
         classes="[red_disc, 2]",
+        cameras="[/front/image_raw, /rear/image_raw]",
     )
     assert node.kwargs["parameters"][1] == {
         "use_sim_time": False,
@@ -137,6 +138,7 @@ def test_launch_parameter_arguments_are_typed(launch_description: Any) -> None:
         "tile_width": 512,
         "full_frame": False,
         "classes": ["red_disc", "2"],
+        "cameras": ["/front/image_raw", "/rear/image_raw"],
     }
     with pytest.raises(ValueError, match="tile_width must be an integer, got 'wide'"):
         _node_for(launch_description, tile_width="wide")

@@ -378,3 +378,75 @@ def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path
     assert node.returncode == 0 and reply.detections == []  # conf_threshold 1.0: nothing scores above it
     warnings = [line for line in node.log_text().splitlines() if "conf_treshold" in line]
     assert len(warnings) == 1 and "did you mean 'conf_threshold'?" in warnings[0], node.log_text()
+
+
+# --- several cameras in one node ----------------------------------------------------------------------------
+
+CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
+
+
+def _camera_statuses(diagnostics: list[Any]) -> dict[str, Any]:
+    return {s.name.rpartition(": camera ")[2]: s for s in diagnostics[-1].status[1:]} if diagnostics else {}
+
+
+def test_one_node_answers_every_camera_with_its_own_detections(tmp_path: Path) -> None:
+    """Three cameras of three sizes into one node: each camera's detections on its own topic, with its frame's
+    header, equal to detecting that frame alone; a camera that stops holds back neither of the others."""
+    sizes = ((640, 480), (1280, 720), (1920, 1080))
+    frames = [make_scene(910 + i, w, h).image for i, (w, h) in enumerate(sizes)]
+    reference = TiledDetector(conf_threshold=0.4)
+    expected = [reference.detect(frame) for frame in frames]
+    domain = pick_domain_id()
+    params = _write_params(tmp_path / "params.yaml", cameras=list(CAMERAS), conf_threshold=0.4,
+                           diagnostics_period=0.5)  # fmt: skip
+    with NodeProcess(params, domain_id=domain) as node:
+        clients = [
+            DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"camera_{i}")
+            for i, topic in enumerate(CAMERAS)
+        ]
+        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            for client in clients:
+                assert client.wait_for_node(timeout=60), node.log_text()
+            pending = dict(enumerate(clients))
+            deadline = time.monotonic() + 60
+            while pending and time.monotonic() < deadline:  # all at once: the node batches what it finds
+                for i, client in pending.items():
+                    client.publish(_image(frames[i], i, frame_id=f"cam_{i}"))
+                for i in [i for i, c in pending.items() if c.wait_for_stamp(_stamp(i), timeout=2.0)]:
+                    reply = pending.pop(i).detections[_stamp(i)]
+                    assert reply.header.frame_id == f"cam_{i}"
+                    _assert_same(reply, expected[i])
+            assert not pending, f"cameras {sorted(pending)} not answered"
+            assert not any(_stamp(j) in clients[i].detections for i in range(3) for j in range(3) if i != j)
+            clients[2].close()  # camera c stops (its publisher is gone)
+            for k in range(3, 6):
+                for i in (0, 1):
+                    reply = _send(
+                        clients[i], _image(frames[i], 10 * k + i, frame_id=f"cam_{i}"), _stamp(10 * k + i)
+                    )
+                    _assert_same(reply, expected[i])
+            assert clients[0].wait_until(
+                lambda: (
+                    "no publisher on /cam_c/image" in _camera_statuses(diagnostics)["/cam_c/image"].message
+                ),
+                timeout=30,
+            ), [s.message for s in diagnostics[-1].status]
+            cameras = _camera_statuses(diagnostics)
+            assert set(cameras) == set(CAMERAS)
+            for i, topic in enumerate(CAMERAS):
+                values = {kv.key: kv.value for kv in cameras[topic].values}
+                assert values["image_topic"] == topic
+                assert values["detections_topic"] == topic.rpartition("/")[0] + "/detections"
+                assert int(values["frames_processed"]) >= (4 if i < 2 else 1)
+                assert values["frame_size"] == "{}x{}".format(*sizes[i])
+            pipeline = _status(diagnostics)
+            assert (
+                int(pipeline["frames_processed"]) >= 9 and pipeline["cameras"] == "3"
+            )  # every camera's frames
+            assert int(pipeline["largest_batch_frames"]) >= 2  # frames that arrived together: one batch
+        finally:
+            for client in clients[:2]:
+                client.close()
+    assert node.returncode == 0, node.log_text()
+    assert "Traceback" not in node.log_text()

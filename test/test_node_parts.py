@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("rclpy")
 
 from tiled_detector.parameters import resolve_classes, runtime_changes
-from tiled_detector.ros.node import FrameSlot, Stats, image_qos
+from tiled_detector.ros.node import FrameSlots, Stats, image_qos
 from tiled_detector.ros.params import BY_NAME, PARAMS, descriptor
 
 
@@ -53,21 +53,23 @@ def test_pipeline_changes_map_parameters_to_config_fields() -> None:
     assert changes == {"tile_size": (512, 384), "conf_threshold": 0.5, "classes": (1,)}
 
 
-def test_frame_slot_keeps_only_the_newest_frame() -> None:
-    slot = FrameSlot()
-    assert slot.put("a") is False
-    assert slot.put("b") is True  # "a" was never taken: a drop
-    assert slot.take(timeout=0.1) == "b"
-    assert slot.take(timeout=0.01) is None
+def test_frame_slots_keep_only_the_newest_frame_of_each_camera() -> None:
+    slots = FrameSlots(3)
+    assert slots.put(0, "a") is False
+    assert slots.put(0, "b") is True  # "a" was never taken: a drop
+    assert slots.put(2, "z") is False  # another camera's frame is no drop
+    assert slots.take(timeout=0.1) == [(0, "b"), (2, "z")]  # every camera's newest, at once
+    assert slots.take(timeout=0.01) == []
     got: list[object] = []
-    worker = threading.Thread(target=lambda: got.append(slot.take(timeout=5)))
+    worker = threading.Thread(target=lambda: got.append(slots.take(timeout=5)))
     worker.start()
     time.sleep(0.05)
-    slot.put("c")
+    slots.put(1, "c")  # any camera wakes the worker
     worker.join(2)
-    assert got == ["c"]
-    slot.close()
-    assert slot.take(timeout=5) is None  # returns at once once closed
+    assert got == [[(1, "c")]]
+    slots.close()
+    start = time.monotonic()
+    assert slots.take(timeout=5) == [] and time.monotonic() - start < 1  # returns at once once closed
 
 
 def test_stats_rates_and_percentiles() -> None:
@@ -110,11 +112,11 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
         calls: list[int] = []
         real = node._process
 
-        def flaky(msg: object, received: float) -> None:
+        def flaky(items: list) -> None:
             calls.append(1)
             if len(calls) == 1:
                 raise KeyError("something nobody expected")
-            real(msg, received)
+            real(items)
 
         node._process = flaky  # type: ignore[method-assign]
         frame = array_to_imgmsg(np.zeros((64, 96, 3), np.uint8), "rgb8")
@@ -132,3 +134,18 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
         node.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_camera_topics_map_each_camera_to_its_namespace() -> None:
+    from tiled_detector.ros.cameras import CameraTopics, camera_topics
+
+    assert camera_topics([]) == [CameraTopics("image", "image", "detections", "debug_image")]
+    assert camera_topics([], compressed=True)[0].image == "image/compressed"
+    front, rear = camera_topics(["/front/image_raw", "robot/rear/image/"], compressed=True)
+    assert front == CameraTopics("/front/image_raw", "/front/image_raw/compressed", "/front/detections",
+                                 "/front/debug_image")  # fmt: skip
+    assert (rear.image, rear.detections) == ("robot/rear/image/compressed", "robot/rear/detections")
+    with pytest.raises(ValueError, match="'/image' needs a namespace of its own"):
+        camera_topics(["/front/image", "/image"])
+    with pytest.raises(ValueError, match="would both publish on /front/detections"):
+        camera_topics(["/front/image_raw", "/front/image_rect"])

@@ -316,3 +316,19 @@ def test_compiled_frame_program_equals_the_uncompiled_one_on_cuda(square_torchsc
     for seed in (0, 1, 2):
         frame, _, _ = _scene(seed)
         _same(plain.detect(frame), fast.detect(frame))
+
+
+def test_detect_many_keeps_each_sources_upload_slot(bundled, scenes, monkeypatch):
+    detector = bundled.with_config()
+    used: list[int] = []
+    upload = detector._uploader.upload
+    monkeypatch.setattr(
+        detector._uploader, "upload", lambda f, e, slot: used.append(slot) or upload(f, e, slot)
+    )
+    both = detector.detect_many([scenes[0], scenes[2]], slots=[0, 2])
+    only_second = detector.detect_many([scenes[2]], slots=[2])  # camera 0 had no frame this time
+    assert used == [0, 2, 2]
+    _same(both[1], only_second[0])
+    _same(both[0], detector.detect(scenes[0]))
+    with pytest.raises(ValueError, match="slots must name each of the 2 frames once"):
+        detector.detect_many([scenes[0], scenes[1]], slots=[1, 1])

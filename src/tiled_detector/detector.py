@@ -255,15 +255,22 @@ class TiledDetector:
         self,
         frames: Sequence[np.ndarray | torch.Tensor],
         encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
+        slots: Sequence[int] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
-        would give it (merging never mixes frames; `max_detections` is per frame). Timings are the batch's."""
+        would give it (merging never mixes frames; `max_detections` is per frame). Timings are the batch's.
+
+        `slots` names each frame's upload buffer (default: its position); give a source (a camera) the same
+        slot every call, so that its buffers, and a captured frame program, are reused when some sources have
+        no frame in a batch."""
         encodings = self._encodings(encodings, len(frames))
+        slots = range(len(frames)) if slots is None else slots
+        if len(slots) != len(frames) or len(set(slots)) != len(slots):
+            raise ValueError(f"slots must name each of the {len(frames)} frames once, got {list(slots)}")
         clock = _StageClock(self._engine.device, self._config.profile)
         uploaded = [
-            self._uploader.upload(f, e, slot)
-            for slot, (f, e) in enumerate(zip(frames, encodings, strict=True))
+            self._uploader.upload(f, e, slot) for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
         clock.mark("upload")
         return self._detect(uploaded, encodings, clock)

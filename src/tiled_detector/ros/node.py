@@ -1,14 +1,16 @@
 """The `tiled_detector` ROS 2 node: camera images in, vision_msgs/Detection2DArray out.
 
-Latest-frame semantics: the subscription callback only keeps the newest frame; one worker thread runs the
-pipeline, so no queue can grow when the model is slower than the camera; overwritten frames are counted as
-dropped. Everything numeric lives in the ROS-free core (`tiled_detector.detector`); this module converts
+Latest-frame semantics: the subscription callbacks only keep the newest frame of each camera; one worker thread
+runs the pipeline, so no queue can grow when the model is slower than the cameras; overwritten frames are counted
+as dropped. With several cameras (`cameras`), each cycle takes the newest frame of every camera that has one and
+detects them all in one engine batch (`TiledDetector.detect_many`); a silent camera holds back no other. Everything numeric lives in the ROS-free core (`tiled_detector.detector`); this module converts
 messages, owns parameters, QoS and threads, and reports /diagnostics.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import signal
 import sys
@@ -16,10 +18,11 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -34,8 +37,9 @@ from tiled_detector.annotate import annotate, annotated_encoding
 from tiled_detector.config import DetectorConfig
 from tiled_detector.errors import one_line
 from tiled_detector.parameters import build_detector, runtime_changes
+from tiled_detector.ros.cameras import CameraTopics, camera_topics
 from tiled_detector.ros.detections import detections_to_msg
-from tiled_detector.ros.fastdds import FASTDDS_PROFILE
+from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.images import (
     ImageConversionError,
     array_to_imgmsg,
@@ -43,7 +47,8 @@ from tiled_detector.ros.images import (
     imgmsg_to_array,
 )
 from tiled_detector.ros.params import BY_NAME, PARAMS, USAGE, declared_value, descriptor
-from tiled_detector.ros.stats import FrameSlot, Stats
+from tiled_detector.ros.stats import FrameSlots, Stats
+from tiled_detector.types import Detections
 
 try:  # Iron and later
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -51,7 +56,6 @@ except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 
 NODE_NAME = "tiled_detector"
-SILENT_AFTER_S = 3.0  # no frame for this long while the input has publishers: WARN (and /diagnostics)
 WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
 SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
 
@@ -67,8 +71,23 @@ def image_qos(reliability: str) -> QoSProfile:
     )
 
 
+@dataclass(eq=False)
+class Camera:
+    """One input: its topics, its counters (the node's own with a single camera), its subscription and
+    publishers, when its last frame arrived and that frame's size."""
+
+    topics: CameraTopics
+    stats: Stats
+    subscription: Any = None
+    detections_pub: Any = None
+    debug_pub: Any = None
+    last_frame: float = field(default_factory=time.monotonic)
+    last_hw: tuple[int, int] | None = None
+
+
 class DetectorNode(Node):
-    """Subscribes `image` (or `image/compressed`), publishes `detections`, `debug_image` and `/diagnostics`."""
+    """Subscribes `image` (or `image/compressed`; or every topic of `cameras`), publishes `detections` (per
+    camera), `debug_image` and `/diagnostics`."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
@@ -94,26 +113,29 @@ class DetectorNode(Node):
         self._state = (detector.config, values)
         self._state_lock = threading.Lock()
 
-        self.stats = Stats()
-        self._last_hw: tuple[int, int] | None = None
-        self._slot = FrameSlot()
+        self.stats = Stats()  # every camera's frames
+        compressed = values["transport"] == "compressed"
+        topics = camera_topics(values["cameras"] or (), compressed)
+        self.cameras = [Camera(t, self.stats if len(topics) == 1 else Stats()) for t in topics]
+        self._slots = FrameSlots(len(self.cameras))
         self._stop = threading.Event()
-        self._last_frame = time.monotonic()
         self._warned_silent = -WARN_EVERY_S
         self._warned_mono = False
-        self.detections_pub = self.create_publisher(Detection2DArray, "detections", 10)
-        self.debug_pub = self.create_publisher(Image, "debug_image", 1)
+        self._largest_batch = 0  # most frames (cameras) detected in one batch so far
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        compressed = values["transport"] == "compressed"
-        self.image_sub = self.create_subscription(
-            CompressedImage if compressed else Image,
-            "image/compressed" if compressed else "image",
-            self._on_image,
-            image_qos(values["image_reliability"]),
-            event_callbacks=SubscriptionEventCallbacks(
-                message_lost=self._on_message_lost, incompatible_qos=self._on_incompatible_qos
-            ),
-        )
+        for index, camera in enumerate(self.cameras):
+            camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
+            camera.debug_pub = self.create_publisher(Image, camera.topics.debug_image, 1)
+            camera.subscription = self.create_subscription(
+                CompressedImage if compressed else Image,
+                camera.topics.image,
+                functools.partial(self._on_image, index=index),
+                image_qos(values["image_reliability"]),
+                event_callbacks=SubscriptionEventCallbacks(
+                    message_lost=functools.partial(self._on_message_lost, index=index),
+                    incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
+                ),
+            )
         self._convert = compressed_to_array if compressed else imgmsg_to_array
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
@@ -128,7 +150,8 @@ class DetectorNode(Node):
         self.get_logger().debug(f"parameters: {values}")
         self.get_logger().info(
             f"ready: model={config.model} backend={engine.backend.value} device={engine.device} "
-            f"precision={engine.precision.value} input={self.image_sub.topic_name} "
+            f"precision={engine.precision.value} "
+            f"input={', '.join(c.subscription.topic_name for c in self.cameras)} "
             f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
 
@@ -170,19 +193,26 @@ class DetectorNode(Node):
 
     # --- callbacks -------------------------------------------------------------------------------------------
 
-    def _on_image(self, msg: Image | CompressedImage) -> None:
-        self.stats.add("received")
-        self._last_frame = time.monotonic()
-        if self._slot.put((msg, self._last_frame)):
-            self.stats.add("dropped")
+    def _count(self, camera: Camera, name: str, count: int = 1) -> None:
+        """Count an event of `camera` (in its counters and, with several cameras, the node's)."""
+        camera.stats.add(name, count)
+        if camera.stats is not self.stats:
+            self.stats.add(name, count)
 
-    def _on_message_lost(self, info: Any) -> None:
+    def _on_image(self, msg: Image | CompressedImage, index: int = 0) -> None:
+        camera = self.cameras[index]
+        camera.last_frame = time.monotonic()
+        self._count(camera, "received")
+        if self._slots.put(index, (msg, camera.last_frame)):
+            self._count(camera, "dropped")
+
+    def _on_message_lost(self, info: Any, index: int = 0) -> None:
         """The middleware saw frames that never reached this subscription (e.g. a full transport)."""
-        self.stats.add("lost", int(info.total_count_change))
+        self._count(self.cameras[index], "lost", int(info.total_count_change))
 
-    def _on_incompatible_qos(self, info: Any) -> None:
+    def _on_incompatible_qos(self, info: Any, index: int = 0) -> None:
         self.get_logger().warning(
-            f"a publisher of {self.image_sub.topic_name} has a QoS this subscription cannot match "
+            f"a publisher of {self.cameras[index].subscription.topic_name} has a QoS this subscription cannot match "
             f"(policy id {info.last_policy_kind}); set image_reliability to match it",
             throttle_duration_sec=WARN_EVERY_S,
         )
@@ -214,117 +244,142 @@ class DetectorNode(Node):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            item = self._slot.take(timeout=0.1)
-            if item is None:
+            items = self._slots.take(timeout=0.1)
+            if not items:
                 continue
             try:
-                self._process(*item)
+                self._process(items)
             except Exception:
-                self.stats.add("failed")
+                for index, _ in items:
+                    self._count(self.cameras[index], "failed")
                 self.get_logger().error(
                     f"a frame failed:\n{traceback.format_exc()}", throttle_duration_sec=2.0
                 )
 
-    def _process(self, msg: Image | CompressedImage, received: float) -> None:
+    def _process(self, items: list[tuple[int, tuple[Image | CompressedImage, float]]]) -> None:
+        """Convert the newest frame of each camera in `items` ((camera index, (message, arrival time))), detect
+        them in one batch and publish each camera's detections with its frame's header."""
         config, values = self._current()
         detector = self._detector
         if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
             detector.reconfigure(config)
-        try:
-            frame, encoding = self._convert(msg)
-        except ImageConversionError as error:
-            self.stats.add("malformed")
-            self.get_logger().warning(f"skipped a malformed image: {error}", throttle_duration_sec=2.0)
-            return
-        try:
-            detections = detector.detect(frame, encoding)
-        except (RuntimeError, ValueError) as error:
-            self.stats.add("failed")
-            self.get_logger().error(f"detection failed for one frame: {error}", throttle_duration_sec=2.0)
-            return
-        self._last_hw = frame.shape[:2]
-        if encoding.startswith("mono") and not self._warned_mono:
-            self._warned_mono = True
-            self.get_logger().warning(
-                f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B (16-bit "
-                "scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
-            )
+        batch = []
+        for index, (msg, received) in items:
+            try:
+                frame, encoding = self._convert(msg)
+            except ImageConversionError as error:
+                self._count(self.cameras[index], "malformed")
+                self.get_logger().warning(
+                    f"skipped a malformed image{self._on_topic(index)}: {error}", throttle_duration_sec=2.0
+                )
+                continue
+            batch.append((index, msg, received, frame, encoding))
+        self._largest_batch = max(self._largest_batch, len(batch))
         labels = self.labels if values["output_format"] == "labels" else None
-        self.detections_pub.publish(
-            detections_to_msg(detections.boxes, detections.scores, detections.class_ids, msg.header, labels)
-        )
-        if self.debug_pub.get_subscription_count() > 0:
-            plan = detector.plan_for(frame.shape[0], frame.shape[1])
-            drawn = annotate(frame, detections, self.labels, plan.tiles)
-            self.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
-        self.stats.record((time.monotonic() - received) * 1e3, detections.timings)
+        for (index, msg, received, frame, encoding), detections in zip(
+            batch, self._detect(batch), strict=True
+        ):
+            if detections is None:
+                continue
+            camera = self.cameras[index]
+            camera.last_hw = frame.shape[:2]
+            if encoding.startswith("mono") and not self._warned_mono:
+                self._warned_mono = True
+                self.get_logger().warning(
+                    f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B "
+                    "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
+                )
+            camera.detections_pub.publish(
+                detections_to_msg(
+                    detections.boxes, detections.scores, detections.class_ids, msg.header, labels
+                )
+            )
+            if camera.debug_pub.get_subscription_count() > 0:
+                plan = detector.plan_for(frame.shape[0], frame.shape[1])
+                drawn = annotate(frame, detections, self.labels, plan.tiles)
+                camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
+            latency_ms = (time.monotonic() - received) * 1e3
+            camera.stats.record(latency_ms, detections.timings)
+            if camera.stats is not self.stats:
+                self.stats.record(latency_ms, detections.timings)
 
-    def _input_problem(self, publishers: int) -> str | None:
-        """Why no frame arrives, when none has for `SILENT_AFTER_S` (None while frames flow)."""
-        silent_s = time.monotonic() - self._last_frame
-        if silent_s < SILENT_AFTER_S:
-            return None
-        topic = self.image_sub.topic_name
-        if not publishers:
-            return f"no publisher on {topic}"
-        profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE") or str(FASTDDS_PROFILE)
-        return (
-            f"{topic} has {publishers} publisher(s) but no frame arrived for {silent_s:.0f} s: large images need "
-            f"the shared-memory Fast DDS profile in the publisher's environment too: "
-            f"export FASTDDS_DEFAULT_PROFILES_FILE={profile} before starting the camera driver / ros2 bag play"
-        )
+    def _detect(self, batch: list[tuple[int, Any, float, Any, str]]) -> list[Detections | None]:
+        """Detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one batch; when
+        that fails, each frame alone, so that one bad frame costs only its own camera (None: failed, counted)."""
+        if not batch:
+            return []
+        try:
+            return list(self._detector.detect_many(
+                [b[3] for b in batch], [b[4] for b in batch], slots=[b[0] for b in batch]
+            ))  # fmt: skip
+        except (RuntimeError, ValueError) as error:
+            if len(batch) == 1:
+                self._count(self.cameras[batch[0][0]], "failed")
+                self.get_logger().error(
+                    f"detection failed for one frame{self._on_topic(batch[0][0])}: {error}",
+                    throttle_duration_sec=2.0,
+                )
+                return [None]
+        return [self._detect([item])[0] for item in batch]
+
+    def _on_topic(self, index: int) -> str:
+        """' on <topic>' with several cameras (which camera a log line is about), else ''."""
+        return f" on {self.cameras[index].subscription.topic_name}" if len(self.cameras) > 1 else ""
 
     def _publish_diagnostics(self) -> None:
+        """One `pipeline` status (every camera's frames together), and with several cameras one status per
+        camera (its rates, drops, latency, topics and publishers)."""
         config, _ = self._current()
         detector = self._detector
-        values = self.stats.snapshot()
         engine = detector.engine
-        publishers = self.image_sub.get_publisher_count()
-        info = {
+        publishers = [c.subscription.get_publisher_count() for c in self.cameras]
+        silent = [
+            input_problem(c.subscription.topic_name, c.last_frame, n)
+            for c, n in zip(self.cameras, publishers, strict=True)
+        ]
+        unexplained = [s for s, n in zip(silent, publishers, strict=True) if s and n]  # publishers, no frames
+        if unexplained and time.monotonic() - self._warned_silent >= WARN_EVERY_S:
+            self._warned_silent = time.monotonic()
+            for text in unexplained:
+                self.get_logger().warning(text)
+        info: dict[str, Any] = {
             "backend": engine.backend.value,
             "device": str(engine.device),
             "precision": engine.precision.value,
             "model": str(config.model),
             "tile_size": "x".join(map(str, config.tile_size)),
             "full_frame": str(config.full_frame),
-            "input_publishers": publishers,
+            "input_publishers": sum(publishers),
         }
-        if self._last_hw is not None:
-            plan = detector.plan_for(*self._last_hw)
-            info["tiles_per_frame"] = len(plan.tiles)
-            info["batch_size"] = plan.batch_size
-        silent = self._input_problem(publishers)
-        if silent and publishers and time.monotonic() - self._warned_silent >= WARN_EVERY_S:
-            self._warned_silent = time.monotonic()
-            self.get_logger().warning(silent)
-        lost = values["lost_since_last"]
-        problems = [
-            text
-            for count, text in (
-                (values["malformed_since_last"], "skipping malformed frames"),
-                (values["failed_since_last"], "frames failed"),
-                (lost, f"{lost} frame(s) lost before the node (transport)"),
-            )
-            if count
-        ]
-        if silent:
-            problems.append(silent)
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
-            name=f"{self.get_fully_qualified_name()}: pipeline",
-            message="; ".join(problems) or "ok",
-            hardware_id=str(engine.device),
-            values=[KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v))
-                    for k, v in {**values, **info}.items()],
-        )  # fmt: skip
-        msg = DiagnosticArray(status=[status])
+        plans = [detector.plan_for(*c.last_hw) for c in self.cameras if c.last_hw is not None]
+        if plans:
+            if len(self.cameras) == 1:
+                info["tiles_per_frame"] = len(plans[0].tiles)
+            else:
+                info.update(cameras=len(self.cameras), largest_batch_frames=self._largest_batch)
+            info["batch_size"] = sum(p.batch_size for p in plans)
+        values, name = self.stats.snapshot(), self.get_fully_qualified_name()
+        found = problems(values) + [s for s in silent if s]
+        statuses = [status(f"{name}: pipeline", {**values, **info}, found, str(engine.device))]
+        if len(self.cameras) > 1:
+            for camera, count, problem in zip(self.cameras, publishers, silent, strict=True):
+                own = camera.stats.snapshot()
+                own.update(image_topic=camera.subscription.topic_name, input_publishers=count,
+                           detections_topic=camera.detections_pub.topic_name)  # fmt: skip
+                if camera.last_hw is not None:
+                    own["frame_size"] = f"{camera.last_hw[1]}x{camera.last_hw[0]}"
+                found = problems(own) + ([problem] if problem else [])
+                statuses.append(
+                    status(f"{name}: camera {camera.topics.name}", own, found, str(engine.device))
+                )
+        msg = DiagnosticArray(status=statuses)
         msg.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_pub.publish(msg)
 
     def shutdown(self) -> None:
         """Stop and join the worker thread."""
         self._stop.set()
-        self._slot.close()
+        self._slots.close()
         self._worker.join(timeout=10)
 
 

@@ -55,6 +55,8 @@ NODE_PARAMETERS: tuple[Parameter, ...] = (
     Parameter("image_reliability", "best_effort", "QoS reliability of the image subscription (depth 1)", True,
               _choices(Reliability)),
     Parameter("diagnostics_period", 1.0, "seconds between /diagnostics messages", True, (), 0.1, 60.0),
+    Parameter("cameras", None, "image topics of several cameras, detected together in one engine batch; each "
+              "publishes <its namespace>/detections; empty = the one `image` input", True, kind=list),
     Parameter("output_format", "labels", "class_id field: label names (labels) or numeric ids (ids)", False,
               _choices(OutputFormat)),
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The node's worker state: the latest-frame slot and the counters / latencies /diagnostics reports."""
+"""The node's worker state: the latest-frame slots (one per camera) and the counters / latencies /diagnostics reports."""
 
 from __future__ import annotations
 
@@ -12,29 +12,32 @@ import numpy as np
 COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed")
 
 
-class FrameSlot:
-    """Holds only the newest frame: `put` replaces an unprocessed one (a drop), `take` waits for one."""
+class FrameSlots:
+    """The newest frame of each input (camera): `put` replaces an unprocessed frame of that input (a drop);
+    `take` waits for any frame and hands over the newest frame of every input that has one."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: int = 1) -> None:
         self._cond = threading.Condition()
-        self._item: Any = None
+        self._items: list[Any] = [None] * count
         self._closed = False
 
-    def put(self, item: Any) -> bool:
-        """Store `item`; True when it replaced a frame the worker never saw."""
+    def put(self, index: int, item: Any) -> bool:
+        """Store `item` as input `index`'s newest frame; True when it replaced one the worker never saw."""
         with self._cond:
-            dropped = self._item is not None
-            self._item = item
+            dropped = self._items[index] is not None
+            self._items[index] = item
             self._cond.notify()
             return dropped
 
-    def take(self, timeout: float) -> Any:
-        """The newest frame, or None after `timeout` seconds or once closed."""
+    def take(self, timeout: float) -> list[tuple[int, Any]]:
+        """(input index, frame) of every input with a new frame, in input order; [] after `timeout` seconds
+        without any, or once closed."""
         with self._cond:
-            if self._item is None and not self._closed:
+            if not self._closed and all(item is None for item in self._items):
                 self._cond.wait(timeout)
-            item, self._item = self._item, None
-            return item
+            taken = [(i, item) for i, item in enumerate(self._items) if item is not None]
+            self._items = [None] * len(self._items)
+            return taken
 
     def close(self) -> None:
         """Wake the worker for shutdown."""

@@ -1,0 +1,50 @@
+"""The node's inputs: which topics each camera subscribes and publishes (no rclpy here: tested anywhere).
+
+One camera (the `cameras` parameter empty): `image` in, `detections` and `debug_image` out, names relative to the
+node (remapped by the launch file). Several cameras: each camera topic T (e.g. `/front/image_raw`) is subscribed
+(`T/compressed` with the compressed transport), and its results go to T's namespace: `/front/detections`,
+`/front/debug_image`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CameraTopics:
+    """One camera's topics: `name` (as configured, for /diagnostics), the image topic subscribed, and the
+    detections and debug-image topics published."""
+
+    name: str
+    image: str
+    detections: str
+    debug_image: str
+
+
+def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[CameraTopics]:
+    """The topics of every camera (module docstring); a ValueError names a camera topic without a namespace
+    of its own or two cameras whose results would share a topic."""
+    if not cameras:
+        image = "image/compressed" if compressed else "image"
+        return [CameraTopics("image", image, "detections", "debug_image")]
+    found: dict[str, str] = {}
+    topics = []
+    for given in cameras:
+        topic = str(given).strip().rstrip("/")
+        namespace = topic.rpartition("/")[0]
+        if not namespace.strip("/"):
+            raise ValueError(
+                f"camera topic {given!r} needs a namespace of its own, where its detections are published "
+                "(e.g. /front/image_raw -> /front/detections)"
+            )
+        if namespace in found:
+            raise ValueError(
+                f"cameras {found[namespace]!r} and {given!r} would both publish on {namespace}/detections: "
+                "give each camera its own namespace"
+            )
+        found[namespace] = str(given)
+        image = f"{topic}/compressed" if compressed else topic
+        topics.append(CameraTopics(topic, image, f"{namespace}/detections", f"{namespace}/debug_image"))
+    return topics
