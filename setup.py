@@ -27,6 +27,7 @@ setup(
         "console_scripts": [
             "tiled-detector = tiled_detector.cli:main",
             "detector_node = tiled_detector.ros.node:main",
+            "detector_lifecycle_node = tiled_detector.ros.lifecycle:main",
         ],
     },
 )

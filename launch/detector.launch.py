@@ -7,6 +7,7 @@ Several cameras, one node and one engine (their tiles batched together):
 `ros2 launch tiled_detector detector.launch.py "cameras:=[/front/image_raw, /rear/image_raw]"`; each camera's
 detections go to its topic's namespace (`/front/detections`, `/rear/detections`). Or one node per camera, each
 with its own `namespace` and `image` topic (`namespace:=front image:=/front/image_raw`).
+`lifecycle:=true` starts the managed node instead (unconfigured; configure loads the engine, activate subscribes).
 """
 
 import difflib
@@ -15,7 +16,7 @@ import yaml
 from launch import LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
 from tiled_detector.ros.params import PARAMS
@@ -27,6 +28,8 @@ ARGUMENTS = (
     ("params_file", PathJoinSubstitution([SHARE, "config", "detector.yaml"]), "parameters YAML file"),
     ("namespace", "", "namespace of the node and its topics (one per camera)"),
     ("use_sim_time", "false", "use /clock (true when replaying bags)"),
+    ("lifecycle", "false", "true: the managed node (detector_lifecycle_node), unconfigured until a lifecycle "
+     "manager or `ros2 lifecycle set` configures and activates it"),
     ("log_level", "info", "logging level: debug, info, warn, error"),
     ("fastdds_profile", PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
      "Fast DDS profile with a shared-memory segment large enough for full-resolution images"),
@@ -35,13 +38,17 @@ ARGUMENTS = (
 NAMES = {name for name, _, _ in ARGUMENTS}
 
 
+def _typed_flag(name: str, text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"launch argument {name} must be true or false, got {text!r}")
+    return text.lower() == "true"
+
+
 def _typed(name: str, text: str) -> object:
     """A launch argument's text as the parameter's type (lists as YAML, e.g. [car, person])."""
     kind = next(p.value_type for p in PARAMS if p.name == name)
     if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"launch argument {name} must be true or false, got {text!r}")
-        return text.lower() == "true"
+        return _typed_flag(name, text)
     if kind is list:
         value = yaml.safe_load(text)
         return [str(v) for v in value] if isinstance(value, list) else text
@@ -64,7 +71,7 @@ def _check_spelling(context: LaunchContext) -> None:
 
 
 def _detector_node(context: LaunchContext) -> list[Node]:
-    """The node, with every non-empty parameter argument overriding the params file."""
+    """The node (or the managed node), with every non-empty parameter argument overriding the params file."""
     _check_spelling(context)
     arg = {name: LaunchConfiguration(name) for name, _, _ in ARGUMENTS}
     overrides: dict[str, object] = {"use_sim_time": arg["use_sim_time"].perform(context).lower() == "true"}
@@ -73,10 +80,12 @@ def _detector_node(context: LaunchContext) -> list[Node]:
         if text:
             overrides[param.name] = _typed(param.name, text)
     image = arg["image"].perform(context)
+    managed = _typed_flag("lifecycle", arg["lifecycle"].perform(context))
+    action = LifecycleNode if managed else Node
     return [
-        Node(
+        action(
             package="tiled_detector",
-            executable="detector_node",
+            executable="detector_lifecycle_node" if managed else "detector_node",
             name="tiled_detector",
             namespace=arg["namespace"],
             output="screen",

@@ -42,6 +42,7 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     launch_ros = types.ModuleType("launch_ros")
     ros_actions = types.ModuleType("launch_ros.actions")
     ros_actions.Node = type("Node", (_Recorder,), {})
+    ros_actions.LifecycleNode = type("LifecycleNode", (_Recorder,), {})
     ros_substitutions = types.ModuleType("launch_ros.substitutions")
     ros_substitutions.FindPackageShare = type("FindPackageShare", (_Recorder,), {})
     return {
@@ -63,7 +64,12 @@ def launch_description(monkeypatch: pytest.MonkeyPatch) -> Any:
 def _node_for(description: Any, **configurations: str) -> Any:
     from tiled_detector.ros.params import PARAMS
 
-    defaults = {"image": "image", "use_sim_time": "false", **{p.name: "" for p in PARAMS}}
+    defaults = {
+        "image": "image",
+        "use_sim_time": "false",
+        "lifecycle": "false",
+        **{p.name: "" for p in PARAMS},
+    }
     context = types.SimpleNamespace(launch_configurations={**defaults, **configurations})
     (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
     (node,) = opaque.kwargs["function"](context)
@@ -82,6 +88,7 @@ def test_launch_arguments(launch_description: Any) -> None:
         "params_file",
         "namespace",
         "use_sim_time",
+        "lifecycle",
         "log_level",
         "fastdds_profile",
     } | {p.name for p in PARAMS}
@@ -190,3 +197,17 @@ def test_ament_python_install_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "<build_type>ament_python</build_type>" in package_xml
     for dep in ("rclpy", "sensor_msgs", "std_msgs", "vision_msgs", "diagnostic_msgs"):
         assert f"<exec_depend>{dep}</exec_depend>" in package_xml
+
+
+def test_lifecycle_launches_the_managed_node(launch_description: Any) -> None:
+    plain = _node_for(launch_description)
+    managed = _node_for(launch_description, lifecycle="true", namespace="front")
+    assert type(plain).__name__ == "Node" and plain.kwargs["executable"] == "detector_node"
+    assert type(managed).__name__ == "LifecycleNode"
+    assert (
+        managed.kwargs["executable"] == "detector_lifecycle_node"
+        and managed.kwargs["name"] == "tiled_detector"
+    )
+    assert managed.kwargs["parameters"][1] == plain.kwargs["parameters"][1]  # the same overrides
+    with pytest.raises(ValueError, match="lifecycle must be true or false, got 'yes'"):
+        _node_for(launch_description, lifecycle="yes")

@@ -149,3 +149,53 @@ def test_camera_topics_map_each_camera_to_its_namespace() -> None:
         camera_topics(["/front/image", "/image"])
     with pytest.raises(ValueError, match="would both publish on /front/detections"):
         camera_topics(["/front/image_raw", "/front/image_rect"])
+
+
+def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
+    import numpy as np
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.ros.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    cameras = ["/a/image", "/b/image", "/c/image"]
+    node = DetectorNode(context=context, parameter_overrides=[Parameter("cameras", value=cameras)])
+    try:
+        node.shutdown()  # no worker: this test hands the frames over itself
+        calls: list[tuple[int, list[int]]] = []
+        detect_many = node._detector.detect_many
+
+        def counted(frames, encodings, slots):
+            calls.append((len(frames), list(slots)))
+            return detect_many(frames, encodings, slots=slots)
+
+        node._detector.detect_many = counted
+        published: list[tuple[str, str]] = []
+        for camera in node.cameras:
+            camera.detections_pub.publish = lambda msg, t=camera.topics.detections: published.append(
+                (t, msg.header.frame_id)
+            )
+        frames = [np.zeros((48 + 16 * i, 64, 3), np.uint8) for i in range(3)]
+        messages = [array_to_imgmsg(f, "rgb8") for f in frames]
+        for i, msg in enumerate(messages):
+            msg.header.frame_id = f"cam_{i}"
+        bad = array_to_imgmsg(frames[1], "rgb8")
+        bad.data = bad.data[:10]  # a truncated frame: that camera's, counted; the others still detected
+        node._process([(0, (messages[0], 0.0)), (1, (bad, 0.0)), (2, (messages[2], 0.0))])
+        assert calls == [(2, [0, 2])]  # one batch, each camera its own upload slot
+        assert published == [("/a/detections", "cam_0"), ("/c/detections", "cam_2")]
+        assert node.cameras[1].stats.counts["malformed"] == 1 and node.stats.counts["malformed"] == 1
+        node._process([(i, (m, 0.0)) for i, m in enumerate(messages)])
+        assert calls[-1] == (3, [0, 1, 2]) and node._largest_batch == 3
+        assert [node.cameras[i].stats.counts["processed"] for i in range(3)] == [2, 1, 2]
+        assert node.stats.counts["processed"] == 5
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)

@@ -178,6 +178,7 @@ def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
     assert Path(prefix.stdout.strip()) == workspace.path / "install" / "tiled_detector"
     executables = ros2(workspace, domain, "pkg", "executables", "tiled_detector")
     assert "tiled_detector detector_node" in executables.stdout, executables
+    assert "tiled_detector detector_lifecycle_node" in executables.stdout, executables
     assert os.access(workspace.path / "install/tiled_detector/lib/tiled_detector/detector_node", os.X_OK)
     for name in ("launch/detector.launch.py", "config/detector.yaml", "config/fastdds_large_images.xml",
                  "package.xml"):  # fmt: skip
@@ -384,3 +385,39 @@ def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None
                    "conf_treshold:=0.4")  # fmt: skip
     assert refused.returncode != 0
     assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
+
+
+def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_path: Path) -> None:
+    """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` configures, activates,
+    deactivates, cleans up and shuts it down, and it detects only while active."""
+    domain, node = pick_domain_id(), "/managed/tiled_detector"
+    launch = Background(workspace, domain, "launch", "tiled_detector", "detector.launch.py", "lifecycle:=true",
+                        "namespace:=managed", "image:=/managed/image_raw", log=tmp_path / "managed.log")  # fmt: skip
+    client = DetectorClient(domain_id=domain, image_topic="/managed/image_raw",
+                            detections_topic="/managed/detections", node_name="client_managed")  # fmt: skip
+
+    def lifecycle(*args: str) -> subprocess.CompletedProcess:
+        deadline = time.monotonic() + 60
+        while True:  # a fresh ros2 process may not have discovered the node yet
+            done = ros2(workspace, domain, "lifecycle", *args[:1], *LIST_OPTIONS, node, *args[1:])
+            if "Node not found" not in done.stdout + done.stderr or time.monotonic() > deadline:
+                return done
+
+    try:
+        assert lifecycle("get").stdout.strip() == "unconfigured [1]", (lifecycle("get"), launch.text())
+        for transition, state in (("configure", "inactive [2]"), ("activate", "active [3]")):
+            done = lifecycle("set", transition)
+            assert "Transitioning successful" in done.stdout, (done, launch.text())
+            assert lifecycle("get").stdout.strip() == state
+        scene, msg = _frame(7, "managed_optical")
+        _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
+        for transition, state in (("deactivate", "inactive [2]"), ("cleanup", "unconfigured [1]")):
+            assert "Transitioning successful" in lifecycle("set", transition).stdout
+            assert lifecycle("get").stdout.strip() == state
+        assert "Transitioning successful" in lifecycle("set", "shutdown").stdout
+        code, _ = launch.interrupt()  # (already ended by the shutdown transition, or ends now)
+        assert code == 0, launch.text()
+        assert "Traceback" not in launch.text()
+    finally:
+        client.close()
+        launch.interrupt()

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.srv import SetParameters
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -119,21 +121,63 @@ class DetectorClient:
         with self._lock:
             return self.detections.get(stamp)
 
-    def set_parameters(self, node: str, values: dict[str, Any], timeout: float = 10.0) -> list[Any]:
-        """Set parameters of another node through its `set_parameters` service; returns the SetParametersResults."""
-        client = self.node.create_client(SetParameters, f"{node}/set_parameters")
+    def call(
+        self,
+        service_type: type,
+        name: str,
+        request: Any,
+        timeout: float = 10.0,
+        resend_s: float | None = None,
+    ) -> Any:
+        """Call service `name` and return its response (TimeoutError when it is absent or does not answer).
+        `resend_s` sends an idempotent request again after that many seconds without an answer (a response can
+        be lost while DDS is still matching the reply topic of a new client)."""
+        client = self.node.create_client(service_type, name)
+        deadline = time.monotonic() + timeout
         try:
             if not client.wait_for_service(timeout_sec=timeout):
-                raise TimeoutError(f"{node}/set_parameters is not available")
-            request = SetParameters.Request(
-                parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
-            )
-            future = client.call_async(request)
-            if not self.wait_until(future.done, timeout):
-                raise TimeoutError(f"{node}/set_parameters did not answer within {timeout} s")
-            return list(future.result().results)
+                raise TimeoutError(f"{name} is not available")
+            while True:
+                future = client.call_async(request)
+                wait = deadline - time.monotonic() if resend_s is None else resend_s
+                if self.wait_until(future.done, max(0.0, min(wait, deadline - time.monotonic()))):
+                    return future.result()
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{name} did not answer within {timeout} s")
         finally:
             self.node.destroy_client(client)
+
+    def set_parameters(self, node: str, values: dict[str, Any], timeout: float = 10.0) -> list[Any]:
+        """Set parameters of another node through its `set_parameters` service; returns the SetParametersResults."""
+        request = SetParameters.Request(
+            parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
+        )
+        return list(self.call(SetParameters, f"{node}/set_parameters", request, timeout).results)
+
+    def lifecycle(self, node: str, transition: str | None = None, timeout: float = 60.0) -> str | bool:
+        """A managed node's state label ("unconfigured", "inactive", "active", ...), or with `transition`
+        ("configure", "activate", "deactivate", "cleanup", "shutdown") whether the node reached that
+        transition's state (checked with get_state when the change_state reply is lost)."""
+        if transition is None:
+            return self.call(
+                GetState, f"{node}/get_state", GetState.Request(), timeout, resend_s=3.0
+            ).current_state.label
+        state = self.lifecycle(node, timeout=timeout)
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
+               "shutdown": {"unconfigured": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
+                            "inactive": Transition.TRANSITION_INACTIVE_SHUTDOWN,
+                            "active": Transition.TRANSITION_ACTIVE_SHUTDOWN}.get(state)}  # fmt: skip
+        goal = {"configure": "inactive", "activate": "active", "deactivate": "inactive",
+                "cleanup": "unconfigured", "shutdown": "finalized"}[transition]  # fmt: skip
+        request = ChangeState.Request(transition=Transition(id=ids[transition]))
+        try:
+            return bool(self.call(ChangeState, f"{node}/change_state", request, timeout=10.0).success)
+        except TimeoutError:  # the reply was lost (or the node ended with its shutdown transition)
+            try:
+                return self.lifecycle(node, timeout=10.0) == goal
+            except TimeoutError:
+                return transition == "shutdown"
 
     def close(self) -> None:
         """Stop spinning and release the context."""

@@ -9,10 +9,8 @@ messages, owns parameters, QoS and threads, and reports /diagnostics.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import os
-import signal
+import gc
 import sys
 import threading
 import time
@@ -21,22 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import rclpy
+import torch
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
-from tiled_detector.config import DetectorConfig
-from tiled_detector.errors import one_line
-from tiled_detector.parameters import build_detector, runtime_changes
+from tiled_detector.parameters import build_detector
 from tiled_detector.ros.cameras import CameraTopics, camera_topics
 from tiled_detector.ros.detections import detections_to_msg
 from tiled_detector.ros.diagnostics import input_problem, problems, status
@@ -46,7 +38,9 @@ from tiled_detector.ros.images import (
     compressed_to_array,
     imgmsg_to_array,
 )
-from tiled_detector.ros.params import BY_NAME, PARAMS, USAGE, declared_value, descriptor
+from tiled_detector.ros.node_parameters import NodeParameters
+from tiled_detector.ros.params import PARAMS
+from tiled_detector.ros.run import run_node
 from tiled_detector.ros.stats import FrameSlots, Stats
 from tiled_detector.types import Detections
 
@@ -57,7 +51,6 @@ except ImportError:  # Humble
 
 NODE_NAME = "tiled_detector"
 WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
-SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
 
 
 def image_qos(reliability: str) -> QoSProfile:
@@ -83,49 +76,62 @@ class Camera:
     debug_pub: Any = None
     last_frame: float = field(default_factory=time.monotonic)
     last_hw: tuple[int, int] | None = None
+    image_topic: str = ""  # the subscribed topic, fully resolved
 
 
-class DetectorNode(Node):
-    """Subscribes `image` (or `image/compressed`; or every topic of `cameras`), publishes `detections` (per
-    camera), `debug_image` and `/diagnostics`."""
+class DetectorNodeBase(NodeParameters):
+    """The detector node's work in phases, shared by the plain node (all of them at start) and the managed
+    (lifecycle) one: `_declare` the parameters; `_configure` loads the engine and makes the publishers and the
+    diagnostics timer; `_activate` subscribes the cameras and starts the worker; `_deactivate` stops taking
+    frames; `_cleanup` frees the engine (and the GPU memory it held) and the publishers. Mixed into an rclpy
+    `Node` or `LifecycleNode`.
+    """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(NODE_NAME, **kwargs)
-        self._check_override_types()
-        for param in PARAMS:
-            described = descriptor(param)
-            # `model` becomes read-only once the loaded path is known (_show_loaded_model)
-            described.read_only &= param.name != "model"
-            self.declare_parameter(param.name, declared_value(param), described)
-        self._warn_unknown_overrides()
+    _detector: Any = None
+    _worker: threading.Thread | None = None
+    _timer: Any = None
+    diagnostics_pub: Any = None
+    cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
+
+    def _configure(self) -> None:
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
         for param in PARAMS:
             reason = param.check(values[param.name])
             if reason:
                 raise ValueError(reason)
-
+        compressed = values["transport"] == "compressed"
+        topics = camera_topics(values["cameras"] or (), compressed)
         detector = build_detector(values)
         values["model"] = self._show_loaded_model(str(detector.config.model))
         self.labels = list(detector.labels or ())
         # used by the worker thread (it applies parameter changes between frames)
         self._detector = detector
         # the detector settings and the parameter values they come from, swapped together under the lock
-        self._state = (detector.config, values)
-        self._state_lock = threading.Lock()
-
+        with self._state_lock:
+            self._state = (detector.config, values)
         self.stats = Stats()  # every camera's frames
-        compressed = values["transport"] == "compressed"
-        topics = camera_topics(values["cameras"] or (), compressed)
         self.cameras = [Camera(t, self.stats if len(topics) == 1 else Stats()) for t in topics]
-        self._slots = FrameSlots(len(self.cameras))
-        self._stop = threading.Event()
         self._warned_silent = -WARN_EVERY_S
         self._warned_mono = False
         self._largest_batch = 0  # most frames (cameras) detected in one batch so far
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for index, camera in enumerate(self.cameras):
+        for camera in self.cameras:
+            camera.image_topic = self.resolve_topic_name(camera.topics.image)
             camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
             camera.debug_pub = self.create_publisher(Image, camera.topics.debug_image, 1)
+        self._convert = compressed_to_array if compressed else imgmsg_to_array
+        # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
+        self._timer = self.create_timer(
+            values["diagnostics_period"],
+            self._publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME),
+        )
+        self.get_logger().debug(f"parameters: {values}")
+
+    def _activate(self) -> None:
+        _, values = self._current()
+        compressed = values["transport"] == "compressed"
+        for index, camera in enumerate(self.cameras):
             camera.subscription = self.create_subscription(
                 CompressedImage if compressed else Image,
                 camera.topics.image,
@@ -136,60 +142,55 @@ class DetectorNode(Node):
                     incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
                 ),
             )
-        self._convert = compressed_to_array if compressed else imgmsg_to_array
-        self.add_on_set_parameters_callback(self._on_set_parameters)
-        # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
-        self.create_timer(
-            values["diagnostics_period"],
-            self._publish_diagnostics,
-            clock=Clock(clock_type=ClockType.STEADY_TIME),
-        )
+            camera.last_frame = time.monotonic()
+        self._slots = FrameSlots(len(self.cameras))
+        self._stop = threading.Event()
         self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
         self._worker.start()
-        engine, config = detector.engine, detector.config
-        self.get_logger().debug(f"parameters: {values}")
+        engine, config = self._detector.engine, self._detector.config
         self.get_logger().info(
             f"ready: model={config.model} backend={engine.backend.value} device={engine.device} "
             f"precision={engine.precision.value} "
-            f"input={', '.join(c.subscription.topic_name for c in self.cameras)} "
+            f"input={', '.join(c.image_topic for c in self.cameras)} "
             f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
 
-    def _check_override_types(self) -> None:
-        """Refuse a parameter given with the wrong type (params file or -p) instead of ignoring it; an integer
-        for a floating-point parameter (`conf_threshold: 1`) is taken as that number."""
-        overrides = getattr(self, "_parameter_overrides", {})
-        for param in PARAMS:
-            given = overrides.get(param.name)
-            if given is None or param.value_type is list:
-                continue
-            value = given.value
-            if param.value_type is float and isinstance(value, int) and not isinstance(value, bool):
-                overrides[param.name] = Parameter(param.name, value=float(value))
-            elif not isinstance(value, param.value_type) or isinstance(value, bool) != (
-                param.value_type is bool
-            ):
-                example = param.default if param.default is not None else "..."
-                raise ValueError(
-                    f"parameter {param.name} must be a {param.value_type.__name__} (e.g. {param.name}: {example!r}), "
-                    f"got {value!r} ({type(value).__name__}) from the params file or -p"
-                )
+    def _deactivate(self) -> None:
+        """Stop taking frames: unsubscribe, then stop and join the worker (the frame in hand is finished)."""
+        for camera in self.cameras:
+            if camera.subscription is not None:
+                self.destroy_subscription(camera.subscription)
+                camera.subscription = None
+        if self._worker is not None:
+            self._stop.set()
+            self._slots.close()
+            self._worker.join(timeout=10)
+            self._worker = None
 
-    def _warn_unknown_overrides(self) -> None:
-        """One WARN per parameter given (params file, -p) that the node does not have, naming the nearest."""
-        known = set(self._parameters)
-        for name in sorted(set(getattr(self, "_parameter_overrides", {})) - known):
-            if name.startswith("qos_overrides."):
-                continue
-            nearest = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
-            self.get_logger().warning(f"unknown parameter {name!r} ignored{hint}")
+    def _cleanup(self) -> None:
+        """Free the engine (and the GPU memory it held), the publishers and the diagnostics timer."""
+        for camera in self.cameras:
+            for publisher in (camera.detections_pub, camera.debug_pub):
+                if publisher is not None:
+                    self.destroy_publisher(publisher)
+        self.cameras = []
+        if self.diagnostics_pub is not None:
+            self.destroy_publisher(self.diagnostics_pub)
+            self.diagnostics_pub = None
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+        with self._state_lock:
+            self._state = None
+        device = self._detector.engine.device if self._detector is not None else None
+        self._detector = None
+        gc.collect()
+        if device is not None and device.type == "cuda":
+            torch.cuda.empty_cache()
 
-    def _show_loaded_model(self, path: str) -> str:
-        """Re-declare the read-only `model` parameter with the path actually loaded (e.g. the bundled model)."""
-        self.undeclare_parameter("model")
-        self.declare_parameter("model", path, descriptor(BY_NAME["model"]), ignore_override=True)
-        return path
+    def shutdown(self) -> None:
+        """Stop taking frames and join the worker thread."""
+        self._deactivate()
 
     # --- callbacks -------------------------------------------------------------------------------------------
 
@@ -212,33 +213,10 @@ class DetectorNode(Node):
 
     def _on_incompatible_qos(self, info: Any, index: int = 0) -> None:
         self.get_logger().warning(
-            f"a publisher of {self.cameras[index].subscription.topic_name} has a QoS this subscription cannot match "
+            f"a publisher of {self.cameras[index].image_topic} has a QoS this subscription cannot match "
             f"(policy id {info.last_policy_kind}); set image_reliability to match it",
             throttle_duration_sec=WARN_EVERY_S,
         )
-
-    def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
-        changed = {p.name: p.value for p in params if p.name in BY_NAME}
-        for name, value in changed.items():
-            reason = BY_NAME[name].check(value)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        current, values = self._current()
-        merged = {**values, **changed}
-        runtime = {k: merged[k] for k in changed if not BY_NAME[k].read_only}
-        if "tile_width" in runtime or "tile_height" in runtime:
-            runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
-        try:
-            candidate = current.replace(**runtime_changes(runtime, self.labels))
-        except ValueError as error:
-            return SetParametersResult(successful=False, reason=str(error))
-        with self._state_lock:
-            self._state = (candidate, merged)
-        return SetParametersResult(successful=True)
-
-    def _current(self) -> tuple[DetectorConfig, dict[str, Any]]:
-        with self._state_lock:
-            return self._state
 
     # --- worker ----------------------------------------------------------------------------------------------
 
@@ -324,7 +302,7 @@ class DetectorNode(Node):
 
     def _on_topic(self, index: int) -> str:
         """' on <topic>' with several cameras (which camera a log line is about), else ''."""
-        return f" on {self.cameras[index].subscription.topic_name}" if len(self.cameras) > 1 else ""
+        return f" on {self.cameras[index].image_topic}" if len(self.cameras) > 1 else ""
 
     def _publish_diagnostics(self) -> None:
         """One `pipeline` status (every camera's frames together), and with several cameras one status per
@@ -332,9 +310,10 @@ class DetectorNode(Node):
         config, _ = self._current()
         detector = self._detector
         engine = detector.engine
-        publishers = [c.subscription.get_publisher_count() for c in self.cameras]
+        publishers = [self.count_publishers(c.image_topic) for c in self.cameras]
+        active = self._worker is not None  # (a managed node may be configured but inactive)
         silent = [
-            input_problem(c.subscription.topic_name, c.last_frame, n)
+            input_problem(c.image_topic, c.last_frame, n) if active else None
             for c, n in zip(self.cameras, publishers, strict=True)
         ]
         unexplained = [s for s, n in zip(silent, publishers, strict=True) if s and n]  # publishers, no frames
@@ -350,6 +329,7 @@ class DetectorNode(Node):
             "tile_size": "x".join(map(str, config.tile_size)),
             "full_frame": str(config.full_frame),
             "input_publishers": sum(publishers),
+            "active": str(active),
         }
         plans = [detector.plan_for(*c.last_hw) for c in self.cameras if c.last_hw is not None]
         if plans:
@@ -364,7 +344,7 @@ class DetectorNode(Node):
         if len(self.cameras) > 1:
             for camera, count, problem in zip(self.cameras, publishers, silent, strict=True):
                 own = camera.stats.snapshot()
-                own.update(image_topic=camera.subscription.topic_name, input_publishers=count,
+                own.update(image_topic=camera.image_topic, input_publishers=count,
                            detections_topic=camera.detections_pub.topic_name)  # fmt: skip
                 if camera.last_hw is not None:
                     own["frame_size"] = f"{camera.last_hw[1]}x{camera.last_hw[0]}"
@@ -376,53 +356,23 @@ class DetectorNode(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_pub.publish(msg)
 
-    def shutdown(self) -> None:
-        """Stop and join the worker thread."""
-        self._stop.set()
-        self._slots.close()
-        self._worker.join(timeout=10)
+
+class DetectorNode(DetectorNodeBase, Node):
+    """Subscribes `image` (or `image/compressed`; or every topic of `cameras`), publishes `detections` (per
+    camera), `debug_image` and `/diagnostics`; configured and active from the start."""
+
+    finished = False  # (a managed node finishes with its shutdown transition)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self._declare()
+        self._configure()
+        self._activate()
 
 
 def main(args: Sequence[str] | None = None) -> int:
-    """Run the node until Ctrl-C / SIGTERM: exit 0 after a clean shutdown, 1 when the node cannot start."""
-    argv = list(sys.argv if args is None else args)
-    ros_args_at = argv.index("--ros-args") if "--ros-args" in argv else len(argv)
-    if {"-h", "--help"} & set(argv[1:ros_args_at]):
-        print(USAGE)
-        return 0
-    try:
-        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    except RuntimeError as error:  # rclpy's RCLError: unreadable params file or --ros-args
-        print(f"[{NODE_NAME}] cannot start: {error}", file=sys.stderr)
-        return 1
-    # Ctrl-C / SIGTERM end the node, also when started from a background job (which inherits SIGINT ignored),
-    # as rclpy's own handlers do; launch stops nodes with SIGINT
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.default_int_handler)
-    node: DetectorNode | None = None
-    try:
-        try:
-            node = DetectorNode()
-        except Exception as error:  # the process boundary: one line (bad parameter, model, backend, device)
-            if os.environ.get("TILED_DETECTOR_DEBUG"):
-                traceback.print_exc()
-            print(f"[{NODE_NAME}] cannot start: {one_line(error)}", file=sys.stderr)
-            return 1
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        while rclpy.ok():  # a wall-clock wake-up: Ctrl-C is handled even while sim time stands still
-            executor.spin_once(timeout_sec=SPIN_WAKE_S)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        # a second signal (launch forwards SIGINT to a process that got the group's) must not cut the cleanup
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_IGN)
-        if node is not None:
-            node.shutdown()
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    """Run the node until Ctrl-C / SIGTERM: exit 0 after a clean shutdown, 1 when it cannot start."""
+    return run_node(DetectorNode, NODE_NAME, args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""The node's parameters at work: declared from the table (`ros/params.py`), overrides of the wrong type refused,
+unknown ones warned about, runtime changes validated into a new `DetectorConfig` (applied by the worker between
+frames). Mixed into the detector nodes (plain and managed)."""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.parameter import Parameter
+
+from tiled_detector.config import DetectorConfig
+from tiled_detector.parameters import runtime_changes
+from tiled_detector.ros.params import BY_NAME, PARAMS, declared_value, descriptor
+
+
+class NodeParameters:
+    """Parameter handling of a detector node (an rclpy node): `_state` holds the detector settings and the
+    parameter values they come from, swapped together under `_state_lock` (None until configured)."""
+
+    _state: tuple[DetectorConfig, dict[str, Any]] | None = None
+    labels: list[str] = []  # noqa: RUF012 -- the loaded model's class names, set when configured
+
+    def _declare(self) -> None:
+        """Declare every parameter (overrides of the wrong type refused, unknown ones warned about) and
+        validate changes from now on."""
+        self._check_override_types()
+        for param in PARAMS:
+            described = descriptor(param)
+            # `model` becomes read-only once the loaded path is known (_show_loaded_model)
+            described.read_only &= param.name != "model"
+            self.declare_parameter(param.name, declared_value(param), described)
+        self._warn_unknown_overrides()
+        self._state_lock = threading.Lock()
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _check_override_types(self) -> None:
+        """Refuse a parameter given with the wrong type (params file or -p) instead of ignoring it; an integer
+        for a floating-point parameter (`conf_threshold: 1`) is taken as that number."""
+        overrides = getattr(self, "_parameter_overrides", {})
+        for param in PARAMS:
+            given = overrides.get(param.name)
+            if given is None or param.value_type is list:
+                continue
+            value = given.value
+            if param.value_type is float and isinstance(value, int) and not isinstance(value, bool):
+                overrides[param.name] = Parameter(param.name, value=float(value))
+            elif not isinstance(value, param.value_type) or isinstance(value, bool) != (
+                param.value_type is bool
+            ):
+                example = param.default if param.default is not None else "..."
+                raise ValueError(
+                    f"parameter {param.name} must be a {param.value_type.__name__} (e.g. {param.name}: {example!r}), "
+                    f"got {value!r} ({type(value).__name__}) from the params file or -p"
+                )
+
+    def _warn_unknown_overrides(self) -> None:
+        """One WARN per parameter given (params file, -p) that the node does not have, naming the nearest."""
+        known = set(self._parameters)
+        for name in sorted(set(getattr(self, "_parameter_overrides", {})) - known):
+            if name.startswith("qos_overrides."):
+                continue
+            nearest = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+            self.get_logger().warning(f"unknown parameter {name!r} ignored{hint}")
+
+    def _show_loaded_model(self, path: str) -> str:
+        """Re-declare the read-only `model` parameter with the path actually loaded (e.g. the bundled model);
+        a managed node configured again keeps it (read-only parameters cannot be re-declared)."""
+        if self.describe_parameter("model").read_only:
+            return str(self.get_parameter("model").value)
+        self.undeclare_parameter("model")
+        self.declare_parameter("model", path, descriptor(BY_NAME["model"]), ignore_override=True)
+        return path
+
+    def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
+        changed = {p.name: p.value for p in params if p.name in BY_NAME}
+        for name, value in changed.items():
+            reason = BY_NAME[name].check(value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        if self._state is None:  # not configured yet (lifecycle): the values are read at configure
+            return SetParametersResult(successful=True)
+        current, values = self._current()
+        merged = {**values, **changed}
+        runtime = {k: merged[k] for k in changed if not BY_NAME[k].read_only}
+        if "tile_width" in runtime or "tile_height" in runtime:
+            runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
+        try:
+            candidate = current.replace(**runtime_changes(runtime, self.labels))
+        except ValueError as error:
+            return SetParametersResult(successful=False, reason=str(error))
+        with self._state_lock:
+            self._state = (candidate, merged)
+        return SetParametersResult(successful=True)
+
+    def _current(self) -> tuple[DetectorConfig, dict[str, Any]]:
+        with self._state_lock:
+            assert self._state is not None, "not configured"
+            return self._state
