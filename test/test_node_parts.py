@@ -199,3 +199,60 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
         node.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> None:
+    import cv2
+    import numpy as np
+    import rclpy
+    import torch
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import CompressedImage
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.jpeg import is_jpeg
+    from tiled_detector.ros.node import DetectorNode
+    from tiled_detector.synthetic import make_scene
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(context=context, parameter_overrides=[Parameter("transport", value="compressed")])
+    try:
+        node.shutdown()  # no worker: this test hands the frames over itself
+        assert node._gpu_jpeg is not None and not node._gpu_jpeg.available  # a CPU engine: OpenCV decodes
+
+        class StandIn:  # what nvJPEG gives: an (H, W, 3) rgb8 tensor (on the CPU here)
+            available, decoded = True, 0
+
+            def decode(self, data):
+                if not is_jpeg(data):
+                    return None
+                self.decoded += 1
+                return torch.from_numpy(cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1].copy())
+
+        node._gpu_jpeg = StandIn()
+        frames: list[tuple[str, object]] = []
+        detect_many = node._detector.detect_many
+
+        def recorded(images, encodings, slots):
+            frames.extend(zip(encodings, images, strict=True))
+            return detect_many(images, encodings, slots=slots)
+
+        node._detector.detect_many = recorded
+        scene = make_scene(4, 320, 240).image
+        for fmt, ext in (("jpeg", ".jpg"), ("png", ".png")):
+            msg = CompressedImage(format=fmt)
+            msg.data = cv2.imencode(ext, np.ascontiguousarray(scene[..., ::-1]))[1].tobytes()
+            node._process([(0, (msg, 0.0))])
+        assert node._gpu_jpeg.decoded == 1 and node.stats.counts["cpu_decoded"] == 1  # the PNG
+        (jpeg_encoding, jpeg_frame), (png_encoding, png_frame) = frames
+        assert jpeg_encoding == "rgb8" and isinstance(jpeg_frame, torch.Tensor)
+        assert png_encoding == "bgr8" and isinstance(png_frame, np.ndarray)  # OpenCV's decode
+        assert node.stats.counts["processed"] == 2
+        assert node.stats.snapshot()["frames_cpu_decoded"] == 1  # on /diagnostics
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)

@@ -90,7 +90,7 @@ def _layout(encoding: Any) -> _Layout:
     return layout
 
 
-def _byte_view(data: Any) -> np.ndarray:
+def byte_view(data: Any) -> np.ndarray:
     """`data` (array.array, bytes, memoryview, numpy array or a list of ints) as a 1-D uint8 array.
 
     Everything that exposes the buffer protocol is viewed, not copied; only a plain list is copied.
@@ -135,7 +135,7 @@ def imgmsg_to_array(msg: Any) -> tuple[np.ndarray, str]:
         raise ImageConversionError(
             f"step {step} < width*bytes_per_pixel {row_bytes} for {width} pixels of {encoding}"
         )
-    buffer = _byte_view(getattr(msg, "data", None))
+    buffer = byte_view(getattr(msg, "data", None))
     if buffer.size < step * height:
         raise ImageConversionError(
             f"data has {buffer.size} bytes, expected at least step*height = {step * height}"
@@ -169,7 +169,7 @@ def compressed_to_array(msg: Any) -> tuple[np.ndarray, str]:
         raise ImageConversionError(f"format {fmt!r} (compressedDepth) is not supported")
     if fmt and not any(name in fmt for name in _COMPRESSION_FORMATS):
         raise ImageConversionError(f"unsupported format {fmt!r}; supported: jpeg, png")
-    buffer = _byte_view(getattr(msg, "data", None))
+    buffer = byte_view(getattr(msg, "data", None))
     if buffer.size == 0:
         raise ImageConversionError("data is empty")
     what = f"cannot decode {buffer.size} bytes as {fmt or 'an image'}"

@@ -28,6 +28,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
 from tiled_detector.annotate import annotate, annotated_encoding
+from tiled_detector.jpeg import GpuJpegDecoder
 from tiled_detector.parameters import build_detector
 from tiled_detector.ros.cameras import CameraTopics, camera_topics
 from tiled_detector.ros.detections import detections_to_msg
@@ -35,6 +36,7 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.images import (
     ImageConversionError,
     array_to_imgmsg,
+    byte_view,
     compressed_to_array,
     imgmsg_to_array,
 )
@@ -120,6 +122,14 @@ class DetectorNodeBase(NodeParameters):
             camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
             camera.debug_pub = self.create_publisher(Image, camera.topics.debug_image, 1)
         self._convert = compressed_to_array if compressed else imgmsg_to_array
+        self._gpu_jpeg = GpuJpegDecoder(detector.engine.device) if compressed else None
+        if (
+            self._gpu_jpeg is not None
+            and detector.engine.device.type == "cuda"
+            and not self._gpu_jpeg.available
+        ):
+            self.get_logger().info("JPEG frames are decoded by OpenCV on the CPU: torchvision's decode_jpeg "
+                                   "does not import here")  # fmt: skip
         # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
         self._timer = self.create_timer(
             values["diagnostics_period"],
@@ -244,7 +254,7 @@ class DetectorNodeBase(NodeParameters):
         batch = []
         for index, (msg, received) in items:
             try:
-                frame, encoding = self._convert(msg)
+                frame, encoding = self._decode(index, msg)
             except ImageConversionError as error:
                 self._count(self.cameras[index], "malformed")
                 self.get_logger().warning(
@@ -274,12 +284,24 @@ class DetectorNodeBase(NodeParameters):
             )
             if camera.debug_pub.get_subscription_count() > 0:
                 plan = detector.plan_for(frame.shape[0], frame.shape[1])
-                drawn = annotate(frame, detections, self.labels, plan.tiles)
+                image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
+                drawn = annotate(image, detections, self.labels, plan.tiles)
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
             latency_ms = (time.monotonic() - received) * 1e3
             camera.stats.record(latency_ms, detections.timings)
             if camera.stats is not self.stats:
                 self.stats.record(latency_ms, detections.timings)
+
+    def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
+        """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there
+        (an (H, W, 3) rgb8 tensor on the device); else converted on the CPU (a compressed frame the GPU decoder
+        could not take, e.g. a PNG, is counted as `cpu_decoded`)."""
+        if self._gpu_jpeg is not None and self._gpu_jpeg.available:
+            frame = self._gpu_jpeg.decode(byte_view(msg.data))
+            if frame is not None:
+                return frame, "rgb8"
+            self._count(self.cameras[index], "cpu_decoded")
+        return self._convert(msg)
 
     def _detect(self, batch: list[tuple[int, Any, float, Any, str]]) -> list[Detections | None]:
         """Detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one batch; when

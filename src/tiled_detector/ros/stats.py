@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed")
+COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed", "cpu_decoded")
 
 
 class FrameSlots:
