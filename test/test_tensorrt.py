@@ -722,3 +722,29 @@ def test_calibration_batches_are_tiled_as_at_run_time(tmp_path: Path) -> None:
     expected = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, "rgb8")
     torch.testing.assert_close(batch, expected, rtol=0, atol=0)
     assert batch.shape == (plan.batch_size, 3, 32, 32)
+
+
+def test_build_engine_sizes_the_profile_for_the_cameras_of_one_node(capsys) -> None:
+    import argparse
+
+    from tiled_detector.commands.build_engine import add_arguments, batch_profile, camera_batch
+    from tiled_detector.config import DetectorConfig
+    from tiled_detector.tiling import make_plan
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = DetectorConfig()
+    one_1080p = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True).batch_size  # 8 tiles + the frame
+    assert camera_batch([(1920, 1080)] * 2 + [(1280, 720)], config) == 2 * one_1080p + make_plan(
+        (720, 1280), (640, 640), 0.2, (640, 640), True).batch_size  # fmt: skip
+    plain = parser.parse_args(["m.onnx"])
+    assert batch_profile(plain, config, 9) == (9, 32)  # the node's own build: the same cache entry
+    two = parser.parse_args(["m.onnx", "--camera-size", "1920x1080", "1920x1080"])
+    assert batch_profile(two, config, 9) == (2 * one_1080p, 32)  # one frame of each camera per cycle
+    assert capsys.readouterr().out == ""
+    four = parser.parse_args(["m.onnx", "--camera-size", *["1920x1080"] * 4])
+    assert batch_profile(four, config, 9) == (4 * one_1080p, 4 * one_1080p)  # 36 > 32: max_batch raised
+    assert f"run the node with max_batch:={4 * one_1080p}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["m.onnx", "--camera-size", "1920by1080"])
+    assert "a frame size is WIDTHxHEIGHT" in capsys.readouterr().err

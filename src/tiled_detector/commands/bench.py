@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 from tiled_detector.commands.progress import TextProgress
-from tiled_detector.commands.settings import add_settings, parameter_values
+from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
 from tiled_detector.config import default, settings
 
 EPILOG = """examples:
@@ -22,13 +21,6 @@ same engine's model-only time on the same batch (its CUDA-graph replay where it 
 alternately in this run: it is the number to compare across machines."""
 
 
-def _size(text: str) -> tuple[int, int]:
-    match = re.fullmatch(r"(\d+)x(\d+)", text.strip())
-    if not match or min(int(match[1]), int(match[2])) < 1:
-        raise argparse.ArgumentTypeError(f"a frame size is WIDTHxHEIGHT, e.g. 1920x1080, got {text!r}")
-    return int(match[1]), int(match[2])
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of bench."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -36,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", nargs="+", default=["auto"], choices=settings()["backend"].choices)
     parser.add_argument("--precision", nargs="+", default=["fp32", "fp16", "int8"],
                         choices=settings()["precision"].choices)  # fmt: skip
-    parser.add_argument("--size", nargs="+", type=_size, default=[(1920, 1080), (3840, 2160)], metavar="WxH",
+    parser.add_argument("--size", nargs="+", type=frame_size, default=[(1920, 1080), (3840, 2160)], metavar="WxH",
                         help="frame sizes (default 1920x1080 3840x2160)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=20, help="timed frames per configuration (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed frames first (default 3)")

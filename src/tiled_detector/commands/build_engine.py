@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from tiled_detector.commands.progress import TextProgress
-from tiled_detector.commands.settings import add_settings, parameter_values
+from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
 from tiled_detector.config import DetectorConfig
+from tiled_detector.tiling import make_plan
 
 BUILD_SETTINGS = ("device", "precision", "max_batch", "tile_size", "overlap", "full_frame")
 
@@ -31,6 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar=("W", "H"),
         help="model input width and height (dynamic models)",
     )
+    parser.add_argument(
+        "--camera-size",
+        nargs="+",
+        type=frame_size,
+        metavar="WxH",
+        help="the frame size of each camera one node detects together (a size per camera, e.g. 1920x1080 "
+        "1920x1080 1280x720): the engine is optimised for one frame of each in one batch, and max_batch is "
+        "raised to that batch when smaller",
+    )
     parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
     parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
     parser.add_argument(
@@ -40,6 +50,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="TensorRT's info messages too")
     # the node's settings that shape the engine (precision, batch) and its INT8 calibration (tiles)
     add_settings(parser, only=BUILD_SETTINGS, defaults={"device": "cuda:0"})
+
+
+def camera_batch(sizes: list[tuple[int, int]], config: DetectorConfig) -> int:
+    """Views (tiles and full-frame views) of one frame of each (width, height) with the config's tiling: the
+    batch a node with these cameras runs when every camera has a frame."""
+    return sum(
+        make_plan((h, w), config.tile_hw, config.overlap, config.tile_hw, config.full_frame).batch_size
+        for w, h in sizes
+    )
+
+
+def batch_profile(args: argparse.Namespace, config: DetectorConfig, default_opt: int) -> tuple[int, int]:
+    """(opt_batch, max_batch) of the engine's profile: --opt-batch, else the cameras' batch (--camera-size),
+    else `default_opt` (what the node's own build uses); max_batch raised to the cameras' batch if smaller."""
+    if not args.camera_size:
+        return args.opt_batch or min(default_opt, config.max_batch), config.max_batch
+    views = camera_batch(args.camera_size, config)
+    max_batch = max(config.max_batch, views)
+    if max_batch > config.max_batch:
+        print(f"max_batch raised to {max_batch} for {len(args.camera_size)} cameras ({views} views per cycle): "
+              f"run the node with max_batch:={max_batch}, or give it the engine file as model:=")  # fmt: skip
+    return min(args.opt_batch or views, max_batch), max_batch
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
     batches = None
     if args.calib is not None:
         batches = calibration_batches(args.calib, device, config.tile_hw, config.overlap, config.full_frame)
+    opt_batch, max_batch = batch_profile(args, config, BuildOptions.opt_batch)
     options = BuildOptions(
         precision=config.precision,
-        max_batch=config.max_batch,
-        opt_batch=args.opt_batch or min(BuildOptions.opt_batch, config.max_batch),
+        max_batch=max_batch,
+        opt_batch=opt_batch,
         input_hw=input_hw,
         calib=args.calib,
         calib_batches=batches,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -95,3 +96,11 @@ def parameter_values(args: argparse.Namespace) -> dict[str, Any]:
     """The subcommand's own defaults, then the params file's values (when given), then the flags."""
     values = read_params_file(args.params_file) if args.params_file is not None else {}
     return {**as_parameters(args.setting_defaults), **values, **flag_parameters(args)}
+
+
+def frame_size(text: str) -> tuple[int, int]:
+    """A WIDTHxHEIGHT argument as (width, height)."""
+    match = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise argparse.ArgumentTypeError(f"a frame size is WIDTHxHEIGHT, e.g. 1920x1080, got {text!r}")
+    return int(match[1]), int(match[2])
