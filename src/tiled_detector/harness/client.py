@@ -162,15 +162,19 @@ class DetectorClient:
             return self.call(
                 GetState, f"{node}/get_state", GetState.Request(), timeout, resend_s=3.0
             ).current_state.label
-        state = self.lifecycle(node, timeout=timeout)
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
-               "shutdown": {"unconfigured": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
-                            "inactive": Transition.TRANSITION_INACTIVE_SHUTDOWN,
-                            "active": Transition.TRANSITION_ACTIVE_SHUTDOWN}.get(state)}  # fmt: skip
+        if transition == "shutdown":  # one shutdown transition per state it leaves: ask which state first
+            transition_id = {
+                "unconfigured": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
+                "inactive": Transition.TRANSITION_INACTIVE_SHUTDOWN,
+                "active": Transition.TRANSITION_ACTIVE_SHUTDOWN,
+            }[self.lifecycle(node, timeout=timeout)]
+        else:
+            transition_id = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+                             "deactivate": Transition.TRANSITION_DEACTIVATE,
+                             "cleanup": Transition.TRANSITION_CLEANUP}[transition]  # fmt: skip
         goal = {"configure": "inactive", "activate": "active", "deactivate": "inactive",
                 "cleanup": "unconfigured", "shutdown": "finalized"}[transition]  # fmt: skip
-        request = ChangeState.Request(transition=Transition(id=ids[transition]))
+        request = ChangeState.Request(transition=Transition(id=transition_id))
         try:
             return bool(self.call(ChangeState, f"{node}/change_state", request, timeout=10.0).success)
         except TimeoutError:  # the reply was lost (or the node ended with its shutdown transition)
