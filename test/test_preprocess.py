@@ -219,7 +219,9 @@ def test_channel_order_is_checked():
 
 
 @pytest.mark.parametrize(
-    ("height", "width", "encoding"), [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8")]
+    ("height", "width", "encoding"),
+    # 1080 x 1920 -> 360 x 640 reads one pixel per output (zero weights on both axes), 1100 x 1920 on one axis
+    [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8"), (1100, 1920, "bgr8")],
 )
 def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encoding):
     rng = np.random.default_rng(5)

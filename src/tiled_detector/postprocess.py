@@ -120,10 +120,10 @@ def postprocess(
     boxes = plan.to_frame(found.boxes, found.image_index)
     frame = plan.tensors(boxes.device).frame[found.image_index]
     scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
-    if settings.seam_suppression:
+    if settings.seam_suppression:  # the exact path's rows are all valid: only its truncated rows are compared
         valid = suppress_truncated(
             boxes, scores, class_ids, found.image_index, plan,
-            class_agnostic=settings.class_agnostic, valid=valid,
+            class_agnostic=settings.class_agnostic, valid=None if limits is None else valid,
         )  # fmt: skip
     if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
         kept = valid.nonzero().squeeze(1)

@@ -276,25 +276,33 @@ def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, order: torc
 
 
 @functools.lru_cache(maxsize=32)
-def _bilinear_axis(size: int, out: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _bilinear_axis(size: int, out: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """F.interpolate's bilinear sampling along one axis (align_corners=False): the source index pairs (2 * out,)
-    and the weight of each pair's second index (out,), built once per (size, out, device)."""
+    and the weight of each pair's second index (out,), built once per (size, out, device). When every weight is
+    0 (an odd integer downscale, e.g. 1920 -> 640) each output is one source pixel: its indices (out,) and None."""
     scale = torch.tensor(size, dtype=torch.float32) / out
     source = ((torch.arange(out, dtype=torch.float32) + 0.5) * scale - 0.5).clamp_min(0)
     first = source.to(torch.int64)
-    second = torch.where(first < size - 1, first + 1, first)
     weight = source - first
+    if not bool(weight.any()):
+        return first.to(device), None
+    second = torch.where(first < size - 1, first + 1, first)
     pairs = torch.stack([first, second], 1).reshape(-1)
     return pairs.to(device), weight.to(device)
 
 
 def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
     """Bilinear downscale of an (H, W, C) integer frame times `scale` to `size`, as a (1, C, h, w) float32 image,
-    equal to F.interpolate's (to float rounding): only the two rows and columns each output pixel reads are
-    gathered (whole rows first, then columns) and converted, so the cost follows the view, not the frame."""
+    equal to F.interpolate's (to float rounding): only the rows and columns each output pixel reads (two, or one
+    where its weight is 0) are gathered (whole rows first, then columns) and converted, so the cost follows the
+    view, not the frame."""
     rows, bottom = _bilinear_axis(frame.shape[0], size[0], frame.device)
     cols, right = _bilinear_axis(frame.shape[1], size[1], frame.device)
     picked = frame.index_select(0, rows).index_select(1, cols).permute(2, 0, 1).float()
-    picked = picked.view(-1, size[0], 2, size[1], 2)
-    across = torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1))  # (C, h, 2, w)
-    return torch.lerp(across[:, :, 0], across[:, :, 1], bottom.view(1, -1, 1)).mul_(scale).unsqueeze(0)
+    picked = picked.view(-1, size[0], len(rows) // size[0], size[1], len(cols) // size[1])
+    if right is not None:
+        picked = torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1)).unsqueeze(-1)
+    picked = picked[..., 0]  # (C, h, 1 or 2, w)
+    if bottom is not None:
+        picked = torch.lerp(picked[:, :, 0], picked[:, :, 1], bottom.view(1, -1, 1)).unsqueeze(2)
+    return picked[:, :, 0].mul_(scale).unsqueeze(0)
