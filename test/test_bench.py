@@ -74,3 +74,47 @@ def test_bench_model_only_uses_the_detectors_engine_and_batch() -> None:
     eager()
     assert graph is None  # CPU: nothing to capture
     assert calls == [(9, 3, *detector.engine.input_hw)]  # split at max_batch inside infer, as in the pipeline
+
+
+def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path, monkeypatch, capsys) -> None:
+    # stand-ins for sahi and ultralytics (an optional extra, not installed here): the command must call SAHI's
+    # API as SAHI documents it and report the peer's row, its plot bar and the ratio to our fastest row
+    import sys
+    import time
+    import types
+
+    loaded, predicted = [], []
+
+    def from_pretrained(**kwargs):
+        loaded.append(kwargs)
+        return "sahi-model"
+
+    def get_sliced_prediction(image, model, slice_height, slice_width, overlap_h, overlap_w, verbose):
+        predicted.append((image.shape, model, slice_height, slice_width, overlap_h, overlap_w, verbose))
+        time.sleep(0.3)  # slower than the bundled model here, so the ratio is > 1
+        return []
+
+    sahi = types.ModuleType("sahi")
+    sahi.AutoDetectionModel = types.SimpleNamespace(from_pretrained=from_pretrained)
+    sahi_predict = types.ModuleType("sahi.predict")
+    sahi_predict.get_sliced_prediction = get_sliced_prediction
+    for name, module in (
+        ("sahi", sahi),
+        ("sahi.predict", sahi_predict),
+        ("ultralytics", types.ModuleType("u")),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
+    argv = ["bench", "--size", "640x480", "--runs", "2", "--warmup", "1", "--backend", "onnxruntime", "--precision",
+            "fp32", "--tile-size", "320", "256", "--overlap", "0.25", "--out", str(tmp_path), "--peer", "sahi"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    expected = {"model_type": "ultralytics", "model_path": str(default_model_path())}
+    assert loaded == [{**expected, "confidence_threshold": 0.25, "device": "cpu"}]
+    assert predicted == [((480, 640, 3), "sahi-model", 256, 320, 0.25, 0.25, 0)] * 3  # warm-up + runs
+    rows = {r["backend"]: r for r in csv.DictReader((tmp_path / "bench.csv").open())}
+    assert rows["sahi"]["status"] == "ok" and float(rows["sahi"]["total_ms"]) >= 300
+    assert rows["sahi"]["ratio"] == "" and rows["sahi"]["model_only_ms"] == ""  # end to end only
+    ratio = float(rows["sahi"]["total_ms"]) / float(rows["onnxruntime"]["total_ms"])
+    assert f"640x480: SAHI's default takes {ratio:.1f}x our fastest (onnxruntime fp32)" in printed
+    assert "sahi         default   640x480" in printed
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -220,6 +220,13 @@ def csv_text(rows: Sequence[Row]) -> str:
     return buffer.getvalue()
 
 
+def _model_ms(row: Row) -> float | None:
+    """The model-only time a row's ratio is taken to (CUDA graph when measured), None for a peer's row."""
+    graph, eager = row.values.get("model_only_graph_ms", ""), row.values.get("model_only_ms", "")
+    value = graph if graph != "" else eager
+    return None if value == "" else float(value)
+
+
 def table(rows: Sequence[Row]) -> str:
     """A fixed-width table of the main columns."""
     lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'total ms':>9} {'model ms':>9} {'ratio':>6} "
@@ -230,9 +237,10 @@ def table(rows: Sequence[Row]) -> str:
             lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>9} {'':>9} {'':>6} {'':>7}  "
                          f"{row.status}")  # fmt: skip
             continue
-        model = v["model_only_graph_ms"] if v["model_only_graph_ms"] != "" else v["model_only_ms"]
-        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {v['total_ms']:>9.2f} {model:>9.2f} "
-                     f"{v['ratio']:>6.2f} {v['fps']:>7.1f}  ok")  # fmt: skip
+        model = _model_ms(row)  # None for a peer, timed end to end only
+        model_text, ratio = ("", "") if model is None else (f"{model:.2f}", f"{v['ratio']:.2f}")
+        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {v['total_ms']:>9.2f} {model_text:>9} "
+                     f"{ratio:>6} {v['fps']:>7.1f}  ok")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -252,9 +260,13 @@ def plot(rows: Sequence[Row], path: Path) -> None:
         widths = np.array([r.stages.get(stage, (0.0, 0.0))[0] for r in measured])
         ax.barh(labels, widths, left=left, label=stage)
         left += widths
+    peers = np.array([0.0 if r.stages else r.values["total_ms"] for r in measured])  # timed end to end only
+    if peers.any():
+        ax.barh(labels, peers, left=left, label="peer, end to end", color="grey")
     for y, row in enumerate(measured):
-        model = row.values["model_only_graph_ms"] or row.values["model_only_ms"]
-        ax.plot([model, model], [y - 0.4, y + 0.4], color="black", linewidth=2)
+        model = _model_ms(row)
+        if model is not None:
+            ax.plot([model, model], [y - 0.4, y + 0.4], color="black", linewidth=2)
     ax.set_xlabel("milliseconds per frame (median); black: the model alone on the same batch")
     ax.set_title("tiled-detector bench: stage times")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
