@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tiled_detector.cli import main
 from tiled_detector.models import default_model_path
@@ -41,7 +42,7 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
         assert alone > 0 and total > 0 and ratio == pytest.approx(total / alone, rel=1e-2)
         assert float(r["fps"]) == pytest.approx(1000 / total, rel=1e-2)
         assert float(r["infer_ms"]) > 0 and float(r["preprocess_p95_ms"]) >= float(r["preprocess_ms"])
-        assert int(r["views"]) >= 2 and int(r["detections"]) > 0
+        assert int(r["views"]) >= 2 and int(r["detections"]) > 0 and r["input"] == "host"
     # a combination the engine cannot run is a row with its reason, never dropped
     reasons = {(r["backend"], r["precision"]): r["status"] for r in ours if r["status"] != "ok"}
     assert "int8 is not supported" in reasons[("onnxruntime", "int8")]
@@ -118,3 +119,13 @@ def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path,
     assert f"640x480: SAHI's default takes {ratio:.1f}x our fastest (onnxruntime fp32)" in printed
     assert "sahi         default   640x480" in printed
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bench_times_frames_already_on_the_device_with_no_upload(tmp_path) -> None:
+    model = default_model_path().with_suffix(".ts")  # the bundled model as TorchScript
+    argv = ["bench", "--model", str(model), "--size", "1280x720", "--runs", "3", "--warmup", "1", "--backend",
+            "torch", "--precision", "fp32", "--device", "cuda", "--input", "device", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = csv.DictReader((tmp_path / "bench.csv").open())
+    assert row["input"] == "device" and int(row["h2d_bytes"]) == 0 and int(row["d2h_bytes"]) > 0

@@ -31,7 +31,7 @@ from tiled_detector.synthetic import make_scene
 
 T = TypeVar("T")
 
-COLUMNS = ("backend", "precision", "size", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
+COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
            "status")  # fmt: skip
 
@@ -124,13 +124,14 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
 
 def measure(
     detector: TiledDetector,
-    frame: np.ndarray,
+    frame: np.ndarray | torch.Tensor,
     runs: int,
     warmup: int,
     row: Row,
     progress: Callable[..., None] = lambda steps=1: None,
 ) -> Row:
-    """Alternate the pipeline and the model alone `runs` times after `warmup` rounds; fill `row`."""
+    """Alternate the pipeline and the model alone `runs` times after `warmup` rounds; fill `row`. A torch `frame`
+    on the engine's device is timed from there (no host-to-device copy: GPU-decoded or zero-copy sources)."""
     device = detector.engine.device
     plan = detector.plan_for(*frame.shape[:2])
     eager, graph = model_only(detector, plan.batch_size)
@@ -152,6 +153,7 @@ def measure(
     total, alone = statistics.median(walls), statistics.median(model)
     best_alone = min(alone, statistics.median(model_graph)) if graph is not None else alone
     row.values.update(
+        input="host" if isinstance(frame, np.ndarray) or frame.device.type == "cpu" else "device",
         cuda_graph=detector._runner.captures,
         views=plan.batch_size,
         detections=found,
@@ -187,8 +189,10 @@ def run_bench(
     warmup: int,
     build: Callable[[dict[str, Any]], TiledDetector],
     progress: Callable[..., None] = lambda steps=1: None,
+    on_device: bool = False,
 ) -> list[Row]:
-    """Every (backend, precision, size): a measured row, or a row saying why that combination cannot run."""
+    """Every (backend, precision, size): a measured row, or a row saying why that combination cannot run;
+    `on_device` times frames already on the engine's device (copied there once, before timing)."""
     rows = []
     for backend in backends:
         for precision in precisions:
@@ -204,7 +208,9 @@ def run_bench(
                     row.status = f"unsupported: {reason}"
                     progress(warmup + runs)
                 else:
-                    measure(detector, frame_for(width, height), runs, warmup, row, progress)
+                    frame = frame_for(width, height)
+                    source = torch.from_numpy(frame).to(detector.engine.device) if on_device else frame
+                    measure(detector, source, runs, warmup, row, progress)
                 rows.append(row)
     return rows
 

@@ -16,6 +16,7 @@ EPILOG = """examples:
   tiled-detector bench                                     # bundled model, auto backend, fp32/fp16/int8, 1080p + 4K
   tiled-detector bench --model yolov8n.onnx --backend tensorrt torch --precision fp16 --device cuda --out out/b
   tiled-detector bench --size 1920x1080 --runs 50 --peer sahi   # also SAHI's default on the same model (optional)
+  tiled-detector bench --device cuda --input device          # frames already on the GPU (e.g. nvJPEG-decoded)
 Combinations an engine cannot run are rows marked unsupported, with the reason. `ratio` is end to end over the
 same engine's model-only time on the same batch (its CUDA-graph replay where it can be captured), both measured
 alternately in this run: it is the number to compare across machines."""
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="report folder (default ./bench_out)"
     )
+    parser.add_argument("--input", choices=("host", "device"), default="host",
+                        help="where frames start: host memory (default; one upload per frame) or already on the "
+                             "engine's device (GPU-decoded or zero-copy sources)")  # fmt: skip
     parser.add_argument("--peer", choices=("sahi",), help="also time a peer on the same model and frames")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object (last line)")
     add_settings(parser, only=[n for n in settings() if n not in ("backend", "precision")])
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         bar("bench", min(done, total), total)
 
     rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build_detector,
-                     progress)  # fmt: skip
+                     progress, on_device=args.input == "device")  # fmt: skip
     if args.peer == "sahi":
         config = config_changes(values)
         rows += peer_sahi(config.get("model", default("model")), args.size, args.runs, args.warmup, config)
