@@ -48,7 +48,8 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
     assert "int8 is not supported" in reasons[("onnxruntime", "int8")]
     assert reasons[("torch", "fp32")].startswith("unsupported: ")  # the bundled .onnx is no TorchScript model
     peer = [r for r in rows if r["backend"] == "sahi"]
-    assert len(peer) == 2 and all(r["status"].startswith(("ok", "unavailable")) for r in peer)
+    # measured, or the reason: not installed, or ultralytics could not load the model
+    assert len(peer) == 2 and all(r["status"].startswith(("ok", "unavailable", "failed: ")) for r in peer)
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     env = json.loads((out / "env.json").read_text())
     assert env["python"]["version"] and "gpus" in env
@@ -77,12 +78,24 @@ def test_bench_model_only_uses_the_detectors_engine_and_batch() -> None:
     assert calls == [(9, 3, *detector.engine.input_hw)]  # split at max_batch inside infer, as in the pipeline
 
 
+def _stand_in_sahi(monkeypatch: pytest.MonkeyPatch, from_pretrained, get_sliced_prediction) -> None:
+    """sahi and ultralytics (an optional extra, not installed here) replaced by modules with SAHI's API."""
+    import sys
+    import types
+
+    sahi = types.ModuleType("sahi")
+    sahi.AutoDetectionModel = types.SimpleNamespace(from_pretrained=from_pretrained)
+    sahi_predict = types.ModuleType("sahi.predict")
+    sahi_predict.get_sliced_prediction = get_sliced_prediction
+    stand_ins = {"sahi": sahi, "sahi.predict": sahi_predict, "ultralytics": types.ModuleType("ultralytics")}
+    for name, module in stand_ins.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
 def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path, monkeypatch, capsys) -> None:
     # stand-ins for sahi and ultralytics (an optional extra, not installed here): the command must call SAHI's
     # API as SAHI documents it and report the peer's row, its plot bar and the ratio to our fastest row
-    import sys
     import time
-    import types
 
     loaded, predicted = [], []
 
@@ -95,16 +108,7 @@ def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path,
         time.sleep(0.3)  # slower than the bundled model here, so the ratio is > 1
         return []
 
-    sahi = types.ModuleType("sahi")
-    sahi.AutoDetectionModel = types.SimpleNamespace(from_pretrained=from_pretrained)
-    sahi_predict = types.ModuleType("sahi.predict")
-    sahi_predict.get_sliced_prediction = get_sliced_prediction
-    for name, module in (
-        ("sahi", sahi),
-        ("sahi.predict", sahi_predict),
-        ("ultralytics", types.ModuleType("u")),
-    ):
-        monkeypatch.setitem(sys.modules, name, module)
+    _stand_in_sahi(monkeypatch, from_pretrained, get_sliced_prediction)
     argv = ["bench", "--size", "640x480", "--runs", "2", "--warmup", "1", "--backend", "onnxruntime", "--precision",
             "fp32", "--tile-size", "320", "256", "--overlap", "0.25", "--out", str(tmp_path), "--peer", "sahi"]  # fmt: skip
     assert main(argv) == 0
@@ -126,6 +130,21 @@ def test_bench_times_frames_already_on_the_device_with_no_upload(tmp_path) -> No
     model = default_model_path().with_suffix(".ts")  # the bundled model as TorchScript
     argv = ["bench", "--model", str(model), "--size", "1280x720", "--runs", "3", "--warmup", "1", "--backend",
             "torch", "--precision", "fp32", "--device", "cuda", "--input", "device", "--out", str(tmp_path)]  # fmt: skip
-    assert main(argv) == 0
+    code = main(argv)
     (row,) = csv.DictReader((tmp_path / "bench.csv").open())
+    assert code == 0, row["status"]
     assert row["input"] == "device" and int(row["h2d_bytes"]) == 0 and int(row["d2h_bytes"]) > 0
+
+
+def test_a_peer_that_cannot_load_the_model_is_a_row_with_the_reason(monkeypatch) -> None:
+    from tiled_detector.benchmark import peer_sahi
+
+    def from_pretrained(**kwargs):
+        raise TypeError(
+            "model_path is not a valid Ultralytics model path: ", AssertionError("Invalid device id")
+        )
+
+    _stand_in_sahi(monkeypatch, from_pretrained, None)
+    rows = peer_sahi(default_model_path(), [(640, 480), (1280, 720)], 2, 1, {})
+    assert [(r.backend, r.size) for r in rows] == [("sahi", "640x480"), ("sahi", "1280x720")]
+    assert all(r.status.startswith("failed: TypeError: ") and "Invalid device id" in r.status for r in rows)

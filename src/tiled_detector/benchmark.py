@@ -13,6 +13,7 @@ import csv
 import functools
 import io
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -26,6 +27,7 @@ import torch
 
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
+from tiled_detector.errors import one_line
 from tiled_detector.program import cuda_graph
 from tiled_detector.synthetic import make_scene
 
@@ -298,12 +300,21 @@ def peer_sahi(
     device = settings.get("device", "cpu")
     tile_w, tile_h = settings.get("tile_size", (640, 640))
     overlap = float(settings.get("overlap", 0.2))
-    sahi_model = AutoDetectionModel.from_pretrained(
-        model_type="ultralytics",
-        model_path=str(model),
-        confidence_threshold=float(settings.get("conf_threshold", 0.25)),
-        device=device,
-    )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        sahi_model = AutoDetectionModel.from_pretrained(
+            model_type="ultralytics",
+            model_path=str(model),
+            confidence_threshold=float(settings.get("conf_threshold", 0.25)),
+            device=device,
+        )
+    except Exception as error:  # SAHI wraps whatever ultralytics raises (a format or device it cannot load)
+        return [Row("sahi", "default", f"{w}x{h}", f"failed: {one_line(error)}") for w, h in sizes]
+    finally:  # ultralytics hides the GPUs from the process for device "cpu": later CUDA work must still see them
+        if visible is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
     rows = []
     for width, height in sizes:
         predict = functools.partial(
