@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -140,11 +141,12 @@ def test_a_peer_that_cannot_load_the_model_is_a_row_with_the_reason(monkeypatch)
     from tiled_detector.benchmark import peer_sahi
 
     def from_pretrained(**kwargs):
-        raise TypeError(
-            "model_path is not a valid Ultralytics model path: ", AssertionError("Invalid device id")
-        )
+        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # what ultralytics does for device "cpu"
+        raise TypeError("not a valid Ultralytics model path: ", AssertionError("Invalid device id"))
 
     _stand_in_sahi(monkeypatch, from_pretrained, None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     rows = peer_sahi(default_model_path(), [(640, 480), (1280, 720)], 2, 1, {})
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"  # later CUDA work in the process still sees the GPUs
     assert [(r.backend, r.size) for r in rows] == [("sahi", "640x480"), ("sahi", "1280x720")]
     assert all(r.status.startswith("failed: TypeError: ") and "Invalid device id" in r.status for r in rows)
