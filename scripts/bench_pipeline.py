@@ -182,22 +182,25 @@ def save_onnx(model: nn.Module, path: Path, input_hw: tuple[int, int], batch: in
 def save_torchscript(
     model: nn.Module, path: Path, input_hw: tuple[int, int], labels: Sequence[str] | None = None
 ) -> Path:
-    """Trace `model` to TorchScript with the engine's metadata (`input_shape` with a dynamic batch, `labels`) and
-    ultralytics' (`config.txt`), so that SAHI's ultralytics model loads the same file (`bench --peer sahi`)."""
+    """Trace `model` to TorchScript with the engine's metadata (`input_shape` with a dynamic batch, `labels`); a
+    model with YOLOv8's output layout also gets ultralytics' (`config.txt`), so that SAHI's ultralytics model loads
+    the same file (`bench --peer sahi`)."""
     example = torch.zeros(2, 3, *input_hw)
     traced = torch.jit.trace(model.eval(), example)
-    classes = traced(example[:1]).shape[1] - 4
-    names = list(labels) if labels else [f"class{i}" for i in range(classes)]
-    ultralytics = {
-        "task": "detect",
-        "stride": 32,
-        "batch": 1,
-        "imgsz": list(input_hw),
-        "names": dict(enumerate(names)),
-    }
-    extra = {"input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}", "config.txt": json.dumps(ultralytics)}
+    extra = {"input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}"}
     if labels:
         extra["labels"] = "\n".join(labels)
+    output = traced(example[:1])
+    if isinstance(output, torch.Tensor) and output.dim() == 3:  # (B, 4 + classes, anchors)
+        names = list(labels) if labels else [f"class{i}" for i in range(output.shape[1] - 4)]
+        meta = {
+            "task": "detect",
+            "stride": 32,
+            "batch": 1,
+            "imgsz": list(input_hw),
+            "names": dict(enumerate(names)),
+        }
+        extra["config.txt"] = json.dumps(meta)
     torch.jit.save(traced, str(path), _extra_files=extra)
     return path
 

@@ -204,6 +204,23 @@ def test_torchscript_outputs_equal_the_module(export_torchscript):
     torch.testing.assert_close(got["output1"], want[1])
 
 
+def test_yolov8_layout_torchscript_carries_ultralytics_metadata(export_torchscript):
+    # bench --peer sahi gives ultralytics the same file: it reads `*/extra/config.txt` from the TorchScript zip
+    import zipfile
+
+    from bench_pipeline import SquareDetector
+
+    path = export_torchscript(SquareDetector((64, 64)), (64, 64), labels=["red", "blue"])
+    with zipfile.ZipFile(path) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith("extra/config.txt")]
+        meta = json.loads(archive.read(name))
+    assert (
+        meta["task"] == "detect" and meta["imgsz"] == [64, 64] and meta["names"] == {"0": "red", "1": "blue"}
+    )
+    engine = TorchEngine(path)  # our own metadata still read
+    assert engine.input.shape == (-1, 3, 64, 64) and engine.labels == ("red", "blue")
+
+
 def test_torchscript_input_shape_from_option_and_fp16(tmp_path):
     module = TwoHeads().eval()
     path = tmp_path / "plain.pt"
