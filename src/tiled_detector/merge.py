@@ -118,22 +118,26 @@ def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
     time: rows before a block are final, so one step finds the block's rows a kept earlier row suppresses, then
     the block's own fixed point (unique: the system is triangular) takes as many rounds as its longest chain.
     `rounds` None runs to each fixed point (a host read per round), an int that many rounds per block.
+    A round is one matrix-vector product: the count of settled rows that match each column, exact in float16
+    (at most NMS_BLOCK <= 2048 ones), instead of a masked (B, B) copy and a reduction (GPU floods: 4K, conf 1e-5,
+    32 rounds per block: 11.0 -> 10.2 ms per frame on an H100).
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
     exact = torch.ones((), dtype=torch.bool, device=match.device)
     block = NMS_BLOCK.get(match.device.type, NMS_BLOCK["cuda"])
+    dtype = torch.float16 if match.device.type == "cuda" else torch.float32
     for start in range(0, len(match), block):
         stop = min(start + block, len(match))
         # rows no kept earlier row suppresses (bool a > b is a & ~b: one kernel)
         alive = ~(match[:start, start:stop] & keep[:start, None]).any(0) if start else keep[start:stop]
-        local, settled = match[start:stop, start:stop], alive
+        local, settled = match[start:stop, start:stop].to(dtype), alive
         for _ in range(stop - start + 1 if rounds is None else min(rounds, stop - start + 1)):
-            new = alive > (local & settled[:, None]).any(0)
+            new = alive > (settled.to(dtype) @ local).bool()
             if rounds is None and torch.equal(new, settled):
                 break
             settled = new
         else:
-            exact = exact & ((alive > (local & settled[:, None]).any(0)) == settled).all()
+            exact = exact & ((alive > (settled.to(dtype) @ local).bool()) == settled).all()
         keep[start:stop] = settled
     return keep, exact
 
