@@ -234,7 +234,15 @@ def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> Non
         "--detections-topic",
         "nowhere",
     ]
-    replay = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a terminal's Ctrl-C reaches a process whose SIGINT is not ignored; a shell's background job (`tests &`)
+    # ignores it and the child would inherit that, so the replay starts with the default disposition
+    replay = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
     parent = psutil.Process(replay.pid)
     deadline = time.monotonic() + 60
     while not parent.children(recursive=True) and time.monotonic() < deadline:
