@@ -234,15 +234,8 @@ def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> Non
         "--detections-topic",
         "nowhere",
     ]
-    # a terminal's Ctrl-C reaches a process whose SIGINT is not ignored; a shell's background job (`tests &`)
-    # ignores it and the child would inherit that, so the replay starts with the default disposition
-    replay = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
-    )
+    # (also when the tests run as a shell's background job, whose SIGINT the replay inherits ignored)
+    replay = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(replay.pid)
     deadline = time.monotonic() + 60
     while not parent.children(recursive=True) and time.monotonic() < deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -56,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _top_parser().parse_args(args[:1] or ["--help"])
         return 2
     name, rest = args[0], args[1:]
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # a shell's background job starts with SIGINT ignored: Ctrl-C / `kill -INT` still end a command (exit
+        # 130, its node stopped), as they end the node itself (tiled_detector.ros.run)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         module_name, help_text = COMMANDS[name]
         module = importlib.import_module(f"tiled_detector.commands.{module_name}")
