@@ -132,20 +132,21 @@ def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
         alive = ~(match[:start, start:stop] & keep[:start, None]).any(0) if start else keep[start:stop]
         alive = alive.to(dtype)
         across = match[start:stop, start:stop].to(dtype).T  # across[j, i]: row i would suppress row j
-
-        def step(settled: Tensor, alive: Tensor = alive, across: Tensor = across) -> Tensor:
-            return torch.addmv(alive, across, settled, alpha=-1).clamp_min_(0)
-
         settled = alive
         for _ in range(stop - start + 1 if rounds is None else min(rounds, stop - start + 1)):
-            new = step(settled)
+            new = _nms_round(alive, across, settled)
             if rounds is None and torch.equal(new, settled):
                 break
             settled = new
         else:
-            exact = exact & (step(settled) == settled).all()
+            exact = exact & (_nms_round(alive, across, settled) == settled).all()
         keep[start:stop] = settled.bool()
     return keep, exact
+
+
+def _nms_round(alive: Tensor, across: Tensor, settled: Tensor) -> Tensor:
+    """One fixed-point round on 0/1 floats: the alive rows that no settled row suppresses."""
+    return torch.addmv(alive, across, settled, alpha=-1).clamp_min_(0)
 
 
 def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric,

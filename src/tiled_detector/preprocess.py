@@ -300,9 +300,14 @@ def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) 
     cols, right = _bilinear_axis(frame.shape[1], size[1], frame.device)
     picked = frame.index_select(0, rows).index_select(1, cols).permute(2, 0, 1).float()
     picked = picked.view(-1, size[0], len(rows) // size[0], size[1], len(cols) // size[1])
-    if right is not None:
-        picked = torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1)).unsqueeze(-1)
-    picked = picked[..., 0]  # (C, h, 1 or 2, w)
-    if bottom is not None:
-        picked = torch.lerp(picked[:, :, 0], picked[:, :, 1], bottom.view(1, -1, 1)).unsqueeze(2)
-    return picked[:, :, 0].mul_(scale).unsqueeze(0)
+    across = (
+        picked[..., 0]
+        if right is None
+        else torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1))
+    )
+    down = (
+        across[:, :, 0]
+        if bottom is None
+        else torch.lerp(across[:, :, 0], across[:, :, 1], bottom.view(1, -1, 1))
+    )
+    return down.mul_(scale).unsqueeze(0)
