@@ -244,11 +244,32 @@ def test_torch_fp16_on_cuda_runs_channels_last_and_agrees_with_fp32(tmp_path):
     torch.jit.save(torch.jit.trace(module, _batch(1)), str(path))
     fp32 = TorchEngine(path, device="cuda", input_shape="-1,3,16,16")
     fp16 = TorchEngine(path, device="cuda", precision=Precision.FP16, input_shape="-1,3,16,16")
-    assert fp16._channels_last and not fp32._channels_last  # fp32 keeps its layout and results
+    # fp32 keeps its layout and results
+    assert fp16.memory_format == torch.channels_last and fp32.memory_format == torch.contiguous_format
     batch = _batch(4).cuda()
     want = fp32.infer(batch)["output1"]
     got = fp16.infer(batch.half())["output1"]
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    last = fp16.infer(batch.half().contiguous(memory_format=torch.channels_last))["output1"]
+    torch.testing.assert_close(last, got)
+
+
+def test_torch_engine_reads_a_batch_in_its_layout_without_a_copy(export_torchscript):
+    engine = TorchEngine(export_torchscript(TwoHeads().eval(), HW), max_batch=4)
+    assert engine.memory_format == torch.contiguous_format  # CPU and fp32 keep NCHW
+    module, seen = engine._module, []
+    engine._module = lambda batch: seen.append(batch) or module(batch)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        engine.memory_format = layout  # what fp16 on CUDA sets (channels-last)
+        own = _batch(3).contiguous(memory_format=layout)
+        other = _batch(3).contiguous(
+            memory_format=torch.channels_last
+            if layout == torch.contiguous_format
+            else torch.contiguous_format
+        )
+        torch.testing.assert_close(engine.infer(own), engine.infer(other))
+        assert seen[-2] is own  # read where it is
+        assert seen[-1] is not other and seen[-1].is_contiguous(memory_format=layout)  # converted once
 
 
 def test_torch_export_program(tmp_path):

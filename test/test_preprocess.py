@@ -250,3 +250,26 @@ def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encodin
     expected = torch.empty(1, 3, 640, 640)
     preprocess._letterbox_into(whole, plan.frame_letterbox, expected, pre._channel_order(enc))
     torch.testing.assert_close(sampled, expected[0], rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "mono16"])
+@pytest.mark.parametrize(
+    ("size", "tile", "input_hw"),
+    [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
+)  # a grid of tiles inside the frame, tiles letterboxed into a smaller input, tiles past the border (a gather)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_hw, dtype):
+    frame = _frame(np.random.default_rng(11), *size, encoding)
+    plan = make_plan(size, tile, 0.25, input_hw, True)
+    expected = Preprocessor("cpu", dtype, input_hw).run(frame, plan, encoding)
+    last = Preprocessor("cpu", dtype, input_hw, memory_format=torch.channels_last)
+    batch = last.run(frame, plan, encoding)
+    assert batch.is_contiguous(memory_format=torch.channels_last) and not batch.is_contiguous()
+    torch.testing.assert_close(batch, expected, rtol=0, atol=0)
+    out = torch.zeros(plan.batch_size + 1, 3, *input_hw, dtype=dtype).contiguous(
+        memory_format=torch.channels_last
+    )
+    assert last.run(frame, plan, encoding, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out[: plan.batch_size], expected, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"channels-last contiguous .* in another layout"):
+        last.run(frame, plan, encoding, out=torch.zeros_like(out, memory_format=torch.contiguous_format))

@@ -115,8 +115,8 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
     engine = detector.engine
     shape = (views, *engine.input.shape[1:])
     batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
-        engine.device, engine.input.dtype
-    )
+        engine.device, engine.input.dtype, memory_format=engine.memory_format
+    )  # in the layout the pipeline's preprocessor writes
     eager = lambda: engine.infer(batch)  # noqa: E731
     if engine.device.type != "cuda" or not engine.capturable:
         return eager, None

@@ -47,13 +47,16 @@ class _StageClock:
     def __init__(self, device: torch.device, sync: bool) -> None:
         self._events = device.type == "cuda" and not sync
         self._sync = device if device.type == "cuda" and sync else None
+        # looked up once: `Event.record()` without a stream looks up the current one every time (host time that
+        # delays the frame program's launch)
+        self._stream = torch.cuda.current_stream(device) if self._events else None
         self._marks: list[tuple[str, Any]] = []
         self._start = self._now()
 
     def _now(self) -> Any:
         if self._events:
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(self._stream)
             return event
         if self._sync is not None:
             torch.cuda.synchronize(self._sync)
@@ -167,7 +170,9 @@ class TiledDetector:
         self._labels = config.labels or engine.labels or _model_labels(config.model)
         self._num_classes = len(self._labels) if self._labels else None
         self._layout = self._resolve_layout()
-        preprocessor = Preprocessor(engine.device, engine.input.dtype, engine.input_hw, config.channel_order)
+        preprocessor = Preprocessor(
+            engine.device, engine.input.dtype, engine.input_hw, config.channel_order, engine.memory_format
+        )
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         capture = capture or default_capture(config, engine)

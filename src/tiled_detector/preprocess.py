@@ -1,12 +1,14 @@
 """Device frame -> engine input batch: tile crops and a letterboxed full frame, written in place.
 
 The raw frame is already on the device (`tiled_detector.upload`); everything here runs there. Tiles that form a
-grid inside the frame are copied with one strided view per block and channel, others with one batched gather
-(channel reorder and mono -> 3 channels folded in) and padded with YOLO's grey (114/255) past the border; tiles
-are letterboxed in one `F.interpolate` call when the tile size differs from the model input. A downscaled full
-frame reads only the pixels bilinear sampling uses (2 rows and 2 columns per output pixel) from the integer
-frame, so its cost follows the view, not the frame (no full-frame float copy). Results are written in place into
-a batch tensor (B, 3, H, W), the engine's bound input or one reused across frames.
+grid inside the frame are copied with one strided view per block (per block and channel where the channel order
+reverses, BGR into RGB), others with one batched gather (channel reorder and mono -> 3 channels folded in) and
+padded with YOLO's grey (114/255) past the border; tiles are letterboxed in one `F.interpolate` call when the tile
+size differs from the model input. A downscaled full frame reads only the pixels bilinear sampling uses (2 rows
+and 2 columns per output pixel) from the integer frame, so its cost follows the view, not the frame (no
+full-frame float copy). Results are written in place into a batch tensor (B, 3, H, W) in the engine's layout
+(channels-last for fp16 on CUDA: tile rows are then contiguous on both sides of the copy), the engine's bound
+input or one reused across frames.
 """
 
 from __future__ import annotations
@@ -102,10 +104,12 @@ class Preprocessor:
         dtype: torch.dtype,
         input_hw: tuple[int, int],
         channel_order: str = "rgb",
+        memory_format: torch.memory_format = torch.contiguous_format,
     ) -> None:
         self.channel_order = check_channel_order(channel_order)
         self.device = concrete_device(device)
         self.dtype = dtype
+        self.memory_format = memory_format  # the batch's layout: the engine's (`Engine.memory_format`)
         self.input_hw = (int(input_hw[0]), int(input_hw[1]))
         self._batch: torch.Tensor | None = None
         # (plan, tile range) -> how to cut those tiles; frame / tile shape -> scratch tensor (bounded caches: a
@@ -164,14 +168,22 @@ class Preprocessor:
                 raise ValueError(
                     f"out must be (>={batch_size}, {', '.join(map(str, shape))}), got {tuple(out.shape)}"
                 )
-            if out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
+            layout = out.is_contiguous(memory_format=self.memory_format)
+            if out.dtype != self.dtype or out.device != self.device or not layout:
+                kind = (
+                    "contiguous"
+                    if self.memory_format == torch.contiguous_format
+                    else "channels-last contiguous"
+                )
                 raise ValueError(
-                    f"out must be a contiguous {self.dtype} tensor on {self.device}, "
-                    f"got {out.dtype} on {out.device}"
+                    f"out must be a {kind} {self.dtype} tensor on {self.device}, "
+                    f"got {out.dtype} on {out.device}" + ("" if layout else " in another layout")
                 )
             return out[:batch_size]
         if self._batch is None or self._batch.shape[0] < batch_size:  # kept at the largest batch asked for
-            self._batch = torch.empty((batch_size, *shape), dtype=self.dtype, device=self.device)
+            self._batch = torch.empty(
+                (batch_size, *shape), dtype=self.dtype, device=self.device, memory_format=self.memory_format
+            )
         return self._batch[:batch_size]
 
     def _sources(self, enc: Encoding) -> tuple[int, int, int]:
@@ -225,15 +237,17 @@ class Preprocessor:
             row_stride, col_stride, channel_stride = frame.stride()
             for block in copy.blocks:
                 target = grid[block.grid_rows, block.grid_cols]
-                size = (*target.shape[:2], *copy.tile_hw)
-                strides = (block.step[0] * row_stride, block.step[1] * col_stride, row_stride, col_stride)
                 first = frame.storage_offset() + block.origin[0] * row_stride + block.origin[1] * col_stride
-                for k, channel in enumerate(self._sources(enc)):
-                    view = frame.as_strided(size, strides, first + channel * channel_stride)
+                for channels, source, step in _channel_views(self._sources(enc)):
+                    out = target[:, :, channels]
+                    size = (*out.shape[:3], *copy.tile_hw)
+                    strides = (block.step[0] * row_stride, block.step[1] * col_stride, step * channel_stride,
+                               row_stride, col_stride)  # fmt: skip
+                    view = frame.as_strided(size, strides, first + source * channel_stride)
                     if convert_then_scale:
-                        target[:, :, k].copy_(view)
+                        out.copy_(view)
                     else:
-                        torch.mul(view, enc.scale, out=target[:, :, k])
+                        torch.mul(view, enc.scale, out=out)
             if convert_then_scale:
                 tiles.mul_(enc.scale)
         else:
@@ -255,6 +269,16 @@ class Preprocessor:
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
         torch.mul(color, scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
         _letterbox_into(scaled, box, dst.unsqueeze(0), order)
+
+
+def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]]:
+    """(model channels, first source channel, source channel step) of the strided views that read `sources`: one
+    view of all three when they are evenly spaced going up (RGB into an RGB model, or mono into all three: a
+    channels-last batch is then written in contiguous rows), else one view per channel (BGR into RGB)."""
+    step = sources[1] - sources[0]
+    if step >= 0 and sources[2] - sources[1] == step:
+        return [(slice(0, 3), sources[0], step)]
+    return [(slice(k, k + 1), source, 0) for k, source in enumerate(sources)]
 
 
 def _letterbox_into(

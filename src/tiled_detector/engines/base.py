@@ -56,6 +56,8 @@ class Engine(ABC):
     labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
     reuses_output_buffers: bool = False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
     capturable: bool = False  # a call can be recorded in a CUDA graph (no host sync or allocation per call)
+    # the layout `infer` reads without a copy (the preprocessor writes its batch in it)
+    memory_format: torch.memory_format = torch.contiguous_format
 
     @property
     def input_hw(self) -> tuple[int, int]:

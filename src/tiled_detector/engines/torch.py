@@ -95,9 +95,10 @@ class TorchEngine(Engine):
         dtype = torch.float16 if self.precision is Precision.FP16 else torch.float32
         self._module = module.half() if dtype == torch.float16 else module
         # fp16 convolutions on CUDA run fastest on channels-last tensors (H100, YOLOv8n: 13-16 % less than
-        # NCHW, scripts/torch_engine_check.py); fp32 and the CPU keep their layout and results
-        self._channels_last = dtype == torch.float16 and self.device.type == "cuda"
-        if self._channels_last:
+        # NCHW, scripts/torch_engine_check.py; the preprocessor then writes its batch channels-last, so `infer`
+        # copies nothing); fp32 and the CPU keep their layout and results
+        if dtype == torch.float16 and self.device.type == "cuda":
+            self.memory_format = torch.channels_last
             self._module = self._module.to(memory_format=torch.channels_last)
         self.input = TensorSpec("images", shape, dtype)
         self.max_batch = shape[0] if shape[0] > 0 else int(max_batch)
@@ -130,8 +131,8 @@ class TorchEngine(Engine):
         )
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self._channels_last:
-            batch = batch.contiguous(memory_format=torch.channels_last)
+        # a copy only for a batch in another layout
+        batch = batch.contiguous(memory_format=self.memory_format)
         with torch.inference_mode():
             return _named_outputs(self._module(batch))
 
