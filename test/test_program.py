@@ -275,6 +275,20 @@ def test_fused_runs_uncompiled_after_compiling_fails(monkeypatch, caplog) -> Non
                      "uncompiled"]  # fmt: skip
 
 
+def test_fused_keeps_a_compiled_variant_per_frame_size_and_limits(monkeypatch) -> None:
+    # every frame size and every grown `Limits` compiles a variant: torch's default of 8 ran a 4K flood uncompiled
+    from tiled_detector import program
+
+    dynamo = torch._dynamo.config
+    name = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(dynamo, name, 8)
+    program.fused(lambda x: x + 1)
+    assert getattr(dynamo, name) == program.RECOMPILE_LIMIT >= 18 * 2
+    monkeypatch.setattr(dynamo, name, 500)  # a larger setting of the user's stays
+    program.fused(lambda x: x + 1)
+    assert getattr(dynamo, name) == 500
+
+
 def test_the_frame_program_runs_its_decoding_and_post_processing_through_the_compiler(
     square_torchscript, monkeypatch
 ):

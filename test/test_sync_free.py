@@ -134,3 +134,48 @@ def test_merge_padded_equals_merge_on_the_valid_rows(method, metric):
             (got.boxes[got.valid], got.scores[got.valid], got.class_ids[got.valid]), want, strict=True
         ):
             assert torch.equal(g, w)
+
+
+def _old_overlap(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
+    """The pairwise overlap as first written (guards on the full (N, N) denominator)."""
+    iw = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp_min(0)
+    ih = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp_min(0)
+    inter = iw * ih
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    denom = area_a + area_b - inter if metric == "iou" else torch.minimum(area_a, area_b)
+    positive = denom > 0
+    return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
+    from tiled_detector.merge import MatchMetric, group_key, overlap
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    xy = rng.integers(0, 60, (n, 2)).astype(np.float32)
+    wh = rng.integers(0, 12, (n, 2)).astype(np.float32)  # zero widths and heights: zero areas
+    wh[rng.random(n) < 0.05] *= -1  # inverted boxes: negative areas
+    boxes = torch.from_numpy(np.concatenate([xy, xy + wh], 1))
+    for metric in ("ios", "iou"):
+        got = overlap(boxes[:, None], boxes[None], MatchMetric(metric))
+        torch.testing.assert_close(got, _old_overlap(boxes[:, None], boxes[None], metric), rtol=0, atol=0)
+    classes = torch.from_numpy(rng.integers(0, 5, n))
+    frames = torch.from_numpy(rng.integers(0, 3, n))
+    valid = torch.from_numpy(rng.random(n) < 0.8)
+    off_diagonal = ~torch.eye(n, dtype=torch.bool)
+    for c in (None, classes):
+        for f in (None, frames):
+            for v in (None, valid):
+                want = torch.ones(n, n, dtype=torch.bool)
+                for values in (c, f):
+                    if values is not None:
+                        want &= values[:, None] == values[None]
+                if v is not None:
+                    want &= v[:, None] & v[None]
+                key = group_key(c, f, v)
+                if key is None:
+                    assert c is None and f is None and v is None
+                    continue
+                assert torch.equal((key[:, None] == key[None]) & off_diagonal, want & off_diagonal)

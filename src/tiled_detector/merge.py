@@ -75,9 +75,14 @@ def overlap(a: torch.Tensor, b: torch.Tensor, metric: MatchMetric) -> torch.Tens
     inter = iw * ih
     area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
     area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-    denom = area_a + area_b - inter if metric is MatchMetric.IOU else torch.minimum(area_a, area_b)
-    positive = denom > 0
-    return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
+    if metric is MatchMetric.IOU:
+        denom = area_a + area_b - inter
+        positive = denom > 0
+        return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
+    # IoS: min(area_a, area_b) > 0 exactly when both are, so the guards are built on the (smaller) operands
+    positive_a, positive_b = area_a > 0, area_b > 0
+    smaller = torch.minimum(torch.where(positive_a, area_a, 1.0), torch.where(positive_b, area_b, 1.0))
+    return torch.where(positive_a & positive_b, inter / smaller, 0.0)
 
 
 def rank_order(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -103,13 +108,23 @@ def _match_matrix(
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
     in rank order; None: one frame, every row valid)."""
     match = (overlap(boxes[:, None], boxes[None], metric) >= threshold).triu_(1)  # i ranked before j
-    if frame_index is not None:
-        match &= frame_index[:, None] == frame_index[None]
-    if valid is not None:
-        match &= valid[:, None] & valid[None]
-    if not class_agnostic:
-        match &= class_ids[:, None] == class_ids[None]
+    key = group_key(None if class_agnostic else class_ids, frame_index, valid)
+    if key is not None:
+        match &= key[:, None] == key[None]
     return match
+
+
+def group_key(class_ids: Tensor | None, frame_index: Tensor | None, valid: Tensor | None) -> Tensor | None:
+    """(N,) int64, equal for two different rows exactly when they are in the same frame and class (None: any)
+    and both valid (None: every row is), so that one (N, N) comparison stands for three; None when every pair
+    is."""
+    key = class_ids
+    if frame_index is not None:  # class ids (from argmax or the model) lie far within +-2**31
+        key = frame_index * (1 << 32) + (0 if key is None else key)
+    if valid is not None:  # an invalid row gets a key of its own, below every valid row's
+        own = torch.arange(len(valid), device=valid.device).sub_(1 << 62)
+        key = torch.where(valid, 0 if key is None else key, own)
+    return key
 
 
 def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:

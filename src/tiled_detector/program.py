@@ -53,10 +53,20 @@ def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
     return graph.replay, outputs
 
 
+# compiled variants kept per stage function: one per frame size and sync-free `Limits` (each limit doubles up to
+# its maximum: at most 18 per frame size). torch's default (8) silently ran a 4K candidate flood uncompiled after
+# the limits had grown at 1080p and 4K in one process.
+RECOMPILE_LIMIT = 64
+
+
 def fused(function: F) -> F:
-    """`function` through `torch.compile` (static shapes: compiled at the first call of each shape). When
-    compiling fails (no triton, no C compiler, an unsupported op) the call runs uncompiled, and every call after
-    it, with one log line; an error the plain function raises too (bad input) is raised as it is."""
+    """`function` through `torch.compile` (static shapes: compiled at the first call of each shape, up to
+    `RECOMPILE_LIMIT` variants). When compiling fails (no triton, no C compiler, an unsupported op) the call runs
+    uncompiled, and every call after it, with one log line; an error the plain function raises too (bad input)
+    is raised as it is."""
+    dynamo = torch._dynamo.config
+    name = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # torch < 2.6
+    setattr(dynamo, name, max(getattr(dynamo, name), RECOMPILE_LIMIT))
     compiled: Callable[..., Any] | None = torch.compile(function, dynamic=False)
 
     @functools.wraps(function)
