@@ -150,6 +150,7 @@ def _old_overlap(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
+    from tiled_detector import merge as merge_module
     from tiled_detector.merge import MatchMetric, group_key, overlap
 
     rng = np.random.default_rng(seed)
@@ -164,18 +165,27 @@ def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
     classes = torch.from_numpy(rng.integers(0, 5, n))
     frames = torch.from_numpy(rng.integers(0, 3, n))
     valid = torch.from_numpy(rng.random(n) < 0.8)
-    off_diagonal = ~torch.eye(n, dtype=torch.bool)
-    for c in (None, classes):
+    for c in (None, classes, classes - 3):  # negative class ids too
         for f in (None, frames):
-            for v in (None, valid):
-                want = torch.ones(n, n, dtype=torch.bool)
-                for values in (c, f):
-                    if values is not None:
-                        want &= values[:, None] == values[None]
-                if v is not None:
-                    want &= v[:, None] & v[None]
-                key = group_key(c, f, v)
-                if key is None:
-                    assert c is None and f is None and v is None
-                    continue
-                assert torch.equal((key[:, None] == key[None]) & off_diagonal, want & off_diagonal)
+            want = torch.ones(n, n, dtype=torch.bool)
+            for values in (c, f):
+                if values is not None:
+                    want &= values[:, None] == values[None]
+            key = group_key(c, f)
+            if key is None:
+                assert c is None and f is None
+                continue
+            assert bool((key >= 0).all()) and torch.equal(key[:, None] == key[None], want)
+            for agnostic in (
+                True,
+                False,
+            ):  # the match matrix: every pair that overlaps enough, keys and validity
+                match = merge_module._match_matrix(boxes, c if c is not None else frames, f, valid,
+                                                   MatchMetric.IOS, 0.5, c is None or agnostic)  # fmt: skip
+                pairs = (overlap(boxes[:, None], boxes[None], MatchMetric.IOS) >= 0.5).triu(1)
+                pairs &= valid[:, None] & valid[None]
+                if f is not None:
+                    pairs &= f[:, None] == f[None]
+                if c is not None and not agnostic:
+                    pairs &= c[:, None] == c[None]
+                assert torch.equal(match, pairs)

@@ -108,22 +108,23 @@ def _match_matrix(
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
     in rank order; None: one frame, every row valid)."""
     match = (overlap(boxes[:, None], boxes[None], metric) >= threshold).triu_(1)  # i ranked before j
-    key = group_key(None if class_agnostic else class_ids, frame_index, valid)
-    if key is not None:
+    key = group_key(None if class_agnostic else class_ids, frame_index)
+    if valid is not None:  # an invalid row matches nothing: a key below every valid one, different per side
+        base = 0 if key is None else key
+        match &= torch.where(valid, base, -1)[:, None] == torch.where(valid, base, -2)[None]
+    elif key is not None:
         match &= key[:, None] == key[None]
     return match
 
 
-def group_key(class_ids: Tensor | None, frame_index: Tensor | None, valid: Tensor | None) -> Tensor | None:
-    """(N,) int64, equal for two different rows exactly when they are in the same frame and class (None: any)
-    and both valid (None: every row is), so that one (N, N) comparison stands for three; None when every pair
-    is."""
-    key = class_ids
-    if frame_index is not None:  # class ids (from argmax or the model) lie far within +-2**31
+def group_key(class_ids: Tensor | None, frame_index: Tensor | None) -> Tensor | None:
+    """(N,) int64 >= 0, equal for two rows exactly when they are in the same frame (None: one frame) and class
+    (None: any), so that one (N, N) comparison stands for both; None when both are None. (Class ids, from an
+    argmax or the model, lie far within +-2**31; no arange-based constant, which torch.compile's triton code
+    cannot add to its 32-bit indices.)"""
+    key = None if class_ids is None else class_ids + (1 << 31)
+    if frame_index is not None:
         key = frame_index * (1 << 32) + (0 if key is None else key)
-    if valid is not None:  # an invalid row gets a key of its own, below every valid row's
-        own = torch.arange(len(valid), device=valid.device).sub_(1 << 62)
-        key = torch.where(valid, 0 if key is None else key, own)
     return key
 
 

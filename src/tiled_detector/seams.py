@@ -76,12 +76,11 @@ def suppress_truncated(
     truncated = truncated_sides(boxes_in_frame, image_index, batch, margin_px).any(1)
     # the rows that may yield: every row (fixed shape), or on the exact path only the truncated ones (fewer)
     cut = truncated.nonzero().squeeze(1) if exact else torch.arange(len(scores), device=scores.device)
-    # one (M, N) comparison for "same frame, same class, and the column may cover": equal keys (class ids lie
-    # far within +-2**31), and a key of its own, below every row's, for each column that may not cover
-    key = frame * (1 << 32) + (0 if class_agnostic else class_ids)
-    spare = torch.arange(len(key), device=key.device).sub_(1 << 62)
+    # one (M, N) comparison for "same frame, same class, and the column may cover": keys >= 0 equal in frame and
+    # class (class ids lie far within +-2**31), and -1 for every column that may not cover
+    key = frame * (1 << 32) + (0 if class_agnostic else class_ids + (1 << 31))
     covered = _covers(boxes_in_frame[cut, None], boxes_in_frame[None], min_cover)
-    covered &= key[cut, None] == torch.where(valid & ~truncated, key, spare)[None]
+    covered &= key[cut, None] == torch.where(valid & ~truncated, key, -1)[None]
     covered &= image_index[cut, None] != image_index[None]
     covered &= scores[None] >= min_score_ratio * scores[cut, None]
     keep = valid.clone()
