@@ -151,7 +151,8 @@ def _old_overlap(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
 @pytest.mark.parametrize("seed", range(6))
 def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
     from tiled_detector import merge as merge_module
-    from tiled_detector.merge import MatchMetric, group_key, overlap
+    from tiled_detector.groups import group_key
+    from tiled_detector.merge import MatchMetric, overlap
 
     rng = np.random.default_rng(seed)
     n = 300

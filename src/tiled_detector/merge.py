@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tiled_detector.groups import group_key
 from tiled_detector.options import Option
 
 # rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
@@ -115,17 +116,6 @@ def _match_matrix(
     elif key is not None:
         match &= key[:, None] == key[None]
     return match
-
-
-def group_key(class_ids: Tensor | None, frame_index: Tensor | None) -> Tensor | None:
-    """(N,) int64 >= 0, equal for two rows exactly when they are in the same frame (None: one frame) and class
-    (None: any), so that one (N, N) comparison stands for both; None when both are None. (Class ids, from an
-    argmax or the model, lie far within +-2**31; no arange-based constant, which torch.compile's triton code
-    cannot add to its 32-bit indices.)"""
-    key = None if class_ids is None else class_ids + (1 << 31)
-    if frame_index is not None:
-        key = frame_index * (1 << 32) + (0 if key is None else key)
-    return key
 
 
 def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:

@@ -235,10 +235,11 @@ class Preprocessor:
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
+            views = _channel_views(self._sources(enc))
             for block in copy.blocks:
                 target = grid[block.grid_rows, block.grid_cols]
                 first = frame.storage_offset() + block.origin[0] * row_stride + block.origin[1] * col_stride
-                for channels, source, step in _channel_views(self._sources(enc)):
+                for channels, source, step in views:
                     out = target[:, :, channels]
                     size = (*out.shape[:3], *copy.tile_hw)
                     strides = (block.step[0] * row_stride, block.step[1] * col_stride, step * channel_stride,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from tiled_detector.groups import group_key
 from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan
 
 
@@ -76,9 +77,9 @@ def suppress_truncated(
     truncated = truncated_sides(boxes_in_frame, image_index, batch, margin_px).any(1)
     # the rows that may yield: every row (fixed shape), or on the exact path only the truncated ones (fewer)
     cut = truncated.nonzero().squeeze(1) if exact else torch.arange(len(scores), device=scores.device)
-    # one (M, N) comparison for "same frame, same class, and the column may cover": keys >= 0 equal in frame and
-    # class (class ids lie far within +-2**31), and -1 for every column that may not cover
-    key = frame * (1 << 32) + (0 if class_agnostic else class_ids + (1 << 31))
+    # one (M, N) comparison for "same frame, same class, and the column may cover": -1 (no row's key) for every
+    # column that may not cover
+    key = group_key(None if class_agnostic else class_ids, frame)
     covered = _covers(boxes_in_frame[cut, None], boxes_in_frame[None], min_cover)
     covered &= key[cut, None] == torch.where(valid & ~truncated, key, -1)[None]
     covered &= image_index[cut, None] != image_index[None]
