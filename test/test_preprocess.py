@@ -235,12 +235,13 @@ def test_channel_order_is_checked():
 @pytest.mark.parametrize(
     ("height", "width", "encoding"),
     # 1080 x 1920 -> 360 x 640 reads one pixel per output (zero weights on both axes), 1100 x 1920 on one axis
-    [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8"), (1100, 1920, "bgr8")],
+    [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8"), (1100, 1920, "bgr8"), (720, 1280, "mono8"),
+     (2160, 3840, "bgr8")],
 )
 def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encoding):
     rng = np.random.default_rng(5)
     dtype = np.uint16 if encoding == "mono16" else np.uint8
-    frame = rng.integers(0, np.iinfo(dtype).max, (height, width, 1 if encoding == "mono16" else 3), dtype)
+    frame = rng.integers(0, np.iinfo(dtype).max, (height, width, 1 if encoding.startswith("mono") else 3), dtype)
     plan = make_plan((height, width), (640, 640), 0.2, (640, 640), True)
     pre = Preprocessor("cpu", torch.float32, (640, 640))
     sampled = pre.run(frame, plan, encoding)[-1].clone()
@@ -248,7 +249,7 @@ def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encodin
     enc = Encoding.from_value(encoding)
     whole = torch.from_numpy(frame.astype(np.float32)).permute(2, 0, 1).unsqueeze(0) * enc.scale
     expected = torch.empty(1, 3, 640, 640)
-    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, pre._channel_order(enc))
+    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, pre._sources(enc))
     torch.testing.assert_close(sampled, expected[0], rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)
 
 

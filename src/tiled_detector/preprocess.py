@@ -26,6 +26,7 @@ from tiled_detector.options import check_channel_order
 from tiled_detector.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
+CPU_BAND_ROWS = 64  # tile rows converted and scaled together on the CPU (about 1 MB per tile: stays in cache)
 _CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
 
@@ -157,7 +158,7 @@ class Preprocessor:
         if start < tiles_stop:
             self._write_tiles(frame, plan, (start, tiles_stop), enc, order, batch[: tiles_stop - start])
         if plan.full_frame and start <= n_tiles < stop:
-            self._write_full_frame(frame, plan, order, enc.scale, batch[n_tiles - start])
+            self._write_full_frame(frame, plan, enc, batch[n_tiles - start])
         return batch
 
     def batch(self, batch_size: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -229,28 +230,34 @@ class Preprocessor:
         copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
         same_size = copy.tile_hw == self.input_hw
         tiles = dst if same_size else self._buffer("tiles", (len(dst), 3, *copy.tile_hw))
-        # float32: convert each channel with one strided copy, then scale the contiguous tiles once (two passes
-        # instead of mul's cast-and-copy); fp16 keeps the float32 product (16-bit values overflow fp16)
+        # float32: convert each channel with one strided copy, then scale the contiguous tiles (two passes instead
+        # of mul's slower cast-and-copy; on the CPU band by band, so the second pass reads what the first left in
+        # cache); fp16 keeps the float32 product (16-bit values overflow fp16)
         convert_then_scale = self.dtype == torch.float32
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
             views = _channel_views(self._sources(enc))
+            band = CPU_BAND_ROWS if self.device.type == "cpu" else copy.tile_hw[0]
             for block in copy.blocks:
                 target = grid[block.grid_rows, block.grid_cols]
                 first = frame.storage_offset() + block.origin[0] * row_stride + block.origin[1] * col_stride
+                pairs = []
                 for channels, source, step in views:
                     out = target[:, :, channels]
                     size = (*out.shape[:3], *copy.tile_hw)
                     strides = (block.step[0] * row_stride, block.step[1] * col_stride, step * channel_stride,
                                row_stride, col_stride)  # fmt: skip
-                    view = frame.as_strided(size, strides, first + source * channel_stride)
+                    pairs.append((out, frame.as_strided(size, strides, first + source * channel_stride)))
+                for top in range(0, copy.tile_hw[0], band):
+                    rows = slice(top, top + band)
+                    for out, view in pairs:
+                        if convert_then_scale:
+                            out[..., rows, :].copy_(view[..., rows, :])
+                        else:
+                            torch.mul(view[..., rows, :], enc.scale, out=out[..., rows, :])
                     if convert_then_scale:
-                        out.copy_(view)
-                    else:
-                        torch.mul(view, enc.scale, out=out)
-            if convert_then_scale:
-                tiles.mul_(enc.scale)
+                        target[..., rows, :].mul_(enc.scale)
         else:
             crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
             torch.mul(crops, enc.scale, out=tiles)
@@ -258,18 +265,16 @@ class Preprocessor:
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst)
 
-    def _write_full_frame(
-        self, frame: torch.Tensor, plan: TilePlan, order: torch.Tensor, scale: float, dst: torch.Tensor
-    ) -> None:
-        box = plan.frame_letterbox
-        if box.scale <= 1.0:  # downscale: only the pixels the view reads are gathered and converted
+    def _write_full_frame(self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor) -> None:
+        box, sources = plan.frame_letterbox, self._sources(enc)
+        if box.scale <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
-            _place(_sampled_bilinear(colors, box.resized_hw, scale), box, dst.unsqueeze(0), order)
+            _place(_sampled_bilinear(colors, box.resized_hw, enc.scale), box, dst.unsqueeze(0), sources)
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
-        torch.mul(color, scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
-        _letterbox_into(scaled, box, dst.unsqueeze(0), order)
+        torch.mul(color, enc.scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
+        _letterbox_into(scaled, box, dst.unsqueeze(0), sources)
 
 
 def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]]:
@@ -283,56 +288,97 @@ def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]
 
 
 def _letterbox_into(
-    images: torch.Tensor, box: Letterbox, dst: torch.Tensor, order: torch.Tensor | None = None
+    images: torch.Tensor, box: Letterbox, dst: torch.Tensor, sources: tuple[int, ...] | None = None
 ) -> None:
-    """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `order` of the
+    """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
     result (reorder / mono -> 3 channels on the small image) and write them padded into `dst` (N, 3, H, W)."""
-    _place(F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, order)
+    _place(F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, sources)
 
 
-def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, order: torch.Tensor | None) -> None:
-    """Write resized (N, C, rh, rw) images (channels `order` of them) padded into `dst` (N, 3, H, W)."""
-    if order is not None:
-        resized = resized.index_select(1, order)
+def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, sources: tuple[int, ...] | None) -> None:
+    """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded into `dst`
+    (N, 3, H, W)."""
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
     if (rh, rw) != tuple(dst.shape[2:]):
         dst.fill_(PAD_VALUE)
-    dst[:, :, py : py + rh, px : px + rw].copy_(resized)
+    dst[:, :, py : py + rh, px : px + rw].copy_(_channels(resized, sources))
+
+
+def _channels(images: torch.Tensor, sources: tuple[int, ...] | None) -> torch.Tensor:
+    """Channels `sources` of (N, C, h, w) images: a view for all of them in order or one repeated (mono), a flip
+    for all in reverse (BGR <-> RGB); the only orders encodings and models ask for."""
+    if sources is None or sources == tuple(range(images.shape[1])):
+        return images
+    if len(set(sources)) == 1:
+        return images[:, sources[0] : sources[0] + 1].expand(-1, len(sources), -1, -1)
+    if sources == tuple(range(images.shape[1] - 1, -1, -1)):
+        return images.flip(1)
+    raise ValueError(f"channel order {sources} of {images.shape[1]} channels is not supported")
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """F.interpolate's bilinear sampling along one axis (align_corners=False) for `out` outputs: each reads
+    `taps` source pixels (2, or 1 where every weight is 0, e.g. an odd integer downscale 1920 -> 640), at
+    `index` (out * taps,), or, when those are evenly spaced (integer downscales: 1280 -> 640, 3840 -> 640), at
+    `start` + `step` * output + tap (then read through a strided view, no gather); `weight` (out,) is each
+    output's weight of its second tap (None with one tap)."""
+
+    out: int
+    taps: int
+    index: torch.Tensor
+    weight: torch.Tensor | None
+    start: int | None
+    step: int
+
+    def pick(self, image: torch.Tensor, dim: int) -> torch.Tensor:
+        """`image` with axis `dim` replaced by the (out, taps) pixels read along it (a view where evenly
+        spaced, else one gather)."""
+        if self.start is None:
+            return image.index_select(dim, self.index).unflatten(dim, (self.out, self.taps))
+        size, stride = list(image.shape), list(image.stride())
+        size[dim : dim + 1] = [self.out, self.taps]
+        stride[dim : dim + 1] = [self.step * stride[dim], stride[dim]]
+        return image.as_strided(size, stride, image.storage_offset() + self.start * image.stride(dim))
 
 
 @functools.lru_cache(maxsize=32)
-def _bilinear_axis(size: int, out: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """F.interpolate's bilinear sampling along one axis (align_corners=False): the source index pairs (2 * out,)
-    and the weight of each pair's second index (out,), built once per (size, out, device). When every weight is
-    0 (an odd integer downscale, e.g. 1920 -> 640) each output is one source pixel: its indices (out,) and None."""
+def _bilinear_axis(size: int, out: int, device: torch.device) -> _Samples:
+    """The `_Samples` of `out` outputs from `size` pixels, built once per (size, out, device)."""
     scale = torch.tensor(size, dtype=torch.float32) / out
     source = ((torch.arange(out, dtype=torch.float32) + 0.5) * scale - 0.5).clamp_min(0)
     first = source.to(torch.int64)
     weight = source - first
-    if not bool(weight.any()):
-        return first.to(device), None
-    second = torch.where(first < size - 1, first + 1, first)
-    pairs = torch.stack([first, second], 1).reshape(-1)
-    return pairs.to(device), weight.to(device)
+    taps = 2 if bool(weight.any()) else 1
+    index = torch.stack([first, torch.where(first < size - 1, first + 1, first)], 1)[:, :taps]
+    step = int(first[1] - first[0]) if out > 1 else 1
+    even = torch.equal(index, first[:1, None] + step * torch.arange(out)[:, None] + torch.arange(taps))
+    return _Samples(
+        out,
+        taps,
+        index.reshape(-1).to(device),
+        weight.to(device) if taps == 2 else None,
+        int(first[0]) if even and step > 0 else None,
+        step,
+    )
 
 
 def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
     """Bilinear downscale of an (H, W, C) integer frame times `scale` to `size`, as a (1, C, h, w) float32 image,
     equal to F.interpolate's (to float rounding): only the rows and columns each output pixel reads (two, or one
-    where its weight is 0) are gathered (whole rows first, then columns) and converted, so the cost follows the
-    view, not the frame."""
-    rows, bottom = _bilinear_axis(frame.shape[0], size[0], frame.device)
-    cols, right = _bilinear_axis(frame.shape[1], size[1], frame.device)
-    picked = frame.index_select(0, rows).index_select(1, cols).permute(2, 0, 1).float()
-    picked = picked.view(-1, size[0], len(rows) // size[0], size[1], len(cols) // size[1])
+    where its weight is 0) are picked (rows first, then columns) and converted, so the cost follows the view,
+    not the frame."""
+    rows = _bilinear_axis(frame.shape[0], size[0], frame.device)
+    cols = _bilinear_axis(frame.shape[1], size[1], frame.device)
+    picked = cols.pick(rows.pick(frame, 0), 2).permute(4, 0, 1, 2, 3).float()  # (C, h, row taps, w, col taps)
     across = (
         picked[..., 0]
-        if right is None
-        else torch.lerp(picked[..., 0], picked[..., 1], right.view(1, 1, 1, -1))
+        if cols.weight is None
+        else torch.lerp(picked[..., 0], picked[..., 1], cols.weight.view(1, 1, 1, -1))
     )
     down = (
         across[:, :, 0]
-        if bottom is None
-        else torch.lerp(across[:, :, 0], across[:, :, 1], bottom.view(1, -1, 1))
+        if rows.weight is None
+        else torch.lerp(across[:, :, 0], across[:, :, 1], rows.weight.view(1, -1, 1))
     )
     return down.mul_(scale).unsqueeze(0)
