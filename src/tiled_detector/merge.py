@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tiled_detector.groups import group_key
+from tiled_detector.groups import area, group_key, intersection
 from tiled_detector.options import Option
 
 # rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
@@ -71,19 +71,13 @@ def overlap(a: torch.Tensor, b: torch.Tensor, metric: MatchMetric) -> torch.Tens
 
     Use `overlap(a[:, None], b[None], m)` for the pairwise matrix. Same float operations as SAHI's numpy backend.
     """
-    iw = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp_min(0)
-    ih = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp_min(0)
-    inter = iw * ih
-    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
-    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    inter, area_a, area_b = intersection(a, b), area(a), area(b)
     if metric is MatchMetric.IOU:
         denom = area_a + area_b - inter
-        positive = denom > 0
-        return torch.where(positive, inter / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
-    # IoS: min(area_a, area_b) > 0 exactly when both are, so the guards are built on the (smaller) operands
-    positive_a, positive_b = area_a > 0, area_b > 0
-    smaller = torch.minimum(torch.where(positive_a, area_a, 1.0), torch.where(positive_b, area_b, 1.0))
-    return torch.where(positive_a & positive_b, inter / smaller, 0.0)
+        return torch.where(denom > 0, inter / denom, 0.0)
+    # IoS: the smaller area is positive exactly when both are (the quotients elsewhere are discarded)
+    smaller = torch.minimum(area_a, area_b)
+    return torch.where(smaller > 0, inter / smaller, 0.0)
 
 
 def rank_order(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from tiled_detector.groups import group_key
+from tiled_detector.groups import area, group_key, intersection
 from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan
 
 
@@ -32,20 +32,8 @@ def truncated_sides(
 
 
 def _covers(part: torch.Tensor, whole: torch.Tensor, min_cover: float) -> torch.Tensor:
-    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part` (in-place arithmetic:
-    the pairwise temporaries are few, which matters for thousands of candidates)."""
-    iw = (
-        torch.minimum(part[..., 2], whole[..., 2])
-        .sub_(torch.maximum(part[..., 0], whole[..., 0]))
-        .clamp_min_(0)
-    )
-    ih = (
-        torch.minimum(part[..., 3], whole[..., 3])
-        .sub_(torch.maximum(part[..., 1], whole[..., 1]))
-        .clamp_min_(0)
-    )
-    area = ((part[..., 2] - part[..., 0]) * (part[..., 3] - part[..., 1])).clamp_min(1e-9)
-    return iw.mul_(ih) >= min_cover * area
+    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part`."""
+    return intersection(part, whole) >= min_cover * area(part).clamp_min(1e-9)
 
 
 def suppress_truncated(
