@@ -65,18 +65,22 @@ def test_bench_rejects_a_bad_size(capsys) -> None:
     assert "WIDTHxHEIGHT" in capsys.readouterr().err
 
 
-def test_bench_model_only_uses_the_detectors_engine_and_batch() -> None:
-    from tiled_detector.benchmark import model_only
+def test_bench_model_only_makes_the_pipelines_engine_calls() -> None:
+    from tiled_detector.benchmark import frame_for, model_only
     from tiled_detector.detector import TiledDetector
 
     detector = TiledDetector(default_model_path(), max_batch=4)
     calls = []
     infer = detector.engine.infer
     detector.engine.infer = lambda batch: calls.append(tuple(batch.shape)) or infer(batch)
+    detector.detect(frame_for(1920, 1080))  # 9 views
+    pipeline, calls[:] = list(calls), []
     eager, graph = model_only(detector, 9)
     eager()
     assert graph is None  # CPU: nothing to capture
-    assert calls == [(9, 3, *detector.engine.input_hw)]  # split at max_batch inside infer, as in the pipeline
+    # one bare engine call per chunk of max_batch, as the pipeline makes them (no splitting, copying or
+    # concatenating inside `infer` that the pipeline does not do)
+    assert calls == pipeline == [(4, 3, *detector.engine.input_hw)] * 2 + [(1, 3, *detector.engine.input_hw)]
 
 
 def _stand_in_sahi(monkeypatch: pytest.MonkeyPatch, from_pretrained, get_sliced_prediction) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from tiled_detector.engines.base import Backend, Precision, load_engine
+from tiled_detector.engines.base import CPU_BATCH, Backend, Precision, load_engine
 from tiled_detector.engines.onnxruntime import OnnxRuntimeEngine
 from tiled_detector.engines.torch import TorchEngine, parse_input_shape, parse_labels
 
@@ -303,6 +303,21 @@ def test_torch_fixed_batch_from_metadata(tmp_path):
 def test_load_engine_picks_the_backend_by_suffix(two_heads_onnx, export_torchscript):
     assert isinstance(load_engine(two_heads_onnx), OnnxRuntimeEngine)
     assert isinstance(load_engine(export_torchscript(TwoHeads(), HW)), TorchEngine)
+
+
+def test_a_cpu_engine_takes_at_most_cpu_batch_images_per_call(two_heads_onnx, export_torchscript, tmp_path):
+    torchscript = export_torchscript(TwoHeads(), HW)
+    assert load_engine(two_heads_onnx).max_batch == CPU_BATCH  # max_batch 32 on a CPU: the cache-sized call
+    assert load_engine(torchscript).max_batch == CPU_BATCH
+    assert load_engine(two_heads_onnx, max_batch=2).max_batch == 2
+    assert load_engine(two_heads_onnx, max_batch=16, cpu_batch=8).max_batch == 8
+    fixed = tmp_path / "fixed.ts"  # a static batch is the model's, whatever the cap
+    torch.jit.save(
+        torch.jit.trace(TwoHeads().eval(), _batch(6)), str(fixed), _extra_files={"input_shape": "6,3,16,16"}
+    )
+    assert load_engine(fixed).max_batch == 6
+    with pytest.raises(ValueError, match="cpu_batch must be >= 1"):
+        load_engine(two_heads_onnx, cpu_batch=0)
 
 
 @pytest.mark.parametrize(

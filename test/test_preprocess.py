@@ -235,13 +235,21 @@ def test_channel_order_is_checked():
 @pytest.mark.parametrize(
     ("height", "width", "encoding"),
     # 1080 x 1920 -> 360 x 640 reads one pixel per output (zero weights on both axes), 1100 x 1920 on one axis
-    [(2200, 3900, "bgr8"), (4321, 2001, "mono16"), (1080, 1920, "rgb8"), (1100, 1920, "bgr8"), (720, 1280, "mono8"),
-     (2160, 3840, "bgr8")],
+    [
+        (2200, 3900, "bgr8"),
+        (4321, 2001, "mono16"),
+        (1080, 1920, "rgb8"),
+        (1100, 1920, "bgr8"),
+        (720, 1280, "mono8"),
+        (2160, 3840, "bgr8"),
+    ],
 )
 def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encoding):
     rng = np.random.default_rng(5)
     dtype = np.uint16 if encoding == "mono16" else np.uint8
-    frame = rng.integers(0, np.iinfo(dtype).max, (height, width, 1 if encoding.startswith("mono") else 3), dtype)
+    frame = rng.integers(
+        0, np.iinfo(dtype).max, (height, width, 1 if encoding.startswith("mono") else 3), dtype
+    )
     plan = make_plan((height, width), (640, 640), 0.2, (640, 640), True)
     pre = Preprocessor("cpu", torch.float32, (640, 640))
     sampled = pre.run(frame, plan, encoding)[-1].clone()

@@ -110,14 +110,15 @@ def transfer_bytes(function: Callable[[], Any]) -> tuple[int, int]:
 
 
 def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
-    """The engine alone on `views` images (split at max_batch as the pipeline does), and the same call
-    replayed as a CUDA graph where the engine can be captured (else None)."""
+    """The engine alone on `views` images, one bare call per chunk of at most max_batch as the pipeline makes
+    them, and the same calls replayed as a CUDA graph where the engine can be captured (else None)."""
     engine = detector.engine
     shape = (views, *engine.input.shape[1:])
     batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
         engine.device, engine.input.dtype, memory_format=engine.memory_format
     )  # in the layout the pipeline's preprocessor writes
-    eager = lambda: engine.infer(batch)  # noqa: E731
+    chunks = torch.split(batch, engine.max_batch)
+    eager = lambda: [engine.infer(chunk) for chunk in chunks]  # noqa: E731
     if engine.device.type != "cuda" or not engine.capturable:
         return eager, None
     replay, _ = cuda_graph(eager)

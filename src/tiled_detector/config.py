@@ -151,7 +151,12 @@ class DetectorConfig:
         choices=OutputLayout,
     )
     max_batch: int = _setting(
-        32, "largest engine batch; larger tile batches are split", engine=True, low=1, high=1024
+        32,
+        "largest engine batch; larger tile batches are split (on a CPU at most 4 images per call, the fastest "
+        "there: engine option cpu_batch)",
+        engine=True,
+        low=1,
+        high=1024,
     )
     seam_suppression: bool = _setting(
         True, "drop a box cut by a tile seam when another view sees the whole object"

@@ -265,7 +265,9 @@ class Preprocessor:
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst)
 
-    def _write_full_frame(self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor) -> None:
+    def _write_full_frame(
+        self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor
+    ) -> None:
         box, sources = plan.frame_letterbox, self._sources(enc)
         if box.scale <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
@@ -292,7 +294,9 @@ def _letterbox_into(
 ) -> None:
     """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
     result (reorder / mono -> 3 channels on the small image) and write them padded into `dst` (N, 3, H, W)."""
-    _place(F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, sources)
+    _place(
+        F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, sources
+    )
 
 
 def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, sources: tuple[int, ...] | None) -> None:

@@ -138,6 +138,11 @@ def resolve_backend(model: str | Path, backend: str | Backend, device: str | tor
     raise ValueError(f"cannot choose a backend for {model!r}: expected .onnx, .engine/.plan, .pt/.ts/.pt2")
 
 
+# Images per engine call on a CPU (a dynamic batch): per-image time is lowest when a call's activations stay in
+# the caches (bundled model, ONNX Runtime, 2-core Xeon: 3.5 ms per image at 4, 5.0 at 9; torch alike)
+CPU_BATCH = 4
+
+
 def engine_class(backend: Backend) -> type[Engine]:
     """The Engine subclass registered for a concrete backend (imports it lazily)."""
     module_name, class_name = _ENGINES[backend].split(":")
@@ -150,9 +155,13 @@ def load_engine(
     device: str | torch.device = "cpu",
     precision: str | Precision = Precision.FP32,
     max_batch: int = 32,
+    cpu_batch: int = CPU_BATCH,
     **options: object,
 ) -> Engine:
-    """Load `model` with the chosen backend (`auto` picks by suffix and device)."""
+    """Load `model` with the chosen backend (`auto` picks by suffix and device); on a CPU a dynamic-batch model
+    takes at most `cpu_batch` images per call (`CPU_BATCH`)."""
+    if int(cpu_batch) < 1:
+        raise ValueError(f"engine option cpu_batch must be >= 1, got {cpu_batch}")
     chosen = resolve_backend(model, backend, device)
     if not Path(model).is_file():
         raise ValueError(
@@ -163,10 +172,11 @@ def load_engine(
         require_cuda(
             device, f"the {chosen.value} engine was asked to run there (device cpu runs without one)"
         )
+    on_cpu = torch.device(device).type == "cpu"
     return engine_class(chosen)(
         Path(model),
         device=concrete_device(device),
         precision=Precision.from_value(precision),
-        max_batch=max_batch,
+        max_batch=min(int(max_batch), int(cpu_batch)) if on_cpu else max_batch,
         **options,
     )
