@@ -341,8 +341,14 @@ def test_degenerate_but_legal_frames_are_answered(detector, shape, encoding, ste
 
 def test_a_frame_with_more_views_than_max_batch_runs_in_chunks_with_the_same_result(square_onnx):
     frame, _, _ = _scene(1)
-    whole = TiledDetector(square_onnx, tile_size=(24, 24), overlap=0.25, conf_threshold=0.3, max_batch=256)
-    chunked = TiledDetector(square_onnx, tile_size=(24, 24), overlap=0.25, conf_threshold=0.3, max_batch=5)
+    settings = {
+        "tile_size": (24, 24),
+        "overlap": 0.25,
+        "conf_threshold": 0.3,
+        "engine_options": {"cpu_batch": 256},
+    }
+    whole = TiledDetector(square_onnx, max_batch=256, **settings)  # no CPU cap: the whole batch in one call
+    chunked = TiledDetector(square_onnx, max_batch=5, **settings)
     batch = whole.plan_for(*frame.shape[:2]).batch_size
     assert batch > 3 * 5  # several chunks, the last one partial
     seen = []

@@ -173,4 +173,4 @@ def test_tensors_are_cached_per_device():
     plan = make_plan((300, 300), (128, 128), 0.2, (128, 128), True)
     first = plan.tensors("cpu")
     assert plan.tensors(torch.device("cpu")) is first
-    assert first.scales.shape == (plan.batch_size,) and first.inner_edges.dtype == torch.bool
+    assert first.to_frame.shape == (plan.batch_size, 3, 4) and first.inner_edges.dtype == torch.bool

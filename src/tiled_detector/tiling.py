@@ -204,12 +204,12 @@ def _make_plan(
 class PlanTensors(NamedTuple):
     """A batch plan's per-view arrays as tensors on one device (see BatchPlan)."""
 
-    scales: torch.Tensor  # (B,) float32
-    offsets: torch.Tensor  # (B, 2) float32
+    # (B, 3, 4) float32, per box coordinate x1, y1, x2, y2: scale, offset (frame = model-input * scale + offset)
+    # and the frame's size (width, height, width, height) that clips it: one gather maps boxes to their frames
+    to_frame: torch.Tensor
     views: torch.Tensor  # (B, 4) float32 frame regions x1, y1, x2, y2
     inner_edges: torch.Tensor  # (B, 4) bool: left, top, right, bottom edge is an inner seam
     frame: torch.Tensor  # (B,) int64: the frame each view belongs to
-    bounds: torch.Tensor  # (B, 2) float32: width and height of that frame
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,13 +251,14 @@ class BatchPlan:
             plans = self.plans
             frame = np.repeat(np.arange(len(plans)), [p.batch_size for p in plans])
             bounds = np.array([p.frame_hw[::-1] for p in plans], np.float32).reshape(-1, 2)[frame]
+            scales = np.concatenate([p.scales for p in plans]).astype(np.float32)
+            offsets = np.concatenate([p.offsets for p in plans]).astype(np.float32)
+            mapping = np.stack([np.repeat(scales[:, None], 4, 1), np.tile(offsets, 2), np.tile(bounds, 2)], 1)
             arrays = (
-                (np.concatenate([p.scales for p in plans]), torch.float32),
-                (np.concatenate([p.offsets for p in plans]), torch.float32),
+                (mapping, torch.float32),
                 (np.concatenate([p.views for p in plans]).astype(np.float32), torch.float32),
                 (np.concatenate([p.inner_edges for p in plans]), torch.bool),
                 (frame, torch.int64),
-                (bounds, torch.float32),
             )
             cached = PlanTensors(*(torch.tensor(a, dtype=dt, device=device) for a, dt in arrays))
             self._device_cache[key] = cached
@@ -266,10 +267,9 @@ class BatchPlan:
     def to_frame(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
         """Map (M, 4) x1, y1, x2, y2 boxes in model-input pixels of batch images `image_index` (M,) to the pixels
         of their frames (float32, clipped to each frame, on the boxes' device)."""
-        t = self.tensors(boxes.device)
-        frame = boxes.float() * t.scales[image_index].unsqueeze(1) + t.offsets[image_index].repeat(1, 2)
-        bounds = t.bounds[image_index].repeat(1, 2)
-        return torch.minimum(frame.clamp_min(0.0), bounds)
+        mapping = self.tensors(boxes.device).to_frame[image_index]  # (M, 3, 4)
+        frame = boxes.float() * mapping[:, 0] + mapping[:, 1]
+        return torch.minimum(frame.clamp_min(0.0), mapping[:, 2])
 
 
 def batch_plan(plans: Sequence[TilePlan]) -> BatchPlan:
