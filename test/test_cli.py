@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,22 @@ def test_debug_shows_the_traceback_and_version(files: Path) -> None:
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "cannot start" in debug.stderr
     version = subprocess.run([*command[:3], "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.strip() == f"tiled-detector {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("code", "env", "expected"),
+    [
+        # the CLI and the node's package set a short libgomp spin before torch loads ...
+        ("from tiled_detector.cli import main; main(['--version'])", {}, "30000"),
+        ("import tiled_detector.ros", {}, "30000"),
+        # ... unless the environment chose one, or torch was loaded first (too late: left alone)
+        ("import tiled_detector.ros", {"GOMP_SPINCOUNT": "7"}, "7"),
+        ("import torch, tiled_detector.ros", {}, "None"),
+    ],
+)
+def test_our_processes_set_a_short_cpu_thread_spin_before_torch_loads(code, env, expected) -> None:
+    script = f"import os, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint(os.environ.get('GOMP_SPINCOUNT'))"
+    clean = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    done = subprocess.run([sys.executable, "-c", script], env={**clean, **env}, capture_output=True, text=True,
+                          check=True, timeout=120)  # fmt: skip
+    assert done.stdout.split()[-1] == expected

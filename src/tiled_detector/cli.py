@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from tiled_detector import __version__
 from tiled_detector.errors import one_line
+from tiled_detector.threads import short_spin
 
 # name -> (module under tiled_detector.commands, one-line help). Each module defines
 # `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported.
@@ -50,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exit codes: 0 done, 1 an error (one line on stderr: `<command>: cannot start: <what and why>`; the traceback
     with `--debug`), 2 a usage error, 130 interrupted (Ctrl-C). A subcommand may return 1 for its own verdicts.
     """
+    short_spin()  # before a subcommand imports torch
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
