@@ -10,8 +10,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tiled_detector.decode import Decoded, OutputLayout, decode_outputs, detect_layout
+from tiled_detector.decode import Decoded, OutputLayout, decode_outputs, decode_padded, detect_layout
 
 NUM_CLASSES, ANCHORS, K = 3, 50, 8
 NEG = -12.0  # logit of "nothing here"
@@ -299,3 +301,37 @@ def test_class_filter_tensors_are_built_once_per_filter_and_device(exported):
     assert created == []
     device = torch.device("cpu")
     assert decode._allowed([2, 0], 3, device) is decode._allowed((0, 2, 2), 3, device)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layout=st.sampled_from([OutputLayout.YOLOV8, OutputLayout.YOLOV8_TRANSPOSED, OutputLayout.YOLOV5]),
+    images=st.integers(1, 3),
+    anchors=st.integers(1, 40),
+    classes=st.integers(2, 6),
+    levels=st.integers(1, 4),  # few distinct scores: ties between classes and anchors are common
+    top_k=st.integers(1, 50),
+    half=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_class_ids_are_each_kept_anchors_first_best_class(layout, images, anchors, classes, levels, top_k, half,
+                                                          seed):  # fmt: skip
+    # the reference: one max with indices over every anchor (the first of equal scores), then the kept anchors
+    generator = torch.Generator().manual_seed(seed)
+    first = 5 if layout is OutputLayout.YOLOV5 else 4
+    head = torch.randint(0, levels + 1, (images, first + classes, anchors), generator=generator) / levels
+    head = head.half() if half else head
+    channel_dim = 1
+    if layout is not OutputLayout.YOLOV8:
+        head, channel_dim = head.transpose(1, 2).contiguous(), 2
+    found = decode_padded({"output0": head}, layout, 0.0, top_k)
+    scores = head.narrow(channel_dim, first, classes).float()
+    if layout is OutputLayout.YOLOV5:
+        scores = scores * head[..., 4:5].float()
+    best, best_class = scores.max(dim=channel_dim)
+    anchors_kept = best.topk(min(top_k, anchors), dim=1).indices.reshape(
+        -1
+    )  # decode's top-k of the same scores
+    assert torch.equal(found.image_index, torch.arange(images).repeat_interleave(min(top_k, anchors)))
+    assert torch.equal(found.scores, best[found.image_index, anchors_kept])
+    assert torch.equal(found.class_ids, best_class[found.image_index, anchors_kept])

@@ -190,12 +190,15 @@ def _decode_raw(
     if allowed is not None:
         shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
-    conf, class_ids = class_scores.max(dim=channel_dim)  # exact in any float dtype
-    conf = conf.float()
+    conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
     image, anchor, valid = _select(conf, conf_threshold, top_k)
+    # the best class of the kept anchors only, (B * K, C) scores: a max with indices over every anchor is slow on
+    # CPUs (80 classes, 4 x 8400 anchors: 1.65 ms against 0.24 for the values alone); argmax, like max, takes the
+    # first of equal scores
+    scores = class_scores[image, :, anchor] if channel_dim == 1 else class_scores[image, anchor]
     boxes = head[image, :4, anchor] if layout is OutputLayout.YOLOV8 else head[image, anchor, :4]
     return PaddedDecoded(
-        _cxcywh_to_xyxy(boxes.float()), conf[image, anchor], class_ids[image, anchor], image, valid
+        _cxcywh_to_xyxy(boxes.float()), conf[image, anchor], scores.argmax(dim=1), image, valid
     )
 
 
