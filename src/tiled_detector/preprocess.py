@@ -2,13 +2,14 @@
 
 The raw frame is already on the device (`tiled_detector.upload`); everything here runs there. Tiles that form a
 grid inside the frame are copied with one strided view per block (per block and channel where the channel order
-reverses, BGR into RGB), others with one batched gather (channel reorder and mono -> 3 channels folded in) and
-padded with YOLO's grey (114/255) past the border; tiles are letterboxed in one `F.interpolate` call when the tile
-size differs from the model input. A downscaled full frame reads only the pixels bilinear sampling uses (2 rows
-and 2 columns per output pixel) from the integer frame, so its cost follows the view, not the frame (no
-full-frame float copy). Results are written in place into a batch tensor (B, 3, H, W) in the engine's layout
-(channels-last for fp16 on CUDA: tile rows are then contiguous on both sides of the copy), the engine's bound
-input or one reused across frames.
+reverses, BGR into RGB; on the CPU in bands of rows, so that float32's scaling pass reads from cache), others with
+one batched gather (channel reorder and mono -> 3 channels folded in) and padded with YOLO's grey (114/255) past
+the border; tiles are letterboxed in one `F.interpolate` call when the tile size differs from the model input. A
+downscaled full frame reads only the pixels bilinear sampling uses (2 rows and 2 columns per output pixel, 1 where
+the weight is 0) from the integer frame, through strided views where they are evenly spaced (integer downscales)
+and gathers elsewhere, so its cost follows the view, not the frame (no full-frame float copy). Results are written
+in place into a batch tensor (B, 3, H, W) in the engine's layout (channels-last for fp16 on CUDA: tile rows are
+then contiguous on both sides of the copy), the engine's bound input or one reused across frames.
 """
 
 from __future__ import annotations
