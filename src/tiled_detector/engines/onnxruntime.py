@@ -75,7 +75,10 @@ class OnnxRuntimeEngine(Engine):
         self.device = torch.device(device)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.enable_cpu_mem_arena = False
+        # ONNX Runtime's own arena for its activations: a CPU call takes at most `cpu_batch` images, so the arena
+        # stays that size, where without it the freed activations of every call fragmented the process heap (a
+        # 12000x9000 frame, 109 calls: peak RSS 869-1913 MB from run to run, 869 MB with it)
+        options.enable_cpu_mem_arena = True
         options.intra_op_num_threads = 0 if threads is None else int(threads)
         # idle ORT threads must not spin: torch's pre/post-processing runs on the same cores right after
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
