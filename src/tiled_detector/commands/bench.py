@@ -18,8 +18,9 @@ EPILOG = """examples:
   tiled-detector bench --size 1920x1080 --runs 50 --peer sahi   # also SAHI's default on the same model (optional)
   tiled-detector bench --device cuda --input device          # frames already on the GPU (e.g. nvJPEG-decoded)
 Combinations an engine cannot run are rows marked unsupported, with the reason. `ratio` is end to end over the
-same engine's model-only time on the same batch (its CUDA-graph replay where it can be captured), both measured
-alternately in this run: it is the number to compare across machines."""
+same engine's model-only time on the same images in the same engine calls (at most max_batch each; 4 on a CPU),
+replayed as a CUDA graph where it can be captured, both measured alternately in this run: it is the number to
+compare across machines."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
