@@ -329,9 +329,8 @@ def test_class_ids_are_each_kept_anchors_first_best_class(layout, images, anchor
     if layout is OutputLayout.YOLOV5:
         scores = scores * head[..., 4:5].float()
     best, best_class = scores.max(dim=channel_dim)
-    anchors_kept = best.topk(min(top_k, anchors), dim=1).indices.reshape(
-        -1
-    )  # decode's top-k of the same scores
+    # decode's top-k of the same scores
+    anchors_kept = best.topk(min(top_k, anchors), dim=1).indices.reshape(-1)
     assert torch.equal(found.image_index, torch.arange(images).repeat_interleave(min(top_k, anchors)))
     assert torch.equal(found.scores, best[found.image_index, anchors_kept])
     assert torch.equal(found.class_ids, best_class[found.image_index, anchors_kept])

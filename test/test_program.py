@@ -43,9 +43,8 @@ def scenes():
 
 @pytest.fixture(scope="module")
 def bundled():
-    return TiledDetector(
-        engine_options={"cpu_batch": 32}
-    )  # max_batch 32 on the CPU too: one call for 18 views
+    # max_batch 32 on the CPU too: one engine call for the 18 views of `scenes`
+    return TiledDetector(engine_options={"cpu_batch": 32})
 
 
 @pytest.mark.parametrize("sync_free", [False, True])

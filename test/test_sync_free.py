@@ -177,10 +177,8 @@ def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
                 assert c is None and f is None
                 continue
             assert bool((key >= 0).all()) and torch.equal(key[:, None] == key[None], want)
-            for agnostic in (
-                True,
-                False,
-            ):  # the match matrix: every pair that overlaps enough, keys and validity
+            # the match matrix: every pair that overlaps enough, keys and validity
+            for agnostic in (True, False):
                 match = merge_module._match_matrix(boxes, c if c is not None else frames, f, valid,
                                                    MatchMetric.IOS, 0.5, c is None or agnostic)  # fmt: skip
                 pairs = (overlap(boxes[:, None], boxes[None], MatchMetric.IOS) >= 0.5).triu(1)

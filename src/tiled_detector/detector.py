@@ -108,7 +108,8 @@ def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
 
 
 class TiledDetector:
-    """Tiled detection with the fewest engine calls per frame (one on a GPU). Not thread-safe (it reuses its input buffers).
+    """Tiled detection with the fewest engine calls per frame (one on a GPU). Not thread-safe (it reuses its
+    input buffers).
 
     `TiledDetector(model, backend, device, tile_size=(w, h), overlap, full_frame, conf_threshold, **more)` takes
     any other `DetectorConfig` field as a keyword (`engine=` reuses a loaded engine).

@@ -325,21 +325,21 @@ def _channels(images: torch.Tensor, sources: tuple[int, ...] | None) -> torch.Te
 class _Samples:
     """F.interpolate's bilinear sampling along one axis (align_corners=False) for `out` outputs: each reads
     `taps` source pixels (2, or 1 where every weight is 0, e.g. an odd integer downscale 1920 -> 640), at
-    `index` (out * taps,), or, when those are evenly spaced (integer downscales: 1280 -> 640, 3840 -> 640), at
-    `start` + `step` * output + tap (then read through a strided view, no gather); `weight` (out,) is each
-    output's weight of its second tap (None with one tap)."""
+    `start` + `step` * output + tap when they are evenly spaced (integer downscales: 1280 -> 640, 3840 -> 640;
+    read through a strided view), else at `index` (out * taps,) (one gather); `weight` (out,) is each output's
+    weight of its second tap (None with one tap)."""
 
     out: int
     taps: int
-    index: torch.Tensor
     weight: torch.Tensor | None
-    start: int | None
-    step: int
+    start: int = 0
+    step: int = 1
+    index: torch.Tensor | None = None
 
     def pick(self, image: torch.Tensor, dim: int) -> torch.Tensor:
         """`image` with axis `dim` replaced by the (out, taps) pixels read along it (a view where evenly
         spaced, else one gather)."""
-        if self.start is None:
+        if self.index is not None:
             return image.index_select(dim, self.index).unflatten(dim, (self.out, self.taps))
         size, stride = list(image.shape), list(image.stride())
         size[dim : dim + 1] = [self.out, self.taps]
@@ -357,15 +357,13 @@ def _bilinear_axis(size: int, out: int, device: torch.device) -> _Samples:
     taps = 2 if bool(weight.any()) else 1
     index = torch.stack([first, torch.where(first < size - 1, first + 1, first)], 1)[:, :taps]
     step = int(first[1] - first[0]) if out > 1 else 1
-    even = torch.equal(index, first[:1, None] + step * torch.arange(out)[:, None] + torch.arange(taps))
-    return _Samples(
-        out,
-        taps,
-        index.reshape(-1).to(device),
-        weight.to(device) if taps == 2 else None,
-        int(first[0]) if even and step > 0 else None,
-        step,
+    even = step > 0 and torch.equal(
+        index, first[:1, None] + step * torch.arange(out)[:, None] + torch.arange(taps)
     )
+    weights = weight.to(device) if taps == 2 else None
+    if even:
+        return _Samples(out, taps, weights, int(first[0]), step)
+    return _Samples(out, taps, weights, index=index.reshape(-1).to(device))
 
 
 def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
