@@ -116,9 +116,9 @@ def check(out: Path, frame_conf: float) -> bool:
     import torch
 
     from tiled_detector import TiledDetector
-    from tiled_detector.decode import OutputLayout, decode_outputs, detect_layout
     from tiled_detector.engines import load_engine
-    from tiled_detector.merge import merge
+    from tiled_detector.pipeline.decode import OutputLayout, decode_outputs, detect_layout
+    from tiled_detector.pipeline.merge import merge
 
     ref = np.load(out / "reference.npz")
     conf, torch_raw = float(ref["conf"]), ref["raw"]

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from bench_pipeline import SquareDetector, YoloV8nLike, save_torchscript
-from tiled_detector.benchmark import profiled_copies
 from tiled_detector.detector import TiledDetector
+from tiled_detector.tools.benchmark import profiled_copies
 from tiled_detector.types import Detections
 
 FRAME_SIZES = ((1080, 1920), (2160, 3840))
@@ -164,7 +164,7 @@ def report_timings(device: str, runs: int, failures: list[str]) -> None:
     """Median per-stage milliseconds: a YOLOv8n-sized random network (fp32, fp16) on noise, and the bundled
     model on synthetic scenes (real detections), each with the sync-free and the exact post-processing."""
     from tiled_detector.models import default_model_path
-    from tiled_detector.synthetic import make_scene
+    from tiled_detector.tools.synthetic import make_scene
 
     with tempfile.TemporaryDirectory() as tmp:
         yolo = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))

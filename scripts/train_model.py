@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from tiled_detector.synthetic import CLASSES, Scene, make_crop
+from tiled_detector.tools.synthetic import CLASSES, Scene, make_crop
 
 STRIDE = 8
 EXPORT_SIZE = 640

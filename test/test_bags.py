@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tiled_detector.cli import main as cli_main
 from tiled_detector.harness import bags, recording
-from tiled_detector.synthetic import CLASSES, make_scene
+from tiled_detector.tools.synthetic import CLASSES, make_scene
 
 W, H, N, SEED = 320, 240, 3, 11
 
@@ -57,7 +57,7 @@ def test_rclpy_reads_the_same_messages(synthetic_bag: Path) -> None:
     from sensor_msgs.msg import Image
     from vision_msgs.msg import Detection2DArray
 
-    from tiled_detector.ros.detections import msg_to_detections
+    from tiled_detector.messages.detections import msg_to_detections
 
     messages = list(bags.read_messages(synthetic_bag))
     image = deserialize_message(messages[0].data, Image)
@@ -227,7 +227,7 @@ def test_option_and_message_errors() -> None:
 )
 def test_detections_survive_cdr(rows: list[tuple[float, ...]], stamp: int) -> None:
     """Boxes, scores, classes and stamp of a Detection2DArray survive serialize -> deserialize (geometry)."""
-    from tiled_detector.ros.detections import msg_to_detections
+    from tiled_detector.messages.detections import msg_to_detections
 
     values = np.array(rows, np.float64).reshape(-1, 6)
     boxes = np.concatenate([values[:, :2], values[:, :2] + values[:, 2:4]], axis=1)

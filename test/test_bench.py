@@ -66,8 +66,8 @@ def test_bench_rejects_a_bad_size(capsys) -> None:
 
 
 def test_bench_model_only_makes_the_pipelines_engine_calls() -> None:
-    from tiled_detector.benchmark import frame_for, model_only
     from tiled_detector.detector import TiledDetector
+    from tiled_detector.tools.benchmark import frame_for, model_only
 
     detector = TiledDetector(default_model_path(), max_batch=4)
     calls = []
@@ -142,7 +142,7 @@ def test_bench_times_frames_already_on_the_device_with_no_upload(tmp_path) -> No
 
 
 def test_a_peer_that_cannot_load_the_model_is_a_row_with_the_reason(monkeypatch) -> None:
-    from tiled_detector.benchmark import peer_sahi
+    from tiled_detector.tools.benchmark import peer_sahi
 
     def from_pretrained(**kwargs):
         os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # what ultralytics does for device "cpu"

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.decode import Decoded, OutputLayout, decode_outputs, decode_padded, detect_layout
+from tiled_detector.pipeline.decode import Decoded, OutputLayout, decode_outputs, decode_padded, detect_layout
 
 NUM_CLASSES, ANCHORS, K = 3, 50, 8
 NEG = -12.0  # logit of "nothing here"
@@ -281,7 +281,7 @@ def _built_per_frame(*args, **kwargs):
 
 def test_class_filter_tensors_are_built_once_per_filter_and_device(exported):
     """The per-frame decode reuses the filter's device tensor: no host-built tensor copied every frame."""
-    from tiled_detector import decode
+    from tiled_detector.pipeline import decode
 
     created = []
     real = torch.Tensor.to

@@ -12,12 +12,12 @@ import torch.utils.dlpack
 
 from conftest import SQUARE_CELL, SQUARE_INPUT_HW, SQUARE_LABELS
 from tiled_detector.config import DetectorConfig
-from tiled_detector.decode import OutputLayout
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.base import Backend, Precision
-from tiled_detector.merge import MatchMetric, MergeMethod
-from tiled_detector.postprocess import Limits
-from tiled_detector.zero_copy import ZeroCopyError
+from tiled_detector.pipeline.decode import OutputLayout
+from tiled_detector.pipeline.merge import MatchMetric, MergeMethod
+from tiled_detector.pipeline.postprocess import Limits
+from tiled_detector.pipeline.zero_copy import ZeroCopyError
 
 STAGES = {"upload", "preprocess", "infer", "decode", "merge", "download", "total"}
 COLOURS = {0: (255, 0, 0), 1: (0, 0, 255)}  # class -> RGB
@@ -257,7 +257,7 @@ def test_stage_times_of_a_repeated_stage_add_up():
 
 def _sync_free(square_onnx, monkeypatch, **options):
     """A detector taking the accelerator's sync-free path on the CPU, recording merge_padded's limits."""
-    import tiled_detector.postprocess as postprocess_module
+    import tiled_detector.pipeline.postprocess as postprocess_module
 
     det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5, **options)
     det._sync_free = True
@@ -285,7 +285,7 @@ def test_sync_free_merge_walks_the_adapted_slots(square_onnx, monkeypatch):
 
 
 def test_sync_free_nms_rounds_grow_when_nms_did_not_settle(square_onnx, monkeypatch):
-    import tiled_detector.postprocess as postprocess_module
+    import tiled_detector.pipeline.postprocess as postprocess_module
 
     det, calls = _sync_free(square_onnx, monkeypatch, merge="nms")
     recorded = postprocess_module.merge_padded
@@ -304,7 +304,7 @@ def test_sync_free_nms_rounds_grow_when_nms_did_not_settle(square_onnx, monkeypa
 
 def test_overflow_at_the_largest_capacity_skips_the_sync_free_pass_for_a_while(square_onnx, monkeypatch):
     import tiled_detector.detector as detector_module
-    import tiled_detector.postprocess as postprocess_module
+    import tiled_detector.pipeline.postprocess as postprocess_module
 
     det, calls = _sync_free(square_onnx, monkeypatch)
     monkeypatch.setattr(postprocess_module, "MAX_CAPACITY", 2)
@@ -385,7 +385,7 @@ def test_a_12000x9000_frame_stays_under_2_gb_peak_rss() -> None:
 
 
 def test_a_candidate_flood_is_cut_to_the_best_before_the_pairwise_merge(square_onnx, monkeypatch):
-    from tiled_detector import postprocess as postprocess_module
+    from tiled_detector.pipeline import postprocess as postprocess_module
 
     det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5)
     frame, _, _ = _scene(0)

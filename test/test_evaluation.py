@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tiled_detector.evaluation import (
+from tiled_detector.tools.evaluation import (
     CONFIGS,
     METRICS,
     coco_metrics,
@@ -16,8 +16,8 @@ from tiled_detector.evaluation import (
     markdown_table,
     write_report,
 )
-from tiled_detector.scoring import box_iou
-from tiled_detector.synthetic import coco_ground_truth
+from tiled_detector.tools.scoring import box_iou
+from tiled_detector.tools.synthetic import coco_ground_truth
 from tiled_detector.types import Detections
 
 GT_BOXES = np.array([[10, 10, 30, 30], [100, 100, 160, 150], [200, 50, 212, 62]], np.float32)
@@ -100,7 +100,7 @@ def test_unknown_config_lists_options() -> None:
 
 def test_full_config_is_one_letterboxed_view_like_the_full_frame_view() -> None:
     """The "full" config (one frame-sized tile) maps boxes exactly like the default plan's full-frame view."""
-    from tiled_detector.tiling import make_plan
+    from tiled_detector.pipeline.tiling import make_plan
 
     full = make_plan((1080, 1920), (1080, 1920), 0.2, (640, 640), False)
     default = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)

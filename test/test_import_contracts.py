@@ -33,7 +33,7 @@ def _lint(source_root: Path) -> subprocess.CompletedProcess:
             "import tiled_detector.harness.bags",
             "The core imports no ROS",
         ),  # the rosbags harness
-        ("engines/torch.py", "import tiled_detector.tiling", "Engines import no stage"),
+        ("engines/torch.py", "import tiled_detector.pipeline.tiling", "Engines import no stage"),
         ("seams.py", "import tiled_detector.engines.base", "Layers"),  # a stage importing an engine
     ],
 )

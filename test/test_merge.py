@@ -8,8 +8,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tiled_detector import merge as merge_module
-from tiled_detector.merge import (
+from tiled_detector.pipeline import merge as merge_module
+from tiled_detector.pipeline.merge import (
     MatchMetric,
     MergeMethod,
     merge,
@@ -17,8 +17,8 @@ from tiled_detector.merge import (
     overlap,
     rank_order,
 )
-from tiled_detector.seams import suppress_truncated, truncated_sides
-from tiled_detector.tiling import make_plan
+from tiled_detector.pipeline.seams import suppress_truncated, truncated_sides
+from tiled_detector.pipeline.tiling import make_plan
 
 combine = pytest.importorskip("sahi.postprocess.combine")
 from sahi.postprocess.backends import set_postprocess_backend  # noqa: E402

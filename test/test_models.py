@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tiled_detector.models import default_model_path, load_labels
-from tiled_detector.scoring import box_iou
-from tiled_detector.synthetic import CLASSES, make_scene
+from tiled_detector.tools.scoring import box_iou
+from tiled_detector.tools.synthetic import CLASSES, make_scene
 
 
 def test_bundled_files_are_small_and_present() -> None:

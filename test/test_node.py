@@ -24,9 +24,9 @@ from sensor_msgs.msg import Image  # noqa: E402
 from tiled_detector.detector import TiledDetector  # noqa: E402
 from tiled_detector.harness.client import DetectorClient  # noqa: E402
 from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
-from tiled_detector.ros.detections import msg_to_detections  # noqa: E402
-from tiled_detector.ros.images import array_to_imgmsg  # noqa: E402
-from tiled_detector.synthetic import CLASSES, make_scene  # noqa: E402
+from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
+from tiled_detector.messages.images import array_to_imgmsg  # noqa: E402
+from tiled_detector.tools.synthetic import CLASSES, make_scene  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = "/tiled_detector"
@@ -213,7 +213,7 @@ def test_debug_image_is_published_only_to_subscribers(node_and_client: Any, scen
 
 
 def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes: list[Any]) -> None:
-    from tiled_detector.ros.images import array_to_compressed
+    from tiled_detector.messages.images import array_to_compressed
 
     params_file = _write_params(tmp_path / "params.yaml", transport="compressed", output_format="ids")
     domain = pick_domain_id()

@@ -100,7 +100,7 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
     from rclpy.context import Context
 
     from tiled_detector.harness.process import apply_ros_environment
-    from tiled_detector.ros.images import array_to_imgmsg
+    from tiled_detector.messages.images import array_to_imgmsg
     from tiled_detector.ros.node import DetectorNode
 
     # Fast DDS reads its profile once per process: later in-process clients need the large-image one
@@ -158,7 +158,7 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
     from rclpy.parameter import Parameter
 
     from tiled_detector.harness.process import apply_ros_environment
-    from tiled_detector.ros.images import array_to_imgmsg
+    from tiled_detector.messages.images import array_to_imgmsg
     from tiled_detector.ros.node import DetectorNode
 
     apply_ros_environment()
@@ -211,9 +211,9 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
     from sensor_msgs.msg import CompressedImage
 
     from tiled_detector.harness.process import apply_ros_environment
-    from tiled_detector.jpeg import is_jpeg
+    from tiled_detector.pipeline.jpeg import is_jpeg
     from tiled_detector.ros.node import DetectorNode
-    from tiled_detector.synthetic import make_scene
+    from tiled_detector.tools.synthetic import make_scene
 
     apply_ros_environment()
     context = Context()

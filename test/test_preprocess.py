@@ -9,11 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector import preprocess
-from tiled_detector.encodings import Encoding, as_frame_tensor
-from tiled_detector.preprocess import PAD_VALUE, Preprocessor
-from tiled_detector.tiling import Letterbox, make_plan
-from tiled_detector.upload import Uploader
+from tiled_detector.pipeline import preprocess
+from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
+from tiled_detector.pipeline.preprocess import PAD_VALUE, Preprocessor
+from tiled_detector.pipeline.tiling import Letterbox, make_plan
+from tiled_detector.pipeline.upload import Uploader
 
 ORDERS = {"rgb8": [0, 1, 2], "bgr8": [2, 1, 0], "rgba8": [0, 1, 2], "bgra8": [2, 1, 0], "mono8": [0, 0, 0]}
 

@@ -9,11 +9,11 @@ import torch
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
-from tiled_detector.merge import merge, merge_padded
-from tiled_detector.postprocess import Limits
-from tiled_detector.seams import suppress_truncated
-from tiled_detector.synthetic import make_scene
-from tiled_detector.tiling import batch_plan, make_plan
+from tiled_detector.pipeline.merge import merge, merge_padded
+from tiled_detector.pipeline.postprocess import Limits
+from tiled_detector.pipeline.seams import suppress_truncated
+from tiled_detector.pipeline.tiling import batch_plan, make_plan
+from tiled_detector.tools.synthetic import make_scene
 
 SIZES = ((640, 480), (1280, 720), (1920, 1080))  # (width, height)
 
@@ -173,12 +173,12 @@ def test_a_failed_capture_falls_back_to_eager_with_one_log_line(square_torchscri
 
     detector = TiledDetector(square_torchscript, capture=failing, **options)
     detector._sync_free = True  # the capturable (fixed-size) path
-    with caplog.at_level("WARNING", logger="tiled_detector.program"):
+    with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
         for seed in (0, 1):
             frame, _, _ = _scene(seed)
             _same(eager.detect(frame), detector.detect(frame))
     assert tries == [1] and not detector._runner.captures  # tried once, eager from then on
-    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.program"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
     assert len(lines) == 1 and "capturing the frame program failed (operation not permitted" in lines[0]
     assert "pages of native context" not in lines[0]
 
@@ -187,7 +187,7 @@ def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
     from types import SimpleNamespace
 
     from tiled_detector.detector import default_capture
-    from tiled_detector.program import cuda_graph
+    from tiled_detector.pipeline.program import cuda_graph
 
     config = DetectorConfig()
     assert config.cuda_graph  # on by default
@@ -225,7 +225,7 @@ def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
     from types import SimpleNamespace
 
     import tiled_detector.detector as detector_module
-    from tiled_detector.program import fused
+    from tiled_detector.pipeline.program import fused
 
     cuda = SimpleNamespace(device=torch.device("cuda", 0))
     config = DetectorConfig()
@@ -244,7 +244,7 @@ def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
 
 
 def test_fused_runs_uncompiled_after_compiling_fails(monkeypatch, caplog) -> None:
-    from tiled_detector import program
+    from tiled_detector.pipeline import program
 
     tries: list[int] = []
 
@@ -267,18 +267,18 @@ def test_fused_runs_uncompiled_after_compiling_fails(monkeypatch, caplog) -> Non
     call = program.fused(double)
     with pytest.raises(ValueError, match="one dimension"):  # the input's fault: raised, compiling stays on
         call(torch.ones(2, 2))
-    with caplog.at_level("WARNING", logger="tiled_detector.program"):
+    with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
         assert call(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
         assert call(torch.ones(1)).tolist() == [2.0]
     assert len(tries) == 2  # not tried again after it failed on good input
-    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.program"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
     assert lines == ["torch.compile of double failed (Cannot find a working triton installation); running it "
                      "uncompiled"]  # fmt: skip
 
 
 def test_fused_keeps_a_compiled_variant_per_frame_size_and_limits(monkeypatch) -> None:
     # every frame size and every grown `Limits` compiles a variant: torch's default of 8 ran a 4K flood uncompiled
-    from tiled_detector import program
+    from tiled_detector.pipeline import program
 
     dynamo = torch._dynamo.config
     name = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
@@ -329,7 +329,7 @@ def test_compiled_frame_program_equals_the_uncompiled_one_on_cuda(square_torchsc
     plain = TiledDetector(square_torchscript, **options)
     fast = TiledDetector(square_torchscript, compile=True, **options)
     assert fast._program.postprocess is not plain._program.postprocess
-    with caplog.at_level("WARNING", logger="tiled_detector.program"):
+    with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
         for seed in (0, 1, 2):
             frame, _, _ = _scene(seed)
             _same(plain.detect(frame), fast.detect(frame))

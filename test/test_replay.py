@@ -25,7 +25,7 @@ from tiled_detector.harness.report import (
     summarize,
     true_positives,
 )
-from tiled_detector.scoring import box_iou
+from tiled_detector.tools.scoring import box_iou
 
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
 

@@ -1,4 +1,4 @@
-"""Tests for tiled_detector.ros.detections: arrays <-> vision_msgs/Detection2DArray (2.x, 3.x, 4.x layouts)."""
+"""Tests for tiled_detector.messages.detections: arrays <-> vision_msgs/Detection2DArray (2.x, 3.x, 4.x layouts)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import Header
 from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
-from tiled_detector.ros.detections import detections_to_msg, msg_to_detections
+from tiled_detector.messages.detections import detections_to_msg, msg_to_detections
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM_4X_HASH = "RIHS01_214274120007f4a683866481336b70310268cfa107aebe9d594a6acf75bda968"

@@ -59,8 +59,8 @@ def test_node_command_passes_ros_args() -> None:
 def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
     """One process publishes a 1920x1080 rgb8 image; another answers with a Detection2DArray built from it."""
     from tiled_detector.harness.client import DetectorClient
-    from tiled_detector.ros.detections import msg_to_detections
-    from tiled_detector.ros.images import array_to_imgmsg
+    from tiled_detector.messages.detections import msg_to_detections
+    from tiled_detector.messages.images import array_to_imgmsg
 
     params = tmp_path / "echo.yaml"
     params.write_text("echo_detector:\n  ros__parameters:\n    threshold: 250\n")

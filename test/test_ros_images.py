@@ -1,4 +1,4 @@
-"""Tests for tiled_detector.ros.images: sensor_msgs/Image and CompressedImage <-> numpy, no cv_bridge."""
+"""Tests for tiled_detector.messages.images: sensor_msgs/Image and CompressedImage <-> numpy, no cv_bridge."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from tiled_detector.ros.images import (
+from tiled_detector.messages.images import (
     PIPELINE_ENCODINGS,
     SUPPORTED_ENCODINGS,
     ImageConversionError,

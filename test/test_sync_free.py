@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tiled_detector.merge import MergeMethod, merge, merge_padded
+from tiled_detector.pipeline.merge import MergeMethod, merge, merge_padded
 
 aten = torch.ops.aten
 # ops that read device data on the host: data-dependent shapes, scalars, comparisons returning Python values
@@ -150,9 +150,9 @@ def _old_overlap(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
-    from tiled_detector import merge as merge_module
-    from tiled_detector.groups import group_key
-    from tiled_detector.merge import MatchMetric, overlap
+    from tiled_detector.pipeline import merge as merge_module
+    from tiled_detector.pipeline.groups import group_key
+    from tiled_detector.pipeline.merge import MatchMetric, overlap
 
     rng = np.random.default_rng(seed)
     n = 300

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.synthetic import (
+from tiled_detector.pipeline.tiling import plan_tiles
+from tiled_detector.tools.synthetic import (
     CLASSES,
     Scene,
     SceneStyle,
@@ -21,7 +22,6 @@ from tiled_detector.synthetic import (
     tile_seams,
     to_coco,
 )
-from tiled_detector.tiling import plan_tiles
 
 
 @pytest.fixture(scope="module")

@@ -693,26 +693,26 @@ def test_text_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_calibration_frames_from_an_image_folder(tmp_path: Path) -> None:
     import cv2
 
-    from tiled_detector.calibration import calibration_frames
+    from tiled_detector.tools.frames import file_frames
 
     rgb = np.zeros((20, 30, 3), np.uint8)
     rgb[..., 0] = 200  # red
     for name in ("b.png", "a.png"):
         cv2.imwrite(str(tmp_path / name), rgb[..., ::-1])
     (tmp_path / "notes.txt").write_text("not an image")
-    frames = list(calibration_frames(tmp_path))
-    assert [encoding for _, encoding in frames] == ["rgb8", "rgb8"]
-    np.testing.assert_array_equal(frames[0][0], rgb)
+    frames = list(file_frames(tmp_path))
+    assert [frame.encoding for frame in frames] == ["rgb8", "rgb8"]
+    np.testing.assert_array_equal(frames[0].image, rgb)
     with pytest.raises(FileNotFoundError):
-        list(calibration_frames(tmp_path / "missing"))
+        list(file_frames(tmp_path / "missing"))
 
 
 def test_calibration_batches_are_tiled_as_at_run_time(tmp_path: Path) -> None:
     import cv2
 
-    from tiled_detector.calibration import calibration_batches
-    from tiled_detector.preprocess import Preprocessor
-    from tiled_detector.tiling import make_plan
+    from tiled_detector.pipeline.preprocess import Preprocessor
+    from tiled_detector.pipeline.tiling import make_plan
+    from tiled_detector.tools.calibration import calibration_batches
 
     frame = np.random.default_rng(3).integers(0, 256, (100, 150, 3), np.uint8)
     cv2.imwrite(str(tmp_path / "a.png"), frame[..., ::-1])
@@ -729,7 +729,7 @@ def test_build_engine_sizes_the_profile_for_the_cameras_of_one_node(capsys) -> N
 
     from tiled_detector.commands.build_engine import add_arguments, batch_profile, camera_batch
     from tiled_detector.config import DetectorConfig
-    from tiled_detector.tiling import make_plan
+    from tiled_detector.pipeline.tiling import make_plan
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

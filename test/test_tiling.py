@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.tiling import Letterbox, make_plan, plan_tiles
+from tiled_detector.pipeline.tiling import Letterbox, make_plan, plan_tiles
 
 sahi_slicing = pytest.importorskip("sahi.slicing")
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tiled_detector import zero_copy
-from tiled_detector.zero_copy import ZeroCopyError, as_torch_tensor
+from tiled_detector.pipeline import zero_copy
+from tiled_detector.pipeline.zero_copy import ZeroCopyError, as_torch_tensor
 
 
 def test_torch_tensor_is_returned_as_is() -> None:

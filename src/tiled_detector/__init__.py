@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 
 # public name -> defining module
 _EXPORTS = {
-    "plan_tiles": "tiled_detector.tiling",
-    "merge_detections": "tiled_detector.merge",
+    "plan_tiles": "tiled_detector.pipeline.tiling",
+    "merge_detections": "tiled_detector.pipeline.merge",
     "TiledDetector": "tiled_detector.detector",
     "DetectorConfig": "tiled_detector.config",
     "Detections": "tiled_detector.types",
@@ -33,9 +33,9 @@ __all__ = [
 if TYPE_CHECKING:
     from tiled_detector.config import DetectorConfig
     from tiled_detector.detector import TiledDetector
-    from tiled_detector.merge import merge_detections
     from tiled_detector.models import default_model_path
-    from tiled_detector.tiling import plan_tiles
+    from tiled_detector.pipeline.merge import merge_detections
+    from tiled_detector.pipeline.tiling import plan_tiles
     from tiled_detector.types import Detections
 
 

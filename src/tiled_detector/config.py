@@ -9,10 +9,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tiled_detector.decode import OutputLayout
 from tiled_detector.engines.base import Backend, Precision
-from tiled_detector.merge import MatchMetric, MergeMethod
 from tiled_detector.options import ChannelOrder, out_of_range
+from tiled_detector.pipeline.decode import OutputLayout
+from tiled_detector.pipeline.merge import MatchMetric, MergeMethod
 
 
 @dataclass(frozen=True)

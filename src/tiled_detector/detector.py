@@ -24,16 +24,24 @@ import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, DetectorConfig
-from tiled_detector.decode import OutputLayout, PaddedDecoded, detect_layout
-from tiled_detector.encodings import Encoding, as_frame_tensor
 from tiled_detector.engines.base import Engine, load_engine
-from tiled_detector.postprocess import Limits, MergeSettings, postprocess, unpack
-from tiled_detector.preprocess import Preprocessor
-from tiled_detector.program import Capture, Compiler, FrameProgram, Runner, cuda_graph, fused, no_mark
-from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan, make_plan
+from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, detect_layout
+from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
+from tiled_detector.pipeline.postprocess import Limits, MergeSettings, postprocess, unpack
+from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.program import (
+    Capture,
+    Compiler,
+    FrameProgram,
+    Runner,
+    cuda_graph,
+    fused,
+    no_mark,
+)
+from tiled_detector.pipeline.tiling import BatchPlan, TilePlan, batch_plan, make_plan
+from tiled_detector.pipeline.upload import Uploader
+from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.types import Detections
-from tiled_detector.upload import Uploader
-from tiled_detector.zero_copy import as_torch_tensor
 
 LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum

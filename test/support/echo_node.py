@@ -16,8 +16,8 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from vision_msgs.msg import Detection2DArray
 
-from tiled_detector.ros.detections import detections_to_msg
-from tiled_detector.ros.images import imgmsg_to_array
+from tiled_detector.messages.detections import detections_to_msg
+from tiled_detector.messages.images import imgmsg_to_array
 
 
 class EchoNode(Node):

@@ -47,10 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure every configuration, print the table, write the report; 1 when nothing could be measured."""
-    from tiled_detector.benchmark import csv_text, peer_sahi, plot, run_bench, table
     from tiled_detector.commands.env import collect
     from tiled_detector.engines.cache import atomic_write
     from tiled_detector.parameters import build_detector, config_changes
+    from tiled_detector.tools.benchmark import csv_text, peer_sahi, plot, run_bench, table
 
     if args.runs < 1 or args.warmup < 0:
         print(f"--runs must be >= 1 and --warmup >= 0, got {args.runs} and {args.warmup}", file=sys.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 from tiled_detector.commands.progress import TextProgress
 from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
 from tiled_detector.config import DetectorConfig
-from tiled_detector.tiling import make_plan
+from tiled_detector.pipeline.tiling import make_plan
 
 BUILD_SETTINGS = ("device", "precision", "max_batch", "tile_size", "overlap", "full_frame")
 
@@ -79,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
     """Build (or find in the cache) the engine; print its path."""
     import torch
 
-    from tiled_detector.calibration import calibration_batches
     from tiled_detector.devices import require_cuda
     from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
     from tiled_detector.parameters import config_changes
+    from tiled_detector.tools.calibration import calibration_batches
 
     if not args.model.is_file():
         print(f"error: {args.model} is not a file", file=sys.stderr)

@@ -111,10 +111,10 @@ def _write_snapshot(
     """Annotate the answered frame with the most detections (tiles drawn) and write it atomically as PNG."""
     import cv2
 
-    from tiled_detector.annotate import annotate, annotated_encoding
     from tiled_detector.harness.bags import IMAGE, deserialize, read_messages
-    from tiled_detector.ros.images import imgmsg_to_array
-    from tiled_detector.tiling import plan_tiles
+    from tiled_detector.messages.images import imgmsg_to_array
+    from tiled_detector.pipeline.tiling import plan_tiles
+    from tiled_detector.tools.annotate import annotate, annotated_encoding
     from tiled_detector.types import Detections
 
     best = max(answered, key=lambda r: len(r.detections[1]))

@@ -108,7 +108,7 @@ def _save_annotated(
     """Draw the tiles and boxes (annotate works in RGB) and write the image next to the others."""
     import cv2
 
-    from tiled_detector.annotate import annotate
+    from tiled_detector.tools.annotate import annotate
 
     drawn = annotate(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB), dets, labels, tiles)
     cv2.imwrite(str(target), cv2.cvtColor(drawn, cv2.COLOR_RGB2BGR))

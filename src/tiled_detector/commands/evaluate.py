@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tiled_detector.commands.settings import add_settings, parameter_values
-from tiled_detector.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
+from tiled_detector.tools.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

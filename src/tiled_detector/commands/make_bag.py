@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the bag and print what it holds."""
     from tiled_detector.harness import bags, recording
+    from tiled_detector.tools import frames as sources
 
     common = {
         "rate": args.rate,
@@ -62,12 +63,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--frames cannot be used with --images (every image is written)")
         path = recording.write_image_bag(
             args.out,
-            recording.image_folder_frames(args.images),
+            sources.image_folder_frames(args.images),
             **common,
             custom_data={"source": f"images:{args.images}"},
         )
     elif args.video is not None:
-        frames = recording.video_frames(args.video, args.frames)
+        frames = sources.video_frames(args.video, args.frames)
         path = recording.write_image_bag(
             args.out, frames, **common, custom_data={"source": f"video:{args.video}"}
         )

@@ -188,7 +188,7 @@ class TensorRTEngine(Engine):
 
     Options: `opt_batch` (optimisation-profile batch when building: tiles per frame + full-frame view),
     `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `calib` (the INT8 calibration source, which names the
-    cached engine) with `calib_batches` (input (h, w) -> engine batches of it: `tiled_detector.calibration`),
+    cached engine) with `calib_batches` (input (h, w) -> engine batches of it: `tiled_detector.tools.calibration`),
     `verbose`.
     """
 

@@ -149,7 +149,7 @@ def quantize_with_modelopt(model_path: Path, calibration: np.ndarray, output: Pa
     )
 
 
-# --- calibration data (batches from the caller: see tiled_detector.calibration) ---------------------------
+# --- calibration data (batches from the caller: see tiled_detector.tools.calibration) ---------------------------
 
 
 def rebatch(batches: Iterable[torch.Tensor], size: int, limit: int) -> Iterator[torch.Tensor]:

@@ -184,7 +184,7 @@ def detections_message(
     labels: Sequence[str],
 ) -> Any:
     """vision_msgs/Detection2DArray (rosbags type), built by the same converter the node uses."""
-    from tiled_detector.ros.detections import detections_to_msg
+    from tiled_detector.messages.detections import detections_to_msg
 
     factories = SimpleNamespace(
         **{name: functools.partial(new_message, f"vision_msgs/msg/{name}") for name in _VISION_MSGS}
@@ -372,7 +372,7 @@ def read_detections(
     path: str | Path, topic: str = GROUND_TRUTH_TOPIC, labels: Sequence[str] | None = None
 ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Header stamp (ns) -> (boxes, scores, class_ids) of every Detection2DArray on `topic`."""
-    from tiled_detector.ros.detections import msg_to_detections
+    from tiled_detector.messages.detections import msg_to_detections
 
     out = {}
     for message in read_messages(path, [topic]):

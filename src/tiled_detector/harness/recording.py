@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,19 +18,7 @@ from tiled_detector.harness.bags import (
     detections_message,
     image_message,
 )
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One camera frame: HxWx3 uint8 RGB, and ground truth (boxes x1y1x2y2, class ids) when known."""
-
-    image: np.ndarray
-    boxes: np.ndarray | None = None
-    class_ids: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if (self.boxes is None) != (self.class_ids is None):
-            raise ValueError("ground truth needs both boxes and class_ids, or neither")
+from tiled_detector.tools.frames import Frame, synthetic_frames
 
 
 def frame_stamp(index: int, rate: float) -> int:
@@ -72,51 +59,6 @@ def write_image_bag(
     return Path(path)
 
 
-def synthetic_frames(frames: int, seed: int, width: int, height: int) -> Iterator[Frame]:
-    """Frames of `tiled_detector.synthetic` (frame i uses seed + i) with their ground truth."""
-    from tiled_detector.synthetic import make_scene
-
-    for index in range(frames):
-        scene = make_scene(seed + index, width, height)
-        yield Frame(scene.image, scene.boxes, scene.class_ids)
-
-
-def image_folder_frames(folder: str | Path) -> Iterator[Frame]:
-    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), by name, without ground truth."""
-    import cv2
-
-    suffixes = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
-    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in suffixes)
-    if not paths:
-        raise FileNotFoundError(f"no images ({', '.join(sorted(suffixes))}) in {folder}")
-    for path in paths:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if image is None:
-            raise ValueError(f"cannot read image {path}")
-        yield Frame(np.ascontiguousarray(image[..., ::-1]))
-
-
-def video_frames(path: str | Path, limit: int | None = None) -> Iterator[Frame]:
-    """The frames of a video file (cv2.VideoCapture), at most `limit`, without ground truth."""
-    import cv2
-
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no video file {path}")
-    capture = cv2.VideoCapture(str(path))
-    try:
-        if not capture.isOpened():
-            raise ValueError(f"OpenCV cannot open video {path}")
-        count = 0
-        while limit is None or count < limit:
-            ok, image = capture.read()
-            if not ok:
-                return
-            yield Frame(np.ascontiguousarray(image[..., ::-1]))
-            count += 1
-    finally:
-        capture.release()
-
-
 def make_synthetic_bag(
     out: str | Path,
     frames: int = 30,
@@ -132,7 +74,7 @@ def make_synthetic_bag(
     force: bool = False,
 ) -> Path:
     """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`)."""
-    from tiled_detector.synthetic import CLASSES
+    from tiled_detector.tools.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.options import Option
-from tiled_detector.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
+from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
 
 class Mode(Option):
@@ -159,6 +159,6 @@ def class_names(messages: Iterable[Any]) -> list[str]:
 
 def to_arrays(messages: Mapping[int, Any], labels: Sequence[str]) -> dict[int, Arrays]:
     """stamp -> Detection2DArray  =>  stamp -> (boxes, scores, class ids by index in `labels`)."""
-    from tiled_detector.ros.detections import msg_to_detections
+    from tiled_detector.messages.detections import msg_to_detections
 
     return {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}

@@ -1,4 +1,4 @@
-"""The bundled default model (trained on `tiled_detector.synthetic` scenes; see MODEL_CARD.md) and its labels.
+"""The bundled default model (trained on `tiled_detector.tools.synthetic` scenes; see MODEL_CARD.md) and its labels.
 
 `default.onnx` / `default.ts` output the YOLOv8 layout (B, 4 + C, A): cx, cy, w, h in input pixels, then class
 scores after a sigmoid, for (B, 3, 640, 640) float32 RGB input in [0, 1].

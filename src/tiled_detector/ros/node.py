@@ -27,23 +27,23 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
-from tiled_detector.annotate import annotate, annotated_encoding
-from tiled_detector.jpeg import GpuJpegDecoder
-from tiled_detector.parameters import build_detector
-from tiled_detector.ros.cameras import CameraTopics, camera_topics
-from tiled_detector.ros.detections import detections_to_msg
-from tiled_detector.ros.diagnostics import input_problem, problems, status
-from tiled_detector.ros.images import (
+from tiled_detector.messages.detections import detections_to_msg
+from tiled_detector.messages.images import (
     ImageConversionError,
     array_to_imgmsg,
     byte_view,
     compressed_to_array,
     imgmsg_to_array,
 )
+from tiled_detector.parameters import build_detector
+from tiled_detector.pipeline.jpeg import GpuJpegDecoder
+from tiled_detector.ros.cameras import CameraTopics, camera_topics
+from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
 from tiled_detector.ros.stats import FrameSlots, Stats
+from tiled_detector.tools.annotate import annotate, annotated_encoding
 from tiled_detector.types import Detections
 
 try:  # Iron and later

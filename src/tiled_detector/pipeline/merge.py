@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tiled_detector.groups import area, group_key, intersection
 from tiled_detector.options import Option
+from tiled_detector.pipeline.groups import area, group_key, intersection
 
 # rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
 # ones launch the fewest kernels (GPU: up to 1024 candidates take one block)

@@ -1,6 +1,6 @@
 """Device frame -> engine input batch: tile crops and a letterboxed full frame, written in place.
 
-The raw frame is already on the device (`tiled_detector.upload`); everything here runs there. Tiles that form a
+The raw frame is already on the device (`tiled_detector.pipeline.upload`); everything here runs there. Tiles that form a
 grid inside the frame are copied with one strided view per block (per block and channel where the channel order
 reverses, BGR into RGB; on the CPU in bands of rows, so that float32's scaling pass reads from cache), others with
 one batched gather (channel reorder and mono -> 3 channels folded in) and padded with YOLO's grey (114/255) past
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
-from tiled_detector.encodings import Encoding, as_frame_tensor
 from tiled_detector.options import check_channel_order
-from tiled_detector.tiling import Letterbox, TilePlan
+from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
+from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0
 CPU_BAND_ROWS = 64  # tile rows converted and scaled together on the CPU (about 1 MB per tile: stays in cache)
@@ -128,7 +128,7 @@ class Preprocessor:
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Write the tiles (+ full-frame view) of a frame anywhere into the batch and return it (B, 3, H, W)
-        (a plain copy to the device first: the pipeline's upload is `tiled_detector.upload`)."""
+        (a plain copy to the device first: the pipeline's upload is `tiled_detector.pipeline.upload`)."""
         return self.prepare(as_frame_tensor(frame, encoding).to(self.device), plan, encoding, out)
 
     def prepare(

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from tiled_detector.decode import PaddedDecoded
-from tiled_detector.merge import MatchMetric, MergeMethod, merge_padded
-from tiled_detector.seams import suppress_truncated
-from tiled_detector.tiling import BatchPlan
+from tiled_detector.pipeline.decode import PaddedDecoded
+from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, merge_padded
+from tiled_detector.pipeline.seams import suppress_truncated
+from tiled_detector.pipeline.tiling import BatchPlan
 
 MIN_CAPACITY = 256  # sync-free candidates per batch at first (doubled up to MAX_CAPACITY when exceeded)
 MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exact path

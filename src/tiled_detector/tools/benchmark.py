@@ -28,8 +28,8 @@ import torch
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
-from tiled_detector.program import cuda_graph
-from tiled_detector.synthetic import make_scene
+from tiled_detector.pipeline.program import cuda_graph
+from tiled_detector.tools.synthetic import make_scene
 
 T = TypeVar("T")
 

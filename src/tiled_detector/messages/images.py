@@ -15,7 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from tiled_detector.encodings import Encoding
+from tiled_detector.pipeline.encodings import Encoding
 
 PIPELINE_ENCODINGS = tuple(encoding.value for encoding in Encoding)
 

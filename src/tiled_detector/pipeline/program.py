@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from tiled_detector.decode import OutputLayout, PaddedDecoded, decode_padded
-from tiled_detector.encodings import Encoding
 from tiled_detector.engines.base import Engine
 from tiled_detector.errors import one_line
-from tiled_detector.postprocess import Limits, MergeSettings, postprocess
-from tiled_detector.preprocess import Preprocessor
-from tiled_detector.tiling import BatchPlan
+from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, decode_padded
+from tiled_detector.pipeline.encodings import Encoding
+from tiled_detector.pipeline.postprocess import Limits, MergeSettings, postprocess
+from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.tiling import BatchPlan
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -8,40 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rosbags.highlevel import AnyReader
 
-from tiled_detector.harness.recording import image_folder_frames
-from tiled_detector.preprocess import Preprocessor
-from tiled_detector.ros.images import compressed_to_array, imgmsg_to_array
-from tiled_detector.tiling import make_plan
-
-
-def _is_bag(source: Path) -> bool:
-    return source.suffix in {".mcap", ".db3"} or (source.is_dir() and (source / "metadata.yaml").exists())
-
-
-def calibration_frames(source: Path) -> Iterator[tuple[np.ndarray, str]]:
-    """(image, encoding) pairs from a folder of images or from the image topics of a rosbag2 bag."""
-    if not source.exists():
-        raise FileNotFoundError(f"calibration source {source} does not exist")
-    if _is_bag(source):
-        yield from _bag_frames(source)
-        return
-    for frame in image_folder_frames(source):
-        yield frame.image, "rgb8"
-
-
-def _bag_frames(bag: Path) -> Iterator[tuple[np.ndarray, str]]:
-    convert = {
-        "sensor_msgs/msg/Image": imgmsg_to_array,
-        "sensor_msgs/msg/CompressedImage": compressed_to_array,
-    }
-    with AnyReader([bag]) as reader:
-        connections = [c for c in reader.connections if c.msgtype in convert]
-        if not connections:
-            raise ValueError(f"no sensor_msgs Image / CompressedImage topic in {bag}")
-        for connection, _, raw in reader.messages(connections=connections):
-            yield convert[connection.msgtype](reader.deserialize(raw, connection.msgtype))
+from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.tiling import make_plan
+from tiled_detector.tools.frames import file_frames
 
 
 def runtime_tiling(
@@ -74,6 +44,6 @@ def calibration_batches(
 
     def batches(input_hw: tuple[int, int]) -> Iterator[torch.Tensor]:
         tiling = runtime_tiling(device, torch.float32, input_hw, tile_hw, overlap, full_frame)
-        return (tiling(frame, encoding) for frame, encoding in calibration_frames(source))
+        return (tiling(frame.image, frame.encoding) for frame in file_frames(source))
 
     return batches

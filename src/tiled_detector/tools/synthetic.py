@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from tiled_detector import scoring
-from tiled_detector.tiling import plan_tiles
+from tiled_detector.pipeline.tiling import plan_tiles
+from tiled_detector.tools import scoring
 
 CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
 

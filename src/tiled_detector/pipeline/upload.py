@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from tiled_detector.devices import concrete_device
-from tiled_detector.encodings import Encoding, as_frame_tensor
+from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 
 
 class _Slot(NamedTuple):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from tiled_detector.groups import area, group_key, intersection
-from tiled_detector.tiling import BatchPlan, TilePlan, batch_plan
+from tiled_detector.pipeline.groups import area, group_key, intersection
+from tiled_detector.pipeline.tiling import BatchPlan, TilePlan, batch_plan
 
 
 def _as_batch(plan: TilePlan | BatchPlan) -> BatchPlan:

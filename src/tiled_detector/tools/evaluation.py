@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.scoring import box_iou, coco_stats
-from tiled_detector.synthetic import coco_ground_truth, make_scene
+from tiled_detector.tools.scoring import box_iou, coco_stats
+from tiled_detector.tools.synthetic import coco_ground_truth, make_scene
 from tiled_detector.types import Detections
 
 DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, never from make_scene

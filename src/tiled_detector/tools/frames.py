@@ -1,0 +1,104 @@
+"""Camera frames from files: synthetic scenes (with ground truth), a folder of images, a video, or the image
+topics of a rosbag2 bag (decoded as the node decodes its messages). The sources of `make-bag` and of INT8
+calibration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One camera frame: (H, W, C) pixels in `encoding` (rgb8 unless a bag says otherwise), and ground truth
+    (boxes x1y1x2y2, class ids) when known."""
+
+    image: np.ndarray
+    boxes: np.ndarray | None = None
+    class_ids: np.ndarray | None = None
+    encoding: str = "rgb8"
+
+    def __post_init__(self) -> None:
+        if (self.boxes is None) != (self.class_ids is None):
+            raise ValueError("ground truth needs both boxes and class_ids, or neither")
+
+
+def synthetic_frames(frames: int, seed: int, width: int, height: int) -> Iterator[Frame]:
+    """Frames of `tiled_detector.tools.synthetic` (frame i uses seed + i) with their ground truth."""
+    from tiled_detector.tools.synthetic import make_scene
+
+    for index in range(frames):
+        scene = make_scene(seed + index, width, height)
+        yield Frame(scene.image, scene.boxes, scene.class_ids)
+
+
+def image_folder_frames(folder: str | Path) -> Iterator[Frame]:
+    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), by name, without ground truth."""
+    import cv2
+
+    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not paths:
+        raise FileNotFoundError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
+    for path in paths:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise ValueError(f"cannot read image {path}")
+        yield Frame(np.ascontiguousarray(image[..., ::-1]))
+
+
+def video_frames(path: str | Path, limit: int | None = None) -> Iterator[Frame]:
+    """The frames of a video file (cv2.VideoCapture), at most `limit`, without ground truth."""
+    import cv2
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no video file {path}")
+    capture = cv2.VideoCapture(str(path))
+    try:
+        if not capture.isOpened():
+            raise ValueError(f"OpenCV cannot open video {path}")
+        count = 0
+        while limit is None or count < limit:
+            ok, image = capture.read()
+            if not ok:
+                return
+            yield Frame(np.ascontiguousarray(image[..., ::-1]))
+            count += 1
+    finally:
+        capture.release()
+
+
+def is_bag(source: Path) -> bool:
+    """A rosbag2 bag: a .mcap / .db3 file, or a folder with metadata.yaml."""
+    return source.suffix in {".mcap", ".db3"} or (source.is_dir() and (source / "metadata.yaml").exists())
+
+
+def bag_frames(bag: Path) -> Iterator[Frame]:
+    """The frames of every sensor_msgs Image / CompressedImage topic of a bag, in their encodings."""
+    from rosbags.highlevel import AnyReader
+
+    from tiled_detector.messages.images import compressed_to_array, imgmsg_to_array
+
+    convert = {
+        "sensor_msgs/msg/Image": imgmsg_to_array,
+        "sensor_msgs/msg/CompressedImage": compressed_to_array,
+    }
+    with AnyReader([bag]) as reader:
+        connections = [c for c in reader.connections if c.msgtype in convert]
+        if not connections:
+            raise ValueError(f"no sensor_msgs Image / CompressedImage topic in {bag}")
+        for connection, _, raw in reader.messages(connections=connections):
+            image, encoding = convert[connection.msgtype](reader.deserialize(raw, connection.msgtype))
+            yield Frame(image, encoding=encoding)
+
+
+def file_frames(source: str | Path) -> Iterator[Frame]:
+    """The frames of a folder of images or of a bag's image topics."""
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"{source} does not exist")
+    return bag_frames(source) if is_bag(source) else image_folder_frames(source)
