@@ -37,7 +37,10 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
         for size in ("640x480", "1280x720")
     ]
     measured = [r for r in ours if r["status"] == "ok"]
-    assert [(r["backend"], r["precision"]) for r in measured] == [("onnxruntime", "fp32")] * 2
+    # the bundled model follows the backend: its ONNX file for ONNX Runtime, its TorchScript file for torch
+    assert [(r["backend"], r["precision"]) for r in measured] == [("onnxruntime", "fp32")] * 2 + [
+        ("torch", "fp32")
+    ] * 2
     for r in measured:
         total, alone, ratio = float(r["total_ms"]), float(r["model_only_ms"]), float(r["ratio"])
         assert alone > 0 and total > 0 and ratio == pytest.approx(total / alone, rel=1e-2)
@@ -47,7 +50,7 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
     # a combination the engine cannot run is a row with its reason, never dropped
     reasons = {(r["backend"], r["precision"]): r["status"] for r in ours if r["status"] != "ok"}
     assert "int8 is not supported" in reasons[("onnxruntime", "int8")]
-    assert reasons[("torch", "fp32")].startswith("unsupported: ")  # the bundled .onnx is no TorchScript model
+    assert "int8 is not supported" in reasons[("torch", "int8")]
     peer = [r for r in rows if r["backend"] == "sahi"]
     # measured, or the reason: not installed, or ultralytics could not load the model
     assert len(peer) == 2 and all(r["status"].startswith(("ok", "unavailable", "failed: ")) for r in peer)

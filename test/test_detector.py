@@ -162,6 +162,8 @@ def test_config_normalises_options(square_onnx):
     assert cfg.tile_size == (32, 48) and cfg.tile_hw == (48, 32) and cfg.classes == (1, 3)
     assert cfg.labels == ("a", "b") and cfg.device == "cuda:1"
     assert cfg.replace(overlap=0.5).overlap == 0.5
+    assert cfg.replace(classes=[]).classes is None  # empty = every class, as the setting's help says
+    assert cfg.replace(classes=["b", 0]).classes == (0, "b")  # names stay names until the labels are known
 
 
 @pytest.mark.parametrize(
@@ -175,7 +177,7 @@ def test_config_normalises_options(square_onnx):
         ({"max_detections": 0}, "max_detections must be a positive integer, got 0"),
         ({"top_k": 1.5}, "top_k must be a positive integer"),
         ({"classes": [-1]}, "classes must be None or"),
-        ({"classes": []}, "classes must be None or"),
+        ({"classes": "car"}, "classes must be None or"),
         ({"labels": "person"}, "labels must be None or"),
         ({"full_frame": "yes"}, "full_frame must be a bool"),
         ({"device": "gpu"}, "device must be"),

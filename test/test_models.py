@@ -10,6 +10,8 @@ import onnx
 import pytest
 import torch
 
+from tiled_detector.config import DetectorConfig
+from tiled_detector.detector import TiledDetector
 from tiled_detector.models import default_model_path, load_labels
 from tiled_detector.tools.scoring import box_iou
 from tiled_detector.tools.synthetic import CLASSES, make_scene
@@ -38,7 +40,15 @@ def test_labels_lookup_order(tmp_path) -> None:
     assert load_labels(model) == ["x", "y"]  # <stem>.labels.txt wins, blank lines skipped
     shutil.copy(default_model_path().with_suffix(".ts"), tmp_path / "other.ts")
     (tmp_path / "labels.txt").unlink()
-    assert load_labels(tmp_path / "other.ts") == list(CLASSES)  # the TorchScript "labels" extra file
+    assert load_labels(tmp_path / "other.ts") is None  # nothing beside it: the file's own labels count
+    detector = TiledDetector(tmp_path / "other.ts", backend="torch")
+    assert detector.labels == tuple(CLASSES)  # the TorchScript "labels" extra file, read by the torch engine
+
+
+def test_the_bundled_default_follows_the_backend() -> None:
+    assert default_model_path("torch").suffix == ".ts" and default_model_path().suffix == ".onnx"
+    assert DetectorConfig(backend="torch").model == default_model_path().with_suffix(".ts")
+    assert DetectorConfig(backend="onnxruntime").model == DetectorConfig().model == default_model_path()
 
 
 def test_onnx_interface_is_yolov8_layout() -> None:

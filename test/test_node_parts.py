@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from tiled_detector.parameters import resolve_classes, runtime_changes
+from tiled_detector.config import DetectorConfig
+from tiled_detector.parameters import runtime_changes
 from tiled_detector.ros.node import FrameSlots, Stats, image_qos
 from tiled_detector.ros.params import BY_NAME, PARAMS, descriptor
 
@@ -37,20 +38,24 @@ def test_parameter_checks_state_the_rule_and_the_value() -> None:
 
 def test_class_filter_from_names_and_ids() -> None:
     labels = ["red_disc", "blue_square", "yellow_triangle"]
-    assert resolve_classes([], labels) is None
-    assert resolve_classes(["yellow_triangle", "0", "0"], labels) == (0, 2)
+
+    def resolved(classes, labels=labels):
+        return DetectorConfig(classes=classes).frame_settings(labels).classes
+
+    assert resolved([]) is None
+    assert resolved(["yellow_triangle", "0", "0"]) == (0, 2)
     with pytest.raises(ValueError, match="unknown class 'unicorn'"):
-        resolve_classes(["unicorn"], labels)
+        resolved(["unicorn"])
     with pytest.raises(ValueError, match="numeric ids"):
-        resolve_classes(["red_disc"], None)
+        resolved(["red_disc"], None)
 
 
 def test_pipeline_changes_map_parameters_to_config_fields() -> None:
     changes = runtime_changes(
-        {"tile_width": 512, "tile_height": 384, "conf_threshold": 0.5, "classes": ["", "1"], "model": "x"},
-        ["a", "b"],
+        {"tile_width": 512, "tile_height": 384, "conf_threshold": 0.5, "classes": ["", "1"], "model": "x"}
     )
-    assert changes == {"tile_size": (512, 384), "conf_threshold": 0.5, "classes": (1,)}
+    assert changes == {"tile_size": (512, 384), "conf_threshold": 0.5, "classes": ["1"]}
+    assert DetectorConfig(**changes).classes == (1,)
 
 
 def test_frame_slots_keep_only_the_newest_frame_of_each_camera() -> None:

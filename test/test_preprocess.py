@@ -165,16 +165,17 @@ def test_cpu_frames_are_not_copied():
     assert torch.equal(as_frame_tensor(flipped, "rgb8"), torch.from_numpy(flipped.copy()))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(("height", "width"), [(1080, 1920), (2160, 3840), (4321, 2001)])
 def test_cuda_uploads_land_whole_in_the_same_device_frame(height, width):
     # frames over upload.BAND_BYTES go in row bands (3840x2160 rgb8: 3; 4321 rows do not split evenly)
     rng = np.random.default_rng(9)
-    uploader = Uploader("cuda", static=True)
-    first = uploader.upload(_frame(rng, height, width, "rgb8"), "rgb8")
+    uploader = Uploader("cuda")
+    first = uploader.upload(_frame(rng, height, width, "rgb8"), "rgb8", static=True)
     for _ in range(2):
         frame = _frame(rng, height, width, "rgb8")
-        tensor = uploader.upload(frame, "rgb8")
+        tensor = uploader.upload(frame, "rgb8", static=True)
         assert tensor.data_ptr() == first.data_ptr()
         assert torch.equal(tensor.cpu(), torch.from_numpy(frame))
 

@@ -9,7 +9,7 @@ import torch
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
-from tiled_detector.pipeline.merge import merge, merge_padded
+from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
 from tiled_detector.pipeline.postprocess import Limits
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import batch_plan, make_plan
@@ -101,7 +101,9 @@ def test_merge_and_seams_keep_frames_apart():
     frames = torch.tensor([0, 1, 1])
     kept = merge(boxes, scores, classes, "nms", "iou", 0.5, frame_index=frames)
     torch.testing.assert_close(kept[1], torch.tensor([0.9, 0.8]))  # 0 and 1 overlap fully, in other frames
-    padded = merge_padded(boxes, scores, classes, torch.ones(3, dtype=torch.bool), "nmm", frame_index=frames)
+    padded = merge_padded(
+        boxes, scores, classes, torch.ones(3, dtype=torch.bool), MergeRule("nmm"), frame_index=frames
+    )
     assert padded.valid.tolist() == [True, True, False] and bool(padded.exact)
     # a box cut by a seam of frame 0 is not suppressed by a whole box of frame 1 at the same place
     plan = batch_plan([make_plan((100, 100), (60, 60), 0.2, (60, 60), False)] * 2)
@@ -148,7 +150,7 @@ def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
     log: list[str] = []
     captured = TiledDetector(square_torchscript, capture=_replaying_capture(log), **options)
     captured._sync_free = True  # the capturable (fixed-size) path
-    assert captured._runner.captures and captured._uploader.static
+    assert captured._runner.captures
     for seed in (0, 1, 2):
         frame, _, _ = _scene(seed)
         got = captured.detect(frame)
@@ -342,7 +344,9 @@ def test_detect_many_keeps_each_sources_upload_slot(bundled, scenes, monkeypatch
     used: list[int] = []
     upload = detector._uploader.upload
     monkeypatch.setattr(
-        detector._uploader, "upload", lambda f, e, slot: used.append(slot) or upload(f, e, slot)
+        detector._uploader,
+        "upload",
+        lambda f, e, slot, static: used.append(slot) or upload(f, e, slot, static),
     )
     both = detector.detect_many([scenes[0], scenes[2]], slots=[0, 2])
     only_second = detector.detect_many([scenes[2]], slots=[2])  # camera 0 had no frame this time

@@ -13,8 +13,9 @@ import pytest
 
 from tiled_detector.cli import COMMANDS
 from tiled_detector.commands.settings import flag, parameter_values
-from tiled_detector.config import ENGINE_FIELDS, DetectorConfig, default, settings
+from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig, default, settings
 from tiled_detector.engines.base import Backend, Precision
+from tiled_detector.kinds import Kind
 from tiled_detector.parameters import (
     DETECTOR_PARAMETERS,
     as_parameters,
@@ -22,6 +23,8 @@ from tiled_detector.parameters import (
     config_changes,
     read_params_file,
 )
+from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.merge import MergeMethod
 
 ROOT = Path(__file__).resolve().parents[1]
 # subcommands whose work depends on the detector's settings
@@ -42,10 +45,27 @@ def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 def test_every_field_has_its_setting_and_a_valid_default() -> None:
     for f in dataclasses.fields(DetectorConfig):
         setting = f.metadata["setting"]
-        assert setting.help, f.name
-        assert not (setting.engine and setting.runtime), f.name
+        assert setting.help and isinstance(setting.kind, Kind), f.name
+        assert setting.runtime == (setting.applies in (Applies.PLAN, Applies.FRAME, Applies.HOST)), f.name
     assert {"model", "backend", "device", "precision", "max_batch", "engine_options"} == ENGINE_FIELDS
     DetectorConfig(**{name: default(name) for name in settings()})
+
+
+def test_frame_settings_are_built_from_the_table() -> None:
+    # every field the frame program reads is a FrameSettings field and nothing else is: a runtime setting that
+    # applies to the frame cannot be missing from the capture key
+    frame_fields = {n for n, s in settings().items() if s.applies is Applies.FRAME}
+    assert {f.name for f in dataclasses.fields(FrameSettings)} == frame_fields
+    resolved = DetectorConfig(classes=["b", 0], merge="nmm").frame_settings(["a", "b"])
+    assert resolved.classes == (0, 1) and resolved.merge is MergeMethod.NMM
+    assert hash(resolved) == hash(DetectorConfig(classes=[1, "a"], merge="nmm").frame_settings(["a", "b"]))
+    # the other runtime fields are the plan's (tiles) and the host's: named here, so a new one is placed on purpose
+    assert {n for n, s in settings().items() if s.applies is Applies.PLAN} == {
+        "tile_size",
+        "overlap",
+        "full_frame",
+    }
+    assert {n for n, s in settings().items() if s.applies is Applies.HOST} == {"profile"}
 
 
 def test_parameters_are_derived_from_the_config_fields() -> None:
@@ -59,7 +79,8 @@ def test_parameters_are_derived_from_the_config_fields() -> None:
         if name in by_name:
             param = by_name[name]
             assert param.read_only == (not setting.runtime), name
-            assert (param.min_value, param.max_value) == (setting.low, setting.high), name
+            bounds = (getattr(setting.kind, "low", None), getattr(setting.kind, "high", None))
+            assert (param.min_value, param.max_value) == bounds or param.param_type.python is list, name
             assert param.description == setting.help
     # the node's overlap bound is the core's: one rule, one message
     assert by_name["overlap"].check(0.96) == "overlap must be in [0.0, 0.95], got 0.96"
@@ -90,9 +111,12 @@ def test_parameter_values_and_config_fields_convert_both_ways() -> None:
         "precision": "fp16",
         "seam_suppression": False,
     }
-    back = config_changes(values, labels=["a", "b", "c"])
+    back = config_changes(values)
     assert DetectorConfig(**back) == DetectorConfig(**changes)
-    assert config_changes({"classes": ["c", "0"]}, ["a", "b", "c"]) == {"classes": (0, 2)}
+    classes = (
+        DetectorConfig(**config_changes({"classes": ["c", "0"]})).frame_settings(["a", "b", "c"]).classes
+    )
+    assert classes == (0, 2)
     assert config_changes({"model": ""}) == {"model": default("model")}
     assert config_changes({"transport": "compressed"}) == {}  # a node parameter of no config field
 
@@ -108,8 +132,8 @@ def test_every_subcommand_names_a_setting_the_same_way(command: str) -> None:
             continue
         action = flags[option]
         assert action.dest == name, (command, option)
-        if setting.choices:
-            assert tuple(action.choices) == setting.choices, (command, option)
+        if "choices" in setting.kind.flag():
+            assert tuple(action.choices) == setting.kind.choices, (command, option)
     expected = {"--precision", "--max-batch", "--tile-size", "--overlap", "--device"}
     if command != "build-engine":  # build-engine takes the model as its argument
         expected |= {"--model", "--backend", "--conf", "--merge", "--match-metric", "--classes"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tiled_detector.pipeline.merge import MergeMethod, merge, merge_padded
+from tiled_detector.pipeline.merge import MergeMethod, MergeRule, merge, merge_padded
 
 aten = torch.ops.aten
 # ops that read device data on the host: data-dependent shapes, scalars, comparisons returning Python values
@@ -125,10 +125,12 @@ def test_merge_padded_equals_merge_on_the_valid_rows(method, metric):
         )
         args = [torch.as_tensor(v) for v in (all_boxes, all_scores, all_classes, valid)]
         with SyncCounter() as counter:
-            got = merge_padded(*args, method, metric, threshold, agnostic, slots=4)
+            got = merge_padded(*args, MergeRule(method, metric, threshold, agnostic), slots=4)
         assert counter.found == []
         if not bool(got.exact):
-            got = merge_padded(*args, method, metric, threshold, agnostic, nms_rounds=n + 1, slots=n + 1)
+            got = merge_padded(
+                *args, MergeRule(method, metric, threshold, agnostic), nms_rounds=n + 1, slots=n + 1
+            )
         assert bool(got.exact)
         for g, w in zip(
             (got.boxes[got.valid], got.scores[got.valid], got.class_ids[got.valid]), want, strict=True

@@ -1,235 +1,246 @@
-"""`DetectorConfig`: every setting of the tiled detection pipeline, validated once on construction."""
+"""`DetectorConfig`: every setting of the tiled detection pipeline, validated once on construction, and the
+table (`Setting`, one per field) from which everything else about a setting is derived.
+
+A field's `Setting` says what a user may know of it (help), the kind of its values (`tiled_detector.kinds`: type,
+range or choices, its ROS parameter(s), its CLI flag) and when a change applies (`Applies`). From the table come
+the node's parameters and their descriptors, config/detector.yaml's documented defaults (a test compares), the CLI
+flags of every subcommand, the runtime/read-only split, and the `FrameSettings` the frame program reads (which is
+also its capture key). Adding a setting of an existing kind means one field here and its line in
+config/detector.yaml.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from tiled_detector.engines.base import Backend, Precision
-from tiled_detector.options import ChannelOrder, out_of_range
+from tiled_detector.kinds import (
+    Choice,
+    Classes,
+    File,
+    Flag,
+    Kind,
+    Names,
+    Number,
+    Options,
+    Size,
+    Text,
+)
+from tiled_detector.options import ChannelOrder, Option
 from tiled_detector.pipeline.decode import OutputLayout
-from tiled_detector.pipeline.merge import MatchMetric, MergeMethod
+from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
+
+
+class Applies(Option):
+    """When a change of a setting takes effect."""
+
+    ENGINE = (
+        "engine"  # with a new engine (the node's parameter is read-only; `TiledDetector.update` refuses it)
+    )
+    DETECTOR = (
+        "detector"  # the detector is rebuilt around its engine (read-only parameter; `update` takes it)
+    )
+    PLAN = "plan"  # from the next frame: the tiles are planned again
+    FRAME = "frame"  # from the next frame: read by the frame program (a `FrameSettings` field, in the capture key)
+    HOST = "host"  # from the next frame: read on the host only, never inside the frame program
 
 
 @dataclass(frozen=True)
 class Setting:
-    """What a user may know of a `DetectorConfig` field: its help text, range and choices, and when it applies.
+    """What a user may know of a `DetectorConfig` field (help), the kind of its values, and when it applies.
 
-    runtime: changes take effect from the next frame (the node's parameter is writable); engine: a change needs
-    the engine loaded again (the rest of the non-runtime fields describe the model: labels, layout, channel
-    order); parameter: the node has it as a ROS parameter (and the CLI as a flag).
+    parameter: the node has it as a ROS parameter and the CLI as a flag; ros_name: the parameter's name (a size's
+    prefix) when it is not the field's; flag: the CLI flag's name when it is not the field's.
     """
 
     help: str
-    runtime: bool = True
-    engine: bool = False
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
+    kind: Kind
+    applies: Applies = Applies.FRAME
     parameter: bool = True
-    flag: str | None = None  # CLI flag when it is not the field's name
+    ros_name: str | None = None
+    flag: str | None = None
+
+    @property
+    def runtime(self) -> bool:
+        """A change applies from the next frame (the node's parameter is writable)."""
+        return self.applies in (Applies.PLAN, Applies.FRAME, Applies.HOST)
 
 
-def _setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None, **meta: Any) -> Any:
-    choices = meta.pop("choices", None)
-    if choices is not None:
-        meta["choices"] = tuple(member.value for member in choices)
-    if meta.get("engine"):
-        meta["runtime"] = False
+def _setting(default: Any = dataclasses.MISSING, help: str = "", **meta: Any) -> Any:
+    """A dataclass field with its `Setting` as metadata (a dict default is copied per instance)."""
     metadata = {"setting": Setting(help, **meta)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-def _default_model() -> Path | None:
-    """The bundled model, when the package ships one."""
+def _device(name: str, text: str) -> str:
+    device = text.strip().lower()
+    if not (device in {"cpu", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {text!r}")
+    return device
+
+
+def _bundled_model(backend: Backend) -> Any:
+    """The bundled model for a backend, when the package ships one (else None)."""
     try:
         from tiled_detector.models import default_model_path
     except ImportError:
         return None
-    return Path(default_model_path())
-
-
-def _pair(name: str, value: Sequence[int] | int, setting: Setting) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or not all(
-        isinstance(v, int) and not isinstance(v, bool) and setting.low <= v <= setting.high for v in pair
-    ):
-        raise ValueError(
-            f"{name} must be two positive integers (width, height) in [{setting.low}, {setting.high}], "
-            f"got {value!r}"
-        )
-    return int(pair[0]), int(pair[1])
-
-
-def _check(name: str, value: Any, setting: Setting) -> None:
-    """Raise ValueError when `value` is outside the setting's range."""
-    reason = out_of_range(name, value, setting.low, setting.high)
-    if reason:
-        raise ValueError(reason)
-
-
-def _float(name: str, value: Any, setting: Setting) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    _check(name, float(value), setting)
-    return float(value)
-
-
-def _int(name: str, value: Any, setting: Setting) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    _check(name, value, setting)
-    return value
-
-
-def _bool(name: str, value: Any, setting: Setting) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
-# field annotation -> checker of its values (annotations are strings here: `from __future__ import annotations`)
-_SCALARS = {"float": _float, "int": _int, "bool": _bool}
+    return default_model_path(backend)
 
 
 @dataclass(frozen=True)
 class DetectorConfig:
-    """Settings of a `TiledDetector`; each field's `Setting` (`settings()`) gives its help, range and whether it
-    changes at runtime: the node's parameters, config/detector.yaml and the CLI flags are derived from them.
+    """Settings of a `TiledDetector`; each field's `Setting` (`settings()`) gives its help, kind and when it
+    applies: the node's parameters, config/detector.yaml and the CLI flags are derived from them.
     String options accept enum values or their names (any case). tile_size is (width, height) in frame pixels.
     """
 
-    model: Path | None = _setting(
-        help="model file (.onnx, .engine/.plan, .ts/.pt2); empty = the bundled default model",
-        factory=_default_model,
-        engine=True,
+    model: Any = _setting(
+        None,
+        "model file (.onnx, .engine/.plan, .ts/.pt2); empty = the bundled default model (its TorchScript file "
+        "for the torch backend, else its ONNX file)",
+        kind=File(),
+        applies=Applies.ENGINE,
     )
     backend: Backend = _setting(
         Backend.AUTO,
         "inference backend; auto picks TensorRT for .onnx on CUDA when installed",
-        engine=True,
-        choices=Backend,
+        kind=Choice(option=Backend),
+        applies=Applies.ENGINE,
     )
-    device: str = _setting("cpu", "torch device of the engine: cpu, cuda or cuda:N", engine=True)
+    device: str = _setting(
+        "cpu",
+        "torch device of the engine: cpu, cuda or cuda:N",
+        kind=Text(rule=_device),
+        applies=Applies.ENGINE,
+    )
     precision: Precision = _setting(
         Precision.FP32,
         "engine precision: fp16 with TensorRT or torch on CUDA, int8 with TensorRT",
-        engine=True,
-        choices=Precision,
+        kind=Choice(option=Precision),
+        applies=Applies.ENGINE,
     )
-    tile_size: tuple[int, int] = _setting((640, 640), "tile width and height in pixels", low=16, high=8192)
-    overlap: float = _setting(0.2, "overlap ratio between neighbouring tiles", low=0.0, high=0.95)
-    full_frame: bool = _setting(True, "also run the whole frame (letterboxed) in the same batch")
-    conf_threshold: float = _setting(0.25, "minimum detection score", low=0.0, high=1.0, flag="conf")
+    tile_size: tuple[int, int] = _setting(
+        (640, 640),
+        "tile width and height in pixels",
+        kind=Size(low=16, high=8192),
+        applies=Applies.PLAN,
+        ros_name="tile",
+    )
+    overlap: float = _setting(
+        0.2, "overlap ratio between neighbouring tiles", kind=Number(0.0, 0.95), applies=Applies.PLAN
+    )
+    full_frame: bool = _setting(
+        True, "also run the whole frame (letterboxed) in the same batch", kind=Flag(), applies=Applies.PLAN
+    )
+    conf_threshold: float = _setting(0.25, "minimum detection score", kind=Number(0.0, 1.0), flag="conf")
     merge: MergeMethod = _setting(
-        MergeMethod.NMS, "how detections from overlapping tiles are merged", choices=MergeMethod
+        DEFAULT_RULE.method,
+        "how detections from overlapping tiles are merged",
+        kind=Choice(option=MergeMethod),
     )
     match_metric: MatchMetric = _setting(
-        MatchMetric.IOS,
+        DEFAULT_RULE.metric,
         "overlap measure for merging: intersection over union or over smaller",
-        choices=MatchMetric,
+        kind=Choice(option=MatchMetric),
     )
     merge_threshold: float = _setting(
-        0.5, "overlap above which two detections are the same object", low=0.0, high=1.0
+        DEFAULT_RULE.threshold,
+        "overlap above which two detections are the same object",
+        kind=Number(0.0, 1.0),
     )
-    class_agnostic: bool = _setting(False, "merge detections across classes")
-    max_detections: int = _setting(300, "most detections per frame (highest scores kept)", low=1, high=100000)
-    classes: tuple[int, ...] | None = _setting(
-        None, "only these classes (names or ids); not set or empty = all"
+    class_agnostic: bool = _setting(
+        DEFAULT_RULE.class_agnostic, "merge detections across classes", kind=Flag()
     )
-    top_k: int = _setting(100, "most candidates per tile (highest scores) before merging", low=1, high=100000)
+    max_detections: int = _setting(
+        300, "most detections per frame (highest scores kept)", kind=Number(1, 100000, integer=True)
+    )
+    classes: tuple[int | str, ...] | None = _setting(
+        None, "only these classes (names or ids); not set or empty = all", kind=Classes()
+    )
+    top_k: int = _setting(
+        100, "most candidates per tile (highest scores) before merging", kind=Number(1, 100000, integer=True)
+    )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,
         "model output layout; auto detects it from the output shapes",
-        runtime=False,
-        choices=OutputLayout,
+        kind=Choice(option=OutputLayout),
+        applies=Applies.DETECTOR,
     )
     max_batch: int = _setting(
         32,
         "largest engine batch; larger tile batches are split (on a CPU at most 4 images per call, the fastest "
         "there: engine option cpu_batch)",
-        engine=True,
-        low=1,
-        high=1024,
+        kind=Number(1, 1024, integer=True),
+        applies=Applies.ENGINE,
     )
     seam_suppression: bool = _setting(
-        True, "drop a box cut by a tile seam when another view sees the whole object"
+        True, "drop a box cut by a tile seam when another view sees the whole object", kind=Flag()
     )
     labels: tuple[str, ...] | None = _setting(
-        None, "class names by id; not set = the labels stored with the model", runtime=False
+        None,
+        "class names by id; not set = the labels stored with the model",
+        kind=Names(),
+        applies=Applies.DETECTOR,
     )
-    channel_order: str = _setting(
-        "rgb", "channel order the model expects", runtime=False, choices=ChannelOrder
+    channel_order: ChannelOrder = _setting(
+        ChannelOrder.RGB,
+        "channel order the model expects",
+        kind=Choice(option=ChannelOrder),
+        applies=Applies.DETECTOR,
+        ros_name="model_channel_order",
     )
     sync_free: bool = _setting(
         True,
         "CUDA: post-process on fixed-size tensors, one host-to-device and one device-to-host copy per "
         "frame (false: the exact path with data-dependent shapes)",
+        kind=Flag(),
+        applies=Applies.DETECTOR,
         parameter=False,
     )
     cuda_graph: bool = _setting(
         True,
         "CUDA, torch or TensorRT engine: capture each frame's work (tiles to merged boxes) as one CUDA graph per "
         "frame size and settings and replay it (false: launch every kernel each frame)",
-        runtime=False,
+        kind=Flag(),
+        applies=Applies.DETECTOR,
     )
     compile: bool = _setting(
         False,
         "CUDA with triton: fuse decoding and post-processing with torch.compile (fewer kernels per frame; the "
         "first frame of each size compiles, for minutes, then torch caches it on disk)",
-        runtime=False,
+        kind=Flag(),
+        applies=Applies.DETECTOR,
     )
     profile: bool = _setting(
         False,
         "synchronise the device at every stage so that stage timings are wall times (slower)",
+        kind=Flag(),
+        applies=Applies.HOST,
         parameter=False,
     )
-    engine_options: Mapping[str, Any] = _setting(
-        help="options of the engine's constructor (ONNX Runtime threads, torch input_shape, ...)",
-        factory=dict,
-        engine=True,
+    engine_options: Any = _setting(
+        {},
+        "options of the engine's constructor (ONNX Runtime threads, torch input_shape, ...)",
+        kind=Options(),
+        applies=Applies.ENGINE,
         parameter=False,
     )
 
     def __post_init__(self) -> None:
-        def set_(name: str, value: object) -> None:
-            object.__setattr__(self, name, value)
-
+        for name, setting in settings().items():
+            object.__setattr__(self, name, setting.kind.check(name, getattr(self, name)))
         if self.model is None:
-            raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
-        set_("model", Path(self.model))
-        for name, option in _OPTIONS.items():
-            set_(name, option.from_value(getattr(self, name)))
-        device = str(self.device).lower()
-        if not (device in {"cpu", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        set_("device", device)
-        set_("tile_size", _pair("tile_size", self.tile_size, settings()["tile_size"]))
-        for f in dataclasses.fields(self):
-            if f.type in _SCALARS:
-                set_(f.name, _SCALARS[f.type](f.name, getattr(self, f.name), f.metadata["setting"]))
-        if self.classes is not None:
-            classes = tuple(self.classes)
-            if not classes or not all(
-                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in classes
-            ):
-                raise ValueError(
-                    f"classes must be None or a non-empty list of class ids >= 0, got {self.classes!r}"
-                )
-            set_("classes", tuple(sorted(set(classes))))
-        if self.labels is not None:
-            if isinstance(self.labels, str) or not all(isinstance(n, str) for n in self.labels):
-                raise ValueError(f"labels must be None or a list of class names, got {self.labels!r}")
-            set_("labels", tuple(self.labels))
-        if not isinstance(self.engine_options, Mapping):
-            raise ValueError(f"engine_options must be a mapping, got {self.engine_options!r}")
-        set_("engine_options", MappingProxyType(dict(self.engine_options)))
+            model = _bundled_model(self.backend)
+            if model is None:
+                raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
+            object.__setattr__(self, "model", model)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -238,35 +249,41 @@ class DetectorConfig:
 
     def replace(self, **changes: Any) -> DetectorConfig:
         """A validated copy with `changes` applied (unknown names raise listing the valid ones)."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - names)
+        unknown = sorted(set(changes) - set(settings()))
         if unknown:
             raise ValueError(
-                f"unknown detector settings {unknown}; expected some of: {', '.join(sorted(names))}"
+                f"unknown detector settings {unknown}; expected some of: {', '.join(sorted(settings()))}"
             )
         return dataclasses.replace(self, **changes)
 
+    def changed(self, other: DetectorConfig) -> set[Applies]:
+        """When the fields that differ between this config and `other` apply."""
+        return {s.applies for n, s in settings().items() if getattr(self, n) != getattr(other, n)}
 
-# string-option fields -> their enum
-_OPTIONS = {
-    "backend": Backend,
-    "precision": Precision,
-    "merge": MergeMethod,
-    "match_metric": MatchMetric,
-    "layout": OutputLayout,
-    "channel_order": ChannelOrder,
-}
-
-# fields whose change needs the engine loaded again (everything else is applied per call)
-ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(DetectorConfig) if f.metadata["setting"].engine)
+    def frame_settings(self, labels: Sequence[str] | None) -> FrameSettings:
+        """The settings the frame program reads (every `Applies.FRAME` field), class names resolved to ids
+        against `labels` (ValueError naming an unknown class)."""
+        return FrameSettings(
+            **{
+                n: s.kind.resolve(getattr(self, n), labels)
+                for n, s in settings().items()
+                if s.applies is Applies.FRAME
+            }
+        )
 
 
 def settings() -> dict[str, Setting]:
     """Every field's `Setting`, in field order."""
-    return {f.name: f.metadata["setting"] for f in dataclasses.fields(DetectorConfig)}
+    return _SETTINGS
+
+
+_SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(DetectorConfig)}
+
+# fields whose change needs the engine loaded again (everything else is applied per call or by a rebuild)
+ENGINE_FIELDS = frozenset(n for n, s in _SETTINGS.items() if s.applies is Applies.ENGINE)
 
 
 def default(name: str) -> Any:
-    """The default value of a `DetectorConfig` field."""
+    """The default value of a `DetectorConfig` field (the bundled model is the default model's None)."""
     f = next(f for f in dataclasses.fields(DetectorConfig) if f.name == name)
     return f.default_factory() if f.default is dataclasses.MISSING else f.default

@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from tiled_detector.config import ENGINE_FIELDS, DetectorConfig
+from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, detect_layout
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
-from tiled_detector.pipeline.postprocess import Limits, MergeSettings, postprocess, unpack
+from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.postprocess import Limits, postprocess, unpack
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.program import (
     Capture,
@@ -115,6 +116,15 @@ def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
     return cuda_graph if capturable and config.cuda_graph else None
 
 
+def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | None) -> OutputLayout:
+    """The output layout, found once from the engine's output shapes when they are static (an ambiguous shape
+    raises here, asking for the layout)."""
+    shapes = {o.name: o.shape for o in engine.outputs}
+    if config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
+        return config.layout
+    return detect_layout(shapes, num_classes)
+
+
 class TiledDetector:
     """Tiled detection with the fewest engine calls per frame (one on a GPU). Not thread-safe (it reuses its
     input buffers).
@@ -174,34 +184,28 @@ class TiledDetector:
             raise ValueError(
                 f"engine runs on {engine.device}, but the config asks for device {config.device}"
             )
-        self._config = config
-        self._engine = engine
-        self._labels = config.labels or engine.labels or _model_labels(config.model)
-        self._num_classes = len(self._labels) if self._labels else None
-        self._layout = self._resolve_layout()
+        # derived from the config and the engine (a change of labels or layout rebuilds: `reconfigure`), before
+        # anything is replaced: an unknown class name or an ambiguous layout leaves the detector as it was
+        labels = config.labels or engine.labels or _model_labels(config.model)
+        num_classes = len(labels) if labels else None
+        layout = _resolve_layout(config, engine, num_classes)
+        frame_settings = config.frame_settings(labels)
+        self._config, self._engine, self._frame_settings = config, engine, frame_settings
+        self._labels, self._num_classes, self._layout = labels, num_classes, layout
         preprocessor = Preprocessor(
             engine.device, engine.input.dtype, engine.input_hw, config.channel_order, engine.memory_format
         )
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
-        capture = capture or default_capture(config, engine)
-        self._uploader = Uploader(engine.device, static=capture is not None)
+        self._uploader = Uploader(engine.device)
         self._program = FrameProgram(
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
         )
-        self._runner = Runner(capture)
+        self._runner = Runner(capture or default_capture(config, engine))
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
         )
-
-    def _resolve_layout(self) -> OutputLayout:
-        """The output layout, found once from the engine's output shapes when they are static (an ambiguous
-        shape raises here, asking for the layout)."""
-        shapes = {o.name: o.shape for o in self._engine.outputs}
-        if self._config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
-            return self._config.layout
-        return detect_layout(shapes, self._num_classes)
 
     @property
     def config(self) -> DetectorConfig:
@@ -218,13 +222,21 @@ class TiledDetector:
         """Class names: the config's, else the model's, else None."""
         return self._labels
 
+    @property
+    def frame_settings(self) -> FrameSettings:
+        """What the frame program reads (class names resolved against `labels`): the settings part of its
+        capture key."""
+        return self._frame_settings
+
     def with_config(self, **changes: Any) -> TiledDetector:
         """A detector with `changes` applied that shares this one's engine (`update` changes this one).
 
         Thresholds, merging, tiling, classes and the like apply per call; changing an engine setting
         (model, backend, device, precision, max_batch, engine_options) raises: build a new detector for that.
         """
-        return TiledDetector.from_config(self._checked(self._config.replace(**changes)), engine=self._engine)
+        return TiledDetector.from_config(
+            self._same_engine(self._config.replace(**changes)), engine=self._engine
+        )
 
     def update(self, **changes: Any) -> None:
         """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call, keeping
@@ -232,19 +244,19 @@ class TiledDetector:
         self.reconfigure(self._config.replace(**changes))
 
     def reconfigure(self, config: DetectorConfig) -> None:
-        """`update` to a whole config (its engine settings must be this detector's)."""
-        config = self._checked(config)
-        rebuilt = ("channel_order", "layout", "cuda_graph", "sync_free", "compile")
-        if any(getattr(config, n) != getattr(self._config, n) for n in rebuilt):
+        """`update` to a whole config (its engine settings must be this detector's): a change of a setting that
+        `Applies.DETECTOR` rebuilds the detector around its engine; the others apply from the next call."""
+        if Applies.DETECTOR in self._same_engine(config).changed(self._config):
             self._setup(config, self._engine, self._capture)
             return
-        self._config = config
+        frame_settings = config.frame_settings(
+            self._labels
+        )  # raises for an unknown class name: nothing changes
+        self._config, self._frame_settings = config, frame_settings
 
-    def _checked(self, config: DetectorConfig) -> DetectorConfig:
+    def _same_engine(self, config: DetectorConfig) -> DetectorConfig:
         """`config`, when its engine settings are this detector's (else a ValueError naming them)."""
-        reload = sorted(
-            name for name in ENGINE_FIELDS if getattr(config, name) != getattr(self._config, name)
-        )
+        reload = sorted(n for n in ENGINE_FIELDS if getattr(config, n) != getattr(self._config, n))
         if reload:
             raise ValueError(f"changing {', '.join(reload)} needs a new engine: create a new TiledDetector")
         return config
@@ -283,8 +295,10 @@ class TiledDetector:
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
             raise ValueError(f"slots must name each of the {len(frames)} frames once, got {list(slots)}")
         clock = _StageClock(self._engine.device, self._config.profile)
+        static = self._runner.captures  # a captured program reads the same device frames every time
         uploaded = [
-            self._uploader.upload(f, e, slot) for slot, f, e in zip(slots, frames, encodings, strict=True)
+            self._uploader.upload(f, e, slot, static)
+            for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
         clock.mark("upload")
         return self._detect(uploaded, encodings, clock)
@@ -297,8 +311,8 @@ class TiledDetector:
         """
         tensor = as_torch_tensor(frame, self._engine.device)
         clock = _StageClock(self._engine.device, self._config.profile)
-        if self._uploader.static:  # a captured program reads its static device frame (a device-side copy)
-            tensor = self._uploader.upload(tensor, encoding)
+        if self._runner.captures:  # a captured program reads its static device frame (a device-side copy)
+            tensor = self._uploader.upload(tensor, encoding, static=True)
             clock.mark("upload")
         return self._detect([as_frame_tensor(tensor, encoding)], [Encoding.from_value(encoding)], clock)[0]
 
@@ -323,8 +337,8 @@ class TiledDetector:
             host, found = self._sync_free_pass(frames, encodings, plan, clock)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             if found is None:
-                found = self._program.candidates(frames, encodings, plan, self._config, clock.mark)
-            packed = postprocess(found, plan, MergeSettings.of(self._config), None)
+                found = self._program.candidates(frames, encodings, plan, self._frame_settings, clock.mark)
+            packed = postprocess(found, plan, self._frame_settings, None)
             clock.mark("merge")
             host = packed.cpu().numpy()
             clock.mark("download")
@@ -339,12 +353,12 @@ class TiledDetector:
     ) -> tuple[np.ndarray | None, PaddedDecoded]:
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
-        cfg, limits = self._config, self._limits
-        settings = (MergeSettings.of(cfg), cfg.conf_threshold, cfg.top_k, cfg.classes)
+        settings, limits = self._frame_settings, self._limits
+        # the capture key: everything the frame program reads (frame buffers, plan, settings, limits)
         key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), settings, limits)
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         packed, found = self._runner.run(
-            key, lambda: self._program(frames, encodings, plan, cfg, limits, mark)
+            key, lambda: self._program(frames, encodings, plan, settings, limits, mark)
         )
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows

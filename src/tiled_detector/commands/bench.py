@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tiled_detector.commands.progress import TextProgress
 from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
-from tiled_detector.config import default, settings
+from tiled_detector.config import DetectorConfig, settings
 
 EPILOG = """examples:
   tiled-detector bench                                     # bundled model, auto backend, fp32/fp16/int8, 1080p + 4K
@@ -27,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of bench."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("--backend", nargs="+", default=["auto"], choices=settings()["backend"].choices)
+    parser.add_argument("--backend", nargs="+", default=["auto"], choices=settings()["backend"].kind.choices)
     parser.add_argument("--precision", nargs="+", default=["fp32", "fp16", "int8"],
-                        choices=settings()["precision"].choices)  # fmt: skip
+                        choices=settings()["precision"].kind.choices)  # fmt: skip
     parser.add_argument("--size", nargs="+", type=frame_size, default=[(1920, 1080), (3840, 2160)], metavar="WxH",
                         help="frame sizes (default 1920x1080 3840x2160)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=20, help="timed frames per configuration (default 20)")
@@ -68,8 +68,11 @@ def run(args: argparse.Namespace) -> int:
     rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build_detector,
                      progress, on_device=args.input == "device")  # fmt: skip
     if args.peer == "sahi":
-        config = config_changes(values)
-        rows += peer_sahi(config.get("model", default("model")), args.size, args.runs, args.warmup, config)
+        changes = config_changes(values)
+        model = DetectorConfig(
+            **{**changes, "backend": args.backend[0]}
+        ).model  # the bundled model follows it
+        rows += peer_sahi(model, args.size, args.runs, args.warmup, changes)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out / "bench.csv", csv_text(rows).encode())
     plot(rows, args.out / "bench.png")

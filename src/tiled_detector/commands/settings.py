@@ -6,17 +6,14 @@ what neither gives keeps the built-in default. Help texts, ranges and choices co
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from tiled_detector.config import DetectorConfig, default, settings
+from tiled_detector.config import default, settings
 from tiled_detector.parameters import as_parameters, read_params_file
-
-_TYPES = {"float": float, "int": int, "str": str}
 
 
 def default_params_file() -> Path:
@@ -44,31 +41,20 @@ def add_settings(
     params_file_help: str = "ROS 2 params file with the detector's settings, e.g. config/detector.yaml",
 ) -> None:
     """Add `--params-file` and a flag for each detector setting (those in `only`, default all); `defaults`
-    replaces a built-in default where this subcommand has another one (shown in the help)."""
+    replaces a built-in default where this subcommand has another one (shown in the help). Each flag's form
+    (type, number of values, choices) comes from its setting's kind."""
     group = parser.add_argument_group("detector settings (flags override --params-file)")
     group.add_argument("--params-file", type=Path, default=None, help=params_file_help)
     chosen = [n for n, s in settings().items() if s.parameter and (only is None or n in only)]
     for name in chosen:
         setting = settings()[name]
         value = (defaults or {}).get(name, default(name))
-        details = [] if name == "model" or value is None else [f"default {_shown(value)}"]
-        if setting.low is not None:
-            details.insert(0, f"[{setting.low:g}, {setting.high:g}]")
+        options = setting.kind.flag()  # argparse lists a flag's choices itself: ranges are added to the help
+        details = [setting.kind.describe()] if setting.kind.describe() and "choices" not in options else []
+        if value is not None and value != ():
+            details.append(f"default {_shown(value)}")
         text = f"{setting.help} ({', '.join(details)})" if details else setting.help
-        options: dict[str, Any] = {"dest": name, "default": None, "help": text}
-        kind = _annotation(name)
-        if name == "tile_size":
-            options.update(nargs=2, type=int, metavar=("W", "H"))
-        elif name in ("labels", "classes"):
-            options.update(nargs="+", metavar="NAME")
-        elif kind == "bool":
-            options["action"] = argparse.BooleanOptionalAction
-        else:
-            options["type"] = _TYPES.get(kind, str)
-            options["metavar"] = kind.upper() if kind in ("float", "int") else None
-            if setting.choices:
-                options["choices"] = setting.choices
-        group.add_argument(flag(name), **options)
+        group.add_argument(flag(name), dest=name, default=None, help=text, **options)
     parser.set_defaults(setting_defaults=dict(defaults or {}), setting_flags=chosen)
 
 
@@ -79,12 +65,6 @@ def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(getattr(value, "value", value))
-
-
-def _annotation(name: str) -> str:
-    """The annotation of field `name` without Optional (`"float"`, `"int"`, `"bool"`, ...)."""
-    annotation = next(f.type for f in dataclasses.fields(DetectorConfig) if f.name == name)
-    return str(annotation).split(" | ")[0]
 
 
 def flag_parameters(args: argparse.Namespace) -> dict[str, Any]:

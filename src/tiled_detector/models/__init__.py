@@ -1,29 +1,21 @@
 """The bundled default model (trained on `tiled_detector.tools.synthetic` scenes; see MODEL_CARD.md) and its labels.
 
 `default.onnx` / `default.ts` output the YOLOv8 layout (B, 4 + C, A): cx, cy, w, h in input pixels, then class
-scores after a sigmoid, for (B, 3, 640, 640) float32 RGB input in [0, 1].
+scores after a sigmoid, for (B, 3, 640, 640) float32 RGB input in [0, 1]. The same network in both formats: the
+torch backend loads the TorchScript file, every other backend the ONNX file.
 """
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 
 
-def default_model_path() -> Path:
-    """Path of the bundled ONNX model."""
-    return _HERE / "default.onnx"
-
-
-def _torchscript_labels(model_path: Path) -> list[str] | None:
-    """The "labels" extra file of a TorchScript archive (read from the zip, without loading the model)."""
-    if not zipfile.is_zipfile(model_path):
-        return None
-    with zipfile.ZipFile(model_path) as archive:
-        names = [n for n in archive.namelist() if n.endswith("/extra/labels")]
-        return _parse(archive.read(names[0]).decode()) if names else None
+def default_model_path(backend: object = None) -> Path:
+    """Path of the bundled model for `backend` (a `Backend` or its name): TorchScript for torch, else ONNX."""
+    name = getattr(backend, "value", backend)
+    return _HERE / ("default.ts" if name == "torch" else "default.onnx")
 
 
 def _parse(text: str) -> list[str] | None:
@@ -32,12 +24,10 @@ def _parse(text: str) -> list[str] | None:
 
 
 def load_labels(model_path: str | Path) -> list[str] | None:
-    """Class names for a model: `<stem>.labels.txt` or `labels.txt` beside it, else a TorchScript model's
-    "labels" extra file; None when there are none."""
+    """Class names from a text file beside a model: `<stem>.labels.txt`, else `labels.txt` (one name per line);
+    None when there is none (labels stored inside a model file are read by its engine)."""
     path = Path(model_path)
     for candidate in (path.with_name(f"{path.stem}.labels.txt"), path.with_name("labels.txt")):
         if candidate.is_file():
             return _parse(candidate.read_text())
-    if path.suffix.lower() in {".ts", ".pt", ".torchscript"} and path.is_file():
-        return _torchscript_labels(path)
     return None

@@ -16,7 +16,8 @@ Boxes of different frames (`frame_index`) never match: groups are frame x class 
 Only the nms keep order and group membership are sequential; both are matrix fixed points, and the merge walks
 the positions of every group at once.
 
-One implementation, `merge_padded`, works on a fixed-size candidate set with a validity mask: no data-dependent
+Each method is a kernel of `KERNELS` (method -> function of the ranked candidates); one implementation,
+`merge_padded`, ranks them and calls it. It works on a fixed-size candidate set with a validity mask: no data-dependent
 shape, no host synchronisation (for accelerators). Its sequential parts run a fixed number of rounds and report,
 as a device flag, whether the result is proven exact. `merge` is the same computation on all rows with the
 rounds chosen from the data (until the fixed point; the largest group), so it is always exact.
@@ -25,6 +26,8 @@ rounds chosen from the data (until the fixed point; the largest group), so it is
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -52,6 +55,29 @@ class MatchMetric(Option):
 
     IOU = "iou"
     IOS = "ios"
+
+
+DEFAULT_MERGE = MergeMethod.NMS  # the default everywhere: the node, the CLI, the Python API
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    """How overlapping detections are merged: the method, the overlap measure and threshold at which two boxes
+    are one object, and whether classes are merged together."""
+
+    method: MergeMethod = DEFAULT_MERGE
+    metric: MatchMetric = MatchMetric.IOS
+    threshold: float = 0.5
+    class_agnostic: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", MergeMethod.from_value(self.method))
+        object.__setattr__(self, "metric", MatchMetric.from_value(self.metric))
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"merge threshold must be in [0, 1], got {self.threshold!r}")
+
+
+DEFAULT_RULE = MergeRule()
 
 
 @functools.cache
@@ -285,21 +311,114 @@ class PaddedMerge(NamedTuple):
     frame_index: torch.Tensor  # (N,) int64: the frame of each row
 
 
+class _Ranked(NamedTuple):
+    """The candidates in rank order (invalid rows last, with harmless values) and the permutation that ranked them;
+    `rounds` / `slots` None: the exact path (taken from the data, host reads allowed)."""
+
+    boxes: Tensor
+    scores: Tensor
+    class_ids: Tensor
+    valid: Tensor
+    frames: Tensor
+    order: Tensor
+    rounds: int | None
+    slots: int | None
+
+    @property
+    def exact_path(self) -> bool:
+        return self.rounds is None and self.slots is None
+
+    def kept(self, keep: Tensor, exact: Tensor) -> PaddedMerge:
+        """The result of a method that only keeps rows (nms)."""
+        return PaddedMerge(
+            self.boxes, self.scores, self.class_ids, keep & self.valid, exact, self.one, self.frames
+        )
+
+    @property
+    def one(self) -> Tensor:
+        return torch.ones((), dtype=torch.int64, device=self.boxes.device)
+
+    def matches(self, rule: MergeRule) -> Tensor:
+        """The (N, N) match matrix; the exact path skips the masks that change nothing (one frame, all valid)."""
+        one_frame = self.exact_path and bool((self.frames == self.frames[0]).all())
+        all_valid = self.exact_path and bool(self.valid.all())
+        return _match_matrix(
+            self.boxes, self.class_ids, None if one_frame else self.frames, None if all_valid else self.valid,
+            rule.metric, rule.threshold, rule.class_agnostic,
+        )  # fmt: skip
+
+    def grouped(self, rule: MergeRule, keeper: Tensor, member_order: Tensor, exact: Tensor) -> PaddedMerge:
+        """The result of a method that merges each group into its keeper (SAHI's `_apply_merge`)."""
+        merged, merged_class, is_keeper, largest = _merge_groups(
+            self.boxes, self.scores, self.class_ids, keeper, member_order, self.valid, rule.metric, rule.threshold,
+            self.slots,
+        )  # fmt: skip
+        fits = largest <= self.slots if self.slots is not None else exact
+        return PaddedMerge(merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames)
+
+
+def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
+    """Keep a box unless a kept higher-ranked box matches it: torchvision's kernel (exact path, IoU), each
+    (frame, class) group on its own matrix (the CPU's exact path), else one fixed-point over the match matrix."""
+    exact = torch.ones((), dtype=torch.bool, device=rows.boxes.device)
+    # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
+    if torchvision is not None and rule.metric is MatchMetric.IOU and rule.threshold > 0:
+        keep = _nms_keep_torchvision(torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold,
+                                     rule.class_agnostic)  # fmt: skip
+    elif rows.exact_path and not rule.class_agnostic and rows.boxes.device.type == "cpu":
+        keep = _grouped_nms_keep(
+            rows.boxes, rows.class_ids, rows.frames, rows.valid, rule.metric, rule.threshold
+        )
+    else:
+        keep, exact = _nms_keep(rows.matches(rule), rows.rounds)
+    return rows.kept(keep, exact)
+
+
+def _greedy_nmm(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
+    """nms's keepers; every other box joins the first keeper (by rank) that matches it."""
+    match = rows.matches(rule)
+    keep, exact = _nms_keep(match, rows.rounds)
+    parent, _ = _first_true_row(match & keep[:, None])
+    positions = torch.arange(len(rows.boxes), device=rows.boxes.device)
+    # SAHI appends a keeper's members in rank order
+    return rows.grouped(rule, torch.where(keep, positions, parent), positions, exact)
+
+
+def _nmm(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
+    """Transitive: each box, in rank order, claims the unclaimed lower-ranked boxes it matches."""
+    boxes, scores = rows.boxes, rows.scores
+    # a box claims lower-ranked matches, except equal-score boxes with different coordinates
+    same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
+    parent, claimed = _first_true_row(rows.matches(rule) & ~same)
+    positions = torch.arange(len(boxes), device=boxes.device)
+    keeper = _roots(torch.where(claimed, parent, positions))
+    # members are appended claimer by claimer (rank order), each claimer's in input-index order
+    exact = torch.ones((), dtype=torch.bool, device=boxes.device)
+    return rows.grouped(rule, keeper, parent * len(boxes) + rows.order, exact)
+
+
+# method -> kernel: (ranked candidates, rule, torchvision.ops or None) -> the merged rows
+KERNELS: dict[MergeMethod, Callable[[_Ranked, MergeRule, Any | None], PaddedMerge]] = {
+    MergeMethod.NMS: _nms,
+    MergeMethod.NMM: _nmm,
+    MergeMethod.GREEDY_NMM: _greedy_nmm,
+}
+
+
 def merge_padded(
     boxes: torch.Tensor,
     scores: torch.Tensor,
     class_ids: torch.Tensor,
     valid: torch.Tensor,
-    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
-    metric: str | MatchMetric = MatchMetric.IOS,
-    threshold: float = 0.5,
-    class_agnostic: bool = False,
+    rule: MergeRule = DEFAULT_RULE,
+    *,
     nms_rounds: int | None = 16,
     slots: int | None = 16,
     frame_index: torch.Tensor | None = None,
     use_torchvision: bool = False,
 ) -> PaddedMerge:
-    """Combine overlapping detections among the rows where `valid` (N,) bool, like SAHI (module docstring).
+    """Combine overlapping detections among the rows where `valid` (N,) bool, like SAHI (module docstring), with
+    the kernel of `rule.method` (`KERNELS`).
 
     Fixed shapes and no host synchronisation: NMS keep masks run `nms_rounds` rounds (the depth of the longest
     suppression chain is needed); the merge walks `slots` positions of each group (the largest group size is
@@ -309,9 +428,6 @@ def merge_padded(
     apart (default: one frame). `use_torchvision` (with `nms_rounds` None) runs nms with IoU through
     torchvision's kernel when it is installed.
     """
-    method, metric = MergeMethod.from_value(method), MatchMetric.from_value(metric)
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"merge threshold must be in [0, 1], got {threshold!r}")
     if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] != (4,):
         raise ValueError(
             f"merge needs (N, 4) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
@@ -322,58 +438,22 @@ def merge_padded(
     boxes = torch.where(valid[:, None], boxes.float(), 0.0)  # invalid rows: harmless values, ranked last
     scores = torch.where(valid, scores.float(), float("-inf"))
     order = rank_order(boxes, scores, valid)
-    boxes, scores, class_ids = boxes[order], scores[order], class_ids.long()[order]
-    valid, frames = valid[order], frames[order]
-    exact = torch.ones((), dtype=torch.bool, device=boxes.device)
-    one = torch.ones((), dtype=torch.int64, device=boxes.device)
+    rows = _Ranked(boxes[order], scores[order], class_ids.long()[order], valid[order], frames[order], order,
+                   nms_rounds, slots)  # fmt: skip
     if len(boxes) == 0:
-        return PaddedMerge(boxes, scores, class_ids, valid, exact, one, frames)
-    ops = _torchvision_ops() if use_torchvision and nms_rounds is None else None
-    # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
-    if method is MergeMethod.NMS and metric is MatchMetric.IOU and ops is not None and threshold > 0:
-        keep = _nms_keep_torchvision(ops, boxes, class_ids, frames, threshold, class_agnostic)
-        return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
-    # the exact path (host reads allowed) skips the masks that change nothing: one frame, every row valid
-    exact_path = nms_rounds is None and slots is None
-    if exact_path and method is MergeMethod.NMS and not class_agnostic and boxes.device.type == "cpu":
-        keep = _grouped_nms_keep(boxes, class_ids, frames, valid, metric, threshold)
-        return PaddedMerge(boxes, scores, class_ids, keep, exact, one, frames)
-    one_frame = exact_path and bool((frames == frames[0]).all())
-    all_valid = exact_path and bool(valid.all())
-    match = _match_matrix(
-        boxes, class_ids, None if one_frame else frames, None if all_valid else valid, metric, threshold,
-        class_agnostic,
-    )  # fmt: skip
-    positions = torch.arange(len(boxes), device=boxes.device)
-    if method is MergeMethod.NMM:
-        # a box claims lower-ranked matches, except equal-score boxes with different coordinates
-        same = (scores[:, None] == scores[None]) & ~(boxes[:, None] == boxes[None]).all(-1)
-        parent, claimed = _first_true_row(match & ~same)
-        keeper = _roots(torch.where(claimed, parent, positions))
-        # members are appended claimer by claimer (rank order), each claimer's in input-index order
-        member_order = parent * len(boxes) + order
-    else:
-        keep, exact = _nms_keep(match, nms_rounds)
-        if method is MergeMethod.NMS:
-            return PaddedMerge(boxes, scores, class_ids, keep & valid, exact, one, frames)
-        parent, _ = _first_true_row(match & keep[:, None])
-        keeper = torch.where(keep, positions, parent)
-        member_order = positions  # SAHI appends a keeper's members in rank order
-    merged, merged_class, is_keeper, largest = _merge_groups(
-        boxes, scores, class_ids, keeper, member_order, valid, metric, threshold, slots
-    )
-    fits = largest <= slots if slots is not None else exact
-    return PaddedMerge(merged, scores, merged_class, is_keeper, exact & fits, largest, frames)
+        return rows.kept(rows.valid, torch.ones((), dtype=torch.bool, device=boxes.device))
+    torchvision = _torchvision_ops() if use_torchvision and nms_rounds is None else None
+    return KERNELS[rule.method](rows, rule, torchvision)
 
 
 def merge(
     boxes: torch.Tensor,
     scores: torch.Tensor,
     class_ids: torch.Tensor,
-    method: str | MergeMethod = MergeMethod.GREEDY_NMM,
-    metric: str | MatchMetric = MatchMetric.IOS,
-    threshold: float = 0.5,
-    class_agnostic: bool = False,
+    method: str | MergeMethod = DEFAULT_RULE.method,
+    metric: str | MatchMetric = DEFAULT_RULE.metric,
+    threshold: float = DEFAULT_RULE.threshold,
+    class_agnostic: bool = DEFAULT_RULE.class_agnostic,
     use_torchvision: bool = True,
     frame_index: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -385,10 +465,9 @@ def merge(
     threshold above 0).
     """
     valid = torch.ones(len(scores), dtype=torch.bool, device=scores.device)
-    out = merge_padded(
-        boxes, scores, class_ids, valid, method, metric, threshold, class_agnostic, None, None, frame_index,
-        use_torchvision,
-    )  # fmt: skip
+    rule = MergeRule(method, metric, threshold, class_agnostic)
+    out = merge_padded(boxes, scores, class_ids, valid, rule, nms_rounds=None, slots=None, frame_index=frame_index,
+                       use_torchvision=use_torchvision)  # fmt: skip
     keep = out.valid.nonzero().squeeze(1)
     return out.boxes[keep], out.scores[keep], out.class_ids[keep]
 
@@ -397,10 +476,10 @@ def merge_detections(
     boxes: np.ndarray,
     scores: np.ndarray,
     class_ids: np.ndarray,
-    method: str | MergeMethod = "greedy_nmm",
-    metric: str | MatchMetric = "ios",
-    threshold: float = 0.5,
-    class_agnostic: bool = False,
+    method: str | MergeMethod = DEFAULT_RULE.method,
+    metric: str | MatchMetric = DEFAULT_RULE.metric,
+    threshold: float = DEFAULT_RULE.threshold,
+    class_agnostic: bool = DEFAULT_RULE.class_agnostic,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy wrapper of `merge`: (N, 4) boxes, (N,) scores, (N,) class ids -> float32, float32, int64 arrays."""
     tensors = (torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),

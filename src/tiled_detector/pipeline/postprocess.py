@@ -11,13 +11,13 @@ status row (candidates needed, exact, largest merge group) that the host reads a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from tiled_detector.pipeline.decode import PaddedDecoded
-from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, merge_padded
+from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.merge import merge_padded
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import BatchPlan
 
@@ -29,23 +29,6 @@ MAX_CANDIDATES = 2 * MAX_CAPACITY
 MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 MIN_ROUNDS, MAX_ROUNDS = 4, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
 COLUMNS = 8  # x1, y1, x2, y2, score, class, valid, frame
-
-
-@dataclass(frozen=True)
-class MergeSettings:
-    """The settings post-processing reads (a `DetectorConfig` has them all)."""
-
-    seam_suppression: bool = True
-    merge: MergeMethod = MergeMethod.NMS
-    match_metric: MatchMetric = MatchMetric.IOS
-    merge_threshold: float = 0.5
-    class_agnostic: bool = False
-    max_detections: int = 300
-
-    @classmethod
-    def of(cls, config: Any) -> MergeSettings:
-        """The fields of `config` (any object with these attributes)."""
-        return cls(**{name: getattr(config, name) for name in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -109,7 +92,7 @@ def _per_frame_best(
 
 
 def postprocess(
-    found: PaddedDecoded, plan: BatchPlan, settings: MergeSettings, limits: Limits | None
+    found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None
 ) -> torch.Tensor:
     """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring).
 
@@ -133,10 +116,7 @@ def postprocess(
         scores,
         class_ids,
         valid,
-        settings.merge,
-        settings.match_metric,
-        settings.merge_threshold,
-        settings.class_agnostic,
+        settings.merge_rule,
         nms_rounds=None if limits is None else limits.rounds,
         slots=None if limits is None else limits.slots,
         frame_index=frame,

@@ -1,7 +1,7 @@
 """The frame program: all the device work for one batch of frames as one function, and the runner that executes
 it eagerly or captures it once per key and replays it.
 
-`FrameProgram(frames, encodings, plan, settings)`: device frames -> tiles and letterboxed views written into the
+`FrameProgram(frames, encodings, plan, settings, limits)`: device frames -> tiles and letterboxed views written into the
 engine's input (in chunks of at most `max_batch` images) -> engine -> decode (each chunk to its per-image top-k
 candidates) -> `postprocess` -> packed rows + a status row. With fixed `Limits` nothing in it reads device data
 on the host, so the whole function can be captured (e.g. as a CUDA graph) and replayed for the next frame of the
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from tiled_detector.engines.base import Engine
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, decode_padded
 from tiled_detector.pipeline.encodings import Encoding
-from tiled_detector.pipeline.postprocess import Limits, MergeSettings, postprocess
+from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.postprocess import Limits, postprocess
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import BatchPlan
 
@@ -33,6 +33,17 @@ Capture = Callable[[Callable[[], T]], tuple[Callable[[], None], T]]
 Mark = Callable[[str], None]
 F = TypeVar("F", bound=Callable[..., Any])
 Compiler = Callable[[F], F]  # a stage function -> an equivalent one (e.g. fused by torch.compile)
+
+
+class Inference(Protocol):
+    """What the frame program needs of an engine (`tiled_detector.engines.base.Engine` is one): at most
+    `max_batch` images per call, into its bound input where it has one."""
+
+    max_batch: int
+
+    def input_buffer(self, batch_size: int) -> torch.Tensor | None: ...
+
+    def infer(self, batch: torch.Tensor) -> Mapping[str, torch.Tensor]: ...
 
 
 def no_mark(stage: str) -> None:
@@ -128,7 +139,7 @@ class FrameProgram:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Inference,
         preprocessor: Preprocessor,
         layout: OutputLayout,
         num_classes: int | None,
@@ -148,7 +159,7 @@ class FrameProgram:
         frames: Sequence[torch.Tensor],
         encodings: Sequence[Encoding],
         plan: BatchPlan,
-        settings: Any,
+        settings: FrameSettings,
         mark: Mark = no_mark,
     ) -> PaddedDecoded:
         """Every view of every frame through the engine, in chunks of at most `max_batch` images (one engine call
@@ -185,12 +196,12 @@ class FrameProgram:
         frames: Sequence[torch.Tensor],
         encodings: Sequence[Encoding],
         plan: BatchPlan,
-        settings: Any,
+        settings: FrameSettings,
         limits: Limits | None,
         mark: Mark = no_mark,
     ) -> tuple[torch.Tensor, PaddedDecoded]:
         """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
         found = self.candidates(frames, encodings, plan, settings, mark)
-        packed = self.postprocess(found, plan, MergeSettings.of(settings), limits)
+        packed = self.postprocess(found, plan, settings, limits)
         mark("merge")
         return packed, found

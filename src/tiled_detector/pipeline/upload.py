@@ -24,24 +24,25 @@ class _Slot(NamedTuple):
 
 
 class Uploader:
-    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers).
+    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers)."""
 
-    `static=True` copies every frame into its slot's device frame, even one already on the device (a captured
-    frame program must read the same memory every time)."""
-
-    def __init__(self, device: str | torch.device, static: bool = False) -> None:
+    def __init__(self, device: str | torch.device) -> None:
         self.device = concrete_device(device)
-        self.static = static
         self._slots: dict[int, _Slot] = {}
 
     def upload(
-        self, frame: np.ndarray | torch.Tensor, encoding: str | Encoding = Encoding.RGB8, slot: int = 0
+        self,
+        frame: np.ndarray | torch.Tensor,
+        encoding: str | Encoding = Encoding.RGB8,
+        slot: int = 0,
+        static: bool = False,
     ) -> torch.Tensor:
         """The frame as an (H, W, C) tensor on the device: one host-to-device copy (into slot `slot`'s static
-        device frame), none when it is already there."""
+        device frame), none when it is already there. `static` copies it into the slot's device frame even when
+        it is already on the device (a captured frame program reads the same memory every time)."""
         tensor = as_frame_tensor(frame, encoding)
         staging = self.device.type == "cuda" and tensor.device.type == "cpu"
-        if not self.static and not staging:
+        if not static and not staging:
             return tensor if tensor.device == self.device else tensor.to(self.device)
         staged = self._slots.get(slot)
         if staged is None or staged.device.shape != tensor.shape or staged.device.dtype != tensor.dtype:

@@ -90,7 +90,8 @@ class NodeParameters:
         if "tile_width" in runtime or "tile_height" in runtime:
             runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
         try:
-            candidate = current.replace(**runtime_changes(runtime, self.labels))
+            candidate = current.replace(**runtime_changes(runtime))
+            candidate.frame_settings(self.labels)  # class names must be the model's
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:

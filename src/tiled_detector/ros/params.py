@@ -12,15 +12,17 @@ from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType
 
+from tiled_detector.kinds import Choice, Names, Number, Parameter, ParamType
 from tiled_detector.options import Option
-from tiled_detector.parameters import DETECTOR_PARAMETERS, Parameter
+from tiled_detector.parameters import DETECTOR_PARAMETERS
 
 _TYPES = {
-    bool: ParameterType.PARAMETER_BOOL,
-    int: ParameterType.PARAMETER_INTEGER,
-    float: ParameterType.PARAMETER_DOUBLE,
-    str: ParameterType.PARAMETER_STRING,
-    list: ParameterType.PARAMETER_STRING_ARRAY,
+    ParamType.BOOL: ParameterType.PARAMETER_BOOL,
+    ParamType.INTEGER: ParameterType.PARAMETER_INTEGER,
+    ParamType.DOUBLE: ParameterType.PARAMETER_DOUBLE,
+    ParamType.STRING: ParameterType.PARAMETER_STRING,
+    ParamType.STRING_ARRAY: ParameterType.PARAMETER_STRING_ARRAY,
+    ParamType.DOUBLE_ARRAY: ParameterType.PARAMETER_DOUBLE_ARRAY,
 }
 
 
@@ -45,20 +47,16 @@ class OutputFormat(Option):
     IDS = "ids"
 
 
-def _choices(option: type[Option]) -> tuple[str, ...]:
-    return tuple(member.value for member in option)
-
-
 NODE_PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("transport", "raw", "raw subscribes `image`; compressed subscribes `image/compressed`", True,
-              _choices(Transport)),
-    Parameter("image_reliability", "best_effort", "QoS reliability of the image subscription (depth 1)", True,
-              _choices(Reliability)),
-    Parameter("diagnostics_period", 1.0, "seconds between /diagnostics messages", True, (), 0.1, 60.0),
-    Parameter("cameras", None, "image topics of several cameras, detected together in one engine batch; each "
-              "publishes <its namespace>/detections; empty = the one `image` input", True, kind=list),
-    Parameter("output_format", "labels", "class_id field: label names (labels) or numeric ids (ids)", False,
-              _choices(OutputFormat)),
+    Parameter("transport", Choice(option=Transport), "raw",
+              "raw subscribes `image`; compressed subscribes `image/compressed`", True),
+    Parameter("image_reliability", Choice(option=Reliability), "best_effort",
+              "QoS reliability of the image subscription (depth 1)", True),
+    Parameter("diagnostics_period", Number(0.1, 60.0), 1.0, "seconds between /diagnostics messages", True),
+    Parameter("cameras", Names(), None, "image topics of several cameras, detected together in one engine batch; "
+              "each publishes <its namespace>/detections; empty = the one `image` input", True),
+    Parameter("output_format", Choice(option=OutputFormat), "labels",
+              "class_id field: label names (labels) or numeric ids (ids)", False),
 )  # fmt: skip
 
 PARAMS: tuple[Parameter, ...] = DETECTOR_PARAMETERS + NODE_PARAMETERS
@@ -70,7 +68,7 @@ def descriptor(param: Parameter) -> ParameterDescriptor:
     kind = param.value_type
     result = ParameterDescriptor(
         name=param.name,
-        type=_TYPES[kind],
+        type=_TYPES[param.param_type],
         description=param.description,
         read_only=param.read_only,
         additional_constraints=f"one of: {', '.join(param.choices)}" if param.choices else "",

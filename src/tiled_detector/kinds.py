@@ -1,0 +1,485 @@
+"""How a setting's values are typed, checked and spelt: as Python values (`DetectorConfig`), as ROS 2 parameters
+(the node, params files, launch arguments) and as command-line flags.
+
+One `Kind` per shape of value. `config.Setting` names the kind of each `DetectorConfig` field (and `ros/params.py`
+of each node parameter); the parameter table, its checks, its encoding and the CLI flags are all derived from it,
+so adding a setting of an existing kind is one field in `config.py` (and its line in config/detector.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from tiled_detector.options import Option, out_of_range
+
+
+class ParamType(Option):
+    """The ROS 2 parameter types settings are held in."""
+
+    BOOL = "bool"
+    INTEGER = "integer"
+    DOUBLE = "double"
+    STRING = "string"
+    STRING_ARRAY = "string_array"
+    DOUBLE_ARRAY = "double_array"
+
+    @property
+    def python(self) -> type:
+        """The Python type of one value (arrays: list)."""
+        return {"bool": bool, "integer": int, "double": float, "string": str}.get(self.value, list)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _items(value: Any) -> list[Any]:
+    """An array parameter's items: a list, tuple or array, or one comma-separated string (blank strings are
+    left out: an empty launch argument or `['']` sets nothing)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [
+        item.strip() if isinstance(item, str) else item
+        for item in items
+        if not (isinstance(item, str) and not item.strip())
+    ]
+
+
+def _is_array(value: Any) -> bool:
+    """A value an array parameter may hold: a list (tuple, array) or one comma-separated string."""
+    return isinstance(value, str) or _is_list(value)
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, list | tuple | array.array)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A scalar held in one ROS parameter named like its field. Subclasses say how their values are checked
+    (`check`), spelt as parameters (`names`, `encode`, `decode`, `parameter_problem`) and as a flag (`flag`), and
+    how class names in them become class ids once the model's labels are known (`resolve`)."""
+
+    param_type: ClassVar[ParamType] = ParamType.STRING
+
+    def check(self, name: str, value: Any) -> Any:
+        """The value normalised, or ValueError stating the rule and the value received."""
+        return value
+
+    def names(self, name: str) -> tuple[str, ...]:
+        """The ROS parameter names of setting `name`."""
+        return (name,)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        """Parameter values for a (checked) value."""
+        return {name: value}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        """The value held by parameter values (every name of `names`); `check` validates it afterwards."""
+        return values[name]
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        """Why `value` cannot be held by ROS parameter `parameter` (type, range, choices), or None."""
+        return None
+
+    def flag(self) -> dict[str, Any]:
+        """argparse options of the setting's flag (besides its name, dest, default and help)."""
+        return {"type": str}
+
+    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
+        """The value as the frame program reads it: class names replaced by ids (`labels` index them)."""
+        return value
+
+    def describe(self) -> str:
+        """The range or choices as config/detector.yaml and --help state them ('' for none)."""
+        return ""
+
+
+@dataclass(frozen=True)
+class Number(Kind):
+    """A number in [low, high]: an integer when `integer` (a parameter of either type is accepted for a decimal
+    one: `conf_threshold: 1` is 1.0)."""
+
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+
+    @property
+    def param_type(self) -> ParamType:  # type: ignore[override]
+        return ParamType.INTEGER if self.integer else ParamType.DOUBLE
+
+    def check(self, name: str, value: Any) -> Any:
+        if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
+            what = "a positive integer" if self.low is not None and self.low >= 1 else "an integer"
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+        if self.integer and self.low is not None and self.low >= 1 and value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not _is_number(value):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        reason = out_of_range(name, value, self.low, self.high)
+        if reason:
+            raise ValueError(reason)
+        return int(value) if self.integer else float(value)
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        try:
+            self.check(parameter, value)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    def flag(self) -> dict[str, Any]:
+        return {"type": int if self.integer else float, "metavar": "INT" if self.integer else "FLOAT"}
+
+    def describe(self) -> str:
+        return "" if self.low is None else f"[{self.low:g}, {self.high:g}]"
+
+
+@dataclass(frozen=True)
+class Flag(Kind):
+    """True or false."""
+
+    param_type: ClassVar[ParamType] = ParamType.BOOL
+
+    def check(self, name: str, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be a bool (true or false), got {value!r}")
+        return value
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        return (
+            None if isinstance(value, bool) else f"{parameter} must be a bool (true or false), got {value!r}"
+        )
+
+    def flag(self) -> dict[str, Any]:
+        return {"action": argparse.BooleanOptionalAction}
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    """One member of an `Option` enum, given by value or name in any case."""
+
+    option: type[Option] = Option
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(member.value for member in self.option)
+
+    def check(self, name: str, value: Any) -> Any:
+        return self.option.from_value(value)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: self.option.from_value(value).value}
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        if value in self.choices:
+            return None
+        return f"{parameter} must be one of {', '.join(self.choices)}, got {value!r}"
+
+    def flag(self) -> dict[str, Any]:
+        return {"type": str, "choices": self.choices}
+
+    def describe(self) -> str:
+        return " | ".join(self.choices)
+
+
+@dataclass(frozen=True)
+class Text(Kind):
+    """A string, normalised and checked by `rule` (text -> value, ValueError when invalid)."""
+
+    rule: Callable[[str, str], str] = lambda name, text: text
+
+    def check(self, name: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return self.rule(name, value)
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        return None if isinstance(value, str) else f"{parameter} must be a string, got {value!r}"
+
+
+@dataclass(frozen=True)
+class File(Kind):
+    """A file path; not set (None; the parameter "") means the setting's built-in choice (e.g. the bundled model)."""
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str | Path):
+            raise ValueError(f"{name} must be a file path, got {value!r}")
+        return Path(value)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: "" if value is None else str(value)}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return values[name] or None
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        return (
+            None if isinstance(value, str) else f"{parameter} must be a file path (a string), got {value!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Size(Kind):
+    """(width, height) in pixels, held in two integer parameters (`<name>_width`, `<name>_height`); one integer
+    means a square."""
+
+    low: int = 1
+    high: int = 1 << 16
+    param_type: ClassVar[ParamType] = ParamType.INTEGER
+
+    def check(self, name: str, value: Any) -> Any:
+        pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+        try:
+            width, height = pair
+        except (TypeError, ValueError):
+            width = height = None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
+                   for v in (width, height)):  # fmt: skip
+            raise ValueError(
+                f"{name} must be two positive integers (width, height) in [{self.low}, {self.high}], got {value!r}"
+            )
+        return int(width), int(height)
+
+    def names(self, name: str) -> tuple[str, ...]:
+        return (f"{name}_width", f"{name}_height")
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return dict(zip(self.names(name), (int(v) for v in value), strict=True))
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return tuple(values[n] for n in self.names(name))
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{parameter} must be an integer, got {value!r}"
+        return out_of_range(parameter, value, self.low, self.high)
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": 2, "type": int, "metavar": ("W", "H")}
+
+    def describe(self) -> str:
+        return f"[{self.low:g}, {self.high:g}]"
+
+
+@dataclass(frozen=True)
+class Names(Kind):
+    """A list of names (a string array; one comma-separated string is accepted); empty = not set (None)."""
+
+    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if not _is_list(value) or not all(isinstance(n, str) for n in _items(value)):
+            raise ValueError(f"{name} must be None or a list of names, e.g. ['a', 'b'], got {value!r}")
+        return tuple(_items(value)) or None
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return _items(values[name])  # a parameter may hold one comma-separated string
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [] if value is None else [str(v) for v in value]}
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        if _is_array(value) and all(isinstance(v, str) for v in _items(value)):
+            return None
+        return f"{parameter} must be a list of names, e.g. ['a', 'b'], got {value!r}"
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": "+", "metavar": "NAME"}
+
+
+def class_key(item: Any, name: str) -> int | str:
+    """A class given by name or id: an id (int >= 0, also from a string of digits) or a name."""
+    if isinstance(item, bool) or not isinstance(item, int | str):
+        raise ValueError(f"{name}: a class is a name or an id >= 0, got {item!r}")
+    text = str(item).strip()
+    if text.lstrip("-").isdigit():
+        if int(text) < 0:
+            raise ValueError(f"{name} must be None or a list of class names or ids >= 0, got {item!r}")
+        return int(text)
+    if not text:
+        raise ValueError(f"{name}: a class is a name or an id >= 0, got {item!r}")
+    return text
+
+
+def class_id(key: int | str, labels: Sequence[str] | None, name: str) -> int:
+    """The id of a class given by name or id (a name must be one of `labels`)."""
+    if isinstance(key, int):
+        return key
+    if labels and key in labels:
+        return list(labels).index(key)
+    known = ", ".join(labels or ()) or "no labels loaded: use numeric ids"
+    raise ValueError(f"{name}: unknown class {key!r} (known: {known})")
+
+
+def _sorted_keys(keys: Sequence[int | str]) -> tuple[int | str, ...]:
+    """Ids first (ascending), then names (in order), each once."""
+    ids = sorted({k for k in keys if isinstance(k, int)})
+    return (*ids, *dict.fromkeys(k for k in keys if isinstance(k, str)))
+
+
+@dataclass(frozen=True)
+class Classes(Kind):
+    """Classes by name or id (a string array: ["person", "3"]); empty = not set (None: every class). The frame
+    program reads their ids, resolved against the model's labels."""
+
+    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if not _is_list(value):
+            raise ValueError(
+                f"{name} must be None or a list of class names or ids, e.g. ['car', 2], got {value!r}"
+            )
+        keys = [class_key(item, name) for item in _items(value)]
+        return _sorted_keys(keys) or None
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return _items(values[name])  # a parameter may hold one comma-separated string
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [] if value is None else [str(v) for v in value]}
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        try:
+            self.check(parameter, value)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": "+", "metavar": "NAME"}
+
+    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
+        if value is None:
+            return None
+        return tuple(sorted({class_id(key, labels, "classes") for key in value}))
+
+
+@dataclass(frozen=True)
+class ClassValues(Kind):
+    """A value in [low, high] per class, as a string array of "class:value" entries (classes by name or id:
+    ["person:0.35", "3:0.6"]); empty = none. Held as ((class, value), ...) in the order given, a later entry for
+    the same class replacing an earlier one; the frame program reads them with class ids (`resolve`)."""
+
+    low: float = 0.0
+    high: float = 1.0
+    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, Mapping):
+            pairs = list(value.items())
+        elif _is_array(value):
+            pairs = [self._pair(name, item) for item in _items(value)]
+        else:
+            raise ValueError(
+                f"{name} must be a list of 'class:value' entries, e.g. ['person:0.35'], got {value!r}"
+            )
+        entries: dict[int | str, float] = {}
+        for key, number in pairs:
+            if not _is_number(number):
+                raise ValueError(f"{name}: the value of {key!r} must be a number, got {number!r}")
+            reason = out_of_range(f"{name} of {key}", number, self.low, self.high)
+            if reason:
+                raise ValueError(reason)
+            entries[class_key(key, name)] = float(number)
+        return tuple(entries.items())
+
+    @staticmethod
+    def _pair(name: str, item: Any) -> tuple[Any, Any]:
+        """(class, value) of one entry: a "class:value" string or a (class, value) pair."""
+        if isinstance(item, tuple | list) and len(item) == 2:
+            return item[0], item[1]
+        key, sep, number = str(item).rpartition(":")
+        try:
+            if sep:
+                return key.strip(), float(number)
+        except ValueError:
+            pass
+        raise ValueError(f"{name} entries are 'class:value' (e.g. 'person:0.35'), got {item!r}")
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [f"{key}:{number:g}" for key, number in value]}
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        try:
+            self.check(parameter, value)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": "+", "metavar": "CLASS:VALUE"}
+
+    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
+        return tuple((class_id(key, labels, "class value"), number) for key, number in value)
+
+    def describe(self) -> str:
+        return f"[{self.low:g}, {self.high:g}]"
+
+
+@dataclass(frozen=True)
+class Options(Kind):
+    """A mapping of named options (not a parameter: a Python API and params-file-free setting)."""
+
+    def check(self, name: str, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name} must be a mapping, got {value!r}")
+        return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One ROS parameter: its name, type, default as the parameter holds it (None: not set), what it means,
+    whether it is fixed at start, and the kind that checks its values."""
+
+    name: str
+    kind: Kind
+    default: Any
+    description: str
+    read_only: bool = False
+    param_type: ParamType = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "param_type", self.kind.param_type)
+
+    @property
+    def value_type(self) -> type:
+        """Python type of the parameter's values (arrays: list)."""
+        return self.param_type.python
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return getattr(self.kind, "choices", ())
+
+    @property
+    def min_value(self) -> float | None:
+        return getattr(self.kind, "low", None) if isinstance(self.kind, Number | Size) else None
+
+    @property
+    def max_value(self) -> float | None:
+        return getattr(self.kind, "high", None) if isinstance(self.kind, Number | Size) else None
+
+    def check(self, value: Any) -> str | None:
+        """Why `value` is invalid for this parameter, or None when it is valid (None: not set)."""
+        return None if value is None else self.kind.parameter_problem(self.name, value)
+
+
+def parameters_of(name: str, kind: Kind, default: Any, description: str, read_only: bool) -> list[Parameter]:
+    """The ROS parameters of one setting (most have one; a size has two); an array kind's None default is "not
+    set" (the parameter's default None)."""
+    unset = default is None and kind.param_type.python is list
+    defaults = dict.fromkeys(kind.names(name)) if unset else kind.encode(name, default)
+    return [Parameter(n, kind, defaults[n], description, read_only) for n in kind.names(name)]

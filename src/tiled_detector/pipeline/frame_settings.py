@@ -1,0 +1,32 @@
+"""`FrameSettings`: the settings the frame program reads, built from a `DetectorConfig` by its table (every field
+whose `Setting` applies to the frame: `DetectorConfig.frame_settings`), class names already resolved to ids.
+
+Frozen and hashable: it is the settings part of the capture key, so a captured frame program is replayed only for
+the settings it was captured with, and a new value of any of them captures (or finds) its own program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
+
+
+@dataclass(frozen=True)
+class FrameSettings:
+    """Decoding (threshold, top-k, class filter), the seam rule, the merge and the per-frame cut."""
+
+    conf_threshold: float
+    merge: MergeMethod
+    match_metric: MatchMetric
+    merge_threshold: float
+    class_agnostic: bool
+    max_detections: int
+    classes: tuple[int, ...] | None
+    top_k: int
+    seam_suppression: bool
+
+    @property
+    def merge_rule(self) -> MergeRule:
+        """How overlapping detections are merged."""
+        return MergeRule(self.merge, self.match_metric, self.merge_threshold, self.class_agnostic)
