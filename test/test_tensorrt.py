@@ -3,7 +3,7 @@
 What is NOT executed here (no GPU on this machine): a real engine build, deserialization of a real engine,
 kernels, CUDA streams and events. `current_stream`, `new_event` and `allocate` are replaced by CPU stand-ins;
 call order, arguments and buffer handling are checked. Builder / network / parser / config / calibrator and
-the TensorRT 8 binding API do not exist in the lean package: their fakes below use method names checked in
+the TensorRT 8 builder flags do not exist in the lean package: their fakes below use method names checked in
 NVIDIA's TensorRT Python API documentation (8.4, 10.x, 11.0).
 """
 
@@ -361,21 +361,13 @@ def test_foreign_input_is_copied_into_the_bound_buffer(monkeypatch, tmp_path, cp
         eng.infer(torch.rand(2, C, H + 1, W))
 
 
-def test_batches_over_max_are_split_and_not_aliased(monkeypatch, tmp_path, cpu_cuda) -> None:
+def test_a_call_takes_at_most_max_batch_images(monkeypatch, tmp_path, cpu_cuda) -> None:
     engine, context = named_engine({"output0": (1,)})
     eng = make_engine(monkeypatch, tmp_path, engine, max_batch=4)
-    counter = iter(range(100))
-
-    def execute(stream: int) -> bool:  # "kernel": each run writes its call number into the output buffer
-        eng._outputs["output0"].fill_(next(counter))
-        return True
-
-    context.execute_async_v3.side_effect = execute
-    out = eng.infer(torch.rand(10, C, H, W))["output0"]
-    assert out.shape == (10, 1)
-    assert out[:, 0].tolist() == [0] * 4 + [1] * 4 + [2] * 2
-    shapes = [c.args[1] for c in context.set_input_shape.call_args_list]
-    assert [s[0] for s in shapes] == [4, 4, 2]
+    assert eng.input_buffer(4) is not None and eng.input_buffer(5) is None
+    with pytest.raises(ValueError, match=r"engine input must be \(1..4"):
+        eng.infer(torch.rand(10, C, H, W))
+    context.execute_async_v3.assert_not_called()
 
 
 def test_static_batch_engine_pads_and_trims(monkeypatch, tmp_path, cpu_cuda) -> None:
@@ -409,67 +401,14 @@ def test_rejects_cpu_device(tmp_path: Path) -> None:
         TensorRTEngine(tmp_path / "m.engine", device=torch.device("cpu"))
 
 
-# --- TensorRT 8 binding-index API (fake: names from the TensorRT 8.4 Python API docs) -----------------------
-
-
-class Trt8Engine:
-    num_bindings = 2
-
-    def get_binding_name(self, index: int) -> str: ...
-    def binding_is_input(self, index: int) -> bool: ...
-    def get_binding_shape(self, index: int) -> tuple: ...
-    def get_binding_dtype(self, index: int) -> Any: ...
-    def get_profile_shape(self, profile_index: int, binding: int) -> list: ...
-    def create_execution_context(self) -> Any: ...
-
-
-class Trt8Context:
-    def set_binding_shape(self, binding: int, shape: tuple) -> bool: ...
-    def get_binding_shape(self, binding: int) -> tuple: ...
-    def execute_async_v2(self, bindings: list, stream_handle: int, input_consumed: Any = None) -> bool: ...
-
-
-def test_binding_index_path_for_tensorrt_8(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = (
-        mock.create_autospec(Trt8Engine, instance=True),
-        mock.create_autospec(Trt8Context, instance=True),
-    )
-    engine.num_bindings = 2
-    engine.get_binding_name.side_effect = ["output0", "images"].__getitem__  # output first: order by index
-    engine.binding_is_input.side_effect = lambda i: i == 1
-    engine.get_binding_shape.side_effect = lambda i: (-1, 6) if i == 0 else (-1, C, H, W)
-    engine.get_binding_dtype.return_value = trt.DataType.FLOAT
-    engine.get_profile_shape.return_value = [(1, C, H, W), (4, C, H, W), (4, C, H, W)]
-    engine.create_execution_context.return_value = context
-    context.set_binding_shape.return_value = True
-    context.get_binding_shape.side_effect = lambda i: (context.set_binding_shape.call_args.args[1][0], 6)
-    context.execute_async_v2.return_value = True
+def test_tensorrt_without_named_tensors_is_refused_with_one_line(monkeypatch, tmp_path, cpu_cuda) -> None:
+    # TensorRT < 8.5 (binding indices, execute_async_v2) has no num_io_tensors: refused, naming the version needed
+    engine = types.SimpleNamespace(create_execution_context=lambda: object(), num_bindings=2)
     trt8 = types.SimpleNamespace(__version__="8.2.1", ILogger=trt.ILogger, DataType=trt.DataType)
-    eng = make_engine(monkeypatch, tmp_path, engine, module=trt8)
-    assert eng.max_batch == 4 and eng.input.name == "images"
-    batch = torch.rand(3, C, H, W)  # contiguous, right dtype and device: bound in place
-    out = eng.infer(batch)["output0"]
-    assert out.shape == (3, 6)
-    context.set_binding_shape.assert_called_once_with(1, (3, C, H, W))
-    context.execute_async_v2.assert_called_once_with(
-        bindings=[out.data_ptr(), batch.data_ptr()], stream_handle=FakeStream.cuda_stream
-    )
-
-
-# --- precision table ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("version", "has_fp16_flag", "expected"),
-    [
-        ("8.5.2", True, FeatureSet.TRT8),
-        ("10.3.0", True, FeatureSet.TRT10),
-        ("11.4.0", False, FeatureSet.TRT11),
-    ],
-)
-def test_feature_set(version: str, has_fp16_flag: bool, expected: FeatureSet) -> None:
-    flags = types.SimpleNamespace(**({"FP16": 1} if has_fp16_flag else {}))
-    assert feature_set(types.SimpleNamespace(__version__=version, BuilderFlag=flags)) is expected
+    with pytest.raises(
+        TensorRTError, match=r"TensorRT 8.2.1 has no named-tensor API .*TensorRT 8.5 or newer"
+    ):
+        make_engine(monkeypatch, tmp_path, engine, module=trt8)
 
 
 def test_feature_set_of_the_installed_lean_bindings() -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -44,20 +46,74 @@ class Precision(Option):
     INT8 = "int8"
 
 
-class Engine(ABC):
-    """A loaded model. Subclasses set `input`, `outputs`, `device` and `max_batch` and implement `_infer`."""
+class ModelFormat(Option):
+    """The model files the engines load, told apart by suffix (`SUFFIXES`)."""
 
+    ONNX = "onnx"
+    TENSORRT = "tensorrt engine"
+    TORCHSCRIPT = "torchscript"
+    TORCH_EXPORT = "torch.export program"
+
+
+# the one suffix table: model file suffix -> format
+SUFFIXES: dict[str, ModelFormat] = {
+    ".onnx": ModelFormat.ONNX,
+    ".engine": ModelFormat.TENSORRT,
+    ".plan": ModelFormat.TENSORRT,
+    ".trt": ModelFormat.TENSORRT,
+    ".ts": ModelFormat.TORCHSCRIPT,
+    ".pt": ModelFormat.TORCHSCRIPT,
+    ".torchscript": ModelFormat.TORCHSCRIPT,
+    ".pt2": ModelFormat.TORCH_EXPORT,
+}
+
+
+def model_format(model: str | Path) -> ModelFormat:
+    """The format of a model file, by its suffix (ValueError listing the suffixes we load)."""
+    suffix = Path(model).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"cannot tell the format of {model}: expected one of {', '.join(SUFFIXES)}")
+    return SUFFIXES[suffix]
+
+
+class Engine(ABC):
+    """A loaded model. Every backend's constructor is `(model, device, precision, max_batch, **its options)`:
+    `Engine.__init__` checks and stores the common arguments; the backend loads the model, sets `input` and
+    `outputs` and calls `_bound_batch`; it implements `_infer` for at most `max_batch` images."""
+
+    backend: ClassVar[Backend]
+    formats: ClassVar[frozenset[ModelFormat]]  # the model files it loads
+    reuses_output_buffers: ClassVar[bool] = (
+        False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
+    )
+    capturable: ClassVar[bool] = False  # a call can be recorded in a CUDA graph (no host sync or allocation)
     input: TensorSpec  # (B, C, H, W); B may be -1 (dynamic)
     outputs: tuple[TensorSpec, ...]
-    device: torch.device
-    max_batch: int
-    precision: Precision = Precision.FP32
-    backend: Backend
     labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
-    reuses_output_buffers: bool = False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
-    capturable: bool = False  # a call can be recorded in a CUDA graph (no host sync or allocation per call)
     # the layout `infer` reads without a copy (the preprocessor writes its batch in it)
     memory_format: torch.memory_format = torch.contiguous_format
+
+    def __init__(
+        self,
+        model: str | Path,
+        device: torch.device | str = "cpu",
+        precision: str | Precision = Precision.FP32,
+        max_batch: int = 32,
+    ) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
+        self.model = Path(model)
+        self.device = torch.device(device)
+        self.precision = Precision.from_value(precision)
+        self.max_batch = max_batch  # asked for; `_bound_batch` settles it once the model is loaded
+
+    def _bound_batch(self, largest: int | None = None) -> None:
+        """Settle `max_batch`: a static-batch model's batch, else the one asked for, at most `largest` (the
+        engine's own limit, e.g. a TensorRT profile's maximum)."""
+        if self.fixed_batch is not None:
+            self.max_batch = self.fixed_batch
+        elif largest is not None:
+            self.max_batch = min(self.max_batch, largest)
 
     @property
     def input_hw(self) -> tuple[int, int]:
@@ -75,42 +131,32 @@ class Engine(ABC):
 
     @abstractmethod
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run one batch of at most `max_batch` images (exactly `fixed_batch` when the model has one)."""
+        """Run one checked batch of 1..`max_batch` images."""
 
     def infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run a batch of any size, split into chunks of at most `max_batch`; outputs concatenated on dim 0.
-
-        A static-batch model gets its last chunk zero-padded to `fixed_batch`; padded rows are dropped.
-        """
+        """Run a batch of 1..`max_batch` images (the frame program cuts larger ones into such calls); a
+        static-batch model gets the batch zero-padded to its size, and outputs for the batch's images only."""
         if (
             not same_device(batch.device, self.device)
             or batch.dtype != self.input.dtype
             or batch.shape[1:] != self.input.shape[1:]
+            or not 1 <= batch.shape[0] <= self.max_batch
         ):
             raise ValueError(
-                f"engine input must be (B, {', '.join(map(str, self.input.shape[1:]))}) "
+                f"engine input must be (1..{self.max_batch}, {', '.join(map(str, self.input.shape[1:]))}) "
                 f"{self.input.dtype} on {self.device}, "
                 f"got {tuple(batch.shape)} {batch.dtype} on {batch.device}"
             )
-        if batch.shape[0] <= self.max_batch and batch.shape[0] == (self.fixed_batch or batch.shape[0]):
-            return self._infer(batch)
-        chunks = torch.split(batch, self.max_batch)
-        if len(chunks) == 1:
-            return self._infer_padded(chunks[0])
-        parts = []
-        for chunk in chunks:  # one engine call per chunk of max_batch images
-            out = self._infer_padded(chunk)
-            # reused output buffers are overwritten by the next chunk: keep a copy of this one's
-            parts.append({k: v.clone() for k, v in out.items()} if self.reuses_output_buffers else out)
-        return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+        return self._infer(batch)
 
-    def _infer_padded(self, chunk: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _padded(self, batch: torch.Tensor, run: Callable[[torch.Tensor], dict[str, torch.Tensor]]) -> dict:
+        """`run` on the batch zero-padded to the model's static batch (if it has one), outputs cut back."""
         size = self.fixed_batch
-        if size is None or chunk.shape[0] == size:
-            return self._infer(chunk)
-        padded = chunk.new_zeros((size, *chunk.shape[1:]))
-        padded[: chunk.shape[0]] = chunk
-        return {name: out[: chunk.shape[0]] for name, out in self._infer(padded).items()}
+        if size is None or batch.shape[0] == size:
+            return run(batch)
+        padded = batch.new_zeros((size, *batch.shape[1:]))
+        padded[: batch.shape[0]] = batch
+        return {name: out[: batch.shape[0]] for name, out in run(padded).items()}
 
 
 # backend -> "module:Class"; modules are imported only when the backend is chosen.
@@ -119,23 +165,25 @@ _ENGINES: dict[Backend, str] = {
     Backend.TORCH: "tiled_detector.engines.torch:TorchEngine",
     Backend.TENSORRT: "tiled_detector.engines.tensorrt:TensorRTEngine",
 }
+# the backend `auto` picks for a format (ONNX on CUDA: TensorRT when it is installed)
+_AUTO: dict[ModelFormat, Backend] = {
+    ModelFormat.ONNX: Backend.ONNXRUNTIME,
+    ModelFormat.TENSORRT: Backend.TENSORRT,
+    ModelFormat.TORCHSCRIPT: Backend.TORCH,
+    ModelFormat.TORCH_EXPORT: Backend.TORCH,
+}
 
 
 def resolve_backend(model: str | Path, backend: str | Backend, device: str | torch.device) -> Backend:
-    """Pick the backend for `backend="auto"` from the model file's suffix and the device."""
+    """Pick the backend for `backend="auto"` from the model file's format and the device."""
     chosen = Backend.from_value(backend)
     if chosen is not Backend.AUTO:
         return chosen
-    suffix = Path(model).suffix.lower()
-    if suffix in {".engine", ".plan", ".trt"}:
+    found = model_format(model)
+    cuda = torch.device(device).type == "cuda"
+    if found is ModelFormat.ONNX and cuda and importlib.util.find_spec("tensorrt") is not None:
         return Backend.TENSORRT
-    if suffix in {".pt", ".ts", ".pt2", ".torchscript"}:
-        return Backend.TORCH
-    if suffix == ".onnx":
-        if torch.device(device).type == "cuda" and importlib.util.find_spec("tensorrt") is not None:
-            return Backend.TENSORRT
-        return Backend.ONNXRUNTIME
-    raise ValueError(f"cannot choose a backend for {model!r}: expected .onnx, .engine/.plan, .pt/.ts/.pt2")
+    return _AUTO[found]
 
 
 # Images per engine call on a CPU (a dynamic batch): per-image time is lowest when a call's activations stay in
@@ -158,7 +206,7 @@ def load_engine(
     cpu_batch: int = CPU_BATCH,
     **options: object,
 ) -> Engine:
-    """Load `model` with the chosen backend (`auto` picks by suffix and device); on a CPU a dynamic-batch model
+    """Load `model` with the chosen backend (`auto` picks by format and device); on a CPU a dynamic-batch model
     takes at most `cpu_batch` images per call (`CPU_BATCH`)."""
     if int(cpu_batch) < 1:
         raise ValueError(f"engine option cpu_batch must be >= 1, got {cpu_batch}")
@@ -168,15 +216,22 @@ def load_engine(
             f"model file {model} not found: give an .onnx, .engine/.plan or .ts/.pt2 file (an empty model "
             "setting loads the bundled one)"
         )
+    engine = engine_class(chosen)
+    found = model_format(model)
+    if found not in engine.formats:
+        loads = " or ".join(sorted(f.value for f in engine.formats))
+        raise ValueError(
+            f"the {chosen.value} backend loads {loads} files, and {model} is a {found.value} file"
+        )
     if torch.device(device).type == "cuda":
         require_cuda(
             device, f"the {chosen.value} engine was asked to run there (device cpu runs without one)"
         )
     on_cpu = torch.device(device).type == "cpu"
-    return engine_class(chosen)(
+    return engine(
         Path(model),
         device=concrete_device(device),
         precision=Precision.from_value(precision),
-        max_batch=min(int(max_batch), int(cpu_batch)) if on_cpu else max_batch,
+        max_batch=min(int(max_batch), int(cpu_batch)) if on_cpu else int(max_batch),
         **options,
     )

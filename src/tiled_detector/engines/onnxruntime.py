@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
+from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec
 
 # ONNX Runtime type string -> (torch dtype, numpy dtype used for binding)
 _TYPES: dict[str, tuple[torch.dtype, type]] = {
@@ -61,6 +61,7 @@ class OnnxRuntimeEngine(Engine):
     """
 
     backend = Backend.ONNXRUNTIME
+    formats = frozenset({ModelFormat.ONNX})
     reuses_output_buffers = True
 
     def __init__(
@@ -72,7 +73,7 @@ class OnnxRuntimeEngine(Engine):
         threads: int | None = None,
         input_hw: Sequence[int] | None = None,
     ) -> None:
-        self.device = torch.device(device)
+        super().__init__(model, device, precision, max_batch)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # ONNX Runtime's own arena for its activations: a CPU call takes at most `cpu_batch` images, so the arena
@@ -108,11 +109,9 @@ class OnnxRuntimeEngine(Engine):
                 )
             shape = (shape[0], shape[1], int(size[0]), int(size[1]))
         dtype, self._np_dtype = _dtypes(node)
-        self.precision = self._check_precision(Precision.from_value(precision), dtype, model)
+        self.precision = self._check_precision(self.precision, dtype, model)
         self.input = TensorSpec(node.name, shape, dtype)
-        self.max_batch = shape[0] if shape[0] > 0 else int(max_batch)
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._bound_batch()
         self.outputs = tuple(
             TensorSpec(o.name, tuple(_static(d) for d in o.shape), _dtypes(o)[0])
             for o in self._session.get_outputs()
@@ -183,6 +182,9 @@ class OnnxRuntimeEngine(Engine):
         return Precision.FP16 if dtype == torch.float16 else Precision.FP32
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self._padded(batch, self._run)
+
+    def _run(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         self._follow_stream()
         batch = batch.contiguous()
         n = batch.shape[0]

@@ -7,9 +7,8 @@ captured CUDA graph replays with the same addresses. Work is enqueued on torch's
 torch CUDA event is recorded after it (`done_event`): consumers on the same stream need nothing, consumers on
 another stream wait on the event.
 
-Two TensorRT APIs are handled, chosen by feature detection: named tensors (TensorRT >= 8.5: set_input_shape,
-set_tensor_address, execute_async_v3) and binding indices (TensorRT < 8.5: set_binding_shape,
-execute_async_v2). `current_stream`, `new_event` and `allocate` are the only CUDA touch points, kept as
+The named-tensor API is used (TensorRT >= 8.5: set_input_shape, set_tensor_address, execute_async_v3; older
+TensorRT is refused with one line). `current_stream`, `new_event` and `allocate` are the only CUDA touch points, kept as
 module functions so tests without a GPU can replace them.
 """
 
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
+from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
 from tiled_detector.engines.tensorrt_api import (
     LOG,
     TensorRTError,
@@ -65,7 +64,7 @@ def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-# --- the two TensorRT I/O APIs ---------------------------------------------------------------------------
+# --- TensorRT I/O by tensor name ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -126,58 +125,14 @@ class NamedTensorIO:
         checked(self._context.execute_async_v3, stream_handle, what="execute_async_v3")
 
 
-class BindingIO:
-    """TensorRT < 8.5: tensors addressed by binding index, `execute_async_v2`."""
-
-    def __init__(self, trt: ModuleType, engine: Any, context: Any) -> None:
-        self._engine, self._context = engine, context
-        self._index = {engine.get_binding_name(i): i for i in range(engine.num_bindings)}
-
-    def tensors(self) -> list[IOTensor]:
-        """All bindings in index order."""
-        result = []
-        for name, i in self._index.items():
-            is_input = bool(self._engine.binding_is_input(i))
-            max_shape = tuple(self._engine.get_profile_shape(0, i)[2]) if is_input else None
-            result.append(
-                IOTensor(
-                    name,
-                    is_input,
-                    tuple(self._engine.get_binding_shape(i)),
-                    torch_dtype(self._engine.get_binding_dtype(i)),
-                    max_shape,
-                )
-            )
-        return result
-
-    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
-        """Fix the shape of a dynamic input binding."""
-        checked(
-            self._context.set_binding_shape, self._index[name], shape, what=f"set_binding_shape({name!r})"
+def tensor_io(trt: ModuleType, engine: Any, context: Any) -> NamedTensorIO:
+    """The named-tensor I/O of this engine (TensorRT >= 8.5); older TensorRT is refused with one line."""
+    if not hasattr(engine, "num_io_tensors"):
+        raise TensorRTError(
+            f"TensorRT {trt.__version__} has no named-tensor API (execute_async_v3): TensorRT 8.5 or newer is "
+            "needed (JetPack 5.1+)"
         )
-
-    def output_shape(self, name: str) -> tuple[int, ...]:
-        """Shape of an output binding given the input shapes set."""
-        return tuple(self._context.get_binding_shape(self._index[name]))
-
-    def enqueue(self, addresses: dict[str, int], stream_handle: int) -> None:
-        """Enqueue with the address list ordered by binding index."""
-        bindings = [0] * len(self._index)
-        for name, address in addresses.items():
-            bindings[self._index[name]] = address
-        checked(
-            self._context.execute_async_v2,
-            bindings=bindings,
-            stream_handle=stream_handle,
-            what="execute_async_v2",
-        )
-
-
-def tensor_io(trt: ModuleType, engine: Any, context: Any) -> NamedTensorIO | BindingIO:
-    """The I/O API this TensorRT offers: named tensors where the engine has them, else binding indices."""
-    if hasattr(engine, "num_io_tensors"):
-        return NamedTensorIO(trt, engine, context)
-    return BindingIO(trt, engine, context)
+    return NamedTensorIO(trt, engine, context)
 
 
 # --- the engine -------------------------------------------------------------------------------------------
@@ -193,6 +148,7 @@ class TensorRTEngine(Engine):
     """
 
     backend = Backend.TENSORRT
+    formats = frozenset({ModelFormat.ONNX, ModelFormat.TENSORRT})
     capturable = True
     reuses_output_buffers = True
 
@@ -209,20 +165,17 @@ class TensorRTEngine(Engine):
         calib_batches: Callable[[tuple[int, int]], Iterable[torch.Tensor]] | None = None,
         verbose: bool = False,
     ) -> None:
-        if torch.device(device).type != "cuda":
+        super().__init__(model, device, precision, max_batch)
+        if self.device.type != "cuda":
             raise ValueError(
                 f"the TensorRT backend runs on CUDA devices only, got device {device}: use device cuda"
             )
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        device = torch.device(device)
-        self.device = torch.device("cuda", 0 if device.index is None else device.index)
-        self.precision = Precision.from_value(precision)
+        self.device = torch.device("cuda", 0 if self.device.index is None else self.device.index)
         self.trt = import_tensorrt()
         self._logger = make_logger(self.trt, verbose)
         self._runtime = checked(self.trt.Runtime, self._logger, what="Runtime()")
         model = Path(model)
-        if model.suffix.lower() == ".onnx":
+        if model_format(model) is ModelFormat.ONNX:
             from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
             options = BuildOptions(
@@ -254,12 +207,12 @@ class TensorRTEngine(Engine):
             raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
         self._in = inputs[0]
         self._outs = [t for t in tensors if not t.is_input]
-        if model.suffix.lower() != ".onnx":
+        if model_format(model) is not ModelFormat.ONNX:
             self.precision = self._prebuilt_precision(model, [str(t.dtype) for t in tensors])
         self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
         self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
         max_shape = self._in.max_shape or self._in.shape
-        self.max_batch = min(max_batch, max_shape[0])
+        self._bound_batch(max_shape[0])
         self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
         # outputs at the largest batch, allocated once (those whose shape depends on the input's H, W at their
         # first call)
@@ -297,8 +250,8 @@ class TensorRTEngine(Engine):
 
     def input_buffer(self, batch: int) -> torch.Tensor | None:
         """View of the engine's own input memory for `batch` images: write preprocessed tiles here and
-        pass the view to `infer`, which then binds it without a copy. None above `max_batch` (`infer` splits
-        such a batch, copying each chunk into this memory)."""
+        pass the view to `infer`, which then binds it without a copy. None above `max_batch` (the frame program
+        never asks for more)."""
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         return self._input[:batch] if batch <= self.max_batch else None

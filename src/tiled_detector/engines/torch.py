@@ -22,10 +22,7 @@ from pathlib import Path
 
 import torch
 
-from tiled_detector.engines.base import Backend, Engine, Precision, TensorSpec
-
-TORCHSCRIPT_SUFFIXES = {".ts", ".pt", ".torchscript"}
-EXPORT_SUFFIXES = {".pt2"}
+from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
 
 
 def parse_input_shape(text: str | Sequence[int]) -> tuple[int, int, int, int]:
@@ -70,6 +67,7 @@ class TorchEngine(Engine):
     """A TorchScript or torch.export model run eagerly under `torch.inference_mode` on CPU or CUDA."""
 
     backend = Backend.TORCH
+    formats = frozenset({ModelFormat.TORCHSCRIPT, ModelFormat.TORCH_EXPORT})
     capturable = True
 
     def __init__(
@@ -80,8 +78,7 @@ class TorchEngine(Engine):
         max_batch: int = 32,
         input_shape: str | Sequence[int] | None = None,
     ) -> None:
-        self.device = torch.device(device)
-        self.precision = Precision.from_value(precision)
+        super().__init__(model, device, precision, max_batch)
         if self.precision is Precision.INT8:
             raise ValueError("torch engine: int8 is not supported; use fp32 or fp16")
         module, extra, graph_shape = self._load(Path(model))
@@ -101,11 +98,9 @@ class TorchEngine(Engine):
             self.memory_format = torch.channels_last
             self._module = self._module.to(memory_format=torch.channels_last)
         self.input = TensorSpec("images", shape, dtype)
-        self.max_batch = shape[0] if shape[0] > 0 else int(max_batch)
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._bound_batch()
         self.labels = parse_labels(extra.get("labels", ""))
-        probe = self._infer(torch.zeros((max(shape[0], 1), *shape[1:]), dtype=dtype, device=self.device))
+        probe = self._run(torch.zeros((max(shape[0], 1), *shape[1:]), dtype=dtype, device=self.device))
         self.outputs = tuple(
             TensorSpec(name, (shape[0], *out.shape[1:]), out.dtype) for name, out in probe.items()
         )
@@ -113,8 +108,8 @@ class TorchEngine(Engine):
     def _load(self, path: Path) -> tuple[torch.nn.Module, dict[str, str], str]:
         """The module on the device, its extra files, and the input shape found in its graph ('' if none)."""
         extra = {"input_shape": "", "labels": ""}
-        suffix = path.suffix.lower()
-        if suffix in EXPORT_SUFFIXES:
+        found = model_format(path)
+        if found is ModelFormat.TORCH_EXPORT:
             program = torch.export.load(str(path), extra_files=extra)
             # imported here: torch.export.passes is missing from some torch wheels (JetPack 6 torch 2.3-2.5),
             # which must still run TorchScript models
@@ -122,15 +117,15 @@ class TorchEngine(Engine):
 
             program = move_to_device_pass(program, self.device)
             return program.module(), _texts(extra), _program_input_shape(program)
-        if suffix in TORCHSCRIPT_SUFFIXES:
+        if found is ModelFormat.TORCHSCRIPT:
             module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
             return module.eval(), _texts(extra), ""
-        raise ValueError(
-            f"torch engine: cannot load {path}; "
-            f"expected one of {sorted(TORCHSCRIPT_SUFFIXES | EXPORT_SUFFIXES)}"
-        )
+        raise ValueError(f"torch engine: cannot load {path}, a {found.value} file")
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self._padded(batch, self._run)
+
+    def _run(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         # a copy only for a batch in another layout
         batch = batch.contiguous(memory_format=self.memory_format)
         with torch.inference_mode():
