@@ -403,7 +403,7 @@ def test_rejects_cpu_device(tmp_path: Path) -> None:
 
 def test_tensorrt_without_named_tensors_is_refused_with_one_line(monkeypatch, tmp_path, cpu_cuda) -> None:
     # TensorRT < 8.5 (binding indices, execute_async_v2) has no num_io_tensors: refused, naming the version needed
-    engine = types.SimpleNamespace(create_execution_context=lambda: object(), num_bindings=2)
+    engine = types.SimpleNamespace(create_execution_context=object, num_bindings=2)
     trt8 = types.SimpleNamespace(__version__="8.2.1", ILogger=trt.ILogger, DataType=trt.DataType)
     with pytest.raises(
         TensorRTError, match=r"TensorRT 8.2.1 has no named-tensor API .*TensorRT 8.5 or newer"
