@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from tiled_detector.cli import main
 from tiled_detector.models import default_model_path
@@ -133,7 +132,7 @@ def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path,
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_bench_times_frames_already_on_the_device_with_no_upload(tmp_path) -> None:
     model = default_model_path().with_suffix(".ts")  # the bundled model as TorchScript
     argv = ["bench", "--model", str(model), "--size", "1280x720", "--runs", "3", "--warmup", "1", "--backend",

@@ -212,7 +212,6 @@ def test_nothing_above_threshold_gives_empty_tensors(exported):
     assert decoded.boxes.shape == (0, 4) and decoded.image_index.shape == (0,)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [layout for layout in OutputLayout if layout is not OutputLayout.AUTO])
 def test_cuda_matches_cpu(exported, layout):

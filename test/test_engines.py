@@ -237,7 +237,6 @@ def test_torchscript_input_shape_from_option_and_fp16(tmp_path):
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 def test_torch_fp16_on_cuda_runs_channels_last_and_agrees_with_fp32(tmp_path):
     module = TwoHeads().eval()

@@ -34,6 +34,7 @@ needs_nvjpeg = pytest.mark.skipif(
 )
 
 
+@pytest.mark.gpu
 @needs_nvjpeg
 @pytest.mark.parametrize("size", [(320, 240), (1920, 1080)])
 def test_gpu_decode_equals_opencv_within_jpeg_tolerance(size) -> None:
@@ -49,6 +50,7 @@ def test_gpu_decode_equals_opencv_within_jpeg_tolerance(size) -> None:
     )
 
 
+@pytest.mark.gpu
 @needs_nvjpeg
 def test_gpu_decoder_leaves_png_and_broken_jpeg_to_the_cpu() -> None:
     decoder = GpuJpegDecoder("cuda")

@@ -205,7 +205,6 @@ def test_nms_threshold_is_inclusive():
         assert kept[2].tolist() == [0, 1]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", list(MergeMethod))
 def test_cuda_equals_cpu(method):

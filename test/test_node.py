@@ -140,7 +140,18 @@ def test_invalid_parameter_values_are_rejected_with_a_reason(node_and_client: An
     assert not unknown_class.successful and "unicorn" in unknown_class.reason
 
 
-@pytest.mark.parametrize("node_and_client", [{"image_reliability": "reliable"}], indirect=True)
+def _counter(diagnostics: list[Any], name: str) -> float:
+    """The newest value of a /diagnostics counter of the pipeline status (-1 before any report has it)."""
+    for msg in reversed(diagnostics):
+        values = {kv.key: kv.value for kv in msg.status[0].values}
+        if name in values:
+            return float(values[name])
+    return -1.0
+
+
+@pytest.mark.parametrize(
+    "node_and_client", [{"image_reliability": "reliable", "diagnostics_period": 0.1}], indirect=True
+)
 def test_malformed_images_are_counted_and_skipped(node_and_client: Any, scenes: list[Any]) -> None:
     _, client = node_and_client
     diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
@@ -150,22 +161,14 @@ def test_malformed_images_are_counted_and_skipped(node_and_client: Any, scenes: 
     unknown = _image(scenes[0].image, 2)
     unknown.encoding = "hsv_magic"
     empty = Image(encoding="rgb8", height=0, width=1280, step=3840)  # zero size
-    for bad in (short, unknown, empty):
-        client.publish(bad)
-        time.sleep(0.5)  # let the worker take each one (the slot keeps only the newest frame)
-    assert _send(client, good, _stamp(0)) is not None
-    assert client.detections.keys() == {_stamp(0)}
-
-    def malformed() -> float:
-        for msg in reversed(diagnostics):
-            values = {kv.key: kv.value for kv in msg.status[0].values}
-            if "frames_malformed" in values:
-                return float(values["frames_malformed"])
-        return -1.0
-
-    assert client.wait_until(lambda: malformed() == 3.0, timeout=5), [
-        m.status[0].values for m in diagnostics[-1:]
-    ]
+    assert _send(client, good, _stamp(0)) is not None  # the path works both ways
+    for count, bad in enumerate((short, unknown, empty), 1):
+        client.publish(bad)  # reliable: it arrives; the next one goes out once the worker has taken this one
+        assert client.wait_until(lambda count=count: _counter(diagnostics, "frames_malformed") == count, 10)
+    assert _send(client, _image(scenes[0].image, 1), _stamp(1)) is not None
+    assert client.detections.keys() == {_stamp(0), _stamp(1)}
+    assert client.wait_until(lambda: _counter(diagnostics, "frames_processed") == 2, timeout=5)
+    assert _counter(diagnostics, "frames_malformed") == 3.0
 
 
 def test_overload_keeps_latency_bounded_and_counts_drops(node_and_client: Any, scenes: list[Any]) -> None:
@@ -178,7 +181,15 @@ def test_overload_keeps_latency_bounded_and_counts_drops(node_and_client: Any, s
         sent[_stamp(i)] = time.monotonic()
         client.publish(msg)
         time.sleep(max(0.0, sent[_stamp(i)] + 1 / 30 - time.monotonic()))
-    client.wait_until(lambda: False, timeout=2.0)  # let the last frame through
+
+    def settled() -> bool:  # every frame that arrived was processed or dropped: nothing is left in the node
+        values = {
+            kv.key: float(kv.value) for kv in diagnostics[-1].status[0].values if kv.key.startswith("frames_")
+        }
+        received = values.get("frames_received", 0)
+        return received > 1 and received == values["frames_processed"] + values["frames_dropped"]
+
+    assert client.wait_until(lambda: bool(diagnostics) and settled(), timeout=10)
     answered = [s for s in sent if s in client.detections]
     latencies = np.array([client.arrivals[s] - sent[s] for s in answered])
     assert 0 < len(answered) < len(sent)
@@ -200,16 +211,24 @@ def test_overload_keeps_latency_bounded_and_counts_drops(node_and_client: Any, s
     assert float(status["frames_dropped"]) <= received - processed
 
 
-def test_debug_image_is_published_only_to_subscribers(node_and_client: Any, scenes: list[Any]) -> None:
+@pytest.mark.parametrize("node_and_client", [{"diagnostics_period": 0.1}], indirect=True)
+def test_debug_image_is_drawn_only_for_subscribers(node_and_client: Any, scenes: list[Any]) -> None:
     _, client = node_and_client
-    debug = client.subscribe(Image, "debug_image")
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
     scene = scenes[1]
-    assert client.wait_until(lambda: client.node.count_publishers("debug_image") > 0, timeout=10)
-    time.sleep(0.5)
-    _send(client, _image(scene.image, 5), _stamp(5))
-    assert client.wait_until(lambda: len(debug) > 0, timeout=10)
+    _send(client, _image(scene.image, 4), _stamp(4))  # nobody subscribes debug_image: not drawn
+    assert client.wait_until(lambda: _counter(diagnostics, "frames_processed") >= 1, timeout=10)
+    assert _counter(diagnostics, "frames_annotated") == 0
+    debug = client.subscribe(Image, "debug_image")
+    # a frame per second until the node's debug publisher has matched this subscription (no fixed sleep)
+    for index in range(5, 35):
+        _send(client, _image(scene.image, index), _stamp(index))
+        if client.wait_until(lambda: len(debug) > 0, timeout=1.0):
+            break
+    assert debug, "no debug image within 30 frames"
     assert (debug[0].height, debug[0].width, debug[0].encoding) == (720, 1280, "rgb8")
-    assert (debug[0].header.stamp.sec, debug[0].header.frame_id) == (1005, "cam_optical")
+    assert debug[0].header.stamp.sec >= 1005 and debug[0].header.frame_id == "cam_optical"
+    assert client.wait_until(lambda: _counter(diagnostics, "frames_annotated") >= 1, timeout=5)
 
 
 def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes: list[Any]) -> None:

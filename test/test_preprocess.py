@@ -166,7 +166,6 @@ def test_cpu_frames_are_not_copied():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(("height", "width"), [(1080, 1920), (2160, 3840), (4321, 2001)])
 def test_cuda_uploads_land_whole_in_the_same_device_frame(height, width):
     # frames over upload.BAND_BYTES go in row bands (3840x2160 rgb8: 3; 4321 rows do not split evenly)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from tiled_detector.config import DetectorConfig
+from tiled_detector.config import Applies, DetectorConfig, settings
 from tiled_detector.detector import TiledDetector
 from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
 from tiled_detector.pipeline.postprocess import Limits
+from tiled_detector.pipeline.program import cuda_graph
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import batch_plan, make_plan
 from tiled_detector.tools.synthetic import make_scene
@@ -162,6 +163,64 @@ def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
     assert log.count("capture") == 2 and captured._limits == Limits()
 
 
+# For every runtime setting, a value that changes the bundled model's detections on SETTINGS_SCENE (asserted
+# below, so that a replay with a stale setting could not pass unseen).
+ALTERNATES = {
+    "tile_size": (512, 512), "overlap": 0.4, "full_frame": False, "conf_threshold": 0.5, "merge": "greedy_nmm",
+    "match_metric": "iou", "merge_threshold": 0.9, "class_agnostic": True, "max_detections": 5,
+    "classes": ["blue_square"], "top_k": 3, "seam_suppression": False, "profile": True,
+}  # fmt: skip
+SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
+
+
+def _equal(a, b) -> bool:
+    return all(
+        np.array_equal(x, y)
+        for x, y in ((a.boxes, b.boxes), (a.scores, b.scores), (a.class_ids, b.class_ids))
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_every_runtime_setting_reaches_the_captured_frame_program(device):
+    """Each runtime setting changed between two captured frames: the second frame follows it (equals an
+    uncaptured detector with that setting), and a setting the frame program reads captures a new program."""
+    assert set(ALTERNATES) == {name for name, setting in settings().items() if setting.runtime}
+    eager = TiledDetector(backend="torch", device=device, conf_threshold=0.05, cuda_graph=False)
+    log: list[str] = []
+    capture = _replaying_capture(log) if device == "cpu" else _counting_graph(log)
+    captured = TiledDetector.from_config(
+        eager.config.replace(cuda_graph=True), engine=eager.engine, capture=capture
+    )
+    captured._sync_free = True  # the fixed-size path a capture runs (the CPU's default is the exact path)
+    frame = make_scene(*SETTINGS_SCENE).image
+    before = captured.detect(frame)
+    _same(before, eager.detect(frame))
+    for name, value in ALTERNATES.items():
+        captures, read = log.count("capture"), (captured.frame_settings, captured.plan_for(*frame.shape[:2]))
+        captured.update(**{name: value})
+        got = captured.detect(frame)
+        want = eager.with_config(**{name: value}).detect(frame)
+        assert _equal(got, want), (name, len(got), len(want))
+        now = (captured.frame_settings, captured.plan_for(*frame.shape[:2]))
+        applies = settings()[name].applies
+        changed = [read[0] != now[0], read[1] is not now[1]]  # settings by value, plans (cached) by identity
+        assert changed == [applies is Applies.FRAME, applies is Applies.PLAN], name  # or, host-side, neither
+        if applies is not Applies.HOST:
+            assert log.count("capture") == captures + 1, name  # a new key: captured again, not replayed stale
+            assert not _equal(want, before), name  # the scene shows the setting
+        captured.update(**{name: getattr(eager.config, name)})
+
+
+def _counting_graph(log: list[str]):
+    """The real CUDA-graph capture, logged."""
+
+    def capture(function):
+        log.append("capture")
+        return cuda_graph(function)
+
+    return capture
+
+
 def test_a_failed_capture_falls_back_to_eager_with_one_log_line(square_torchscript, caplog):
     from test_detector import _scene
 
@@ -202,11 +261,22 @@ def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
 
 
 def test_switching_cuda_graph_off_at_runtime_keeps_the_engine(square_torchscript):
+    from test_detector import _scene
+
     log: list[str] = []
-    detector = TiledDetector(square_torchscript, backend="torch", capture=_replaying_capture(log))
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
+    detector = TiledDetector(square_torchscript, capture=_replaying_capture(log), **options)
+    detector._sync_free = True
+    frame, _, _ = _scene(0)
+    expected = TiledDetector(square_torchscript, **options).detect(frame)
+    _same(detector.detect(frame), expected)
+    assert log == ["capture", "replay"]
     engine = detector.engine
-    detector.update(cuda_graph=False)
-    assert detector.engine is engine and detector.config.cuda_graph is False
+    detector.update(cuda_graph=False)  # the detector is rebuilt around the same engine, uncaptured
+    assert detector.engine is engine and detector.config.cuda_graph is False and not detector._runner.captures
+    detector._sync_free = True
+    _same(detector.detect(frame), expected)
+    assert log == ["capture", "replay"]  # nothing captured or replayed any more
 
 
 def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
@@ -323,7 +393,7 @@ def test_the_frame_program_runs_its_decoding_and_post_processing_through_the_com
     assert called.count("postprocess") == 2 and called.count("decode_padded") == 2 * calls
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (and triton)")
+@pytest.mark.gpu
 def test_compiled_frame_program_equals_the_uncompiled_one_on_cuda(square_torchscript, caplog):
     from test_detector import _scene
 

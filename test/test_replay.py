@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -242,7 +244,17 @@ def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> Non
         time.sleep(0.2)
     children = parent.children(recursive=True)
     assert children, "replay started no node"
-    time.sleep(3.0)  # the node is up
+
+    def node_ready() -> bool:  # the node's log (its stdout, a file) says it is up
+        for child in children:
+            with contextlib.suppress(OSError):
+                if "ready:" in Path(os.readlink(f"/proc/{child.pid}/fd/1")).read_text(errors="replace"):
+                    return True
+        return False
+
+    while not node_ready() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node_ready(), "the node never said it was ready"
     assert replay.poll() is None
     replay.send_signal(signal.SIGINT)
     out, err = replay.communicate(timeout=30)

@@ -201,7 +201,10 @@ class TiledDetector:
         self._program = FrameProgram(
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
         )
-        self._runner = Runner(capture or default_capture(config, engine))
+        # the caller's own capture function (a test's stand-in) where given, as long as `cuda_graph` is on
+        self._runner = Runner(
+            capture if capture is not None and config.cuda_graph else default_capture(config, engine)
+        )
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)

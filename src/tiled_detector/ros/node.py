@@ -287,6 +287,7 @@ class DetectorNodeBase(NodeParameters):
                 image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
                 drawn = annotate(image, detections, self.labels, plan.tiles)
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
+                self._count(camera, "annotated")
             latency_ms = (time.monotonic() - received) * 1e3
             camera.stats.record(latency_ms, detections.timings)
             if camera.stats is not self.stats:

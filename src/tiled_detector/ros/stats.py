@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed", "cpu_decoded")
+# frames ... : received, processed, dropped (a newer one replaced it), lost (the middleware's message-lost events),
+# malformed, failed, cpu_decoded (compressed frames the GPU decoder did not take), annotated (debug images drawn)
+COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed", "cpu_decoded", "annotated")
 
 
 class FrameSlots:
