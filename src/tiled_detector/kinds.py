@@ -84,7 +84,12 @@ class Kind:
         return values[name]
 
     def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        """Why `value` cannot be held by ROS parameter `parameter` (type, range, choices), or None."""
+        """Why `value` cannot be held by ROS parameter `parameter` (type, range, choices), or None: by default
+        what `check` says of it."""
+        try:
+            self.check(parameter, value)
+        except ValueError as error:
+            return str(error)
         return None
 
     def flag(self) -> dict[str, Any]:
@@ -125,13 +130,6 @@ class Number(Kind):
         if reason:
             raise ValueError(reason)
         return int(value) if self.integer else float(value)
-
-    def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        try:
-            self.check(parameter, value)
-        except ValueError as error:
-            return str(error)
-        return None
 
     def flag(self) -> dict[str, Any]:
         return {"type": int if self.integer else float, "metavar": "INT" if self.integer else "FLOAT"}
@@ -350,13 +348,6 @@ class Classes(Kind):
     def encode(self, name: str, value: Any) -> dict[str, Any]:
         return {name: [] if value is None else [str(v) for v in value]}
 
-    def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        try:
-            self.check(parameter, value)
-        except ValueError as error:
-            return str(error)
-        return None
-
     def flag(self) -> dict[str, Any]:
         return {"nargs": "+", "metavar": "NAME"}
 
@@ -412,13 +403,6 @@ class ClassValues(Kind):
 
     def encode(self, name: str, value: Any) -> dict[str, Any]:
         return {name: [f"{key}:{number:g}" for key, number in value]}
-
-    def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        try:
-            self.check(parameter, value)
-        except ValueError as error:
-            return str(error)
-        return None
 
     def flag(self) -> dict[str, Any]:
         return {"nargs": "+", "metavar": "CLASS:VALUE"}

@@ -145,9 +145,18 @@ def probe() -> dict[str, object]:
     return result
 
 
+def fastdds_profile() -> str | None:
+    """The large-image Fast DDS profile this package ships (the launch file's default; the camera driver and
+    `ros2 bag play` need it too): the path to export as FASTDDS_DEFAULT_PROFILES_FILE."""
+    origin = _module_file("tiled_detector")
+    profile = origin.parent / "resources" / "fastdds_large_images.xml" if origin else None
+    return str(profile) if profile is not None and profile.is_file() else None
+
+
 def collect(with_probe: bool = False) -> dict[str, object]:
     """Everything `env` reports, as a JSON-ready dict."""
     report: dict[str, object] = {
+        "fastdds_profile": fastdds_profile(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": {"system": platform.platform(), "machine": platform.machine()},
         "ros_distro": os.environ.get("ROS_DISTRO"),
@@ -178,6 +187,7 @@ def format_table(report: dict[str, object]) -> str:
         rows.append((f"gpu {i}", ", ".join(f"{k}={v}" for k, v in gpu.items())))
     if not report["gpus"]:
         rows.append(("gpu", "none found (no nvidia-smi, not a Jetson)"))
+    rows.append(("fastdds profile", report["fastdds_profile"] or "not found"))
     for key, value in report.get("probe", {}).items():
         rows.append((key, ", ".join(value) if isinstance(value, list) else str(value)))
     width = max(len(k) for k, _ in rows)
