@@ -93,6 +93,14 @@ def test_config_changes(name: str, changes: dict) -> None:
     assert config_changes(name, 1920, 1080) == changes
 
 
+def test_eval_runs_every_merge_method() -> None:
+    from tiled_detector.pipeline.merge import KERNELS, MergeMethod
+    from tiled_detector.tools.evaluation import CONFIGS
+
+    assert set(KERNELS) == set(MergeMethod)  # every method has its kernel
+    assert {f"tiles+full/{m.value}" for m in MergeMethod} <= set(CONFIGS)
+
+
 def test_unknown_config_lists_options() -> None:
     with pytest.raises(ValueError, match="tiles\\+full/nms"):
         config_changes("tiles+full/soft", 640, 480)

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from tiled_detector.pipeline.merge import MergeMethod
 from tiled_detector.tools.scoring import box_iou, coco_stats
 from tiled_detector.tools.synthetic import coco_ground_truth, make_scene
 from tiled_detector.types import Detections
 
 DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, never from make_scene
 METRICS = ("AP", "AP50", "AP_small", "recall", "duplicate_rate", "ms_per_frame")
-MERGES = ("nms", "nmm", "greedy_nmm")
+MERGES = tuple(method.value for method in MergeMethod)  # every merge method, so a new one is evaluated too
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", *(f"tiles+full/{m}" for m in MERGES))
 
 
