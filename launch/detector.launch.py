@@ -45,13 +45,18 @@ def _typed_flag(name: str, text: str) -> bool:
 
 
 def _typed(name: str, text: str) -> object:
-    """A launch argument's text as the parameter's type (lists as YAML, e.g. [car, person])."""
-    kind = next(p.value_type for p in PARAMS if p.name == name)
+    """A launch argument's text as the parameter's type (arrays as YAML, e.g. [car, person] or [0, 0.4, 1, 1])."""
+    param = next(p for p in PARAMS if p.name == name)
+    kind = param.value_type
     if kind is bool:
         return _typed_flag(name, text)
     if kind is list:
         value = yaml.safe_load(text)
-        return [str(v) for v in value] if isinstance(value, list) else text
+        item = float if param.param_type.value == "double_array" else str
+        try:
+            return [item(v) for v in value] if isinstance(value, list) else text
+        except (TypeError, ValueError):
+            raise ValueError(f"launch argument {name} must be a list of numbers, got {text!r}") from None
     try:
         return kind(text)
     except ValueError:
