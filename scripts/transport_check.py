@@ -53,15 +53,17 @@ def publish(args: argparse.Namespace) -> int:
     msg = Image(height=height, width=width, encoding=args.encoding, step=width * 3)
     msg.header.frame_id = "transport_check"
     msg.data.frombytes(np.random.default_rng(0).integers(0, 255, height * width * 3, np.uint8).data)
+    small = Image(height=4, width=4, encoding=args.encoding, step=12, data=bytes(48))  # between the frames
     sent, start = 0, time.monotonic()
     for index in range(args.count):
         time.sleep(max(0.0, start + index / args.rate - time.monotonic()))
         msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + index, 0
-        try:
-            publisher.publish(msg)
-            sent += 1
-        except Exception as error:  # rclpy raises RCLError when a reliable history is full
-            print(f"publish failed: {error}", file=sys.stderr)
+        for frame in (msg, *[small] * args.between):
+            try:
+                publisher.publish(frame)
+                sent += 1
+            except Exception as error:  # rclpy raises RCLError when a reliable history is full
+                print(f"publish failed: {error}", file=sys.stderr)
     time.sleep(0.5)  # let the last samples leave before the participant goes away
     print(json.dumps({"sent": sent}))
     node.destroy_node()
@@ -158,6 +160,7 @@ def main() -> int:
     pub.add_argument("--count", type=int, default=10)
     pub.add_argument("--reliability", default="reliable", choices=("reliable", "best_effort"))
     pub.add_argument("--match-timeout", type=float, default=20.0)
+    pub.add_argument("--between", type=int, default=0, help="tiny 4x4 frames published after each frame")
     mea = sub.add_parser("measure", help="the transport table")
     mea.add_argument("--out", default="out/transport")
     mea.add_argument("--sizes", nargs="+", default=list(SIZES))

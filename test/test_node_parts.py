@@ -58,6 +58,18 @@ def test_pipeline_changes_map_parameters_to_config_fields() -> None:
     assert DetectorConfig(**changes).classes == (1,)
 
 
+def test_message_lost_events_count_what_they_can_mean() -> None:
+    from tiled_detector.ros.stats import LostFrames
+
+    lost = LostFrames()  # a cumulative count that grows: its growth
+    assert [lost.add(total, change) for total, change in ((3, 3), (10, 7), (10, 0), (12, 2))] == [3, 7, 1, 2]
+    # what rmw_fastrtps handed over for fragmented frames (provoked in test_node): one frame per event
+    garbage = LostFrames()
+    values = [(0xFFFFFFFF80000000,) * 2, (0, 0xFFFFFFFF80000000), (2**64 - 1,) * 2, (2**31 - 1,) * 2, (0, 0),
+              (48 * 2**32 + 413, 48 * 2**32 + 413)]  # fmt: skip
+    assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
+
+
 def test_frame_slots_keep_only_the_newest_frame_of_each_camera() -> None:
     slots = FrameSlots(3)
     assert slots.put(0, "a") is False

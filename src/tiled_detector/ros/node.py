@@ -42,7 +42,7 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
-from tiled_detector.ros.stats import FrameSlots, Stats
+from tiled_detector.ros.stats import FrameSlots, LostFrames, Stats
 from tiled_detector.tools.annotate import annotate, annotated_encoding
 from tiled_detector.types import Detections
 
@@ -79,6 +79,7 @@ class Camera:
     last_frame: float = field(default_factory=time.monotonic)
     last_hw: tuple[int, int] | None = None
     image_topic: str = ""  # the subscribed topic, fully resolved
+    lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
 
 
 class DetectorNodeBase(NodeParameters):
@@ -219,7 +220,8 @@ class DetectorNodeBase(NodeParameters):
 
     def _on_message_lost(self, info: Any, index: int = 0) -> None:
         """The middleware saw frames that never reached this subscription (e.g. a full transport)."""
-        self._count(self.cameras[index], "lost", int(info.total_count_change))
+        camera = self.cameras[index]
+        self._count(camera, "lost", camera.lost.add(int(info.total_count), int(info.total_count_change)))
 
     def _on_incompatible_qos(self, info: Any, index: int = 0) -> None:
         self.get_logger().warning(

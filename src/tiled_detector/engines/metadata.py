@@ -1,0 +1,171 @@
+"""What a model file says about itself, read from the metadata each exporter writes, so that exports load as
+written (no options) with their class names:
+
+- ultralytics (YOLOv8 / YOLO11 / YOLO26, 8.x): TorchScript's `config.txt` extra file (JSON) and ONNX's
+  `metadata_props` (each value `str()` of a Python value), with the keys `imgsz` ([h, w]), `batch`, `names`
+  ({id: name}), `stride`, `task`, `end2end`, `channels` and `args` ({batch, dynamic, half or quantize, nms, ...});
+  TensorRT `.engine` files start with a 4-byte little-endian length and the same metadata as JSON.
+- YOLOv5 (ultralytics/yolov5): TorchScript's `config.txt` {"shape": [b, 3, h, w], "stride", "names"}; ONNX
+  `stride` and `names`.
+- ours: TorchScript / torch.export extra files `input_shape` ("B,C,H,W", B = -1 for a dynamic batch) and `labels`
+  (one name per line, or a JSON list).
+
+Batch rules follow ultralytics' own loader: an ONNX or TensorRT input says whether its batch is dynamic; a
+TorchScript file runs any batch unless it was exported with `nms=True` (then only its export batch).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ULTRALYTICS = "ultralytics"
+YOLOV5 = "yolov5"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What a model file says: input (batch, channels, height, width) where known (batch -1: any), class names,
+    whether its head ends in NMS (rows x1, y1, x2, y2, score, class: end-to-end heads and `nms=True` exports),
+    whether it takes fp16 input, and which exporter wrote it."""
+
+    batch: int | None = None
+    channels: int | None = None
+    hw: tuple[int, int] | None = None
+    labels: tuple[str, ...] | None = None
+    end2end: bool = False
+    half: bool = False
+    source: str = ""
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int] | None:
+        """(B, C, H, W) when the file gives the input size (B -1 when any batch runs or it does not say)."""
+        if self.hw is None:
+            return None
+        return (-1 if self.batch is None else self.batch, self.channels or 3, *self.hw)
+
+
+def _literal(text: Any) -> Any:
+    """A metadata value: JSON / a Python literal as text (ONNX stores `str(value)`), or the value itself."""
+    if not isinstance(text, str):
+        return text
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return text
+
+
+def parse_labels(value: Any) -> tuple[str, ...] | None:
+    """Class names from {id: name} (ultralytics), a list, a JSON list or one name per line; None when empty."""
+    value = _literal(value) if isinstance(value, str) and value.strip()[:1] in "[{" else value
+    if isinstance(value, Mapping):
+        value = [value[k] for k in sorted(value, key=int)]
+    elif isinstance(value, str):
+        value = [line.strip() for line in value.splitlines() if line.strip()]
+    names = tuple(str(v) for v in value or ())
+    return names or None
+
+
+def _hw(value: Any) -> tuple[int, int] | None:
+    value = _literal(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _truthy(value: Any) -> bool:
+    value = _literal(value)
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+def _half(args: Mapping[str, Any]) -> bool:
+    """ultralytics < 8.4 writes `half`; later ones `quantize` (16 for fp16)."""
+    return _truthy(args.get("half")) or str(args.get("quantize")).lower() in {"16", "fp16"}
+
+
+def ultralytics_metadata(values: Mapping[str, Any], dynamic_batch: bool | None = None) -> ModelMetadata:
+    """Metadata of an ultralytics export (values as written: parsed or as text). `dynamic_batch` is what the graph
+    says (ONNX, TensorRT); None for TorchScript, whose batch follows ultralytics' rule."""
+    args = _literal(values.get("args", {}))
+    args = args if isinstance(args, Mapping) else {}
+    batch = _literal(values.get("batch", args.get("batch", 1)))
+    nms = _truthy(args.get("nms"))
+    if dynamic_batch is None:
+        dynamic_batch = _truthy(args.get("dynamic")) or not nms
+    return ModelMetadata(
+        batch=-1 if dynamic_batch else int(batch),
+        channels=int(_literal(values.get("channels", 3))),
+        hw=_hw(values.get("imgsz")),
+        labels=parse_labels(values.get("names")),
+        end2end=_truthy(values.get("end2end")) or nms,
+        half=_half(args),
+        source=f"{ULTRALYTICS} {values.get('version', '')}".strip(),
+    )
+
+
+def yolov5_metadata(values: Mapping[str, Any]) -> ModelMetadata:
+    """Metadata of a YOLOv5 (ultralytics/yolov5) export: its `shape` (TorchScript) and `names`."""
+    shape = _literal(values.get("shape"))
+    hw = (int(shape[2]), int(shape[3])) if isinstance(shape, list | tuple) and len(shape) == 4 else None
+    return ModelMetadata(batch=-1, channels=3 if hw else None, hw=hw, labels=parse_labels(values.get("names")),
+                         source=YOLOV5)  # fmt: skip
+
+
+def exporter_metadata(values: Mapping[str, Any], dynamic_batch: bool | None = None) -> ModelMetadata:
+    """The metadata of whichever exporter wrote `values` (ultralytics, YOLOv5), or an empty one."""
+    if "imgsz" in values or "args" in values or str(values.get("author", "")).lower() == ULTRALYTICS:
+        return ultralytics_metadata(values, dynamic_batch)
+    if "shape" in values or "names" in values:
+        return yolov5_metadata(values)
+    return ModelMetadata()
+
+
+def parse_input_shape(text: str | Any) -> tuple[int, int, int, int]:
+    """'B,C,H,W' (or a sequence) -> a 4-tuple; B may be -1 (dynamic), C, H and W must be positive."""
+    try:
+        dims = tuple(int(d) for d in (text.split(",") if isinstance(text, str) else text))
+    except (TypeError, ValueError):
+        dims = ()
+    if len(dims) != 4 or dims[0] == 0 or dims[0] < -1 or min(dims[1:]) <= 0:
+        raise ValueError(f"input_shape must be 'B,C,H,W' with B = -1 or > 0 and C, H, W > 0, got {text!r}")
+    return dims  # type: ignore[return-value]
+
+
+def extra_files_metadata(extra: Mapping[str, str]) -> ModelMetadata:
+    """Metadata of a TorchScript / torch.export file from its extra files: ours (`input_shape`, `labels`), else
+    the exporter's `config.txt` (ultralytics, YOLOv5). Ours win where both say something."""
+    config = _literal(extra.get("config.txt", "")) if extra.get("config.txt", "").strip() else {}
+    found = exporter_metadata(config) if isinstance(config, Mapping) else ModelMetadata()
+    shape = extra.get("input_shape", "").strip()
+    labels = parse_labels(extra.get("labels", ""))
+    if shape:
+        batch, channels, height, width = parse_input_shape(shape)
+        found = ModelMetadata(batch, channels, (height, width), found.labels, found.end2end, found.half,
+                              found.source or "tiled_detector")  # fmt: skip
+    if labels:
+        found = ModelMetadata(
+            found.batch, found.channels, found.hw, labels, found.end2end, found.half, found.source
+        )
+    return found
+
+
+def split_engine_file(data: bytes) -> tuple[ModelMetadata, bytes]:
+    """An ultralytics TensorRT file's metadata header (4-byte little-endian length + JSON) and the engine after
+    it; a plain engine file is all engine."""
+    if len(data) > 4:
+        length = int.from_bytes(data[:4], "little", signed=True)
+        if 2 <= length <= min(len(data) - 4, 1 << 20) and data[4:5] == b"{":
+            try:
+                values = json.loads(data[4 : 4 + length].decode())
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                values = None
+            if isinstance(values, Mapping):
+                return exporter_metadata(values), data[4 + length :]
+    return ModelMetadata(), data
