@@ -405,6 +405,51 @@ def test_bad_parameters_stop_the_node_with_one_line(tmp_path: Path, line: str, e
     assert expected in lines[0], lines
 
 
+@pytest.mark.parametrize(
+    ("site", "flags", "expected"),
+    [
+        ('conf_threshold: "abc"', {}, "parameter conf_threshold must be a float (e.g. conf_threshold: 0.25), got "
+                                      "'abc' (str) from the params file site.yaml"),
+        ("conf_threshold: 0.4", {"conf_threshold": "abc"}, "got 'abc' (str) from -p"),
+        ("full_frame: 1", {}, "parameter full_frame must be a bool"),
+    ],
+)  # fmt: skip
+def test_a_wrong_type_anywhere_in_the_override_chain_stops_the_node(
+    tmp_path: Path, site: str, flags: dict[str, str], expected: str
+) -> None:
+    """The usual base + site params files (and -p on top): rcl keeps the first value's type and drops a later
+    one of another type without a word, so the node checks the chain itself, as it does a single file."""
+    base = _write_params(tmp_path / "detector.yaml", conf_threshold=0.25, full_frame=True)
+    (tmp_path / "site.yaml").write_text(f"/**:\n  ros__parameters:\n    {site}\n")
+    node = NodeProcess(base, parameters=flags, domain_id=pick_domain_id())
+    at = node.command.index("--params-file") + 2
+    node.command[at:at] = ["--params-file", str(tmp_path / "site.yaml")]
+    with node:
+        node.process.wait(60)
+    lines = [text for text in node.log_text().splitlines() if text.strip()]
+    assert node.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("[tiled_detector] cannot start: ") and expected in lines[0], lines
+
+
+def test_the_last_value_in_the_override_chain_is_the_one_used(tmp_path: Path) -> None:
+    """A later file's integer for a decimal parameter (rcl would keep the earlier decimal) is taken as that
+    number."""
+    base = _write_params(tmp_path / "detector.yaml", conf_threshold=0.25)
+    (tmp_path / "site.yaml").write_text("/**:\n  ros__parameters:\n    conf_threshold: 1\n")
+    domain = pick_domain_id()
+    node = NodeProcess(base, domain_id=domain)
+    at = node.command.index("--params-file") + 2
+    node.command[at:at] = ["--params-file", str(tmp_path / "site.yaml")]
+    with node:
+        client = DetectorClient(domain_id=domain)
+        try:
+            assert client.wait_for_node(timeout=60), node.log_text()
+            (value,) = client.get_parameters(NODE, ["conf_threshold"])
+        finally:
+            client.close()
+    assert value == 1.0
+
+
 def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path) -> None:
     """...and a misspelt parameter gets one WARN naming the nearest one."""
     params = _write_params(tmp_path / "params.yaml", conf_threshold=1, merge_threshold=0, conf_treshold=0.5)

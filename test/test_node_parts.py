@@ -70,6 +70,26 @@ def test_message_lost_events_count_what_they_can_mean() -> None:
     assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
 
 
+def test_the_override_chain_is_read_as_rcl_applies_it(tmp_path) -> None:
+    from tiled_detector.ros.node_parameters import given_parameters
+
+    base = tmp_path / "base.yaml"
+    base.write_text("/**:\n  ros__parameters:\n    conf_threshold: 0.25\n    overlap: 0.2\n"
+                    "/rear/tiled_detector:\n  ros__parameters:\n    overlap: 0.5\n")  # fmt: skip
+    site = tmp_path / "site.yaml"
+    site.write_text('tiled_detector:\n  ros__parameters:\n    conf_threshold: "abc"\n    top_k: 7\n')
+    argv = ["node", "--ros-args", "--params-file", str(base), "-p", "top_k:=9", "--params-file", str(site)]
+    given = given_parameters(argv, "/tiled_detector")
+    # files in order (the later one wins), then -p on top wherever it stands; another node's section ignored
+    assert given == {
+        "conf_threshold": ("abc", "site.yaml"),
+        "overlap": (0.2, "base.yaml"),
+        "top_k": (9, "-p"),
+    }
+    assert given_parameters(argv, "/rear/tiled_detector")["overlap"] == (0.5, "base.yaml")
+    assert given_parameters([*argv, "-p", "other_node:top_k:=3"], "/tiled_detector")["top_k"] == (9, "-p")
+
+
 def test_frame_slots_keep_only_the_newest_frame_of_each_camera() -> None:
     slots = FrameSlots(3)
     assert slots.put(0, "a") is False

@@ -15,10 +15,10 @@ from typing import Any
 import rclpy
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
-from rcl_interfaces.srv import SetParameters
+from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.parameter import Parameter
+from rclpy.parameter import Parameter, parameter_value_to_python
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
@@ -153,6 +153,13 @@ class DetectorClient:
             parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
         )
         return list(self.call(SetParameters, f"{node}/set_parameters", request, timeout).results)
+
+    def get_parameters(self, node: str, names: list[str], timeout: float = 10.0) -> list[Any]:
+        """Values of parameters of another node through its `get_parameters` service."""
+        response = self.call(
+            GetParameters, f"{node}/get_parameters", GetParameters.Request(names=names), timeout
+        )
+        return [parameter_value_to_python(value) for value in response.values]
 
     def lifecycle(self, node: str, transition: str | None = None, timeout: float = 60.0) -> str | bool:
         """A managed node's state label ("unconfigured", "inactive", "active", ...), or with `transition`

@@ -23,9 +23,10 @@ from tiled_detector.ros.run import run_node
 class DetectorLifecycleNode(DetectorNodeBase, LifecycleNode):
     """The detector as a managed node: starts unconfigured, each phase a lifecycle transition."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, argv: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self.finished = False
+        self._argv = argv  # the process's command line: its params files and -p values (None: sys.argv)
         self._declare()
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:

@@ -388,8 +388,9 @@ class DetectorNode(DetectorNodeBase, Node):
 
     finished = False  # (a managed node finishes with its shutdown transition)
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, argv: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        self._argv = argv  # the process's command line: its params files and -p values (None: sys.argv)
         self._declare()
         self._configure()
         self._activate()

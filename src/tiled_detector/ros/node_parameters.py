@@ -5,16 +5,66 @@ frames). Mixed into the detector nodes (plain and managed)."""
 from __future__ import annotations
 
 import difflib
+import re
+import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.parameters import runtime_changes
 from tiled_detector.ros.params import BY_NAME, PARAMS, declared_value, descriptor
+
+
+def _section_matches(key: str, node: str) -> bool:
+    """Whether a params-file section (`/**`, `/**/name`, `name`, `/ns/name`, with `*` / `**` wildcards, as rcl
+    reads them) applies to the node of fully qualified name `node`."""
+    pattern = key if key.startswith("/") else f"/{key}"
+    regex = "".join(
+        {"/**/": "/(.*/)?", "**": ".*", "*": "[^/]*"}.get(token, re.escape(token))
+        for token in re.split(r"(/\*\*/|\*\*|\*)", pattern)
+    )
+    return re.fullmatch(regex, node) is not None
+
+
+def given_parameters(argv: Sequence[str], node: str) -> dict[str, tuple[Any, str]]:
+    """The parameter values the command line gives node `node` (fully qualified), each with where it came from,
+    as rcl applies them: every --params-file in order (its `/**` section and those matching the node, in file
+    order), then every `-p NAME:=VALUE` (or `-p NODE:NAME:=VALUE`) on top; a later value replaces an earlier one.
+    (rcl itself keeps the first value's type and silently drops a later value of another type.)"""
+    files: list[str] = []
+    flags: list[str] = []
+    ros = False
+    tokens = iter(argv)
+    for token in tokens:
+        if token in ("--ros-args", "--"):
+            ros = token == "--ros-args"
+        elif ros and token == "--params-file":
+            files.append(next(tokens, ""))
+        elif ros and token in ("-p", "--param"):
+            flags.append(next(tokens, ""))
+    given: dict[str, tuple[Any, str]] = {}
+    for path in files:
+        try:
+            sections = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue  # rcl has refused it already
+        for key, section in sections.items() if isinstance(sections, dict) else ():
+            if isinstance(section, dict) and _section_matches(str(key), node):
+                values = section.get("ros__parameters") or {}
+                given.update((name, (value, Path(path).name)) for name, value in values.items())
+    name_only = node.rsplit("/", 1)[-1]
+    for flag in flags:
+        target, sep, text = flag.partition(":=")
+        owner, _, name = target.rpartition(":")
+        if sep and owner in ("", name_only, node):
+            given[name] = (yaml.safe_load(text), "-p")
+    return given
 
 
 class NodeParameters:
@@ -38,24 +88,30 @@ class NodeParameters:
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     def _check_override_types(self) -> None:
-        """Refuse a parameter given with the wrong type (params file or -p) instead of ignoring it; an integer
-        for a floating-point parameter (`conf_threshold: 1`) is taken as that number."""
+        """Refuse a parameter given with the wrong type anywhere in the override chain (params files in order,
+        then -p) instead of ignoring it, and give the node the last value given (rcl keeps the first value's type
+        and drops later ones of another type); an integer for a floating-point parameter (`conf_threshold: 1`)
+        is taken as that number."""
         overrides = getattr(self, "_parameter_overrides", {})
+        given = given_parameters(getattr(self, "_argv", None) or sys.argv, self.get_fully_qualified_name())
         for param in PARAMS:
-            given = overrides.get(param.name)
-            if given is None or param.value_type is list:
+            value, source = given.get(param.name, (None, ""))
+            if value is None and param.name in overrides:
+                value, source = overrides[param.name].value, "the params file or -p"
+            if value is None or param.value_type is list:
                 continue
-            value = given.value
             if param.value_type is float and isinstance(value, int) and not isinstance(value, bool):
-                overrides[param.name] = Parameter(param.name, value=float(value))
+                value = float(value)
             elif not isinstance(value, param.value_type) or isinstance(value, bool) != (
                 param.value_type is bool
             ):
                 example = param.default if param.default is not None else "..."
+                where = source if source in ("-p", "the params file or -p") else f"the params file {source}"
                 raise ValueError(
                     f"parameter {param.name} must be a {param.value_type.__name__} (e.g. {param.name}: {example!r}), "
-                    f"got {value!r} ({type(value).__name__}) from the params file or -p"
+                    f"got {value!r} ({type(value).__name__}) from {where}"
                 )
+            overrides[param.name] = Parameter(param.name, value=value)
 
     def _warn_unknown_overrides(self) -> None:
         """One WARN per parameter given (params file, -p) that the node does not have, naming the nearest."""

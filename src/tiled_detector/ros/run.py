@@ -19,7 +19,7 @@ from tiled_detector.ros.params import USAGE
 SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
 
 
-def run_node(node_type: Callable[[], Any], name: str, args: Sequence[str] | None = None) -> int:
+def run_node(node_type: Callable[..., Any], name: str, args: Sequence[str] | None = None) -> int:
     """Run the node until Ctrl-C / SIGTERM (or a managed node's shutdown transition): exit 0 after a clean
     shutdown, 1 when the node cannot start."""
     argv = list(sys.argv if args is None else args)
@@ -39,7 +39,7 @@ def run_node(node_type: Callable[[], Any], name: str, args: Sequence[str] | None
     node: Any = None
     try:
         try:
-            node = node_type()
+            node = node_type(argv=argv)
         except Exception as error:  # the process boundary: one line (bad parameter, model, backend, device)
             if os.environ.get("TILED_DETECTOR_DEBUG"):
                 traceback.print_exc()
