@@ -114,6 +114,27 @@ def test_node_publishes_what_the_pipeline_computes(node_and_client: Any, scenes:
         _assert_same(reply, expected)
 
 
+def test_an_ultralytics_export_is_published_with_its_own_class_names(tmp_path: Path) -> None:
+    """model:= an ultralytics ONNX export, no other model option: class_id holds the names in its metadata."""
+    from support import exports
+    from test_detector import _scene
+
+    model = exports.ultralytics_onnx(tmp_path / "yolov8n.onnx", dynamic=True)
+    params = _write_params(tmp_path / "params.yaml", model=str(model), tile_width=64, tile_height=64, overlap=0.25,
+                           conf_threshold=0.5)  # fmt: skip
+    frame, boxes, classes = _scene(6)
+    domain = pick_domain_id()
+    with NodeProcess(params, domain_id=domain) as node:
+        client = DetectorClient(domain_id=domain)
+        try:
+            assert client.wait_for_node(timeout=60), node.log_text()
+            reply = _send(client, _image(frame, 0), _stamp(0))
+        finally:
+            client.close()
+    names = sorted(d.results[0].hypothesis.class_id for d in reply.detections)
+    assert names == sorted(exports.NAMES[c] for c in classes.tolist()) and len(names) == len(boxes)
+
+
 def test_runtime_parameter_change_applies_from_next_frame(node_and_client: Any, scenes: list[Any]) -> None:
     _, client = node_and_client
     scene = scenes[0]

@@ -47,7 +47,15 @@ def test_every_field_has_its_setting_and_a_valid_default() -> None:
         setting = f.metadata["setting"]
         assert setting.help and isinstance(setting.kind, Kind), f.name
         assert setting.runtime == (setting.applies in (Applies.PLAN, Applies.FRAME, Applies.HOST)), f.name
-    assert {"model", "backend", "device", "precision", "max_batch", "engine_options"} == ENGINE_FIELDS
+    assert {
+        "model",
+        "backend",
+        "device",
+        "precision",
+        "max_batch",
+        "input_size",
+        "engine_options",
+    } == ENGINE_FIELDS
     DetectorConfig(**{name: default(name) for name in settings()})
 
 

@@ -242,7 +242,7 @@ def test_onnx_build_uses_the_build_engine_default_opt_batch(
         trt_mod, "import_tensorrt", lambda: types.SimpleNamespace(**{**vars(trt), "Runtime": runtime})
     )
     model = tmp_path / "model.onnx"
-    model.write_bytes(b"onnx")
+    onnx.save(conv_model(), str(model))
     TensorRTEngine(model, device=torch.device("cuda"), max_batch=max_batch)
     assert built[0].max_batch == max_batch and built[0].opt_batch == opt_batch
     parser = argparse.ArgumentParser()

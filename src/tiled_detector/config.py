@@ -126,6 +126,13 @@ class DetectorConfig:
         kind=Choice(option=Precision),
         applies=Applies.ENGINE,
     )
+    input_size: tuple[int, int] | None = _setting(
+        None,
+        "the model's input width and height, for a model file that does not say it (not set, 0 0 = from the file)",
+        kind=Size(low=16, high=8192, optional=True),
+        applies=Applies.ENGINE,
+        ros_name="input",
+    )
     tile_size: tuple[int, int] = _setting(
         (640, 640),
         "tile width and height in pixels",
@@ -241,6 +248,14 @@ class DetectorConfig:
             if model is None:
                 raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
             object.__setattr__(self, "model", model)
+
+    def engine_arguments(self) -> dict[str, Any]:
+        """The engine's constructor options: `engine_options`, and the input (height, width) where
+        `input_size` gives it."""
+        options = dict(self.engine_options)
+        if self.input_size is not None:
+            options["input_hw"] = (self.input_size[1], self.input_size[0])
+        return options
 
     @property
     def tile_hw(self) -> tuple[int, int]:

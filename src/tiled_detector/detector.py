@@ -117,12 +117,28 @@ def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
 
 
 def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | None) -> OutputLayout:
-    """The output layout, found once from the engine's output shapes when they are static (an ambiguous shape
-    raises here, asking for the layout)."""
-    shapes = {o.name: o.shape for o in engine.outputs}
-    if config.layout is not OutputLayout.AUTO or any(d < 0 for s in shapes.values() for d in s[1:]):
+    """The output layout: the config's; an end-to-end head where the model file says so (ultralytics' end2end or
+    nms=True exports); else found once from the engine's output shapes when they are static. Shapes that
+    contradict the class names (their count) raise one line naming the model and the settings that fix it."""
+    if config.layout is not OutputLayout.AUTO:
         return config.layout
-    return detect_layout(shapes, num_classes)
+    if engine.metadata.end2end:
+        return OutputLayout.END2END
+    shapes = {o.name: o.shape for o in engine.outputs}
+    if any(d < 0 for s in shapes.values() for d in s[1:]):
+        return config.layout
+    try:
+        return detect_layout(shapes, num_classes)
+    except ValueError as error:
+        names = (
+            "the labels setting" if config.labels else
+            f"its {engine.metadata.source or 'file'}'s names" if engine.labels else "the labels file beside it"
+        )  # fmt: skip
+        reason = f" ({num_classes} names from {names})" if num_classes else ""
+        raise ValueError(
+            f"{config.model}: {error}{reason}; give one name per class with the setting labels, or the layout "
+            "with the setting layout"
+        ) from None
 
 
 class TiledDetector:
@@ -178,7 +194,7 @@ class TiledDetector:
                 config.device,
                 config.precision,
                 config.max_batch,
-                **config.engine_options,
+                **config.engine_arguments(),
             )
         elif engine.device.type != torch.device(config.device).type:
             raise ValueError(

@@ -227,13 +227,21 @@ class File(Kind):
 @dataclass(frozen=True)
 class Size(Kind):
     """(width, height) in pixels, held in two integer parameters (`<name>_width`, `<name>_height`); one integer
-    means a square."""
+    means a square. `optional`: not set (None; the parameters 0 0) is allowed."""
 
     low: int = 1
     high: int = 1 << 16
+    optional: bool = False
     param_type: ClassVar[ParamType] = ParamType.INTEGER
 
+    @property
+    def parameter_low(self) -> int:
+        """The parameters' lower bound (0 = not set, for an optional size)."""
+        return 0 if self.optional else self.low
+
     def check(self, name: str, value: Any) -> Any:
+        if self.optional and (value is None or value in (0, (0, 0), [0, 0])):
+            return None
         pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
         try:
             width, height = pair
@@ -250,7 +258,7 @@ class Size(Kind):
         return (f"{name}_width", f"{name}_height")
 
     def encode(self, name: str, value: Any) -> dict[str, Any]:
-        return dict(zip(self.names(name), (int(v) for v in value), strict=True))
+        return dict(zip(self.names(name), (int(v) for v in value or (0, 0)), strict=True))
 
     def decode(self, name: str, values: Mapping[str, Any]) -> Any:
         return tuple(values[n] for n in self.names(name))
@@ -258,13 +266,15 @@ class Size(Kind):
     def parameter_problem(self, parameter: str, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int):
             return f"{parameter} must be an integer, got {value!r}"
+        if self.optional and value == 0:
+            return None
         return out_of_range(parameter, value, self.low, self.high)
 
     def flag(self) -> dict[str, Any]:
         return {"nargs": 2, "type": int, "metavar": ("W", "H")}
 
     def describe(self) -> str:
-        return f"[{self.low:g}, {self.high:g}]"
+        return f"[{self.low:g}, {self.high:g}]" + (", 0 = not set" if self.optional else "")
 
 
 @dataclass(frozen=True)
@@ -450,7 +460,9 @@ class Parameter:
 
     @property
     def min_value(self) -> float | None:
-        return getattr(self.kind, "low", None) if isinstance(self.kind, Number | Size) else None
+        if isinstance(self.kind, Size):
+            return self.kind.parameter_low
+        return self.kind.low if isinstance(self.kind, Number) else None
 
     @property
     def max_value(self) -> float | None:

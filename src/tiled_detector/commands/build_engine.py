@@ -13,7 +13,7 @@ from tiled_detector.commands.settings import add_settings, frame_size, parameter
 from tiled_detector.config import DetectorConfig
 from tiled_detector.pipeline.tiling import make_plan
 
-BUILD_SETTINGS = ("device", "precision", "max_batch", "tile_size", "overlap", "full_frame")
+BUILD_SETTINGS = ("device", "precision", "max_batch", "input_size", "tile_size", "overlap", "full_frame")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,13 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="batch to optimise for: tiles per frame + 1 (default 9, at most --max-batch)",
-    )
-    parser.add_argument(
-        "--input-size",
-        type=int,
-        nargs=2,
-        metavar=("W", "H"),
-        help="model input width and height (dynamic models)",
     )
     parser.add_argument(
         "--camera-size",
@@ -95,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     trt = import_tensorrt()
     logger = make_logger(trt, args.verbose)
     runtime = checked(trt.Runtime, logger, what="Runtime()")
-    input_hw = (args.input_size[1], args.input_size[0]) if args.input_size else None
+    input_hw = (config.input_size[1], config.input_size[0]) if config.input_size else None
     batches = None
     if args.calib is not None:
         batches = calibration_batches(args.calib, device, config.tile_hw, config.overlap, config.full_frame)

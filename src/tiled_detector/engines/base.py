@@ -17,6 +17,7 @@ from typing import ClassVar
 import torch
 
 from tiled_detector.devices import concrete_device, require_cuda, same_device
+from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.options import Option
 
 
@@ -89,6 +90,7 @@ class Engine(ABC):
     capturable: ClassVar[bool] = False  # a call can be recorded in a CUDA graph (no host sync or allocation)
     input: TensorSpec  # (B, C, H, W); B may be -1 (dynamic)
     outputs: tuple[TensorSpec, ...]
+    metadata: ModelMetadata = ModelMetadata()  # what the model file says about itself (`engines.metadata`)
     labels: tuple[str, ...] | None = None  # class names stored in the model file, if any
     # the layout `infer` reads without a copy (the preprocessor writes its batch in it)
     memory_format: torch.memory_format = torch.contiguous_format

@@ -147,6 +147,11 @@ def extra_files_metadata(extra: Mapping[str, str]) -> ModelMetadata:
     labels = parse_labels(extra.get("labels", ""))
     if shape:
         batch, channels, height, width = parse_input_shape(shape)
+        if found.hw is not None and found.hw != (height, width):
+            raise ValueError(
+                f"its input_shape {shape} contradicts the {found.source} metadata's imgsz {list(found.hw)}: give the "
+                "size the model was trained at with the setting input_size (--input-size W H)"
+            )
         found = ModelMetadata(batch, channels, (height, width), found.labels, found.end2end, found.half,
                               found.source or "tiled_detector")  # fmt: skip
     if labels:

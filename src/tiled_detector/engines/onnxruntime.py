@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import onnxruntime as ort
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec
+from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
 
 # ONNX Runtime type string -> (torch dtype, numpy dtype used for binding)
 _TYPES: dict[str, tuple[torch.dtype, type]] = {
@@ -36,18 +36,33 @@ def _static(dim: object) -> int:
     return dim if isinstance(dim, int) and dim > 0 else -1
 
 
-def _labels(session: ort.InferenceSession) -> tuple[str, ...] | None:
-    """Class names from the model's `names` metadata (Ultralytics writes a dict {0: 'person', ...})."""
-    names = session.get_modelmeta().custom_metadata_map.get("names")
-    if not names:
-        return None
-    try:
-        parsed = ast.literal_eval(names)
-    except (ValueError, SyntaxError):
-        return None
-    if isinstance(parsed, dict):
-        return tuple(str(parsed[k]) for k in sorted(parsed))
-    return tuple(str(n) for n in parsed) if isinstance(parsed, list | tuple) else None
+def onnx_input_hw(
+    model: Path, node_shape: Sequence[object], metadata: ModelMetadata, input_hw: Sequence[int] | None
+) -> tuple[int, int]:
+    """The input's height and width: the graph's where static (the `input_hw` option, setting `input_size`,
+    must then agree: it settles a contradiction with the metadata), else the option's, else the metadata's
+    `imgsz` (ultralytics' dynamic=True exports)."""
+    graph = (_static(node_shape[2]), _static(node_shape[3]))
+    given = (int(input_hw[0]), int(input_hw[1])) if input_hw is not None else None
+    if min(graph) > 0:
+        if given is not None and given != graph:
+            raise ValueError(f"{model}: input_size {given[1]}x{given[0]} contradicts the model's fixed input "
+                             f"{graph[1]}x{graph[0]}")  # fmt: skip
+        if given is None and metadata.hw is not None and metadata.hw != graph:
+            raise ValueError(
+                f"{model}: its {metadata.source} metadata says imgsz {list(metadata.hw)} but its input is "
+                f"{graph[0]}x{graph[1]} (h x w): re-export it, or confirm the input with the setting input_size "
+                f"(--input-size {graph[1]} {graph[0]})"
+            )
+        return graph
+    size = given or metadata.hw
+    if size is None:
+        raise ValueError(
+            f"{model}: its input has a dynamic height and width {list(node_shape)} and no imgsz metadata: give "
+            "the model's input size with the setting input_size (--input-size W H; node parameters input_width, "
+            "input_height)"
+        )
+    return size
 
 
 class OnnxRuntimeEngine(Engine):
@@ -99,23 +114,18 @@ class OnnxRuntimeEngine(Engine):
                 f"{model}: expected one NCHW image input, got {[(i.name, i.shape) for i in inputs]}"
             )
         node = inputs[0]
-        shape = tuple(_static(d) for d in node.shape)
-        if shape[2] < 0 or shape[3] < 0:  # dynamic H/W (e.g. ultralytics dynamic=True): its export size
-            size = input_hw or self._metadata_imgsz()
-            if size is None:
-                raise ValueError(
-                    f"{model}: input {node.name!r} has a dynamic height and width {node.shape} and no `imgsz` "
-                    "metadata: pass the model input size as engine option input_hw=(height, width)"
-                )
-            shape = (shape[0], shape[1], int(size[0]), int(size[1]))
+        props = self._session.get_modelmeta().custom_metadata_map
+        self.metadata = exporter_metadata(props, dynamic_batch=_static(node.shape[0]) < 0)
+        shape = (
+            _static(node.shape[0]),
+            _static(node.shape[1]),
+            *onnx_input_hw(model, node.shape, self.metadata, input_hw),
+        )
         dtype, self._np_dtype = _dtypes(node)
         self.precision = self._check_precision(self.precision, dtype, model)
         self.input = TensorSpec(node.name, shape, dtype)
         self._bound_batch()
-        self.outputs = tuple(
-            TensorSpec(o.name, tuple(_static(d) for d in o.shape), _dtypes(o)[0])
-            for o in self._session.get_outputs()
-        )
+        self.outputs = self._output_specs()
         self._out_np_dtypes = {o.name: _dtypes(o)[1] for o in self._session.get_outputs()}
         # outputs whose first dimension is the input's batch dimension and all others static: bound in place
         batch_dim = node.shape[0]
@@ -124,7 +134,7 @@ class OnnxRuntimeEngine(Engine):
             for o in self._session.get_outputs()
             if o.shape and o.shape[0] == batch_dim and all(_static(d) > 0 for d in o.shape[1:])
         }
-        self.labels = _labels(self._session)
+        self.labels = self.metadata.labels
         self._device_type = "cuda" if self.device.type == "cuda" else "cpu"
         self._device_id = (self.device.index or 0) if self.device.type == "cuda" else 0
         # one binding and one buffer per batch output at the largest batch, reused by every call
@@ -135,13 +145,16 @@ class OnnxRuntimeEngine(Engine):
             if spec.name in self._batch_outputs
         }
 
-    def _metadata_imgsz(self) -> tuple[int, int] | None:
-        """The export size ultralytics stores in the model metadata (`imgsz`: '[640, 640]' or '640')."""
-        text = self._session.get_modelmeta().custom_metadata_map.get("imgsz")
-        if not text:
-            return None
-        size = ast.literal_eval(text)
-        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    def _output_specs(self) -> tuple[TensorSpec, ...]:
+        """Each output's name, shape and dtype; symbolic dimensions past the batch (ultralytics' dynamic=True
+        `anchors`) are read from one run on a blank image, so that the output layout is known at load time."""
+        outputs = self._session.get_outputs()
+        shapes = [tuple(_static(d) for d in o.shape) for o in outputs]
+        if any(d < 0 for shape in shapes for d in shape[1:]):
+            blank = np.zeros((max(self.input.shape[0], 1), *self.input.shape[1:]), self._np_dtype)
+            ran = self._session.run(None, {self.input.name: blank})
+            shapes = [(shape[0], *out.shape[1:]) for shape, out in zip(shapes, ran, strict=True)]
+        return tuple(TensorSpec(o.name, s, _dtypes(o)[0]) for o, s in zip(outputs, shapes, strict=True))
 
     def _providers(self) -> list[str | tuple[str, dict[str, str]]]:
         if self.device.type == "cpu":

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
+from tiled_detector.engines.metadata import split_engine_file
 from tiled_detector.engines.tensorrt_api import (
     LOG,
     TensorRTError,
@@ -176,14 +177,15 @@ class TensorRTEngine(Engine):
         self._runtime = checked(self.trt.Runtime, self._logger, what="Runtime()")
         model = Path(model)
         if model_format(model) is ModelFormat.ONNX:
-            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
+            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_metadata
 
+            self.metadata = onnx_metadata(model)
             options = BuildOptions(
                 precision=self.precision,
                 max_batch=max_batch,
                 # the default of `tiled-detector build-engine`, so that both find the same cached engine
                 opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
-                input_hw=input_hw,
+                input_hw=input_hw or self.metadata.hw,
                 calib=Path(calib) if calib else None,
                 calib_batches=calib_batches,
             )
@@ -191,7 +193,8 @@ class TensorRTEngine(Engine):
                 self.trt, self._runtime, self._logger, model, options, self.device, cache_dir
             )
         else:
-            self._engine = deserialize(self._runtime, model.read_bytes())
+            self.metadata, data = split_engine_file(model.read_bytes())  # ultralytics writes a header first
+            self._engine = deserialize(self._runtime, data)
             if self._engine is None:
                 raise TensorRTError(
                     f"{model} is not an engine this TensorRT ({self.trt.__version__}) and GPU can run: "
@@ -211,6 +214,7 @@ class TensorRTEngine(Engine):
             self.precision = self._prebuilt_precision(model, [str(t.dtype) for t in tensors])
         self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
         self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
+        self.labels = self.metadata.labels
         max_shape = self._in.max_shape or self._in.shape
         self._bound_batch(max_shape[0])
         self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)

@@ -27,6 +27,7 @@ import torch
 
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.cache import EngineCache, EngineKey, atomic_write, sha256_file
+from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
 from tiled_detector.engines.tensorrt_api import TensorRTError, checked, deserialize, trt_version
 
 LOG = logging.getLogger(__name__)
@@ -134,6 +135,16 @@ def onnx_input(model: onnx.ModelProto, input_hw: tuple[int, int] | None) -> tupl
     if c <= 0 or h <= 0 or w <= 0:
         raise ValueError(f"the model's input {inputs[0].name} has dynamic C/H/W {dims}: pass input_hw")
     return inputs[0].name, (c, h, w)
+
+
+def onnx_metadata(model_path: Path) -> ModelMetadata:
+    """What an ONNX file's metadata_props say (ultralytics, YOLOv5), read without its weights."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else ()
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    return exporter_metadata(props, dynamic_batch=not dims or not dims[0].HasField("dim_value"))
 
 
 def quantize_with_modelopt(model_path: Path, calibration: np.ndarray, output: Path) -> None:

@@ -1,49 +1,33 @@
-"""PyTorch engine: a TorchScript file (.ts / .pt / .torchscript) or a torch.export program (.pt2).
+"""PyTorch engine: a TorchScript file (.torchscript / .ts / .pt) or a torch.export program (.pt2).
 
-Metadata convention, written into the file when exporting (read back here, overridable by options):
+What the file says about itself is read from its extra files (`engines.metadata`): ultralytics' and YOLOv5's
+`config.txt` (input size, batch rule, class names, end-to-end head, fp16), or ours, written when exporting:
 
     extra = {"input_shape": "-1,3,640,640", "labels": "car\nperson"}
     torch.jit.save(torch.jit.trace(model, example), "model.ts", _extra_files=extra)
     program = torch.export.export(model, (example,), dynamic_shapes=...)
     torch.export.save(program, "model.pt2", extra_files=extra)
 
-`input_shape` is "B,C,H,W" with B = -1 for a dynamic batch (split at `max_batch`) or a positive number for a
-model traced for exactly that batch (padded and split to it). Without it, a .pt2 program's input shape is read
-from its graph (symbolic dimensions are dynamic); TorchScript files without it need the `input_shape` option.
-`labels` is one class name per line (a JSON list is accepted too). Outputs are named output0, output1, ... in the
-order the model returns them (a dict output keeps its keys).
+`input_shape` is "B,C,H,W" with B = -1 for a dynamic batch or a positive number for a model traced for exactly
+that batch (padded to it). Without any of these, a .pt2 program's input shape is read from its graph (symbolic
+dimensions are dynamic); a TorchScript file then needs the model's input size (setting `input_size`, or the
+engine option `input_shape`). Outputs are named output0, output1, ... in the order the model returns them (a dict
+output keeps its keys).
 """
 
 from __future__ import annotations
 
-import json
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
+from tiled_detector.engines.metadata import ModelMetadata, extra_files_metadata, parse_input_shape
 
-
-def parse_input_shape(text: str | Sequence[int]) -> tuple[int, int, int, int]:
-    """'B,C,H,W' (or a sequence) -> a 4-tuple; B may be -1 (dynamic), C, H and W must be positive."""
-    try:
-        dims = tuple(int(d) for d in (text.split(",") if isinstance(text, str) else text))
-    except ValueError:
-        dims = ()
-    if len(dims) != 4 or dims[0] == 0 or dims[0] < -1 or min(dims[1:]) <= 0:
-        raise ValueError(f"input_shape must be 'B,C,H,W' with B = -1 or > 0 and C, H, W > 0, got {text!r}")
-    return dims  # type: ignore[return-value]
-
-
-def parse_labels(text: str) -> tuple[str, ...] | None:
-    """A JSON list of names or one name per line; None for empty text."""
-    text = text.strip()
-    if not text:
-        return None
-    if text.startswith("["):
-        return tuple(str(n) for n in json.loads(text))
-    return tuple(line.strip() for line in text.splitlines() if line.strip())
+# extra files read from a TorchScript / torch.export file: ours, and the exporters' config.txt
+EXTRA_FILES = ("input_shape", "labels", "config.txt")
 
 
 def _named_outputs(result: object) -> dict[str, torch.Tensor]:
@@ -77,18 +61,21 @@ class TorchEngine(Engine):
         precision: Precision = Precision.FP32,
         max_batch: int = 32,
         input_shape: str | Sequence[int] | None = None,
+        input_hw: Sequence[int] | None = None,
     ) -> None:
         super().__init__(model, device, precision, max_batch)
         if self.precision is Precision.INT8:
             raise ValueError("torch engine: int8 is not supported; use fp32 or fp16")
         module, extra, graph_shape = self._load(Path(model))
-        shape_text = input_shape if input_shape is not None else extra.get("input_shape") or graph_shape
-        if not shape_text:
-            raise ValueError(
-                f"{model}: no input shape; pass input_shape='B,3,H,W' or save it in the file's extra files "
-                f"(see tiled_detector.engines.torch)"
-            )
-        shape = parse_input_shape(shape_text)
+        try:
+            self.metadata = extra_files_metadata(extra)
+        except ValueError as error:
+            if input_hw is None:
+                raise ValueError(f"{model}: {error}") from None
+            self.metadata = extra_files_metadata({**extra, "input_shape": ""})  # input_size says which
+        shape = _input_shape(Path(model), self.metadata, input_shape, input_hw, graph_shape)
+        if self.metadata.half and self.precision is not Precision.FP16:
+            raise ValueError(f"{model} was exported for fp16 input (half): set precision fp16")
         dtype = torch.float16 if self.precision is Precision.FP16 else torch.float32
         self._module = module.half() if dtype == torch.float16 else module
         # fp16 convolutions on CUDA run fastest on channels-last tensors (H100, YOLOv8n: 13-16 % less than
@@ -99,7 +86,7 @@ class TorchEngine(Engine):
             self._module = self._module.to(memory_format=torch.channels_last)
         self.input = TensorSpec("images", shape, dtype)
         self._bound_batch()
-        self.labels = parse_labels(extra.get("labels", ""))
+        self.labels = self.metadata.labels
         probe = self._run(torch.zeros((max(shape[0], 1), *shape[1:]), dtype=dtype, device=self.device))
         self.outputs = tuple(
             TensorSpec(name, (shape[0], *out.shape[1:]), out.dtype) for name, out in probe.items()
@@ -107,9 +94,8 @@ class TorchEngine(Engine):
 
     def _load(self, path: Path) -> tuple[torch.nn.Module, dict[str, str], str]:
         """The module on the device, its extra files, and the input shape found in its graph ('' if none)."""
-        extra = {"input_shape": "", "labels": ""}
-        found = model_format(path)
-        if found is ModelFormat.TORCH_EXPORT:
+        extra = dict.fromkeys(EXTRA_FILES, "")
+        if model_format(path) is ModelFormat.TORCH_EXPORT:
             program = torch.export.load(str(path), extra_files=extra)
             # imported here: torch.export.passes is missing from some torch wheels (JetPack 6 torch 2.3-2.5),
             # which must still run TorchScript models
@@ -117,10 +103,9 @@ class TorchEngine(Engine):
 
             program = move_to_device_pass(program, self.device)
             return program.module(), _texts(extra), _program_input_shape(program)
-        if found is ModelFormat.TORCHSCRIPT:
-            module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
-            return module.eval(), _texts(extra), ""
-        raise ValueError(f"torch engine: cannot load {path}, a {found.value} file")
+        _refuse_checkpoint(path)
+        module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
+        return module.eval(), _texts(extra), ""
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._padded(batch, self._run)
@@ -130,6 +115,42 @@ class TorchEngine(Engine):
         batch = batch.contiguous(memory_format=self.memory_format)
         with torch.inference_mode():
             return _named_outputs(self._module(batch))
+
+
+def _input_shape(
+    model: Path,
+    metadata: ModelMetadata,
+    input_shape: str | Sequence[int] | None,
+    input_hw: Sequence[int] | None,
+    graph_shape: str,
+) -> tuple[int, int, int, int]:
+    """The model's input (B, C, H, W): the `input_shape` option, else the file's metadata, else its graph; the
+    `input_hw` option (setting `input_size`) gives or replaces the height and width."""
+    shape = parse_input_shape(input_shape) if input_shape is not None else metadata.input_shape
+    if shape is None and graph_shape:
+        shape = parse_input_shape(graph_shape)
+    if input_hw is not None:
+        height, width = (int(v) for v in input_hw)
+        return (shape[0], shape[1], height, width) if shape else (-1, 3, height, width)
+    if shape is None:
+        raise ValueError(
+            f"{model} does not say its input size (no ultralytics/YOLOv5 config.txt or input_shape extra file): "
+            "give it with the setting input_size (--input-size W H; node parameters input_width, input_height)"
+        )
+    return shape
+
+
+def _refuse_checkpoint(path: Path) -> None:
+    """A torch.save checkpoint (ultralytics' .pt files) is no TorchScript: one line saying how to export it."""
+    if not zipfile.is_zipfile(path):
+        return
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    if any(n.endswith("/data.pkl") for n in names) and not any(n.endswith("/constants.pkl") for n in names):
+        raise ValueError(
+            f"{path} is a PyTorch checkpoint (torch.save), not TorchScript: export it first, e.g. "
+            f"`yolo export model={path.name} format=torchscript` or `format=onnx` (README: Bring your own model)"
+        )
 
 
 def _texts(extra: dict[str, str | bytes]) -> dict[str, str]:

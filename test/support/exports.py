@@ -1,0 +1,127 @@
+"""Model files written the way the exporters users have write them, without the exporters: small networks with the
+same file layouts, metadata files and keys as ultralytics 8.4 (`ultralytics/engine/exporter.py`: TorchScript
+`config.txt`, ONNX `metadata_props`, the TensorRT file header) and YOLOv5 (`export.py`: TorchScript `config.txt`
+with `shape`), so the tests need no ultralytics. The network is `SquareDetector` (64x64 input, 8-pixel cells, 2
+classes red / blue: a known answer), wrapped to give each head's output layout.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import onnx
+import torch
+from torch import nn
+
+from bench_pipeline import SquareDetector
+
+INPUT_HW = (64, 64)
+NAMES = {0: "red", 1: "blue"}
+
+
+class V5Head(nn.Module):
+    """YOLOv5's layout (B, A, 5 + C): the YOLOv8-layout network transposed, objectness 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SquareDetector(INPUT_HW, 8)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.net(images).transpose(1, 2)
+        return torch.cat([out[..., :4], torch.ones_like(out[..., :1]), out[..., 4:]], dim=2)
+
+
+class EndToEndHead(nn.Module):
+    """An end-to-end head (YOLO26, or an nms=True export): (B, K, 6) rows x1, y1, x2, y2, score, class, best
+    scores first (here every anchor: K = 64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SquareDetector(INPUT_HW, 8)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.net(images).transpose(1, 2)  # (B, A, 4 + C)
+        xy, wh = out[..., :2], out[..., 2:4]
+        scores, classes = out[..., 4:].max(dim=2)
+        rows = torch.cat([xy - wh / 2, xy + wh / 2, scores[..., None], classes[..., None].float()], dim=2)
+        order = scores.argsort(dim=1, descending=True)
+        return rows.gather(1, order[..., None].expand(-1, -1, 6))
+
+
+def ultralytics_metadata(
+    batch: int = 1,
+    end2end: bool = False,
+    imgsz: list[int] | None = None,
+    names: dict[int, str] | None = None,
+    **args: object,
+) -> dict:
+    """The metadata dict ultralytics 8.4.190's exporter writes (`Exporter.__call__`), for this network (`args`:
+    the export arguments: nms, dynamic, quantize, ...)."""
+    return {
+        "description": "Ultralytics YOLOv8n model",
+        "author": "Ultralytics",
+        "date": "2026-11-24T10:00:00+00:00",
+        "version": "8.4.190",
+        "license": "AGPL-3.0 License (https://ultralytics.com/license)",
+        "docs": "https://docs.ultralytics.com",
+        "stride": 32,
+        "task": "detect",
+        "head": "Detect",
+        "batch": batch,
+        "imgsz": imgsz or list(INPUT_HW),
+        "names": names or dict(NAMES),
+        "args": {"batch": batch, "quantize": None, "nms": False, "dynamic": False, **args},
+        "channels": 3,
+        "end2end": end2end,
+    }
+
+
+def ultralytics_torchscript(path: Path, model: nn.Module | None = None, **metadata: object) -> Path:
+    """As `yolo export format=torchscript`: traced at the export batch, metadata as JSON in `config.txt`."""
+    meta = ultralytics_metadata(**metadata)
+    traced = torch.jit.trace(
+        (model or SquareDetector(INPUT_HW, 8)).eval(), torch.zeros(meta["batch"], 3, *INPUT_HW)
+    )
+    traced.save(str(path), _extra_files={"config.txt": json.dumps(meta)})
+    return path
+
+
+def ultralytics_onnx(
+    path: Path, model: nn.Module | None = None, dynamic: bool = False, **metadata: object
+) -> Path:
+    """As `yolo export format=onnx`: input `images`, output `output0`, a static batch unless `dynamic` (then batch,
+    height and width are symbolic), every metadata key as `str(value)` in metadata_props."""
+    meta = ultralytics_metadata(**metadata, dynamic=dynamic)
+    axes = (
+        {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 2: "anchors"}}
+        if dynamic
+        else None
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export((model or SquareDetector(INPUT_HW, 8)).eval(), (torch.zeros(meta["batch"], 3, *INPUT_HW),),
+                          str(path), input_names=["images"], output_names=["output0"], dynamic_axes=axes,
+                          opset_version=17, dynamo=False)  # fmt: skip
+    exported = onnx.load(str(path))
+    for key, value in meta.items():
+        prop = exported.metadata_props.add()
+        prop.key, prop.value = key, str(value)
+    onnx.save(exported, str(path))
+    return path
+
+
+def yolov5_torchscript(path: Path) -> Path:
+    """As YOLOv5's `export.py --include torchscript`: `config.txt` {"shape", "stride", "names"}."""
+    traced = torch.jit.trace(V5Head().eval(), torch.zeros(1, 3, *INPUT_HW))
+    config = {"shape": [1, 3, *INPUT_HW], "stride": 32, "names": dict(NAMES)}
+    traced.save(str(path), _extra_files={"config.txt": json.dumps(config)})
+    return path
+
+
+def ultralytics_engine_file(path: Path, engine_bytes: bytes, **metadata: object) -> Path:
+    """As `yolo export format=engine`: a 4-byte little-endian length, the metadata JSON, then the engine."""
+    meta = json.dumps(ultralytics_metadata(**metadata))
+    path.write_bytes(len(meta).to_bytes(4, byteorder="little", signed=True) + meta.encode() + engine_bytes)
+    return path
