@@ -96,11 +96,16 @@ class YoloV8nLike(nn.Module):
     """YOLOv8n's layer widths, depths, neck and decoupled DFL head (~3.2 M parameters, ~8.7 GFLOPs at 640).
 
     Random weights; the class bias starts at -10 like a fresh YOLO head (scores ~5e-5), so thresholds decide
-    how many candidates reach decoding.
+    how many candidates reach decoding. `host_anchors` builds the anchor grid on the host in every forward and
+    copies it over (`torch.arange(..., device="cpu").type_as(x)`, as a traced ultralytics head does): such a
+    model cannot be captured in a CUDA graph.
     """
 
-    def __init__(self, classes: int = 80, input_hw: tuple[int, int] = (640, 640)) -> None:
+    def __init__(
+        self, classes: int = 80, input_hw: tuple[int, int] = (640, 640), host_anchors: bool = False
+    ) -> None:
         super().__init__()
+        self.host_anchors, self.input_hw = host_anchors, input_hw
         self.backbone = nn.ModuleList(
             [
                 _Conv(3, 16, 3, 2),
@@ -127,14 +132,9 @@ class YoloV8nLike(nn.Module):
         )
         for head in self.cls:
             nn.init.constant_(head[-1].bias, -10.0)
-        anchors, strides = [], []
-        for stride in (8, 16, 32):
-            h, w = input_hw[0] // stride, input_hw[1] // stride
-            ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-            anchors.append(torch.stack([xs.flatten(), ys.flatten()]).float() + 0.5)
-            strides.append(torch.full((h * w,), float(stride)))
-        self.register_buffer("anchors", torch.cat(anchors, 1).unsqueeze(0))  # (1, 2, A)
-        self.register_buffer("strides", torch.cat(strides).view(1, 1, -1))  # (1, 1, A)
+        anchors, strides = _anchor_grid(input_hw)
+        self.register_buffer("anchors", anchors)  # (1, 2, A)
+        self.register_buffer("strides", strides)  # (1, 1, A)
         self.register_buffer("bins", torch.arange(16, dtype=torch.float32).view(1, 1, 16, 1))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -153,9 +153,23 @@ class YoloV8nLike(nn.Module):
         dist = torch.cat([head(f).view(b, 64, -1) for head, f in zip(self.box, levels, strict=True)], 2)
         logits = torch.cat([head(f).flatten(2) for head, f in zip(self.cls, levels, strict=True)], 2)
         ltrb = (dist.view(b, 4, 16, -1).softmax(2) * self.bins).sum(2)  # DFL: expected distance per side
-        xy = (self.anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * self.strides
-        wh = (ltrb[:, :2] + ltrb[:, 2:]) * self.strides
+        anchors, strides = self.anchors, self.strides
+        if self.host_anchors:  # made on the host and copied over at every call (a host-to-device copy)
+            anchors, strides = (t.type_as(ltrb) for t in _anchor_grid(self.input_hw))
+        xy = (anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * strides
+        wh = (ltrb[:, :2] + ltrb[:, 2:]) * strides
         return torch.cat([xy, wh, logits.sigmoid()], 1)
+
+
+def _anchor_grid(input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """YOLOv8's anchor centres (1, 2, A) and strides (1, 1, A) for the three levels, on the host."""
+    anchors, strides = [], []
+    for stride in (8, 16, 32):
+        h, w = input_hw[0] // stride, input_hw[1] // stride
+        ys, xs = torch.meshgrid(torch.arange(h, device="cpu"), torch.arange(w, device="cpu"), indexing="ij")
+        anchors.append(torch.stack([xs.flatten(), ys.flatten()]).float() + 0.5)
+        strides.append(torch.full((h * w,), float(stride)))
+    return torch.cat(anchors, 1).unsqueeze(0), torch.cat(strides).view(1, 1, -1)
 
 
 def save_onnx(model: nn.Module, path: Path, input_hw: tuple[int, int], batch: int | None = None) -> Path:

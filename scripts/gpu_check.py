@@ -98,9 +98,11 @@ def check_many_and_captured(model: Path, device: str, runs: int, failures: list[
         np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
         for a, b in zip(alone, together, strict=False)
     )
+    views = sum(eager.plan_for(*f.shape[:2]).batch_size for f in frames)
+    fewest = -(-views // eager.engine.max_batch)  # one call on a GPU (max_batch 32); calls of 4 on a CPU
     print(f"detect_many 640x480 + 1280x720 + 1920x1080: engine calls {calls}, equal to detect: {same}")
-    if not same or len(calls) != 1:
-        failures.append(f"detect_many differs from detect or took {len(calls)} engine calls")
+    if not same or len(calls) != fewest:
+        failures.append(f"detect_many differs from detect or took {len(calls)} engine calls, not {fewest}")
     if torch.device(device).type != "cuda":
         return
     captured = TiledDetector(model, device=device, **options)

@@ -140,7 +140,7 @@ def _replaying_capture(log: list[str]):
 def _tensors(value):
     if isinstance(value, torch.Tensor):
         return [value]
-    return [t for item in value for t in _tensors(item)]
+    return [t for item in (value.values() if isinstance(value, dict) else value) for t in _tensors(item)]
 
 
 def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
@@ -221,7 +221,7 @@ def _counting_graph(log: list[str]):
     return capture
 
 
-def test_a_failed_capture_falls_back_to_eager_with_one_log_line(square_torchscript, caplog):
+def test_a_failed_capture_falls_back_to_eager_with_one_log_line_per_step(square_torchscript, caplog):
     from test_detector import _scene
 
     options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
@@ -238,10 +238,112 @@ def test_a_failed_capture_falls_back_to_eager_with_one_log_line(square_torchscri
         for seed in (0, 1):
             frame, _, _ = _scene(seed)
             _same(eager.detect(frame), detector.detect(frame))
-    assert tries == [1] and not detector._runner.captures  # tried once, eager from then on
+    # tried whole, then around the engine; eager from then on
+    assert tries == [1, 1] and not detector._runner.captures
     lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
-    assert len(lines) == 1 and "capturing the frame program failed (operation not permitted" in lines[0]
-    assert "pages of native context" not in lines[0]
+    assert len(lines) == 2 and "capturing the frame program failed (operation not permitted" in lines[0]
+    assert "the engine runs eagerly from now on, between the captured tiles/letterbox before it" in lines[0]
+    assert lines[1].startswith(
+        "capturing the frame program around the engine failed (operation not permitted"
+    )
+    assert "running it eagerly from now on" in lines[1]
+    assert not any("pages of native context" in line for line in lines)
+
+
+def _capture_refusing_the_engine(log: list[str], engine):
+    """The CPU stand-in of a capture whose engine cannot be recorded (a forward that makes a host tensor): the
+    capture fails whenever the captured function calls the engine, as torch's does."""
+    capture = _replaying_capture(log)
+    infer, capturing = engine.infer, []
+
+    def guarded(batch):
+        if capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        log.append("engine")
+        return infer(batch)
+
+    def refusing(function):
+        capturing.append(1)
+        try:
+            return capture(function)
+        finally:
+            capturing.pop()
+
+    engine.infer = guarded
+    return refusing
+
+
+def test_an_engine_that_cannot_be_captured_runs_eagerly_between_the_captured_parts(
+    square_torchscript, caplog
+):
+    from test_detector import _scene
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch", max_batch=5)
+    eager = TiledDetector(square_torchscript, **options)
+    log: list[str] = []
+    detector = TiledDetector(square_torchscript, **options)
+    detector = TiledDetector.from_config(detector.config, engine=detector.engine,
+                                         capture=_capture_refusing_the_engine(log, detector.engine))  # fmt: skip
+    detector._sync_free = True
+    with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
+        frames = [_scene(seed)[0] for seed in (0, 1, 2)]
+        for frame in frames:
+            _same(eager.detect(frame), detector.detect(frame))
+    assert detector._runner.captures and detector._runner.split
+    views, step = detector.plan_for(*frames[0].shape[:2]).batch_size, detector.engine.max_batch
+    calls = -(-views // step)  # engine calls per frame (of at most max_batch images: 4 on a CPU)
+    # the whole program's capture failed once; then per key: capture before, replay it, the engine (eager),
+    # capture after, replay it; later frames replay both around the eager engine
+    first = ["capture", "capture", "replay", *["engine"] * calls, "capture", "replay"]
+    assert log[: len(first)] == first
+    assert log[len(first) :] == ["replay", *["engine"] * calls, "replay"] * 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
+    assert len(lines) == 1 and "the engine runs eagerly from now on, between the captured" in lines[0]
+
+
+def test_an_engine_that_says_it_cannot_be_captured_starts_split(square_torchscript, monkeypatch):
+    from test_detector import _scene
+
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch")
+    log: list[str] = []
+    base = TiledDetector(square_torchscript, **options)
+    monkeypatch.setattr(base.engine, "capturable", False)  # like ONNX Runtime's CUDA provider
+    detector = TiledDetector.from_config(base.config, engine=base.engine, capture=_replaying_capture(log))
+    detector._sync_free = True
+    frame, _, _ = _scene(0)
+    _same(base.detect(frame), detector.detect(frame))
+    assert detector._runner.split and log == ["capture", "replay", "capture", "replay"]
+
+
+class _HostTensorSquares(torch.nn.Module):
+    """SquareDetector plus a tensor made on the host in every forward (copied over: no CUDA graph can hold it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from bench_pipeline import SquareDetector
+
+        self.net = SquareDetector((64, 64), 8)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.net(images)
+        return out + torch.zeros(1, device="cpu").type_as(out)
+
+
+@pytest.mark.gpu
+def test_a_model_that_makes_a_host_tensor_keeps_the_rest_of_the_frame_captured(export_torchscript, caplog):
+    from test_detector import _scene
+
+    model = export_torchscript(_HostTensorSquares(), (64, 64), ["red", "blue"])
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="torch", device="cuda")
+    eager = TiledDetector(model, cuda_graph=False, **options)
+    with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
+        captured = TiledDetector(model, **options)
+        for seed in (0, 1, 2):
+            frame, _, _ = _scene(seed)
+            _same(eager.detect(frame), captured.detect(frame))
+    assert captured._runner.captures and captured._runner.split  # captured around the engine
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
+    assert len(lines) == 1 and "the engine runs eagerly from now on, between the captured" in lines[0]
 
 
 def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
@@ -256,7 +358,11 @@ def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
     assert default_capture(config, engine) is cuda_graph
     assert default_capture(config.replace(cuda_graph=False), engine) is None
     assert default_capture(config.replace(sync_free=False), engine) is None  # data-dependent shapes
-    assert default_capture(config, SimpleNamespace(device=torch.device("cuda", 0), capturable=False)) is None
+    # an engine that cannot be recorded is captured around (program.Runner's split form)
+    assert (
+        default_capture(config, SimpleNamespace(device=torch.device("cuda", 0), capturable=False))
+        is cuda_graph
+    )
     assert default_capture(config, SimpleNamespace(device=torch.device("cpu"), capturable=True)) is None
 
 

@@ -110,10 +110,10 @@ def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
 
 
 def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
-    """`cuda_graph` when the frame program can be captured: a CUDA device, the fixed-size (sync-free) path, an
-    engine that can be recorded (torch, TensorRT) and `cuda_graph` on; else None (eager)."""
-    capturable = engine.device.type == "cuda" and config.sync_free and engine.capturable
-    return cuda_graph if capturable and config.cuda_graph else None
+    """`cuda_graph` when the frame program can be captured: a CUDA device, the fixed-size (sync-free) path and
+    `cuda_graph` on; else None (eager). An engine that cannot be recorded (`Engine.capturable` false, or found so
+    when capturing) runs eagerly between the captured parts before and after it (`program.Runner`)."""
+    return cuda_graph if engine.device.type == "cuda" and config.sync_free and config.cuda_graph else None
 
 
 def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | None) -> OutputLayout:
@@ -209,8 +209,9 @@ class TiledDetector:
         self._config, self._engine, self._frame_settings = config, engine, frame_settings
         self._labels, self._num_classes, self._layout = labels, num_classes, layout
         preprocessor = Preprocessor(
-            engine.device, engine.input.dtype, engine.input_hw, config.channel_order, engine.memory_format
-        )
+            engine.device, engine.input.dtype, engine.input_hw, config.channel_order, engine.memory_format,
+            capacity=engine.max_batch,
+        )  # fmt: skip
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         self._uploader = Uploader(engine.device)
@@ -218,9 +219,8 @@ class TiledDetector:
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
         )
         # the caller's own capture function (a test's stand-in) where given, as long as `cuda_graph` is on
-        self._runner = Runner(
-            capture if capture is not None and config.cuda_graph else default_capture(config, engine)
-        )
+        chosen = capture if capture is not None and config.cuda_graph else default_capture(config, engine)
+        self._runner = Runner(chosen, split=not engine.capturable)
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
@@ -376,8 +376,11 @@ class TiledDetector:
         # the capture key: everything the frame program reads (frame buffers, plan, settings, limits)
         key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), settings, limits)
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
+        program = self._program
         packed, found = self._runner.run(
-            key, lambda: self._program(frames, encodings, plan, settings, limits, mark)
+            key,
+            lambda: program(frames, encodings, plan, settings, limits, mark),
+            lambda: program.split(frames, encodings, plan, settings, limits) if program.can_split else None,
         )
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows

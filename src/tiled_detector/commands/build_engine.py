@@ -18,7 +18,13 @@ BUILD_SETTINGS = ("device", "precision", "max_batch", "input_size", "tile_size",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `tiled-detector build-engine`."""
-    parser.add_argument("model", type=Path, help="ONNX model")
+    parser.add_argument(
+        "model",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="ONNX model (default: the bundled model's ONNX file)",
+    )
     parser.add_argument(
         "--opt-batch",
         type=int,
@@ -78,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
     from tiled_detector.parameters import config_changes
     from tiled_detector.tools.calibration import calibration_batches
 
-    if not args.model.is_file():
-        print(f"error: {args.model} is not a file", file=sys.stderr)
+    config = DetectorConfig(
+        **{**config_changes(parameter_values(args)), "backend": "tensorrt", "model": args.model}
+    )
+    if not config.model.is_file():
+        print(f"error: {config.model} is not a file", file=sys.stderr)
         return 2
-    config = DetectorConfig(**{**config_changes(parameter_values(args)), "model": args.model})
     device = torch.device(config.device)
     # checked before any TensorRT call: without a GPU the native builder can crash the process
     require_cuda(device, "build-engine builds TensorRT engines on the GPU they will run on")
@@ -103,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
         calib_tiles=args.calib_tiles,
     )
     started = time.monotonic()
-    _, path = load_or_build(trt, runtime, logger, args.model, options, device, args.cache_dir, TextProgress())
+    _, path = load_or_build(
+        trt, runtime, logger, config.model, options, device, args.cache_dir, TextProgress()
+    )
     print(f"engine: {path} ({time.monotonic() - started:.1f} s, TensorRT {trt.__version__})")
     if args.out is not None:
         shutil.copyfile(path, args.out)

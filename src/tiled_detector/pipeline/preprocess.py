@@ -107,8 +107,12 @@ class Preprocessor:
         input_hw: tuple[int, int],
         channel_order: str = "rgb",
         memory_format: torch.memory_format = torch.contiguous_format,
+        capacity: int = 1,
     ) -> None:
         self.channel_order = check_channel_order(channel_order)
+        # its own batch is allocated at least this large (the engine's max_batch), once: a captured frame program
+        # keeps writing the same memory, which a larger batch asked for later would otherwise replace
+        self.capacity = capacity
         self.device = concrete_device(device)
         self.dtype = dtype
         self.memory_format = memory_format  # the batch's layout: the engine's (`Engine.memory_format`)
@@ -183,10 +187,17 @@ class Preprocessor:
                 )
             return out[:batch_size]
         if self._batch is None or self._batch.shape[0] < batch_size:  # kept at the largest batch asked for
-            self._batch = torch.empty(
-                (batch_size, *shape), dtype=self.dtype, device=self.device, memory_format=self.memory_format
-            )
+            self._batch = self.new_batch(max(batch_size, self.capacity))
         return self._batch[:batch_size]
+
+    def new_batch(self, batch_size: int) -> torch.Tensor:
+        """A new (uninitialised) batch tensor of `batch_size` model inputs in the engine's dtype and layout."""
+        return torch.empty(
+            (batch_size, 3, *self.input_hw),
+            dtype=self.dtype,
+            device=self.device,
+            memory_format=self.memory_format,
+        )
 
     def _sources(self, enc: Encoding) -> tuple[int, int, int]:
         """Source channel of each of the model's three input channels."""

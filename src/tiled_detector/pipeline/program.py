@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import torch
 
@@ -37,9 +37,11 @@ Compiler = Callable[[F], F]  # a stage function -> an equivalent one (e.g. fused
 
 class Inference(Protocol):
     """What the frame program needs of an engine (`tiled_detector.engines.base.Engine` is one): at most
-    `max_batch` images per call, into its bound input where it has one."""
+    `max_batch` images per call, into its bound input where it has one; its `outputs` (each with a name, a shape
+    with -1 for a dynamic dimension, and a dtype) size the buffers of the split form."""
 
     max_batch: int
+    outputs: Sequence[Any]
 
     def input_buffer(self, batch_size: int) -> torch.Tensor | None: ...
 
@@ -97,40 +99,94 @@ def fused(function: F) -> F:
     return call  # type: ignore[return-value]
 
 
-class Runner:
-    """Runs a device function eagerly, or (with a `capture`) captures it once per key and replays it after."""
+class SplitProgram(NamedTuple):
+    """A frame program in three parts, for an engine whose calls cannot be captured: `before` (capturable) writes
+    every view into buffers it returns, `engine` (eager) runs the engine on them and writes its outputs into those
+    buffers, `after` (capturable) reads them and returns the program's outputs."""
 
-    def __init__(self, capture: Capture | None = None, max_captures: int = 8) -> None:
+    before: Callable[[], Any]
+    engine: Callable[[Any], None]
+    after: Callable[[Any], Any]
+
+
+class Runner:
+    """Runs a frame program eagerly, or (with a `capture`) captures it once per key and replays it after.
+
+    When the whole program cannot be captured (an engine whose forward synchronises with the host or makes a host
+    tensor; or one that says so: `split`), the parts before and after the engine are captured and replayed and the
+    engine alone runs eagerly between them, with one log line; when even those cannot be captured, everything
+    runs eagerly, with one more."""
+
+    def __init__(self, capture: Capture | None = None, max_captures: int = 8, split: bool = False) -> None:
         self._capture = capture
         self._max = max_captures
-        self._captured: dict[Hashable, tuple[Callable[[], None], Any]] = {}
+        self._split = split
+        self._captured: dict[Hashable, tuple[Any, ...]] = {}
 
     @property
     def captures(self) -> bool:
-        """True when functions are captured and replayed."""
+        """True when (parts of) the frame program are captured and replayed."""
         return self._capture is not None
 
-    def run(self, key: Hashable, function: Callable[[], T]) -> T:
-        """`function()`'s outputs: computed now (eager), or by replaying the capture made for `key` (the first
-        call with a key captures; the function must then read only buffers that stay the same for that key)."""
+    @property
+    def split(self) -> bool:
+        """True when the engine runs eagerly between the captured parts before and after it."""
+        return self._capture is not None and self._split
+
+    def run(
+        self, key: Hashable, program: Callable[[], T], split: Callable[[], SplitProgram | None] | None = None
+    ) -> T:
+        """`program()`'s outputs: computed now (eager), or by replaying the capture made for `key` (the first call
+        with a key captures; the program must then read only buffers that stay the same for that key); in the
+        split form, the parts `split()` gives (None: there is none) replayed around the eager engine."""
         if self._capture is None:
-            return function()
+            return program()
         entry = self._captured.get(key)
+        parts = split() if self._split and split is not None else None
         if entry is None:
             if len(self._captured) >= self._max:  # frame sizes or settings changed: drop the oldest capture
                 self._captured.pop(next(iter(self._captured)))
             try:
-                entry = self._captured[key] = self._capture(function)
-            except Exception as error:  # e.g. an engine that synchronises or allocates while captured
-                LOG.warning(
-                    "capturing the frame program failed (%s); running it eagerly from now on", one_line(error)
+                entry = self._captured[key] = (
+                    self._split_entry(parts) if self._split else self._capture(program)
                 )
-                self._capture = None
+            except Exception as error:  # e.g. an engine that synchronises or allocates while captured
                 self._captured.clear()
-                return function()
+                if self._split or split is None:
+                    LOG.warning("capturing the frame program%s failed (%s); running it eagerly from now on",
+                                " around the engine" if self._split else "", one_line(error))  # fmt: skip
+                    self._capture = None
+                    return program()
+                LOG.warning(
+                    "capturing the frame program failed (%s): the engine runs eagerly from now on, between the "
+                    "captured tiles/letterbox before it and decoding/seams/merge after it",
+                    one_line(error),
+                )
+                self._split = True
+                return self.run(key, program, split)
+            if self._split:  # the new entry has computed its outputs: its engine ran between the two captures
+                return entry[-1]
+        if self._split:
+            replay_before, state, replay_after, outputs = entry
+            replay_before()
+            parts.engine(state)  # type: ignore[union-attr]
+            replay_after()
+            return outputs
         replay, outputs = entry
         replay()
         return outputs
+
+    def _split_entry(self, parts: SplitProgram | None) -> tuple[Any, ...]:
+        """Capture the parts before and after the engine (running the engine between them once, so that the part
+        after it reads real outputs while it is captured) and compute this frame's outputs."""
+        if parts is None:
+            raise RuntimeError("this frame program has no split form")
+        replay_before, state = self._capture(parts.before)  # type: ignore[misc]
+        replay_before()
+        parts.engine(state)
+        replay_after, outputs = self._capture(lambda: parts.after(state))  # type: ignore[misc]
+        replay_after()
+        return replay_before, state, replay_after, outputs
 
 
 class FrameProgram:
@@ -165,31 +221,79 @@ class FrameProgram:
         """Every view of every frame through the engine, in chunks of at most `max_batch` images (one engine call
         whenever the batch fits), each chunk decoded to its per-image top-k before the next runs, so memory
         follows the engine batch, not the frames."""
-        step, parts = self.engine.max_batch, []
-        for start in range(0, plan.batch_size, step):
-            stop = min(start + step, plan.batch_size)
+        parts = []
+        for start, stop in self._chunks(plan):
             # the engine's bound input when it has one (written in place), else the preprocessor's batch
             batch = self.preprocessor.batch(stop - start, self.engine.input_buffer(stop - start))
-            for k, first, end in plan.pieces(start, stop):
-                at = plan.starts[k] + first - start
-                out = batch[at : at + end - first]
-                self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], out, (first, end))
+            self._prepare(frames, encodings, plan, (start, stop), batch)
             mark("preprocess")
             outputs = self.engine.infer(batch)
             mark("infer")
-            found = self.decode(
-                outputs,
-                self.layout,
-                settings.conf_threshold,
-                settings.top_k,
-                settings.classes,
-                self.num_classes,
-            )
-            parts.append(found._replace(image_index=found.image_index + start) if start else found)
+            parts.append(self._decode(outputs, start, settings))
             mark("decode")
-        if len(parts) == 1:
-            return parts[0]
-        return PaddedDecoded(*(torch.cat(field) for field in zip(*parts, strict=True)))
+        return _joined(parts)
+
+    def _chunks(self, plan: BatchPlan) -> list[tuple[int, int]]:
+        """(start, stop) of the engine calls: the views in chunks of at most `max_batch`."""
+        step = self.engine.max_batch
+        return [(start, min(start + step, plan.batch_size)) for start in range(0, plan.batch_size, step)]
+
+    def _prepare(self, frames: Sequence[torch.Tensor], encodings: Sequence[Encoding], plan: BatchPlan,
+                 views: tuple[int, int], batch: torch.Tensor) -> None:  # fmt: skip
+        """Write batch images views[0]..views[1]-1 of the plan into `batch` (from its first image on)."""
+        for k, first, end in plan.pieces(*views):
+            at = plan.starts[k] + first - views[0]
+            self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], batch[at : at + end - first],
+                                      (first, end))  # fmt: skip
+
+    def _decode(
+        self, outputs: Mapping[str, torch.Tensor], start: int, settings: FrameSettings
+    ) -> PaddedDecoded:
+        """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates."""
+        found = self.decode(
+            outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes
+        )
+        return found._replace(image_index=found.image_index + start) if start else found
+
+    @property
+    def can_split(self) -> bool:
+        """Whether the split form works: every engine output has a static shape past the batch dimension."""
+        return all(d >= 0 for output in self.engine.outputs for d in output.shape[1:])
+
+    def split(
+        self,
+        frames: Sequence[torch.Tensor],
+        encodings: Sequence[Encoding],
+        plan: BatchPlan,
+        settings: FrameSettings,
+        limits: Limits | None,
+    ) -> SplitProgram:
+        """The same program in three parts for an engine whose calls cannot be captured (`Runner`): every view
+        into a batch of the whole plan, the engine's calls (eager) with their outputs copied into buffers of the
+        whole plan, then decoding and `postprocess`. The part before allocates those buffers, so that inside a
+        capture they belong to its graph and live as long as it does."""
+        views = plan.batch_size
+
+        def before() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            batch = self.preprocessor.new_batch(views)
+            self._prepare(frames, encodings, plan, (0, views), batch)
+            outputs = {o.name: torch.empty((views, *o.shape[1:]), dtype=o.dtype, device=batch.device)
+                       for o in self.engine.outputs}  # fmt: skip
+            return batch, outputs
+
+        def engine(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
+            batch, outputs = state
+            for start, stop in self._chunks(plan):
+                for name, value in self.engine.infer(batch[start:stop]).items():
+                    outputs[name][start:stop].copy_(value)
+
+        def after(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> tuple[torch.Tensor, PaddedDecoded]:
+            _, outputs = state
+            found = _joined([self._decode({n: o[a:b] for n, o in outputs.items()}, a, settings)
+                             for a, b in self._chunks(plan)])  # fmt: skip
+            return self.postprocess(found, plan, settings, limits), found
+
+        return SplitProgram(before, engine, after)
 
     def __call__(
         self,
@@ -205,3 +309,10 @@ class FrameProgram:
         packed = self.postprocess(found, plan, settings, limits)
         mark("merge")
         return packed, found
+
+
+def _joined(parts: list[PaddedDecoded]) -> PaddedDecoded:
+    """The candidates of several engine calls as one set (one call: as they are)."""
+    if len(parts) == 1:
+        return parts[0]
+    return PaddedDecoded(*(torch.cat(field) for field in zip(*parts, strict=True)))

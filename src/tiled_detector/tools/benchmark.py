@@ -111,7 +111,8 @@ def transfer_bytes(function: Callable[[], Any]) -> tuple[int, int]:
 
 def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     """The engine alone on `views` images, one bare call per chunk of at most max_batch as the pipeline makes
-    them, and the same calls replayed as a CUDA graph where the engine can be captured (else None)."""
+    them, and the same calls replayed as a CUDA graph where the engine can be captured (else None: also for a
+    model whose forward cannot be captured)."""
     engine = detector.engine
     shape = (views, *engine.input.shape[1:])
     batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
@@ -121,7 +122,10 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
     eager = lambda: [engine.infer(chunk) for chunk in chunks]  # noqa: E731
     if engine.device.type != "cuda" or not engine.capturable:
         return eager, None
-    replay, _ = cuda_graph(eager)
+    try:
+        replay, _ = cuda_graph(eager)
+    except RuntimeError:  # a model whose forward cannot be captured (a host tensor, a host sync): eager only
+        return eager, None
     return eager, replay
 
 
@@ -157,7 +161,8 @@ def measure(
     best_alone = min(alone, statistics.median(model_graph)) if graph is not None else alone
     row.values.update(
         input="host" if isinstance(frame, np.ndarray) or frame.device.type == "cpu" else "device",
-        cuda_graph=detector._runner.captures,
+        # the frame captured whole, captured around an engine that cannot be (its calls eager), or not at all
+        cuda_graph="split" if detector._runner.split else "whole" if detector._runner.captures else "off",
         views=plan.batch_size,
         detections=found,
         total_ms=round(total, 3),
