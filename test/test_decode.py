@@ -333,3 +333,50 @@ def test_class_ids_are_each_kept_anchors_first_best_class(layout, images, anchor
     assert torch.equal(found.image_index, torch.arange(images).repeat_interleave(min(top_k, anchors)))
     assert torch.equal(found.scores, best[found.image_index, anchors_kept])
     assert torch.equal(found.class_ids, best_class[found.image_index, anchors_kept])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layout=st.sampled_from(
+        [OutputLayout.YOLOV8, OutputLayout.YOLOV8_TRANSPOSED, OutputLayout.YOLOV5, OutputLayout.END2END]
+    ),
+    images=st.integers(1, 3),
+    anchors=st.integers(1, 60),
+    classes=st.integers(2, 6),
+    conf=st.floats(0.0, 0.9),
+    listed=st.dictionaries(st.integers(0, 7), st.floats(0.0, 1.0), max_size=4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_class_thresholds_equal_filtering_the_unfiltered_candidates(layout, images, anchors, classes, conf, listed,
+                                                                   seed):  # fmt: skip
+    # decoding with per-class thresholds keeps exactly the candidates that decoding at the lowest threshold keeps
+    # and that are above their class's own (same boxes, same order): a class below its threshold takes no place
+    generator = torch.Generator().manual_seed(seed)
+    if layout is OutputLayout.END2END:
+        head = torch.rand(images, anchors, 6, generator=generator)
+        head[..., 5] = torch.randint(0, classes, (images, anchors), generator=generator).float()
+    else:
+        first = 5 if layout is OutputLayout.YOLOV5 else 4
+        head = torch.rand(images, first + classes, anchors, generator=generator)
+        if layout is not OutputLayout.YOLOV8:
+            head = head.transpose(1, 2).contiguous()
+    pairs = tuple(listed.items())
+    limit = torch.tensor([listed.get(c, conf) for c in range(max(8, classes))])
+    found = decode_outputs({"output0": head}, layout, conf, anchors, class_thresholds=pairs)
+    everything = decode_outputs({"output0": head}, layout, min([conf, *listed.values()]), anchors)
+    kept = everything.scores > limit[everything.class_ids]
+    for got, want in zip(found, everything, strict=True):
+        assert torch.equal(got, want[kept])
+    if not pairs:
+        assert torch.equal(found.scores, decode_outputs({"output0": head}, layout, conf, anchors).scores)
+
+
+def test_class_thresholds_tensor_is_built_once_per_setting_and_device(exported):
+    from tiled_detector.pipeline import decode
+
+    decode._cached_thresholds.cache_clear()
+    for _ in range(3):
+        decode_padded(exported[OutputLayout.YOLOV8], "yolov8", 0.25, 100, class_thresholds=((1, 0.5),))
+    assert decode._cached_thresholds.cache_info().misses == 1
+    values = decode._cached_thresholds(((1, 0.5), (3, 0.9)), 0.25, torch.device("cpu"))
+    assert values.tolist() == pytest.approx([0.25, 0.5, 0.25, 0.9, 0.25])  # last: every class beyond

@@ -3,6 +3,7 @@ frames never mix in seams or merging; the runner executes the same device functi
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -169,6 +170,8 @@ ALTERNATES = {
     "tile_size": (512, 512), "overlap": 0.4, "full_frame": False, "conf_threshold": 0.5, "merge": "greedy_nmm",
     "match_metric": "iou", "merge_threshold": 0.9, "class_agnostic": True, "max_detections": 5,
     "classes": ["blue_square"], "top_k": 3, "seam_suppression": False, "profile": True,
+    "class_thresholds": ["red_disc:0.9", "3:0.8"], "roi": (0.0, 0.5, 1.0, 1.0), "min_box_size": 40.0,
+    "max_box_size": 30.0, "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
 }  # fmt: skip
 SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
 
@@ -181,10 +184,14 @@ def _equal(a, b) -> bool:
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_every_runtime_setting_reaches_the_captured_frame_program(device):
+def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_path):
     """Each runtime setting changed between two captured frames: the second frame follows it (equals an
     uncaptured detector with that setting), and a setting the frame program reads captures a new program."""
     assert set(ALTERNATES) == {name for name, setting in settings().items() if setting.runtime}
+    mask = np.zeros((9, 16), np.uint8)
+    mask[:, :8] = 255
+    cv2.imwrite(str(tmp_path / "left.png"), mask)
+    alternates = {**ALTERNATES, "ignore_mask": [str(tmp_path / "left.png")]}
     eager = TiledDetector(backend="torch", device=device, conf_threshold=0.05, cuda_graph=False)
     log: list[str] = []
     capture = _replaying_capture(log) if device == "cpu" else _counting_graph(log)
@@ -195,7 +202,7 @@ def test_every_runtime_setting_reaches_the_captured_frame_program(device):
     frame = make_scene(*SETTINGS_SCENE).image
     before = captured.detect(frame)
     _same(before, eager.detect(frame))
-    for name, value in ALTERNATES.items():
+    for name, value in alternates.items():
         captures, read = log.count("capture"), (captured.frame_settings, captured.plan_for(*frame.shape[:2]))
         captured.update(**{name: value})
         got = captured.detect(frame)

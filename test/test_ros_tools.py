@@ -42,6 +42,8 @@ VENV = Path(sys.prefix)
 # no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
 PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
 LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
+# `ros2 lifecycle` waits the spin time on every call: short, and called again while the node is not found yet
+LIFECYCLE_OPTIONS = ("--no-daemon", "--spin-time", "1")
 
 
 def _package_files() -> list[str]:
@@ -399,7 +401,7 @@ def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_
     def lifecycle(*args: str) -> subprocess.CompletedProcess:
         deadline = time.monotonic() + 60
         while True:  # a fresh ros2 process may not have discovered the node yet
-            done = ros2(workspace, domain, "lifecycle", *args[:1], *LIST_OPTIONS, node, *args[1:])
+            done = ros2(workspace, domain, "lifecycle", *args[:1], *LIFECYCLE_OPTIONS, node, *args[1:])
             if "Node not found" not in done.stdout + done.stderr or time.monotonic() > deadline:
                 return done
 

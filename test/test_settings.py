@@ -72,6 +72,8 @@ def test_frame_settings_are_built_from_the_table() -> None:
         "tile_size",
         "overlap",
         "full_frame",
+        "roi",
+        "ignore_mask",
     }
     assert {n for n, s in settings().items() if s.applies is Applies.HOST} == {"profile"}
 

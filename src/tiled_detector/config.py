@@ -14,18 +14,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.kinds import (
+    CameraFiles,
     Choice,
     Classes,
+    ClassValues,
     File,
     Flag,
     Kind,
     Names,
     Number,
     Options,
+    Rectangle,
     Size,
     Text,
 )
@@ -33,6 +37,8 @@ from tiled_detector.options import ChannelOrder, Option
 from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
+from tiled_detector.pipeline.policy import read_mask
+from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
 
 
 class Applies(Option):
@@ -147,6 +153,32 @@ class DetectorConfig:
         True, "also run the whole frame (letterboxed) in the same batch", kind=Flag(), applies=Applies.PLAN
     )
     conf_threshold: float = _setting(0.25, "minimum detection score", kind=Number(0.0, 1.0), flag="conf")
+    class_thresholds: tuple[tuple[int | str, float], ...] = _setting(
+        (),
+        "minimum score per class, 'class:threshold' entries (names or ids, e.g. person:0.35 3:0.6); classes not "
+        "listed keep conf_threshold",
+        kind=ClassValues(0.0, 1.0),
+    )
+    roi: tuple[float, float, float, float] = _setting(
+        FULL_FRAME_ROI,
+        "region of interest [x_min, y_min, x_max, y_max], fractions of the frame: tiles cover it only, and a box "
+        "is kept when its centre lies in it (the full-frame view still sees the whole frame)",
+        kind=Rectangle(),
+        applies=Applies.PLAN,
+    )
+    ignore_mask: tuple[tuple[str, Path], ...] = _setting(
+        (),
+        "mask images (any size, scaled to the frame; non-zero = ignored): 'path' for every camera, "
+        "'camera=path' for one; a box more than half on ignored pixels is dropped, a tile wholly on them is not run",
+        kind=CameraFiles(rule=read_mask),
+        applies=Applies.PLAN,
+    )
+    min_box_size: float = _setting(
+        0.0, "smallest box kept: its shorter side in frame pixels (0 = no limit)", kind=Number(0.0, 100000.0)
+    )
+    max_box_size: float = _setting(
+        0.0, "largest box kept: its shorter side in frame pixels (0 = no limit)", kind=Number(0.0, 100000.0)
+    )
     merge: MergeMethod = _setting(
         DEFAULT_RULE.method,
         "how detections from overlapping tiles are merged",
@@ -243,6 +275,11 @@ class DetectorConfig:
     def __post_init__(self) -> None:
         for name, setting in settings().items():
             object.__setattr__(self, name, setting.kind.check(name, getattr(self, name)))
+        if 0 < self.max_box_size < self.min_box_size:
+            raise ValueError(
+                f"min_box_size ({self.min_box_size:g}) must not exceed max_box_size ({self.max_box_size:g}); "
+                "0 = no limit"
+            )
         if self.model is None:
             model = _bundled_model(self.backend)
             if model is None:
@@ -280,7 +317,7 @@ class DetectorConfig:
         against `labels` (ValueError naming an unknown class)."""
         return FrameSettings(
             **{
-                n: s.kind.resolve(getattr(self, n), labels)
+                n: s.kind.resolve(n, getattr(self, n), labels)
                 for n, s in settings().items()
                 if s.applies is Applies.FRAME
             }

@@ -28,6 +28,7 @@ from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, detect_layout
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
 from tiled_detector.pipeline.postprocess import Limits, postprocess, unpack
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.program import (
@@ -215,6 +216,7 @@ class TiledDetector:
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         self._uploader = Uploader(engine.device)
+        self._masks = IgnoreMasks()  # the ignore masks scaled to the frame sizes seen (bounded)
         self._program = FrameProgram(
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
         )
@@ -280,27 +282,35 @@ class TiledDetector:
             raise ValueError(f"changing {', '.join(reload)} needs a new engine: create a new TiledDetector")
         return config
 
-    def plan_for(self, height: int, width: int) -> TilePlan:
-        """The (cached) tile plan for frames of this size."""
+    def plan_for(self, height: int, width: int, camera: str | None = None) -> TilePlan:
+        """The (cached) tile plan for frames of this size from `camera` (its ignore mask: `ignore_mask`)."""
+        path = mask_path(self._config.ignore_mask, camera)
         return make_plan(
             (height, width),
             self._config.tile_hw,
             self._config.overlap,
             self._engine.input_hw,
             self._config.full_frame,
+            self._config.roi,
+            None if path is None else self._masks.get(path, (height, width)),
         )
 
     def detect(
-        self, frame: np.ndarray | torch.Tensor, encoding: str | Encoding = Encoding.RGB8
+        self,
+        frame: np.ndarray | torch.Tensor,
+        encoding: str | Encoding = Encoding.RGB8,
+        camera: str | None = None,
     ) -> Detections:
-        """Detect objects in an (H, W, C) frame (numpy or torch, any device); boxes in frame pixels."""
-        return self.detect_many([frame], [encoding])[0]
+        """Detect objects in an (H, W, C) frame (numpy or torch, any device) from `camera` (which ignore mask
+        applies: `ignore_mask`); boxes in frame pixels."""
+        return self.detect_many([frame], [encoding], cameras=[camera])[0]
 
     def detect_many(
         self,
         frames: Sequence[np.ndarray | torch.Tensor],
         encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
         slots: Sequence[int] | None = None,
+        cameras: Sequence[str | None] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
@@ -308,11 +318,15 @@ class TiledDetector:
 
         `slots` names each frame's upload buffer (default: its position); give a source (a camera) the same
         slot every call, so that its buffers, and a captured frame program, are reused when some sources have
-        no frame in a batch."""
+        no frame in a batch. `cameras` names each frame's camera, for its ignore mask (`ignore_mask`; None: the
+        mask for every camera)."""
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
             raise ValueError(f"slots must name each of the {len(frames)} frames once, got {list(slots)}")
+        cameras = [None] * len(frames) if cameras is None else list(cameras)
+        if len(cameras) != len(frames):
+            raise ValueError(f"got {len(frames)} frames but {len(cameras)} cameras")
         clock = _StageClock(self._engine.device, self._config.profile)
         static = self._runner.captures  # a captured program reads the same device frames every time
         uploaded = [
@@ -320,10 +334,13 @@ class TiledDetector:
             for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
         clock.mark("upload")
-        return self._detect(uploaded, encodings, clock)
+        return self._detect(uploaded, encodings, cameras, clock)
 
-    def detect_device(self, frame: Any, encoding: str | Encoding = Encoding.RGB8) -> Detections:
-        """Detect objects in a frame already on the engine's device, with no copy of the input at all.
+    def detect_device(
+        self, frame: Any, encoding: str | Encoding = Encoding.RGB8, camera: str | None = None
+    ) -> Detections:
+        """Detect objects in a frame already on the engine's device (from `camera`, as in `detect`), with no copy
+        of the input at all.
 
         `frame` is an (H, W, C) torch tensor, a DLPack capsule, or any object with `__dlpack__` or
         `__cuda_array_interface__` (CuPy, Numba, NVIDIA decoders); memory elsewhere raises `ZeroCopyError`.
@@ -333,7 +350,9 @@ class TiledDetector:
         if self._runner.captures:  # a captured program reads its static device frame (a device-side copy)
             tensor = self._uploader.upload(tensor, encoding, static=True)
             clock.mark("upload")
-        return self._detect([as_frame_tensor(tensor, encoding)], [Encoding.from_value(encoding)], clock)[0]
+        return self._detect(
+            [as_frame_tensor(tensor, encoding)], [Encoding.from_value(encoding)], [camera], clock
+        )[0]
 
     @staticmethod
     def _encodings(encodings: Sequence[str | Encoding] | str | Encoding, count: int) -> list[Encoding]:
@@ -344,11 +363,19 @@ class TiledDetector:
         return [Encoding.from_value(e) for e in encodings]
 
     def _detect(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], clock: _StageClock
-    ) -> list[Detections]:
+        self, frames: list[torch.Tensor], encodings: list[Encoding], cameras: Sequence[str | None],
+        clock: _StageClock,
+    ) -> list[Detections]:  # fmt: skip
         if not frames:
             return []
-        plan = batch_plan([self.plan_for(f.shape[0], f.shape[1]) for f in frames])
+        plan = batch_plan(
+            [self.plan_for(f.shape[0], f.shape[1], c) for f, c in zip(frames, cameras, strict=True)]
+        )
+        if not plan.batch_size:  # every view of every frame is ignored (and full_frame is off)
+            nothing = Detections(
+                np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), {}
+            )
+            return [nothing] * len(frames)
         host = found = None
         if self._exact_batches:
             self._exact_batches -= 1

@@ -96,8 +96,9 @@ class Kind:
         """argparse options of the setting's flag (besides its name, dest, default and help)."""
         return {"type": str}
 
-    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
-        """The value as the frame program reads it: class names replaced by ids (`labels` index them)."""
+    def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
+        """The value of setting `name` as the frame program reads it: class names replaced by ids (`labels` index
+        them; ValueError naming the setting and the class when it is not one of them)."""
         return value
 
     def describe(self) -> str:
@@ -320,8 +321,12 @@ def class_key(item: Any, name: str) -> int | str:
 
 
 def class_id(key: int | str, labels: Sequence[str] | None, name: str) -> int:
-    """The id of a class given by name or id (a name must be one of `labels`)."""
+    """The id of a class given by name or id (a name must be one of `labels`; an id must index them when they
+    are known)."""
     if isinstance(key, int):
+        if labels and key >= len(labels):
+            raise ValueError(f"{name}: unknown class id {key} (the model has {len(labels)} classes, 0 to "
+                             f"{len(labels) - 1})")  # fmt: skip
         return key
     if labels and key in labels:
         return list(labels).index(key)
@@ -361,10 +366,10 @@ class Classes(Kind):
     def flag(self) -> dict[str, Any]:
         return {"nargs": "+", "metavar": "NAME"}
 
-    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
+    def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
         if value is None:
             return None
-        return tuple(sorted({class_id(key, labels, "classes") for key in value}))
+        return tuple(sorted({class_id(key, labels, name) for key in value}))
 
 
 @dataclass(frozen=True)
@@ -417,11 +422,107 @@ class ClassValues(Kind):
     def flag(self) -> dict[str, Any]:
         return {"nargs": "+", "metavar": "CLASS:VALUE"}
 
-    def resolve(self, value: Any, labels: Sequence[str] | None) -> Any:
-        return tuple((class_id(key, labels, "class value"), number) for key, number in value)
+    def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
+        resolved = {
+            class_id(key, labels, name): number for key, number in value
+        }  # a name and its id: the last
+        return tuple(sorted(resolved.items()))
 
     def describe(self) -> str:
         return f"[{self.low:g}, {self.high:g}]"
+
+
+@dataclass(frozen=True)
+class Rectangle(Kind):
+    """A rectangle x_min, y_min, x_max, y_max as fractions of the frame, each in [0, 1] with x_min < x_max and
+    y_min < y_max (a double array; integers are taken as numbers)."""
+
+    param_type: ClassVar[ParamType] = ParamType.DOUBLE_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        items = _items(value) if _is_array(value) else None
+        try:
+            numbers = [float(v) if _is_number(v) else float(str(v)) for v in items or ()]
+        except ValueError:
+            numbers = []
+        if (
+            len(numbers) != 4
+            or not all(0.0 <= v <= 1.0 for v in numbers)
+            or numbers[0] >= numbers[2]
+            or numbers[1] >= numbers[3]
+        ):
+            shown = list(value) if _is_list(value) else value
+            raise ValueError(
+                f"{name} must be [x_min, y_min, x_max, y_max], fractions of the frame in [0, 1] with "
+                f"x_min < x_max and y_min < y_max, got {shown!r}"
+            )
+        return tuple(numbers)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [float(v) for v in value]}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return list(values[name]) if _is_list(values[name]) else values[name]
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": 4, "type": float, "metavar": ("X_MIN", "Y_MIN", "X_MAX", "Y_MAX")}
+
+    def describe(self) -> str:
+        return "fractions of the frame"
+
+
+@dataclass(frozen=True)
+class CameraFiles(Kind):
+    """Files per camera, as a string array of "path" (every camera without its own) or "camera=path" entries
+    (the camera's image topic as the node's `cameras` names it); one path alone is accepted too; empty = none.
+    Held as ((camera or "", path), ...); `rule` checks each file (a ValueError naming it)."""
+
+    rule: Callable[[Path], Any] = lambda path: path
+    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None:
+            return ()
+        if not _is_array(value) and not isinstance(value, Path):
+            raise ValueError(
+                f"{name} must be a file path or a list of 'path' / 'camera=path' entries, got {value!r}"
+            )
+        entries: dict[str, Path] = {}
+        for item in [value] if isinstance(value, Path) else _items(value):
+            camera, path = self._entry(name, item)
+            if camera in entries:
+                which = f"camera {camera}" if camera else "every camera"
+                raise ValueError(f"{name}: two files for {which}: {entries[camera]} and {path}")
+            entries[camera] = path
+        for path in entries.values():
+            self.rule(path)
+        return tuple(entries.items())
+
+    @staticmethod
+    def _entry(name: str, item: Any) -> tuple[str, Path]:
+        """(camera, path) of one entry: a topic name before the first '=' is the camera."""
+        if isinstance(item, tuple | list) and len(item) == 2:
+            return str(item[0]), Path(item[1])
+        if not isinstance(item, str | Path):
+            raise ValueError(f"{name} entries are 'path' or 'camera=path' strings, got {item!r}")
+        camera, sep, path = str(item).partition("=")
+        if sep and camera.strip() and all(c.isalnum() or c in "/_~" for c in camera.strip()):
+            return camera.strip().rstrip("/"), Path(path.strip())
+        return "", Path(str(item))
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [f"{camera}={path}" if camera else str(path) for camera, path in value]}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return _items(values[name])  # a parameter may hold one path (a string) or a comma-separated list
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        if _is_array(value) and all(isinstance(v, str) for v in _items(value)):
+            return None
+        return f"{parameter} must be a file path or a list of 'path' / 'camera=path' entries, got {value!r}"
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": "+", "metavar": "[CAMERA=]PATH"}
 
 
 @dataclass(frozen=True)
@@ -474,8 +575,8 @@ class Parameter:
 
 
 def parameters_of(name: str, kind: Kind, default: Any, description: str, read_only: bool) -> list[Parameter]:
-    """The ROS parameters of one setting (most have one; a size has two); an array kind's None default is "not
-    set" (the parameter's default None)."""
-    unset = default is None and kind.param_type.python is list
+    """The ROS parameters of one setting (most have one; a size has two); an array kind's None or empty default is
+    "not set" (the parameter's default None: a params file cannot hold an empty list)."""
+    unset = kind.param_type.python is list and (default is None or len(default) == 0)
     defaults = dict.fromkeys(kind.names(name)) if unset else kind.encode(name, default)
     return [Parameter(n, kind, defaults[n], description, read_only) for n in kind.names(name)]

@@ -14,9 +14,11 @@ from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
 
 @dataclass(frozen=True)
 class FrameSettings:
-    """Decoding (threshold, top-k, class filter), the seam rule, the merge and the per-frame cut."""
+    """Decoding (thresholds, top-k, class filter), the seam rule, the merge, the box size limits and the
+    per-frame cut."""
 
     conf_threshold: float
+    class_thresholds: tuple[tuple[int, float], ...]
     merge: MergeMethod
     match_metric: MatchMetric
     merge_threshold: float
@@ -25,6 +27,8 @@ class FrameSettings:
     classes: tuple[int, ...] | None
     top_k: int
     seam_suppression: bool
+    min_box_size: float
+    max_box_size: float
 
     @property
     def merge_rule(self) -> MergeRule:

@@ -18,6 +18,7 @@ import torch
 from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.merge import merge_padded
+from tiled_detector.pipeline.policy import policy_keep
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import BatchPlan
 
@@ -122,7 +123,9 @@ def postprocess(
         frame_index=frame,
         use_torchvision=limits is None,
     )
-    rows, kept = _per_frame_best(merged.valid, merged.frame_index, plan.num_frames, settings.max_detections)
+    keep = policy_keep(merged.boxes, merged.frame_index, plan, settings.min_box_size, settings.max_box_size)
+    valid = merged.valid if keep is None else merged.valid & keep
+    rows, kept = _per_frame_best(valid, merged.frame_index, plan.num_frames, settings.max_detections)
     status = torch.cat([needed.float()[None], merged.exact.float()[None], merged.largest.float()[None]])
     return torch.cat(
         [

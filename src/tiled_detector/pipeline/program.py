@@ -251,8 +251,9 @@ class FrameProgram:
     ) -> PaddedDecoded:
         """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates."""
         found = self.decode(
-            outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes
-        )
+            outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes,
+            settings.class_thresholds,
+        )  # fmt: skip
         return found._replace(image_index=found.image_index + start) if start else found
 
     @property

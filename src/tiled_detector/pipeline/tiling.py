@@ -10,12 +10,33 @@ scales[i] = 1 / scale and offsets[i] = view origin - pad / scale.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
+
+# the region of interest that is the whole frame: x_min, y_min, x_max, y_max as fractions of the frame
+FULL_FRAME_ROI = (0.0, 0.0, 1.0, 1.0)
+
+
+class Coverage(Protocol):
+    """Pixels a frame's tiles need not cover (an ignore mask at the frame's size: `policy.IgnoreMask`)."""
+
+    def covers(self, rects: np.ndarray) -> np.ndarray:
+        """(N,) bool: whether every frame pixel of each (N, 4) x1, y1, x2, y2 rectangle is covered."""
+        ...
+
+
+def region_pixels(roi: Sequence[float], frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The pixels x1, y1, x2, y2 a region of interest (fractions of the frame) spans: its edges rounded
+    outwards, at least one pixel per side."""
+    height, width = frame_hw
+    x1 = min(math.floor(roi[0] * width), width - 1)
+    y1 = min(math.floor(roi[1] * height), height - 1)
+    return x1, y1, max(math.ceil(roi[2] * width), x1 + 1), max(math.ceil(roi[3] * height), y1 + 1)
 
 
 def _check_size(name: str, value: int) -> int:
@@ -53,6 +74,25 @@ def plan_tiles(height: int, width: int, tile_height: int, tile_width: int, overl
     return np.stack([x1, y1, x1 + tile_width, y1 + tile_height], axis=1)
 
 
+def plan_region(
+    frame_hw: tuple[int, int],
+    tile_hw: tuple[int, int],
+    overlap: float,
+    region: tuple[int, int, int, int],
+    ignored: Coverage | None = None,
+) -> np.ndarray:
+    """Tiles over a region of the frame (`region_pixels`): `plan_tiles` over the region, shifted to it; a tile
+    the region is too narrow (or short) for is moved back into the frame where the frame is large enough; tiles
+    whose pixels are all covered by `ignored` are left out. (N, 4) int64, row-major."""
+    x1, y1, x2, y2 = region
+    tiles = plan_tiles(y2 - y1, x2 - x1, tile_hw[0], tile_hw[1], overlap) + np.array([x1, y1, x1, y1])
+    shift = np.minimum(tiles[:, :2], np.maximum(0, np.array(frame_hw[::-1]) - np.array(tile_hw[::-1])))
+    tiles = tiles - np.tile(tiles[:, :2] - shift, 2)
+    if ignored is not None and len(tiles):
+        tiles = tiles[~np.asarray(ignored.covers(tiles), bool)]
+    return tiles
+
+
 @dataclass(frozen=True)
 class Letterbox:
     """How a (h, w) region is fitted into the model input: resized to `resized_hw`, then padded."""
@@ -81,8 +121,10 @@ class TilePlan:
     Batch image i < len(tiles) is tile i; image len(tiles) (when `full_frame`) is the letterboxed frame.
     `views` (B, 4) int64 are the frame regions of the batch images; `scales` (B,) and `offsets` (B, 2) float32
     map model-input pixels to frame pixels (frame = model * scale + offset); `inner_edges` (B, 4) bool marks
-    which view edges (left, top, right, bottom) are seams inside the frame rather than on its border.
-    Build plans with `make_plan` (cached); compare them by identity.
+    which view edges (left, top, right, bottom) are seams inside the frame rather than on its border. The tiles
+    cover `region` (the pixels of the region of interest `roi`) except what `ignored` covers; the policy
+    (`policy.policy_keep`) keeps boxes by the same `roi` and `ignored`. Build plans with `make_plan` (cached);
+    compare them by identity.
     """
 
     frame_hw: tuple[int, int]
@@ -97,6 +139,8 @@ class TilePlan:
     scales: np.ndarray
     offsets: np.ndarray
     inner_edges: np.ndarray
+    roi: tuple[float, float, float, float] = FULL_FRAME_ROI
+    ignored: Any = None  # a `Coverage` (the frame's ignore mask) or None
 
     def __post_init__(self) -> None:
         b = self.batch_size
@@ -152,14 +196,19 @@ def make_plan(
     overlap: float,
     input_hw: tuple[int, int],
     full_frame: bool,
+    roi: Sequence[float] = FULL_FRAME_ROI,
+    ignored: Coverage | None = None,
 ) -> TilePlan:
-    """The TilePlan for these sizes (cached per argument tuple)."""
+    """The TilePlan for these sizes, tiles over the region of interest `roi` (fractions of the frame) except
+    where `ignored` covers every pixel (cached per argument tuple; `ignored` by identity)."""
     return _make_plan(
         (_check_size("frame height", frame_hw[0]), _check_size("frame width", frame_hw[1])),
         (_check_size("tile height", tile_hw[0]), _check_size("tile width", tile_hw[1])),
         float(overlap),
         (_check_size("input height", input_hw[0]), _check_size("input width", input_hw[1])),
         bool(full_frame),
+        tuple(float(v) for v in roi),
+        ignored,
     )
 
 
@@ -170,9 +219,11 @@ def _make_plan(
     overlap: float,
     input_hw: tuple[int, int],
     full_frame: bool,
+    roi: tuple[float, float, float, float],
+    ignored: Coverage | None,
 ) -> TilePlan:
     h, w = frame_hw
-    tiles = plan_tiles(h, w, tile_hw[0], tile_hw[1], overlap)
+    tiles = plan_region(frame_hw, tile_hw, overlap, region_pixels(roi, frame_hw), ignored)
     tile_lb = Letterbox.fit(tile_hw, input_hw)
     frame_lb = Letterbox.fit(frame_hw, input_hw)
     views = np.concatenate([tiles, [[0, 0, w, h]]]) if full_frame else tiles
@@ -198,6 +249,8 @@ def _make_plan(
         scales=scales.astype(np.float32),
         offsets=offsets.astype(np.float32),
         inner_edges=inner,
+        roi=roi,
+        ignored=ignored,
     )
 
 
@@ -210,6 +263,7 @@ class PlanTensors(NamedTuple):
     views: torch.Tensor  # (B, 4) float32 frame regions x1, y1, x2, y2
     inner_edges: torch.Tensor  # (B, 4) bool: left, top, right, bottom edge is an inner seam
     frame: torch.Tensor  # (B,) int64: the frame each view belongs to
+    roi: torch.Tensor  # (F, 4) float32 per frame: its region of interest x1, y1, x2, y2 in frame pixels
 
 
 @dataclass(frozen=True, eq=False)
@@ -254,11 +308,13 @@ class BatchPlan:
             scales = np.concatenate([p.scales for p in plans]).astype(np.float32)
             offsets = np.concatenate([p.offsets for p in plans]).astype(np.float32)
             mapping = np.stack([np.repeat(scales[:, None], 4, 1), np.tile(offsets, 2), np.tile(bounds, 2)], 1)
+            roi = np.array([np.multiply(p.roi, p.frame_hw[::-1] * 2) for p in plans], np.float32)
             arrays = (
                 (mapping, torch.float32),
                 (np.concatenate([p.views for p in plans]).astype(np.float32), torch.float32),
                 (np.concatenate([p.inner_edges for p in plans]), torch.bool),
                 (frame, torch.int64),
+                (roi, torch.float32),
             )
             cached = PlanTensors(*(torch.tensor(a, dtype=dt, device=device) for a, dt in arrays))
             self._device_cache[key] = cached
