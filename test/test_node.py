@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 
@@ -161,6 +162,70 @@ def test_invalid_parameter_values_are_rejected_with_a_reason(node_and_client: An
     assert not unknown_class.successful and "unicorn" in unknown_class.reason
 
 
+def test_policy_parameters_apply_from_the_next_frame_and_vision_info_reaches_a_late_subscriber(
+    node_and_client: Any, scenes: list[Any], tmp_path: Path
+) -> None:
+    from vision_msgs.msg import VisionInfo
+
+    from tiled_detector.messages.vision_info import labels_version
+    from tiled_detector.ros.node import VISION_INFO_QOS
+
+    _, client = node_and_client
+    scene = scenes[1]
+    _send(client, _image(scene.image, 0), _stamp(0))
+    # a subscriber that comes after the node published (transient local): it still gets the one VisionInfo
+    infos = client.subscribe(VisionInfo, "/vision_info", VISION_INFO_QOS)
+    assert client.wait_until(lambda: len(infos) == 1, 10), "no VisionInfo for a late subscriber"
+    info = infos[0]
+    assert info.method.startswith("tiled_detector default.onnx (onnxruntime, fp32)"), info.method
+    assert info.database_location == "labels"
+    assert info.database_version == labels_version(CLASSES)
+    assert client.get_parameters(NODE, [info.database_location]) == [list(CLASSES)]
+    # each policy parameter, set at runtime, applies from the next frame (cumulatively here)
+    mask = np.zeros((72, 128), np.uint8)
+    mask[:, :40] = 255
+    cv2.imwrite(str(tmp_path / "left.png"), mask)
+    steps = [
+        {"class_thresholds": ["red_disc:0.6", "3:0.5"]},
+        {"roi": [0.0, 0.3, 1.0, 1.0]},
+        {"min_box_size": 20.0},
+        {"max_box_size": 60.0},
+        {"ignore_mask": str(tmp_path / "left.png")},  # one path: a string parameter is taken too
+    ]
+    changes: dict[str, Any] = {}
+    for index, step in enumerate(steps, 1):
+        (result,) = client.set_parameters(NODE, step)
+        assert result.successful, (step, result.reason)
+        changes.update(step)
+        expected = TiledDetector(**changes).detect(scene.image, "rgb8")
+        _assert_same(_send(client, _image(scene.image, index), _stamp(index)), expected)
+    assert len(expected.boxes) > 0
+    # bad values: refused with the reason, the old value stays
+    bad = [
+        ({"class_thresholds": ["unicorn:0.5"]}, "class_thresholds: unknown class 'unicorn'"),
+        (
+            {"class_thresholds": ["red_disc:1.5"]},
+            "class_thresholds of red_disc must be in [0.0, 1.0], got 1.5",
+        ),
+        ({"roi": [0.6, 0.0, 0.4, 1.0]}, "roi must be [x_min, y_min, x_max, y_max]"),
+        ({"ignore_mask": "/no/such/mask.png"}, "ignore_mask: cannot read /no/such/mask.png"),
+        ({"ignore_mask": [f"/front/image_raw={tmp_path / 'left.png'}"]}, "give the mask's path alone"),
+        ({"min_box_size": 80.0}, "min_box_size (80) must not exceed max_box_size (60)"),
+        ({"max_box_size": -1.0}, "max_box_size"),
+    ]
+    for values, reason in bad:
+        (result,) = client.set_parameters(NODE, values)
+        assert not result.successful and reason in result.reason, (values, result.reason)
+    names = ["class_thresholds", "roi", "ignore_mask", "min_box_size", "max_box_size"]
+    assert client.get_parameters(NODE, names) == [
+        ["red_disc:0.6", "3:0.5"],
+        [0.0, 0.3, 1.0, 1.0],
+        str(tmp_path / "left.png"),
+        20.0,
+        60.0,
+    ]
+
+
 def _counter(diagnostics: list[Any], name: str) -> float:
     """The newest value of a /diagnostics counter of the pipeline status (-1 before any report has it)."""
     for msg in reversed(diagnostics):
@@ -233,13 +298,23 @@ def test_overload_keeps_latency_bounded_and_counts_drops(node_and_client: Any, s
 
 
 @pytest.mark.parametrize("node_and_client", [{"diagnostics_period": 0.1}], indirect=True)
-def test_debug_image_is_drawn_only_for_subscribers(node_and_client: Any, scenes: list[Any]) -> None:
+def test_debug_image_is_drawn_only_for_subscribers(
+    node_and_client: Any, scenes: list[Any], tmp_path: Path
+) -> None:
+    from tiled_detector.messages.images import imgmsg_to_array
+    from tiled_detector.tools.annotate import annotate
+
     _, client = node_and_client
     diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
     scene = scenes[1]
     _send(client, _image(scene.image, 4), _stamp(4))  # nobody subscribes debug_image: not drawn
     assert client.wait_until(lambda: _counter(diagnostics, "frames_processed") >= 1, timeout=10)
     assert _counter(diagnostics, "frames_annotated") == 0
+    mask = np.zeros((9, 16), np.uint8)
+    mask[6:, 12:] = 255  # the bottom right corner
+    cv2.imwrite(str(tmp_path / "corner.png"), mask)
+    policy = {"roi": [0.1, 0.2, 0.9, 1.0], "ignore_mask": [str(tmp_path / "corner.png")]}
+    assert all(r.successful for r in client.set_parameters(NODE, policy))
     debug = client.subscribe(Image, "debug_image")
     # a frame per second until the node's debug publisher has matched this subscription (no fixed sleep)
     for index in range(5, 35):
@@ -250,6 +325,11 @@ def test_debug_image_is_drawn_only_for_subscribers(node_and_client: Any, scenes:
     assert (debug[0].height, debug[0].width, debug[0].encoding) == (720, 1280, "rgb8")
     assert debug[0].header.stamp.sec >= 1005 and debug[0].header.frame_id == "cam_optical"
     assert client.wait_until(lambda: _counter(diagnostics, "frames_annotated") >= 1, timeout=5)
+    # the kept boxes, the tiles over the region of interest, its outline and the ignored corner tinted
+    detector = TiledDetector(**policy)
+    drawn = annotate(scene.image, detector.detect(scene.image), CLASSES, plan=detector.plan_for(720, 1280))
+    np.testing.assert_array_equal(imgmsg_to_array(debug[0])[0], drawn)
+    assert (drawn[719, 1279] != scene.image[719, 1279]).any() and (drawn[144, 640] == 255).all()
 
 
 def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes: list[Any]) -> None:
@@ -413,6 +493,9 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
         ("model: /no/such/model.onnx", "model file /no/such/model.onnx not found"),
         ("max_batch: 0", "max_batch out of range"),
         ("precision: fp8", "precision must be one of fp32, fp16, int8"),
+        ('class_thresholds: ["unicorn:0.5"]', "class_thresholds: unknown class 'unicorn' (known: red_disc"),
+        ("roi: [0.0, 0.5, 1.0, 0.5]", "roi must be [x_min, y_min, x_max, y_max]"),
+        ("ignore_mask: /no/such/mask.png", "ignore_mask: cannot read /no/such/mask.png: No such file"),
     ],
 )
 def test_bad_parameters_stop_the_node_with_one_line(tmp_path: Path, line: str, expected: str) -> None:

@@ -14,6 +14,7 @@ from tiled_detector.commands.settings import add_settings, parameter_values
 if TYPE_CHECKING:
     import numpy as np
 
+    from tiled_detector.pipeline.tiling import TilePlan
     from tiled_detector.types import Detections
 
 
@@ -52,9 +53,7 @@ def run(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{n} {k}" for n, k in counts.items()) or "nothing"
         print(f"{path}: {len(dets)} detections ({summary}) in {dets.timings['total']:.1f} ms")
         if args.out:
-            _save_annotated(
-                image, dets, labels, detector.plan_for(*image.shape[:2]).tiles, args.out / path.name
-            )
+            _save_annotated(image, dets, labels, detector.plan_for(*image.shape[:2]), args.out / path.name)
         results.append(
             {
                 "image": str(path),
@@ -103,12 +102,13 @@ def read_image(path: Path) -> tuple[np.ndarray | None, str | None]:
 
 
 def _save_annotated(
-    image_bgr: np.ndarray, dets: Detections, labels: Sequence[str] | None, tiles: np.ndarray, target: Path
+    image_bgr: np.ndarray, dets: Detections, labels: Sequence[str] | None, plan: TilePlan, target: Path
 ) -> None:
-    """Draw the tiles and boxes (annotate works in RGB) and write the image next to the others."""
+    """Draw the tiles, region of interest, ignored area and boxes (annotate works in RGB) and write the image next
+    to the others."""
     import cv2
 
     from tiled_detector.tools.annotate import annotate
 
-    drawn = annotate(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB), dets, labels, tiles)
+    drawn = annotate(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB), dets, labels, plan=plan)
     cv2.imwrite(str(target), cv2.cvtColor(drawn, cv2.COLOR_RGB2BGR))

@@ -47,6 +47,7 @@ _VISION_MSGS = (
     "ObjectHypothesisWithPose",
     "Detection2D",
     "Detection2DArray",
+    "VisionInfo",
 )  # dependency order
 _DTYPES = {
     "bool": np.bool_,

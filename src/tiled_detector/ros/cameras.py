@@ -48,3 +48,17 @@ def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[Came
         image = f"{topic}/compressed" if compressed else topic
         topics.append(CameraTopics(topic, image, f"{namespace}/detections", f"{namespace}/debug_image"))
     return topics
+
+
+def check_mask_cameras(entries: Sequence[tuple[str, object]], cameras: Sequence[str] | None) -> None:
+    """Refuse `ignore_mask` entries for a camera the node does not have (ValueError naming it): "camera=path"
+    entries name a topic of `cameras`; with one camera (`cameras` empty) the path is given alone."""
+    named = [camera for camera, _ in entries if camera]
+    known = [str(c).strip().rstrip("/") for c in cameras or ()]
+    if named and not known:
+        raise ValueError(
+            f"ignore_mask: {named[0]}=... names a camera, but the node has one input: give the mask's path alone"
+        )
+    for camera in named:
+        if camera not in known:
+            raise ValueError(f"ignore_mask: no camera {camera!r} (cameras: {', '.join(known)})")

@@ -23,9 +23,9 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
-from vision_msgs.msg import Detection2DArray
+from vision_msgs.msg import Detection2DArray, VisionInfo
 
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
@@ -35,9 +35,10 @@ from tiled_detector.messages.images import (
     compressed_to_array,
     imgmsg_to_array,
 )
+from tiled_detector.messages.vision_info import LABELS_PARAMETER, vision_info
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder
-from tiled_detector.ros.cameras import CameraTopics, camera_topics
+from tiled_detector.ros.cameras import CameraTopics, camera_topics, check_mask_cameras
 from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
@@ -53,6 +54,13 @@ except ImportError:  # Humble
 
 NODE_NAME = "tiled_detector"
 WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
+# vision_info: published once per configuration, kept for subscribers that come later
+VISION_INFO_QOS = QoSProfile(
+    depth=1,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 
 
 def image_qos(reliability: str) -> QoSProfile:
@@ -94,6 +102,7 @@ class DetectorNodeBase(NodeParameters):
     _worker: threading.Thread | None = None
     _timer: Any = None
     diagnostics_pub: Any = None
+    vision_info_pub: Any = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
 
     def _configure(self) -> None:
@@ -105,8 +114,11 @@ class DetectorNodeBase(NodeParameters):
         compressed = values["transport"] == "compressed"
         topics = camera_topics(values["cameras"] or (), compressed)
         detector = build_detector(values)
-        values["model"] = self._show_loaded_model(str(detector.config.model))
+        check_mask_cameras(detector.config.ignore_mask, values["cameras"])
+        values["model"] = self._show_loaded("model", str(detector.config.model))
         self.labels = list(detector.labels or ())
+        # the class names in use, readable as the parameter VisionInfo points to
+        values[LABELS_PARAMETER] = self._show_loaded(LABELS_PARAMETER, self.labels)
         # used by the worker thread (it applies parameter changes between frames)
         self._detector = detector
         # the detector settings and the parameter values they come from, swapped together under the lock
@@ -118,6 +130,13 @@ class DetectorNodeBase(NodeParameters):
         self._warned_mono = False
         self._largest_batch = 0  # most frames (cameras) detected in one batch so far
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.vision_info_pub = self.create_publisher(VisionInfo, "vision_info", VISION_INFO_QOS)
+        header = Detection2DArray().header
+        header.stamp = self.get_clock().now().to_msg()
+        engine = detector.engine
+        self.vision_info_pub.publish(vision_info(
+            detector.config.model, engine.backend.value, engine.precision.value, self.labels, header
+        ))  # fmt: skip
         for camera in self.cameras:
             camera.image_topic = self.resolve_topic_name(camera.topics.image)
             camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
@@ -185,9 +204,10 @@ class DetectorNodeBase(NodeParameters):
                 if publisher is not None:
                     self.destroy_publisher(publisher)
         self.cameras = []
-        if self.diagnostics_pub is not None:
-            self.destroy_publisher(self.diagnostics_pub)
-            self.diagnostics_pub = None
+        for name in ("diagnostics_pub", "vision_info_pub"):
+            if getattr(self, name) is not None:
+                self.destroy_publisher(getattr(self, name))
+                setattr(self, name, None)
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
@@ -285,9 +305,9 @@ class DetectorNodeBase(NodeParameters):
                 )
             )
             if camera.debug_pub.get_subscription_count() > 0:
-                plan = detector.plan_for(frame.shape[0], frame.shape[1])
+                plan = detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
                 image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
-                drawn = annotate(image, detections, self.labels, plan.tiles)
+                drawn = annotate(image, detections, self.labels, plan=plan)
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
                 self._count(camera, "annotated")
             latency_ms = (time.monotonic() - received) * 1e3
@@ -313,7 +333,8 @@ class DetectorNodeBase(NodeParameters):
             return []
         try:
             return list(self._detector.detect_many(
-                [b[3] for b in batch], [b[4] for b in batch], slots=[b[0] for b in batch]
+                [b[3] for b in batch], [b[4] for b in batch], slots=[b[0] for b in batch],
+                cameras=[self._mask_camera(b[0]) for b in batch],
             ))  # fmt: skip
         except (RuntimeError, ValueError) as error:
             if len(batch) == 1:
@@ -324,6 +345,10 @@ class DetectorNodeBase(NodeParameters):
                 )
                 return [None]
         return [self._detect([item])[0] for item in batch]
+
+    def _mask_camera(self, index: int) -> str | None:
+        """The camera name `ignore_mask` entries use: the topic as `cameras` lists it (one camera: None)."""
+        return self.cameras[index].topics.name if len(self.cameras) > 1 else None
 
     def _on_topic(self, index: int) -> str:
         """' on <topic>' with several cameras (which camera a log line is about), else ''."""
@@ -356,7 +381,8 @@ class DetectorNodeBase(NodeParameters):
             "input_publishers": sum(publishers),
             "active": str(active),
         }
-        plans = [detector.plan_for(*c.last_hw) for c in self.cameras if c.last_hw is not None]
+        plans = [detector.plan_for(*c.last_hw, self._mask_camera(i))
+                 for i, c in enumerate(self.cameras) if c.last_hw is not None]  # fmt: skip
         if plans:
             if len(self.cameras) == 1:
                 info["tiles_per_frame"] = len(plans[0].tiles)

@@ -18,6 +18,7 @@ from rclpy.parameter import Parameter
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.parameters import runtime_changes
+from tiled_detector.ros.cameras import check_mask_cameras
 from tiled_detector.ros.params import BY_NAME, PARAMS, declared_value, descriptor
 
 
@@ -80,8 +81,8 @@ class NodeParameters:
         self._check_override_types()
         for param in PARAMS:
             described = descriptor(param)
-            # `model` becomes read-only once the loaded path is known (_show_loaded_model)
-            described.read_only &= param.name != "model"
+            # `model` and `labels` become read-only once the loaded values are known (_show_loaded)
+            described.read_only &= param.name not in ("model", "labels")
             self.declare_parameter(param.name, declared_value(param), described)
         self._warn_unknown_overrides()
         self._state_lock = threading.Lock()
@@ -123,14 +124,15 @@ class NodeParameters:
             hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
             self.get_logger().warning(f"unknown parameter {name!r} ignored{hint}")
 
-    def _show_loaded_model(self, path: str) -> str:
-        """Re-declare the read-only `model` parameter with the path actually loaded (e.g. the bundled model);
-        a managed node configured again keeps it (read-only parameters cannot be re-declared)."""
-        if self.describe_parameter("model").read_only:
-            return str(self.get_parameter("model").value)
-        self.undeclare_parameter("model")
-        self.declare_parameter("model", path, descriptor(BY_NAME["model"]), ignore_override=True)
-        return path
+    def _show_loaded(self, name: str, value: Any) -> Any:
+        """Re-declare read-only parameter `name` with the value actually loaded (the bundled model's path, the
+        model's class names); a managed node configured again keeps the first (read-only parameters cannot be
+        re-declared)."""
+        if self.describe_parameter(name).read_only:
+            return self.get_parameter(name).value
+        self.undeclare_parameter(name)
+        self.declare_parameter(name, value, descriptor(BY_NAME[name]), ignore_override=True)
+        return value
 
     def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
         changed = {p.name: p.value for p in params if p.name in BY_NAME}
@@ -148,6 +150,7 @@ class NodeParameters:
         try:
             candidate = current.replace(**runtime_changes(runtime))
             candidate.frame_settings(self.labels)  # class names must be the model's
+            check_mask_cameras(candidate.ignore_mask, merged["cameras"])
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:

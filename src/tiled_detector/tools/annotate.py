@@ -1,4 +1,5 @@
-"""Drawing detections and tile outlines onto a frame (debug images, the demo's snapshot, `detect --out`)."""
+"""Drawing detections, tile outlines, the region of interest and the ignored area onto a frame (debug images, the
+demo's snapshot, `detect --out`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from tiled_detector.pipeline.tiling import FULL_FRAME_ROI, TilePlan, region_pixels
 from tiled_detector.types import Detections
 
 _PALETTE = np.array(
@@ -22,6 +24,8 @@ _PALETTE = np.array(
     dtype=np.uint8,
 )
 _TILE_COLOUR = (160, 160, 160)
+_ROI_COLOUR = (255, 255, 255)
+_IGNORED_TINT = np.array((255, 0, 255), np.float32)  # magenta, blended at 40 %
 
 
 def annotate(
@@ -29,13 +33,23 @@ def annotate(
     detections: Detections,
     labels: Sequence[str] | None = None,
     tiles: np.ndarray | None = None,
+    plan: TilePlan | None = None,
 ) -> np.ndarray:
-    """A copy of an RGB (or mono) uint8 image with tile outlines and labelled boxes drawn on it."""
+    """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it, and the tile outlines (`tiles`, or
+    the `plan`'s); with a `plan`, its ignored area tinted and its region of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
+    if plan is not None:
+        tiles = plan.tiles if tiles is None else tiles
+        if plan.ignored is not None and plan.ignored.ignored.shape == canvas.shape[:2]:
+            tinted = canvas[plan.ignored.ignored].astype(np.float32) * 0.6 + _IGNORED_TINT * 0.4
+            canvas[plan.ignored.ignored] = tinted.astype(np.uint8)
     if tiles is not None:
         for x1, y1, x2, y2 in np.asarray(tiles, dtype=np.int64).tolist():
             cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _TILE_COLOUR, 1, cv2.LINE_4)
+    if plan is not None and plan.roi != FULL_FRAME_ROI:
+        x1, y1, x2, y2 = region_pixels(plan.roi, canvas.shape[:2])
+        cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _ROI_COLOUR, 2, cv2.LINE_4)
     for (x1, y1, x2, y2), score, cls in zip(
         np.rint(detections.boxes).astype(np.int64).tolist(),
         detections.scores.tolist(),
