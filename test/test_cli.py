@@ -53,6 +53,16 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expect
         (["--tile-size", "-1", "-1"], ["tile_size must be two positive integers"]),
         (["--conf", "1.5"], ["conf_threshold must be in [0.0, 1.0], got 1.5"]),
         (["--backend", "tensorrt"], ["TensorRT backend runs on CUDA devices only", "device cuda"]),
+        (["--class-thresholds", "unicorn:0.5"], ["class_thresholds: unknown class 'unicorn'"]),
+        (
+            ["--roi", "0.5", "0", "0.2", "1"],
+            ["roi must be [x_min, y_min, x_max, y_max]", "got [0.5, 0.0, 0.2, 1.0]"],
+        ),
+        (["--ignore-mask", "{dir}/none.png"], ["ignore_mask: cannot read", "none.png"]),
+        (
+            ["--min-box-size", "9", "--max-box-size", "3"],
+            ["min_box_size (9) must not exceed max_box_size (3)"],
+        ),
     ],
 )
 def test_detect_errors_are_one_line(capsys, files: Path, args: list[str], expected: list[str]) -> None:

@@ -188,7 +188,8 @@ def test_camera_topics_map_each_camera_to_its_namespace() -> None:
         camera_topics(["/front/image_raw", "/front/image_rect"])
 
 
-def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
+def test_frames_of_several_cameras_go_through_one_detect_many_call(tmp_path) -> None:
+    import cv2
     import numpy as np
     import rclpy
     from rclpy.context import Context
@@ -202,15 +203,18 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
     context = Context()
     rclpy.init(context=context)
     cameras = ["/a/image", "/b/image", "/c/image"]
-    node = DetectorNode(context=context, parameter_overrides=[Parameter("cameras", value=cameras)])
+    cv2.imwrite(str(tmp_path / "c.png"), np.full((2, 2), 255, np.uint8))
+    masks = [f"/c/image={tmp_path / 'c.png'}"]  # camera c's own mask; the others have none
+    node = DetectorNode(context=context, parameter_overrides=[Parameter("cameras", value=cameras),
+                                                              Parameter("ignore_mask", value=masks)])  # fmt: skip
     try:
         node.shutdown()  # no worker: this test hands the frames over itself
-        calls: list[tuple[int, list[int]]] = []
+        calls: list[tuple[int, list[int], list[str]]] = []
         detect_many = node._detector.detect_many
 
-        def counted(frames, encodings, slots):
-            calls.append((len(frames), list(slots)))
-            return detect_many(frames, encodings, slots=slots)
+        def counted(frames, encodings, slots, cameras):
+            calls.append((len(frames), list(slots), list(cameras)))
+            return detect_many(frames, encodings, slots=slots, cameras=cameras)
 
         node._detector.detect_many = counted
         published: list[tuple[str, str]] = []
@@ -225,11 +229,13 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call() -> None:
         bad = array_to_imgmsg(frames[1], "rgb8")
         bad.data = bad.data[:10]  # a truncated frame: that camera's, counted; the others still detected
         node._process([(0, (messages[0], 0.0)), (1, (bad, 0.0)), (2, (messages[2], 0.0))])
-        assert calls == [(2, [0, 2])]  # one batch, each camera its own upload slot
+        assert calls == [(2, [0, 2], ["/a/image", "/c/image"])]  # one batch, each camera its own upload slot
+        assert node._detector.plan_for(80, 64, "/c/image").ignored.path == str(tmp_path / "c.png")
+        assert node._detector.plan_for(80, 64, "/a/image").ignored is None
         assert published == [("/a/detections", "cam_0"), ("/c/detections", "cam_2")]
         assert node.cameras[1].stats.counts["malformed"] == 1 and node.stats.counts["malformed"] == 1
         node._process([(i, (m, 0.0)) for i, m in enumerate(messages)])
-        assert calls[-1] == (3, [0, 1, 2]) and node._largest_batch == 3
+        assert calls[-1][:2] == (3, [0, 1, 2]) and node._largest_batch == 3
         assert [node.cameras[i].stats.counts["processed"] for i in range(3)] == [2, 1, 2]
         assert node.stats.counts["processed"] == 5
     finally:
@@ -273,9 +279,9 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
         frames: list[tuple[str, object]] = []
         detect_many = node._detector.detect_many
 
-        def recorded(images, encodings, slots):
+        def recorded(images, encodings, slots, cameras):
             frames.extend(zip(encodings, images, strict=True))
-            return detect_many(images, encodings, slots=slots)
+            return detect_many(images, encodings, slots=slots, cameras=cameras)
 
         node._detector.detect_many = recorded
         scene = make_scene(4, 320, 240).image
@@ -293,3 +299,18 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
         node.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_mask_entries_must_name_a_camera_of_the_node() -> None:
+    from pathlib import Path
+
+    from tiled_detector.ros.cameras import check_mask_cameras
+
+    check_mask_cameras([("", Path("m.png"))], [])
+    check_mask_cameras(
+        [("/front/image_raw", Path("f.png")), ("", Path("m.png"))], ["/front/image_raw/", "/rear/x"]
+    )
+    with pytest.raises(ValueError, match="no camera '/side/image_raw' \\(cameras: /front/image_raw\\)"):
+        check_mask_cameras([("/side/image_raw", Path("s.png"))], ["/front/image_raw"])
+    with pytest.raises(ValueError, match="the node has one input: give the mask's path alone"):
+        check_mask_cameras([("/front/image_raw", Path("f.png"))], [])

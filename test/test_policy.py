@@ -374,3 +374,26 @@ def test_a_frame_with_every_view_ignored_gives_no_detections(tmp_path: Path, sce
     detector = TiledDetector(full_frame=False, ignore_mask=[str(tmp_path / "all.png")])
     found = detector.detect(scene.image)
     assert found.boxes.shape == (0, 4) and found.scores.shape == (0,) and found.class_ids.shape == (0,)
+
+
+def test_detect_json_applies_the_same_policy(tmp_path: Path, capsys):
+    import json
+
+    from tiled_detector.cli import main
+
+    scene = make_scene(6, 1280, 720)
+    cv2.imwrite(str(tmp_path / "scene.png"), cv2.cvtColor(scene.image, cv2.COLOR_RGB2BGR))
+    mask = np.zeros((720, 1280), np.uint8)
+    mask[:, 1000:] = 255
+    cv2.imwrite(str(tmp_path / "mask.png"), mask)
+    policy = {"class_thresholds": ["red_disc:0.6"], "roi": [0.0, 0.25, 1.0, 1.0],
+              "ignore_mask": [str(tmp_path / "mask.png")], "min_box_size": 12.0, "max_box_size": 80.0}  # fmt: skip
+    argv = ["detect", str(tmp_path / "scene.png"), "--json", "--class-thresholds", "red_disc:0.6", "--roi", "0", "0.25",
+            "1", "1", "--ignore-mask", str(tmp_path / "mask.png"), "--min-box-size", "12", "--max-box-size", "80"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    found = report["images"][0]["detections"]
+    want = TiledDetector(**policy).detect(scene.image)
+    assert len(found) == len(want.boxes) > 0
+    np.testing.assert_allclose([d["box"] for d in found], want.boxes, atol=0.01)
+    assert [d["class_id"] for d in found] == want.class_ids.tolist()
