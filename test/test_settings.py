@@ -181,6 +181,31 @@ def test_flags_override_the_params_file_which_overrides_the_defaults(tmp_path: P
     assert (config.classes, config.full_frame, config.tile_size) == ((1,), False, (320, 240))
 
 
+def test_policy_flags_reach_the_node_of_replay_and_demo_as_its_parameters(tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+
+    from tiled_detector.commands.settings import flag_parameters
+
+    cv2.imwrite(str(tmp_path / "m.png"), np.zeros((2, 2), np.uint8))
+    flags = ["--class-thresholds", "red_disc:0.5", "3:0.7", "--roi", "0", "0.5", "1", "1", "--min-box-size", "4",
+             "--ignore-mask", f"/front/image_raw={tmp_path / 'm.png'}", str(tmp_path / "m.png")]  # fmt: skip
+    for command in ("replay", "demo"):
+        args = _parser(command).parse_args(["bag", *flags] if command == "replay" else flags)
+        assert flag_parameters(args) == {
+            "class_thresholds": ["red_disc:0.5", "3:0.7"],
+            "roi": [0.0, 0.5, 1.0, 1.0],
+            "min_box_size": 4.0,
+            "ignore_mask": [f"/front/image_raw={tmp_path / 'm.png'}", str(tmp_path / "m.png")],
+        }
+    # and back: the node's parameter values give the same config
+    values = flag_parameters(args)
+    assert DetectorConfig(**config_changes(values)) == DetectorConfig(
+        class_thresholds=[("red_disc", 0.5), (3, 0.7)], roi=(0, 0.5, 1, 1), min_box_size=4,
+        ignore_mask=[("/front/image_raw", tmp_path / "m.png"), ("", tmp_path / "m.png")],
+    )  # fmt: skip
+
+
 def test_a_bad_params_file_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("/**: [unclosed\n")
