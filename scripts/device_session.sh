@@ -7,6 +7,9 @@
 #   exports  ultralytics' own exports made there (TorchScript, ONNX), loaded with no options, bench with
 #            --peer sahi (host and device input, fp32 and fp16); a capture-hostile YOLOv8n-sized model before
 #            (cuda_graph off: the whole frame eager) and after (captured around the engine), normal and flood
+#   policy   the detection policy's cost and savings: ultralytics' yolov8n TorchScript at 4K, fp16, the whole frame
+#            against roi [0, 0.5, 1, 1] (engine views and time), and with every policy setting on; the
+#            capture-hostile model again with frames already on the device (--input device)
 set -uo pipefail
 what="${1:-checks exports}"
 out="${OUT:-out/device}"
@@ -18,7 +21,7 @@ td() { python3 -m tiled_detector.cli "$@"; }
 
 if [[ " $what " == *" checks "* ]]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/test_program.py test/test_bench.py test/test_decode.py \
-    test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+    test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
   python3 scripts/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
 fi
@@ -59,4 +62,29 @@ save_torchscript(YoloV8nLike(host_anchors=True), Path('/tmp/exports/hostile.ts')
         --conf "$conf" $graph --out "$out/hostile${graph}_$conf" 2>&1 | grep -v "bench \[" | tail -3
     done
   done
+fi
+
+if [[ " $what " == *" policy "* ]]; then
+  if [[ ! -f /tmp/exports/yolov8n.torchscript ]]; then
+    mkdir -p /tmp/exports && (cd /tmp/exports && python3 -c "
+from ultralytics import YOLO
+print(YOLO('yolov8n.yaml').export(format='torchscript', imgsz=640))" >"$out/export_policy.log" 2>&1)
+  fi
+  python3 -c "
+import cv2, numpy as np
+mask = np.zeros((90, 160), np.uint8); mask[:, 120:] = 255; cv2.imwrite('/tmp/exports/right.png', mask)"
+  model=(--model /tmp/exports/yolov8n.torchscript --backend torch --device cuda --precision fp16 --runs 30 --warmup 5)
+  td bench "${model[@]}" --size 3840x2160 1920x1080 --out "$out/policy_full" 2>&1 | grep -v "bench \[" | tail -4
+  td bench "${model[@]}" --size 3840x2160 1920x1080 --roi 0 0.5 1 1 --out "$out/policy_roi" 2>&1 | grep -v "bench \[" | tail -4
+  td bench "${model[@]}" --size 3840x2160 1920x1080 --class-thresholds 0:0.4 --roi 0 0.25 1 1 \
+    --ignore-mask /tmp/exports/right.png --min-box-size 4 --max-box-size 600 --out "$out/policy_all" 2>&1 \
+    | grep -v "bench \[" | tail -4
+  python3 -c "
+import sys; sys.path.insert(0, 'scripts')
+from pathlib import Path
+from bench_pipeline import YoloV8nLike, save_torchscript
+save_torchscript(YoloV8nLike(host_anchors=True), Path('/tmp/exports/hostile.ts'), (640, 640))
+"
+  td bench --model /tmp/exports/hostile.ts --backend torch --device cuda --precision fp16 --size 1920x1080 3840x2160 \
+    --runs 30 --warmup 5 --input device --out "$out/hostile_device" 2>&1 | grep -v "bench \[" | tail -4
 fi

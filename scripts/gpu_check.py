@@ -8,6 +8,8 @@
 2. transfers: torch.profiler over one detect() per frame size counts host<->device memcpys: exactly one
    host-to-device copy (the frame) and one device-to-host copy (the packed results); small device-to-host reads
    that data-dependent shapes force (nonzero counts, .item()) are listed and fail only with --strict-syncs;
+   the same again with the whole detection policy on (per-class thresholds, roi, an ignore mask, size limits),
+   which must also stay one captured graph per frame size;
 3. timings: per-stage medians over --runs detect() calls of a YOLOv8n-sized TorchScript model, 1920x1080 and
    3840x2160 frames, 640 tiles, overlap 0.2, fp32 and fp16.
 Exits non-zero with a FAIL line for every failed check.
@@ -127,12 +129,33 @@ def check_many_and_captured(model: Path, device: str, runs: int, failures: list[
         )
 
 
-def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str]) -> None:
-    """One H2D (the frame) and one D2H (the results) per detect() call, counted by torch.profiler."""
+def policy_settings(folder: Path) -> dict:
+    """Every detection policy setting on: a class threshold, the lower 3/4 of the frame, an ignore mask over the
+    right quarter (written into `folder`), size limits."""
+    import cv2
+
+    mask = np.zeros((90, 160), np.uint8)
+    mask[:, 120:] = 255
+    cv2.imwrite(str(folder / "right.png"), mask)
+    return dict(class_thresholds=["1:0.6"], roi=(0.0, 0.25, 1.0, 1.0), ignore_mask=[str(folder / "right.png")],
+                min_box_size=6.0, max_box_size=400.0)  # fmt: skip
+
+
+def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str], **policy) -> None:
+    """One H2D (the frame) and one D2H (the results) per detect() call, counted by torch.profiler (with the
+    `policy` settings: and one CUDA graph captured per frame size)."""
     if torch.device(device).type != "cuda":
         print("transfers: skipped (needs CUDA)")
         return
-    detector = TiledDetector(model, device=device, backend="torch", tile_size=(640, 640), conf_threshold=0.3)
+    detector = TiledDetector(
+        model, device=device, backend="torch", tile_size=(640, 640), conf_threshold=0.3, **policy
+    )
+    captures = []
+    if policy:
+        runner = detector._runner
+        capture = runner._capture
+        runner._capture = lambda function: (captures.append(1), capture(function))[1]
+        print(f"transfers with the policy on: {policy}")
     rng = np.random.default_rng(1)
     for height, width in FRAME_SIZES:
         frame = structured_frame(rng, height, width)
@@ -160,6 +183,10 @@ def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list
         if strict_syncs and len(d2h) != 1:
             failures.append(f"{width}x{height}: {len(scalar)} scalar D2H sync reads besides the results")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+    if policy:
+        print(f"captured graphs with the policy on: {len(captures)} for {len(FRAME_SIZES)} frame sizes")
+        if len(captures) != len(FRAME_SIZES):
+            failures.append(f"policy on: {len(captures)} captures for {len(FRAME_SIZES)} frame sizes")
 
 
 def report_timings(device: str, runs: int, failures: list[str]) -> None:
@@ -238,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for check in (
             lambda: check_equality(square, args.device, args.frames, failures),
             lambda: check_transfers(square, args.device, args.strict_syncs, failures),
+            lambda: check_transfers(
+                square, args.device, args.strict_syncs, failures, **policy_settings(Path(tmp))
+            ),
             lambda: check_many_and_captured(square, args.device, args.runs, failures),
             lambda: report_timings(args.device, args.runs, failures),
         ):

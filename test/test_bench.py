@@ -156,3 +156,17 @@ def test_a_peer_that_cannot_load_the_model_is_a_row_with_the_reason(monkeypatch)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"  # later CUDA work in the process still sees the GPUs
     assert [(r.backend, r.size) for r in rows] == [("sahi", "640x480"), ("sahi", "1280x720")]
     assert all(r.status.startswith("failed: TypeError: ") and "Invalid device id" in r.status for r in rows)
+
+
+def test_a_region_of_interest_row_shows_fewer_engine_views(tmp_path: Path, capsys) -> None:
+    # 4K frames, 640 px tiles: the lower half of the frame is 16 tiles + the full-frame view instead of 32 + 1
+    common = ["bench", "--size", "3840x2160", "--runs", "1", "--warmup", "0", "--backend", "onnxruntime",
+              "--precision", "fp32", "--max-batch", "40"]  # fmt: skip
+    views = {}
+    for name, extra in (("full", []), ("half", ["--roi", "0", "0.5", "1", "1"])):
+        assert main([*common, "--out", str(tmp_path / name), *extra]) == 0
+        (row,) = csv.DictReader((tmp_path / name / "bench.csv").open())
+        views[name] = int(row["views"])
+        header, line = capsys.readouterr().out.strip().splitlines()[-3:-1]
+        assert header.split()[3] == "views" and line.split()[3] == row["views"]
+    assert views == {"full": 33, "half": 17}

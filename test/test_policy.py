@@ -397,3 +397,26 @@ def test_detect_json_applies_the_same_policy(tmp_path: Path, capsys):
     assert len(found) == len(want.boxes) > 0
     np.testing.assert_allclose([d["box"] for d in found], want.boxes, atol=0.01)
     assert [d["class_id"] for d in found] == want.class_ids.tolist()
+
+
+@pytest.mark.gpu
+def test_every_policy_setting_on_cuda_is_one_captured_graph_equal_to_the_cpu(tmp_path: Path):
+    from tiled_detector.pipeline.program import cuda_graph
+
+    mask = np.zeros((72, 128), np.uint8)
+    mask[:, 96:] = 255
+    cv2.imwrite(str(tmp_path / "right.png"), mask)
+    policy = dict(class_thresholds=["red_disc:0.5"], roi=(0.0, 0.25, 1.0, 1.0), ignore_mask=[str(tmp_path / "right.png")],
+                  min_box_size=10.0, max_box_size=90.0, backend="torch", conf_threshold=0.1)  # fmt: skip
+    cpu = TiledDetector(**policy)
+    captures: list[int] = []
+    gpu = TiledDetector.from_config(
+        DetectorConfig(device="cuda", **policy), capture=lambda f: (captures.append(1), cuda_graph(f))[1]
+    )
+    for seed in (11, 12, 13, 14):
+        frame = make_scene(seed, 1280, 720).image
+        want, got = cpu.detect(frame), gpu.detect(frame)
+        assert len(got.boxes) == len(want.boxes) > 0
+        np.testing.assert_allclose(got.boxes, want.boxes, atol=0.05)
+        np.testing.assert_array_equal(got.class_ids, want.class_ids)
+    assert len(captures) == 1  # one frame size, one settings key: one graph, replayed for every later frame

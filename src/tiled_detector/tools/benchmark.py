@@ -242,19 +242,20 @@ def _model_ms(row: Row) -> float | None:
 
 
 def table(rows: Sequence[Row]) -> str:
-    """A fixed-width table of the main columns."""
-    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'total ms':>9} {'model ms':>9} {'ratio':>6} "
-             f"{'fps':>7}  status"]  # fmt: skip
+    """A fixed-width table of the main columns (views: engine images per frame)."""
+    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>5} {'total ms':>9} {'model ms':>9} "
+             f"{'ratio':>6} {'fps':>7}  status"]  # fmt: skip
     for row in rows:
         v = row.values
         if row.status != "ok":
-            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>9} {'':>9} {'':>6} {'':>7}  "
-                         f"{row.status}")  # fmt: skip
+            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>5} {'':>9} {'':>9} {'':>6} "
+                         f"{'':>7}  {row.status}")  # fmt: skip
             continue
         model = _model_ms(row)  # None for a peer, timed end to end only
         model_text, ratio = ("", "") if model is None else (f"{model:.2f}", f"{v['ratio']:.2f}")
-        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {v['total_ms']:>9.2f} {model_text:>9} "
-                     f"{ratio:>6} {v['fps']:>7.1f}  ok")  # fmt: skip
+        views = v.get("views", "")
+        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>5} {v['total_ms']:>9.2f} "
+                     f"{model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok")  # fmt: skip
     return "\n".join(lines)
 
 
