@@ -136,24 +136,26 @@ def mask_path(entries: tuple[tuple[str, Path], ...], camera: str | None) -> Path
 def ignored_mostly(boxes: torch.Tensor, integral: torch.Tensor) -> torch.Tensor:
     """(N,) bool: more than half of each box's pixels are ignored (module docstring), for (N, 4) boxes in the
     pixels of the frame whose mask's integral image (H + 1, W + 1) is given. Fixed shapes, no host read."""
-    size = torch.tensor(
-        [integral.shape[1] - 1, integral.shape[0] - 1], dtype=torch.float32, device=boxes.device
-    )
+    width, height = integral.shape[1] - 1, integral.shape[0] - 1  # host numbers: no tensor made per call
     boxes = torch.nan_to_num(boxes.float())  # rows the merge left invalid may hold anything
-    lo = torch.minimum(torch.ceil(boxes[:, :2] - 0.5).clamp_min(0.0), size)
-    hi = torch.minimum(torch.ceil(boxes[:, 2:] - 0.5).clamp_min(0.0), size)
-    centre = torch.minimum(((boxes[:, :2] + boxes[:, 2:]) / 2).floor().clamp_min(0.0), size - 1)
-    thin = hi <= lo
-    lo = torch.where(thin, centre, lo).long()
-    hi = torch.where(thin, centre + 1, hi).long()
+
+    def axis(low: torch.Tensor, high: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first and one-past-last pixel whose centre lies in [low, high); none: the pixel under the middle."""
+        first = torch.ceil(low - 0.5).clamp(0.0, float(size))
+        end = torch.ceil(high - 0.5).clamp(0.0, float(size))
+        middle = ((low + high) / 2).floor().clamp(0.0, float(size - 1))
+        thin = end <= first
+        return torch.where(thin, middle, first).long(), torch.where(thin, middle + 1, end).long()
+
+    x0, x1 = axis(boxes[:, 0], boxes[:, 2], width)
+    y0, y1 = axis(boxes[:, 1], boxes[:, 3], height)
     flat, stride = integral.reshape(-1), integral.shape[1]
 
     def at(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return flat[y * stride + x].long()
 
-    count = at(hi[:, 1], hi[:, 0]) - at(lo[:, 1], hi[:, 0]) - at(hi[:, 1], lo[:, 0]) + at(lo[:, 1], lo[:, 0])
-    area = (hi[:, 0] - lo[:, 0]) * (hi[:, 1] - lo[:, 1])
-    return 2 * count > area
+    count = at(y1, x1) - at(y0, x1) - at(y1, x0) + at(y0, x0)
+    return 2 * count > (x1 - x0) * (y1 - y0)
 
 
 def policy_keep(
