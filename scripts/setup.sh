@@ -60,7 +60,7 @@ if ros_route; then
   missing=()
   for pair in onnxruntime:onnxruntime rosbags:rosbags mcap:mcap filelock:filelock pycocotools:pycocotools \
     matplotlib:matplotlib pytest:pytest pytest_timeout:pytest-timeout hypothesis:hypothesis ruff:ruff \
-    onnxconverter_common:onnxconverter-common importlinter:import-linter; do
+    onnxconverter_common:onnxconverter-common importlinter:import-linter scipy:scipy motmetrics:motmetrics; do
     "$venv/bin/python" -c "import ${pair%%:*}" >/dev/null 2>&1 \
       || missing+=("$(grep -h "^${pair#*:}==" "$root"/requirements/*.txt || echo "${pair#*:}")")
   done

@@ -75,7 +75,13 @@ def test_frame_settings_are_built_from_the_table() -> None:
         "roi",
         "ignore_mask",
     }
-    assert {n for n, s in settings().items() if s.applies is Applies.HOST} == {"profile"}
+    assert {n for n, s in settings().items() if s.applies is Applies.HOST} == {
+        "profile",
+        "tracker",
+        "track_activation_threshold",
+        "lost_track_buffer",
+        "track_matching_threshold",
+    }
 
 
 def test_parameters_are_derived_from_the_config_fields() -> None:

@@ -39,6 +39,7 @@ from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
 from tiled_detector.pipeline.policy import read_mask
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
+from tiled_detector.tracking.bytetrack import TrackerKind, TrackerSettings
 
 
 class Applies(Option):
@@ -206,6 +207,31 @@ class DetectorConfig:
     top_k: int = _setting(
         100, "most candidates per tile (highest scores) before merging", kind=Number(1, 100000, integer=True)
     )
+    tracker: TrackerKind = _setting(
+        TrackerKind.NONE,
+        "tracker after the merge, one per camera: none, or bytetrack (Detection2D.id = the track id)",
+        kind=Choice(option=TrackerKind),
+        applies=Applies.HOST,
+    )
+    track_activation_threshold: float = _setting(
+        0.25,
+        "tracker: a detection above this score continues a track (above it + 0.1: starts one); below it, down to "
+        "0.1, it can only continue a track",
+        kind=Number(0.0, 1.0),
+        applies=Applies.HOST,
+    )
+    lost_track_buffer: float = _setting(
+        1.0,
+        "tracker: seconds a track without detections is kept for one to take it up again",
+        kind=Number(0.001, 3600.0),
+        applies=Applies.HOST,
+    )
+    track_matching_threshold: float = _setting(
+        0.8,
+        "tracker: the largest cost (1 - IoU x score) of a detection-to-track match",
+        kind=Number(0.0, 1.0),
+        applies=Applies.HOST,
+    )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,
         "model output layout; auto detects it from the output shapes",
@@ -285,6 +311,12 @@ class DetectorConfig:
             if model is None:
                 raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
             object.__setattr__(self, "model", model)
+
+    def tracker_settings(self) -> TrackerSettings:
+        """The tracker's settings."""
+        return TrackerSettings(
+            self.track_activation_threshold, self.lost_track_buffer, self.track_matching_threshold
+        )
 
     def engine_arguments(self) -> dict[str, Any]:
         """The engine's constructor options: `engine_options`, and the input (height, width) where

@@ -11,10 +11,12 @@ from tiled_detector.commands.settings import add_settings, default_params_file, 
 EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 2: the replay could not run):
   tiled-detector make-bag bags/sample --frames 30          # or record one on the robot: ros2 bag record
   tiled-detector replay bags/sample --min-ap50 0.80 --min-recall 0.80 --out out/replay --json
+  tiled-detector make-bag bags/moving --motion --frames 60 && tiled-detector replay bags/moving --tracker bytetrack \
+    --min-idf1 0.80 --json          # tracking: IDF1, MOTA, id_switches against the ground truth's identities
 
   The last line printed with --json is one JSON object:
     {"frames_sent": 30, "frames_answered": 30, "dropped": 0, "AP50": 0.9, "precision": ..., "recall": ...,
-     "latency_ms_p50": ..., "latency_ms_p95": ..., ...}
+     "latency_ms_p50": ..., "latency_ms_p95": ..., "IDF1": ..., "MOTA": ..., "id_switches": ..., ...}
   Scores use the bag's /ground_truth (vision_msgs/Detection2DArray, class_id = label name) over the answered
   frames; frames without an answer count as dropped (gate them with --max-drop-rate).
   lockstep (default) sends a frame, waits for its detections (matched by header stamp), then the next: it
@@ -30,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="rosbag2 folder (sqlite3 or mcap)")
     parser.add_argument("--mode", choices=("lockstep", "realtime"), default="lockstep")
     parser.add_argument("--min-ap50", type=float, default=None, help="fail (exit 1) below this AP50 [0, 1]")
+    parser.add_argument("--min-idf1", type=float, default=None,
+                        help="fail (exit 1) below this IDF1 [0, 1] (a bag whose ground truth has object identities: "
+                             "make-bag --motion; run the node with --tracker bytetrack)")  # fmt: skip
     parser.add_argument(
         "--min-recall", type=float, default=None, help="fail (exit 1) below this recall [0, 1]"
     )
@@ -89,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from tiled_detector.harness.replay import ReplayError, ReplayOptions, Thresholds, replay_bag
 
     try:
-        thresholds = Thresholds(args.min_ap50, args.min_recall, args.max_drop_rate)
+        thresholds = Thresholds(args.min_ap50, args.min_recall, args.max_drop_rate, args.min_idf1)
         params_file = args.params_file
         if params_file is None and not args.attach:
             params_file = default_params_file()
@@ -133,4 +138,10 @@ def _describe(summary: dict[str, object]) -> str:
         f"recall {number(summary['recall'], '.3f')} (IoU 0.5, answered frames)\n"
         f"latency p50 {number(summary['latency_ms_p50'], '.1f')} ms, "
         f"p95 {number(summary['latency_ms_p95'], '.1f')} ms"
+        + (
+            ""
+            if summary.get("IDF1") is None
+            else f"\nIDF1 {number(summary['IDF1'], '.3f')}, MOTA {number(summary['MOTA'], '.3f')}, "
+            f"identity switches {summary['id_switches']} (ground truth identities, IoU 0.5)"
+        )
     )

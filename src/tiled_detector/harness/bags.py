@@ -183,6 +183,7 @@ def detections_message(
     stamp: int,
     frame_id: str,
     labels: Sequence[str],
+    track_ids: np.ndarray | None = None,
 ) -> Any:
     """vision_msgs/Detection2DArray (rosbags type), built by the same converter the node uses."""
     from tiled_detector.messages.detections import detections_to_msg
@@ -190,7 +191,9 @@ def detections_message(
     factories = SimpleNamespace(
         **{name: functools.partial(new_message, f"vision_msgs/msg/{name}") for name in _VISION_MSGS}
     )
-    return detections_to_msg(boxes, scores, class_ids, header(stamp, frame_id), labels, msg_types=factories)
+    return detections_to_msg(
+        boxes, scores, class_ids, header(stamp, frame_id), labels, track_ids=track_ids, msg_types=factories
+    )
 
 
 def serialize(msg: Any, msgtype: str) -> bytes:

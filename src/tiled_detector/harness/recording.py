@@ -18,7 +18,10 @@ from tiled_detector.harness.bags import (
     detections_message,
     image_message,
 )
-from tiled_detector.tools.frames import Frame, synthetic_frames
+from tiled_detector.tools.frames import Frame, motion_frames, synthetic_frames
+
+# bag metadata key: "true" when the ground truth's Detection2D.id is each object's identity across frames
+IDENTITIES = "ground_truth_ids"
 
 
 def frame_stamp(index: int, rate: float) -> int:
@@ -40,7 +43,8 @@ def write_image_bag(
     custom_data: Mapping[str, str] | None = None,
 ) -> Path:
     """Write `frames` as Image (or CompressedImage) messages stamped at `rate` Hz, with ground truth as
-    Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0) for frames that carry it."""
+    Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0; Detection2D.id = the object's
+    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it."""
     if not rate > 0:
         raise ValueError(f"rate must be > 0 Hz, got {rate}")
     msgtype = COMPRESSED_IMAGE if compressed else IMAGE
@@ -51,7 +55,9 @@ def write_image_bag(
             writer.write(topic, msgtype, stamp, image_message(frame.image, stamp, frame_id, compressed))
             if frame.boxes is not None and frame.class_ids is not None:
                 scores = np.ones(len(frame.class_ids), np.float32)
-                truth = detections_message(frame.boxes, scores, frame.class_ids, stamp, frame_id, labels)
+                truth = detections_message(
+                    frame.boxes, scores, frame.class_ids, stamp, frame_id, labels, track_ids=frame.ids
+                )
                 writer.write(GROUND_TRUTH_TOPIC, DETECTIONS, stamp, truth)
             count += 1
         if count == 0:
@@ -72,15 +78,24 @@ def make_synthetic_bag(
     topic: str = "/camera/image_raw",
     frame_id: str = "camera",
     force: bool = False,
+    motion: bool = False,
+    pan: float = 0.0,
 ) -> Path:
-    """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`)."""
+    """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`); with
+    `motion`, one moving scene (the camera panning `pan` pixels per frame) whose ground truth carries identities."""
     from tiled_detector.tools.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
+    source = (
+        motion_frames(frames, seed, width, height, pan)
+        if motion
+        else synthetic_frames(frames, seed, width, height)
+    )
+    extra = {IDENTITIES: "true", "pan": str(pan)} if motion else {}
     return write_image_bag(
         out,
-        synthetic_frames(frames, seed, width, height),
+        source,
         rate=rate,
         storage=storage,
         compressed=compressed,
@@ -88,5 +103,5 @@ def make_synthetic_bag(
         frame_id=frame_id,
         labels=CLASSES,
         force=force,
-        custom_data={"source": "synthetic", "seed": str(seed), "size": f"{width}x{height}"},
+        custom_data={"source": "synthetic", "seed": str(seed), "size": f"{width}x{height}", **extra},
     )

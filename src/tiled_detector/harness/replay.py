@@ -30,7 +30,10 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.harness import bags
+from tiled_detector.harness.recording import IDENTITIES
 from tiled_detector.harness.report import FrameRecord, Mode, ReplayReport, class_names, summarize, to_arrays
+from tiled_detector.messages.detections import msg_ids
+from tiled_detector.tools.scoring import mot_metrics
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
 
@@ -46,6 +49,7 @@ class Thresholds:
     min_ap50: float | None = None
     min_recall: float | None = None
     max_drop_rate: float | None = None
+    min_idf1: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -58,13 +62,15 @@ class Thresholds:
         for name, value, minimum in (
             ("AP50", report.ap50, self.min_ap50),
             ("recall", report.recall, self.min_recall),
+            ("IDF1", (report.tracking or {}).get("IDF1"), self.min_idf1),
         ):
             if minimum is None:
                 continue
             if value is None:
+                what = "with object identities (make-bag --motion)" if name == "IDF1" else ""
                 out.append(
-                    f"{name} >= {minimum} required but the bag has no ground truth on "
-                    f"{bags.GROUND_TRUTH_TOPIC}"
+                    f"{name} >= {minimum} required but the bag has no ground truth {what}on "
+                    f"{bags.GROUND_TRUTH_TOPIC}".replace("  ", " ")
                 )
             elif value < minimum:
                 out.append(f"{name} {value:.3f} < {minimum}")
@@ -256,7 +262,17 @@ def replay_bag(
         )
         for stamp, sent in played.sent
     ]
-    report = dataclasses.replace(summarize(options.mode, records, truth), labels=tuple(labels))
+    tracking = None
+    if info.custom_data.get(IDENTITIES) == "true" and truth_messages:
+        empty = (np.zeros((0, 4)), np.zeros(0, np.int64))
+        stamps = [stamp for stamp, _ in played.sent if stamp in truth_messages]
+        tracking = mot_metrics(
+            [(truth[s][0], msg_ids(truth_messages[s])) for s in stamps],
+            [(answers[s][0], msg_ids(played.answers[s])) if s in answers else empty for s in stamps],
+        )
+    report = dataclasses.replace(
+        summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking
+    )
     if output is not None:
         _record(Path(output), played, info.storage, report, records, labels)
     return report

@@ -1,7 +1,9 @@
 """Replay reports: what each replayed frame got, and scores against the bag's ground truth.
 
 AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the answered frames; a dropped frame is
-counted in `dropped` / the drop rate instead. Pure numpy / pycocotools: no ROS.
+counted in `dropped` / the drop rate instead. When the bag's ground truth carries identities (`make-bag --motion`),
+also IDF1, MOTA and identity switches (py-motmetrics) of the answers' Detection2D ids over every frame sent (a
+dropped frame is one with no answer). Pure numpy / pycocotools / motmetrics: no ROS.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class ReplayReport:
     latency_ms_p95: float | None
     records: tuple[FrameRecord, ...] = field(default=(), compare=False, repr=False)  # per frame sent
     labels: tuple[str, ...] = ()  # class names indexed by the records' class ids
+    tracking: dict[str, float | int] | None = None  # IDF1, MOTA, id_switches (ground truth with identities)
 
     @property
     def dropped(self) -> int:
@@ -77,6 +80,7 @@ class ReplayReport:
             "recall": self.recall,
             "latency_ms_p50": self.latency_ms_p50,
             "latency_ms_p95": self.latency_ms_p95,
+            **{key: (self.tracking or {}).get(key) for key in ("IDF1", "MOTA", "id_switches")},
         }
 
 

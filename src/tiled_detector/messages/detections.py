@@ -7,7 +7,8 @@ The message layout is found by feature detection on message instances, not by di
 Boxes are in the image's pixel frame. Each Detection2D carries the image header and one hypothesis whose
 class id is the label name when known, else the decimal class id. Detection2D.id is the detection's index in
 its array ("0", "1", ...; the node publishes them best score first): stable for a given frame and model, unique
-within the array; it is not a track id across frames.
+within the array, not an identity across frames; with track ids given (the node's `tracker` on) it is the track id
+instead ("17"): the same string for the same object in every frame of its track.
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ def detections_to_msg(
     header: Any,
     labels: Labels | None = None,
     *,
+    track_ids: Any = None,
     msg_types: Any = None,
 ) -> Any:
     """Boxes (N, 4) x1, y1, x2, y2 in image pixels, scores (clipped to [0, 1]), class ids -> Detection2DArray.
 
-    `header` (stamp, frame_id) is set on the array and on every detection. `msg_types` is a namespace with
-    Detection2DArray, Detection2D and ObjectHypothesisWithPose (default: vision_msgs.msg).
+    `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
+    ids (default: their index). `msg_types` is a namespace with Detection2DArray, Detection2D and
+    ObjectHypothesisWithPose (default: vision_msgs.msg).
     """
     if msg_types is None:
         import vision_msgs.msg as msg_types
@@ -82,6 +85,9 @@ def detections_to_msg(
     centres = ((boxes[:, :2] + boxes[:, 2:]) / 2).tolist()
     sizes = (boxes[:, 2:] - boxes[:, :2]).tolist()
     class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
+    tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
+    if tags is not None and len(tags) != len(class_names):
+        raise ValueError(f"need one track id per detection, got {len(tags)} for {len(class_names)}")
     detections = []
     for rank, ((cx, cy), (width, height), score, name) in enumerate(
         zip(centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
@@ -89,7 +95,7 @@ def detections_to_msg(
         detection = msg_types.Detection2D()
         detection.header = header
         if hasattr(detection, "id"):  # vision_msgs >= 3
-            detection.id = str(rank)
+            detection.id = str(rank) if tags is None else tags[rank]
         center = _center(detection.bbox)
         center.x, center.y = cx, cy
         detection.bbox.size_x, detection.bbox.size_y = width, height
@@ -133,3 +139,10 @@ def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarra
     half = values[:, 2:4] / 2
     boxes = np.concatenate([values[:, :2] - half, values[:, :2] + half], axis=1)
     return boxes.astype(np.float32), values[:, 4].astype(np.float32), np.asarray(class_ids, dtype=np.int64)
+
+
+def msg_ids(msg: Any) -> np.ndarray:
+    """The Detection2D ids of a Detection2DArray as integers (N,) int64 (-1 where an id is not a whole number, or
+    the message predates vision_msgs 3)."""
+    ids = [getattr(d, "id", "") for d in msg.detections]
+    return np.array([int(i) if str(i).lstrip("-").isdigit() else -1 for i in ids], np.int64)

@@ -45,6 +45,8 @@ from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
 from tiled_detector.ros.stats import FrameSlots, LostFrames, Stats
 from tiled_detector.tools.annotate import annotate, annotated_encoding
+from tiled_detector.tracking.bytetrack import TrackerKind
+from tiled_detector.tracking.tracks import CameraTracks
 from tiled_detector.types import Detections
 
 try:  # Iron and later
@@ -103,6 +105,8 @@ class DetectorNodeBase(NodeParameters):
     _timer: Any = None
     diagnostics_pub: Any = None
     vision_info_pub: Any = None
+    _tracks: CameraTracks | None = None  # per-camera tracks (`tracker` on)
+    _tracks_key: Any = None  # the settings the tracks were made with: a change resets them
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
 
     def _configure(self) -> None:
@@ -213,6 +217,7 @@ class DetectorNodeBase(NodeParameters):
             self._timer = None
         with self._state_lock:
             self._state = None
+        self._tracks = self._tracks_key = None  # a cleanup ends every track
         device = self._detector.engine.device if self._detector is not None else None
         self._detector = None
         gc.collect()
@@ -273,6 +278,7 @@ class DetectorNodeBase(NodeParameters):
         detector = self._detector
         if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
             detector.reconfigure(config)
+        self._follow_tracker_settings(config)
         batch = []
         for index, (msg, received) in items:
             try:
@@ -286,11 +292,10 @@ class DetectorNodeBase(NodeParameters):
             batch.append((index, msg, received, frame, encoding))
         self._largest_batch = max(self._largest_batch, len(batch))
         labels = self.labels if values["output_format"] == "labels" else None
-        for (index, msg, received, frame, encoding), detections in zip(
-            batch, self._detect(batch), strict=True
-        ):
-            if detections is None:
+        for (index, msg, received, frame, encoding), found in zip(batch, self._detect(batch), strict=True):
+            if found is None:
                 continue
+            detections = found
             camera = self.cameras[index]
             camera.last_hw = frame.shape[:2]
             if encoding.startswith("mono") and not self._warned_mono:
@@ -299,21 +304,39 @@ class DetectorNodeBase(NodeParameters):
                     f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B "
                     "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
                 )
+            track_ids = None
+            if self._tracks is not None:  # the confirmed tracks replace the frame's detections
+                stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+                tracked = self._tracks.update(camera.topics.name, stamp, detections.boxes, detections.scores,
+                                              detections.class_ids)  # fmt: skip
+                detections = Detections(tracked.boxes, tracked.scores, tracked.class_ids, detections.timings)
+                track_ids = tracked.track_ids
             camera.detections_pub.publish(
                 detections_to_msg(
-                    detections.boxes, detections.scores, detections.class_ids, msg.header, labels
+                    detections.boxes, detections.scores, detections.class_ids, msg.header, labels,
+                    track_ids=track_ids,
                 )
-            )
+            )  # fmt: skip
             if camera.debug_pub.get_subscription_count() > 0:
                 plan = detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
                 image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
-                drawn = annotate(image, detections, self.labels, plan=plan)
+                drawn = annotate(image, detections, self.labels, plan=plan, track_ids=track_ids)
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
                 self._count(camera, "annotated")
             latency_ms = (time.monotonic() - received) * 1e3
             camera.stats.record(latency_ms, detections.timings)
             if camera.stats is not self.stats:
                 self.stats.record(latency_ms, detections.timings)
+
+    def _follow_tracker_settings(self, config: Any) -> None:
+        """Tracks exist while `tracker` is on; a change of the tracker, its settings or the tiles resets them."""
+        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame)
+        if key == self._tracks_key:
+            return
+        if self._tracks is not None:
+            self.get_logger().info("tracker or tile settings changed: every camera's tracks start over")
+        self._tracks_key = key
+        self._tracks = None if config.tracker is TrackerKind.NONE else CameraTracks(config.tracker_settings())
 
     def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there

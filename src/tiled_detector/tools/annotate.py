@@ -34,9 +34,11 @@ def annotate(
     labels: Sequence[str] | None = None,
     tiles: np.ndarray | None = None,
     plan: TilePlan | None = None,
+    track_ids: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it, and the tile outlines (`tiles`, or
-    the `plan`'s); with a `plan`, its ignored area tinted and its region of interest outlined."""
+    """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (with `track_ids`: each box's "#id"
+    first, coloured by its track), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored
+    area tinted and its region of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
     if plan is not None:
@@ -50,14 +52,17 @@ def annotate(
     if plan is not None and plan.roi != FULL_FRAME_ROI:
         x1, y1, x2, y2 = region_pixels(plan.roi, canvas.shape[:2])
         cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _ROI_COLOUR, 2, cv2.LINE_4)
-    for (x1, y1, x2, y2), score, cls in zip(
+    ids = [None] * len(detections.scores) if track_ids is None else np.asarray(track_ids).tolist()
+    for (x1, y1, x2, y2), score, cls, track in zip(
         np.rint(detections.boxes).astype(np.int64).tolist(),
         detections.scores.tolist(),
         detections.class_ids.tolist(),
+        ids,
         strict=True,
     ):
-        colour = tuple(int(c) for c in _PALETTE[cls % len(_PALETTE)])
+        colour = tuple(int(c) for c in _PALETTE[(cls if track is None else track) % len(_PALETTE)])
         name = labels[cls] if labels is not None and 0 <= cls < len(labels) else str(cls)
+        name = name if track is None else f"#{track} {name}"
         cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, 2)
         cv2.putText(
             canvas, f"{name} {score:.2f}", (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1

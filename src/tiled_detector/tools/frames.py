@@ -16,12 +16,13 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
 @dataclass(frozen=True)
 class Frame:
     """One camera frame: (H, W, C) pixels in `encoding` (rgb8 unless a bag says otherwise), and ground truth
-    (boxes x1y1x2y2, class ids) when known."""
+    (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known."""
 
     image: np.ndarray
     boxes: np.ndarray | None = None
     class_ids: np.ndarray | None = None
     encoding: str = "rgb8"
+    ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):
@@ -35,6 +36,14 @@ def synthetic_frames(frames: int, seed: int, width: int, height: int) -> Iterato
     for index in range(frames):
         scene = make_scene(seed + index, width, height)
         yield Frame(scene.image, scene.boxes, scene.class_ids)
+
+
+def motion_frames(frames: int, seed: int, width: int, height: int, pan: float = 0.0) -> Iterator[Frame]:
+    """Frames of a moving synthetic scene (`synthetic.make_sequence`) with ground truth and object identities."""
+    from tiled_detector.tools.synthetic import MotionStyle, make_sequence
+
+    for scene in make_sequence(seed, frames, width, height, MotionStyle(pan=pan)):
+        yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids)
 
 
 def image_folder_frames(folder: str | Path) -> Iterator[Frame]:

@@ -98,3 +98,27 @@ def coco_stats(
         evaluation.accumulate()
         evaluation.summarize()
     return evaluation.stats
+
+
+def mot_metrics(
+    truth: Sequence[tuple[np.ndarray, np.ndarray]],
+    predicted: Sequence[tuple[np.ndarray, np.ndarray]],
+    iou: float = 0.5,
+) -> dict[str, float | int]:
+    """IDF1, MOTA and identity switches (py-motmetrics, CLEAR MOT and ID measures) of a sequence: per frame, in
+    order, the truth's and the prediction's (boxes x1, y1, x2, y2; ids); a prediction can match a truth box at
+    IoU >= `iou`."""
+    import motmetrics
+
+    accumulator = motmetrics.MOTAccumulator(auto_id=True)
+    for (truth_boxes, truth_ids), (boxes, ids) in zip(truth, predicted, strict=True):
+        overlap = box_iou(
+            np.asarray(truth_boxes, np.float64).reshape(-1, 4), np.asarray(boxes, np.float64).reshape(-1, 4)
+        )
+        distances = np.where(
+            overlap >= iou, 1.0 - overlap, np.nan
+        )  # NaN: cannot match (motmetrics' convention)
+        accumulator.update(np.asarray(truth_ids).tolist(), np.asarray(ids).tolist(), distances)
+    summary = motmetrics.metrics.create().compute(accumulator, metrics=["idf1", "mota", "num_switches"])
+    row = summary.iloc[0]
+    return {"IDF1": float(row["idf1"]), "MOTA": float(row["mota"]), "id_switches": int(row["num_switches"])}

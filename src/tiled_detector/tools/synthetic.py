@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import colorsys
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -191,6 +191,55 @@ def _centres(
     return np.stack([xs, ys], axis=1)
 
 
+def _appearance(
+    rng: np.random.Generator, k: int, n_obj: int, class_ids: np.ndarray, style: SceneStyle
+) -> tuple[float, float, str, np.ndarray]:
+    """Size, angle, shape and colour of object k (k < n_obj: a labelled object of its class; else a distractor)."""
+    size = _sample_size(rng, style)
+    angle = float(rng.uniform(0, 2 * math.pi))
+    if k < n_obj:
+        shape, hue = _SHAPES[class_ids[k]], _CLASS_HUES[class_ids[k]] + rng.uniform(-8, 8)
+    elif rng.random() < 0.5:  # a class shape in a colour that is not the class colour
+        shape = _SHAPES[rng.integers(0, len(CLASSES))]
+        hue = _DISTRACTOR_HUES[rng.integers(0, len(_DISTRACTOR_HUES))] + rng.uniform(-8, 8)
+    else:  # a non-class shape in any colour
+        shape = _SHAPES[rng.integers(len(CLASSES), len(_SHAPES))]
+        hue = (_CLASS_HUES + _DISTRACTOR_HUES)[rng.integers(0, 8)] + rng.uniform(-8, 8)
+    sat = rng.uniform(0.25, 0.6) if rng.random() < 0.15 and k >= n_obj else rng.uniform(0.6, 1.0)
+    return size, angle, shape, np.array(_rgb(hue, sat, rng.uniform(0.55, 1.0)), np.float32)
+
+
+def _paint(
+    rng: np.random.Generator,
+    image: np.ndarray,
+    owner: np.ndarray,
+    label: int,
+    look: tuple,
+    cx: float,
+    cy: float,
+) -> tuple[int, tuple[int, int, int, int] | None]:
+    """Draw one object (`look`: `_appearance`) centred at (cx, cy), marking its pixels `label` in `owner` (-1 for a
+    distractor): its full area in pixels and the frame region it was drawn in (None: outside the frame)."""
+    size, angle, shape, colour = look
+    height, width = owner.shape
+    pad = int(size / 2 + 2)
+    x0, y0 = int(cx) - pad, int(cy) - pad
+    patch = np.zeros((2 * pad + 2, 2 * pad + 2), np.uint8)
+    _draw_shape(patch, shape, cx - x0, cy - y0, size, angle)
+    area = int(patch.sum())
+    px0, py0 = max(0, -x0), max(0, -y0)  # the patch clipped to the frame
+    fx0, fy0 = max(0, x0), max(0, y0)
+    fx1, fy1 = min(width, x0 + patch.shape[1]), min(height, y0 + patch.shape[0])
+    if fx1 <= fx0 or fy1 <= fy0:
+        return area, None
+    sub = patch[py0 : py0 + fy1 - fy0, px0 : px0 + fx1 - fx0].astype(bool)
+    shade = 1.0 + rng.uniform(-0.15, 0.15) * np.linspace(-1, 1, sub.shape[1], dtype=np.float32)
+    pixels = np.minimum(colour[None, None, :] * shade[None, :, None], 255).astype(np.uint8)
+    image[fy0:fy1, fx0:fx1][sub] = np.broadcast_to(pixels, (*sub.shape, 3))[sub]
+    owner[fy0:fy1, fx0:fx1][sub] = label
+    return area, (fx0, fy0, fx1, fy1)
+
+
 def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle, seams: bool) -> Scene:
     image = _background(rng, height, width)
     owner = np.full((height, width), -1, np.int16)  # index of the object that owns each pixel, -1 = none
@@ -204,38 +253,11 @@ def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle
     full_area = np.zeros(n_obj, np.int64)
     regions: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * n_obj
     for k in order:
-        size = _sample_size(rng, style)
-        angle = float(rng.uniform(0, 2 * math.pi))
+        look = _appearance(rng, k, n_obj, class_ids, style)
+        area, region = _paint(rng, image, owner, k if k < n_obj else -1, look, *centres[k])
         if k < n_obj:
-            shape, hue = _SHAPES[class_ids[k]], _CLASS_HUES[class_ids[k]] + rng.uniform(-8, 8)
-        elif rng.random() < 0.5:  # a class shape in a colour that is not the class colour
-            shape = _SHAPES[rng.integers(0, len(CLASSES))]
-            hue = _DISTRACTOR_HUES[rng.integers(0, len(_DISTRACTOR_HUES))] + rng.uniform(-8, 8)
-        else:  # a non-class shape in any colour
-            shape = _SHAPES[rng.integers(len(CLASSES), len(_SHAPES))]
-            hue = (_CLASS_HUES + _DISTRACTOR_HUES)[rng.integers(0, 8)] + rng.uniform(-8, 8)
-        sat = rng.uniform(0.25, 0.6) if rng.random() < 0.15 and k >= n_obj else rng.uniform(0.6, 1.0)
-        colour = np.array(_rgb(hue, sat, rng.uniform(0.55, 1.0)), np.float32)
-        cx, cy = centres[k]
-        pad = int(size / 2 + 2)
-        x0, y0 = int(cx) - pad, int(cy) - pad
-        patch = np.zeros((2 * pad + 2, 2 * pad + 2), np.uint8)
-        _draw_shape(patch, shape, cx - x0, cy - y0, size, angle)
-        if k < n_obj:
-            full_area[k] = int(patch.sum())
-        # clip the patch to the frame
-        px0, py0 = max(0, -x0), max(0, -y0)
-        fx0, fy0 = max(0, x0), max(0, y0)
-        fx1, fy1 = min(width, x0 + patch.shape[1]), min(height, y0 + patch.shape[0])
-        if fx1 <= fx0 or fy1 <= fy0:
-            continue
-        sub = patch[py0 : py0 + fy1 - fy0, px0 : px0 + fx1 - fx0].astype(bool)
-        shade = 1.0 + rng.uniform(-0.15, 0.15) * np.linspace(-1, 1, sub.shape[1], dtype=np.float32)
-        pixels = np.minimum(colour[None, None, :] * shade[None, :, None], 255).astype(np.uint8)
-        image[fy0:fy1, fx0:fx1][sub] = np.broadcast_to(pixels, (*sub.shape, 3))[sub]
-        owner[fy0:fy1, fx0:fx1][sub] = k if k < n_obj else -1
-        if k < n_obj:
-            regions[k] = (fx0, fy0, fx1, fy1)
+            full_area[k] = area
+            regions[k] = region or (0, 0, 0, 0)
     boxes, labels = _visible_boxes(owner, regions, full_area, class_ids, style)
     occluded = _occlude(rng, image, owner, regions, boxes, labels, style)
     if occluded:
@@ -281,9 +303,11 @@ def _visible_boxes(
     full_area: np.ndarray,
     class_ids: np.ndarray,
     style: SceneStyle,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Tight boxes of the visible pixels of each object that is visible enough to be labelled."""
-    boxes, labels = [], []
+    with_ids: bool = False,
+) -> tuple[np.ndarray, ...]:
+    """Tight boxes of the visible pixels of each object that is visible enough to be labelled, their classes (and
+    with `with_ids` the objects' indices)."""
+    boxes, labels, ids = [], [], []
     for k, (x0, y0, x1, y1) in enumerate(regions):
         if x1 <= x0 or full_area[k] == 0:
             continue
@@ -295,7 +319,9 @@ def _visible_boxes(
             continue
         boxes.append(box)
         labels.append(class_ids[k])
-    return np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64)
+        ids.append(k)
+    found = (np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64))
+    return (*found, np.array(ids, np.int64)) if with_ids else found
 
 
 def make_scene(seed: int, width: int = 1920, height: int = 1080, style: SceneStyle | None = None) -> Scene:
@@ -312,6 +338,83 @@ def make_crop(seed: int, size: int = 640, style: SceneStyle | None = None) -> Sc
         raise ValueError(f"crop must be at least 16 pixels, got {size}")
     rng = np.random.default_rng([int(seed), size, size, 1])
     return _render(rng, size, size, style or SceneStyle(), seams=False)
+
+
+@dataclass(frozen=True)
+class TrackedScene(Scene):
+    """A frame of a moving sequence: `Scene` plus `ids` (N,) int64, each labelled object's identity (>= 1, the
+    same in every frame of the sequence)."""
+
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class MotionStyle:
+    """How a sequence moves: object speeds (pixels per frame, log-uniform), pairs of objects set on crossing
+    paths, static occluders objects pass behind, and the camera's pan (pixels per frame, to the right)."""
+
+    min_speed: float = 0.5
+    max_speed: float = 6.0
+    crossing_pairs: int = 4
+    occluders: int = 4
+    pan: float = 0.0
+
+
+def make_sequence(
+    seed: int, frames: int, width: int = 1920, height: int = 1080, motion: MotionStyle | None = None,
+    style: SceneStyle | None = None,
+) -> Iterator[TrackedScene]:  # fmt: skip
+    """A moving scene, frame by frame: the objects of a `make_scene`-like frame (same classes, sizes, colours and
+    distractors, over a background as wide as the pan needs) move at their own velocities; some pairs cross, some
+    objects pass behind static occluders for a few frames, some enter and leave the frame; ground truth boxes are
+    the visible pixels of each object as in `make_scene`, with each object's id. Deterministic per arguments."""
+    motion, style = motion or MotionStyle(), style or SceneStyle()
+    if width < 16 or height < 16 or frames < 1:
+        raise ValueError(
+            f"a sequence needs at least 16x16 pixels and 1 frame, got {width}x{height}, {frames}"
+        )
+    rng = np.random.default_rng([int(seed), width, height, 2])
+    world = width + math.ceil(abs(motion.pan) * frames)
+    background = _background(rng, height, world)
+    mpix = width * height / 1e6
+    n_obj = int(rng.poisson(style.objects_per_mpix * mpix)) + 2 * motion.crossing_pairs
+    n_dis = int(rng.poisson(style.distractors_per_mpix * mpix))
+    class_ids = rng.integers(0, len(CLASSES), n_obj)
+    looks = [_appearance(rng, k, n_obj, class_ids, style) for k in range(n_obj + n_dis)]
+    speed = np.exp(rng.uniform(math.log(motion.min_speed), math.log(motion.max_speed), n_obj + n_dis))
+    heading = rng.uniform(0, 2 * math.pi, n_obj + n_dis)
+    velocity = np.stack([speed * np.cos(heading), speed * np.sin(heading)], axis=1)
+    start = np.stack([rng.uniform(0, world, n_obj + n_dis), rng.uniform(0, height, n_obj + n_dis)], axis=1)
+    middle = frames / 2
+    for pair in range(motion.crossing_pairs):  # two objects at the same point half way through
+        meet = np.array([rng.uniform(0.2, 0.8) * width + motion.pan * middle, rng.uniform(0.2, 0.8) * height])
+        for k in (2 * pair, 2 * pair + 1):
+            start[k] = meet - velocity[k] * middle
+        velocity[2 * pair + 1] = -velocity[2 * pair]  # head on
+        start[2 * pair + 1] = meet - velocity[2 * pair + 1] * middle
+    order = rng.permutation(n_obj + n_dis)
+    occluders = [(rng.uniform(0, world), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
+                 for _ in range(motion.occluders)]  # fmt: skip
+    finish_seed = [int(seed), width, height, 3]
+    for t in range(frames):
+        x0 = round(motion.pan * t)
+        image = background[:, x0 : x0 + width].copy()
+        owner = np.full((height, width), -1, np.int16)
+        full_area = np.zeros(n_obj, np.int64)
+        regions: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * n_obj
+        for k in order:
+            cx, cy = start[k] + velocity[k] * t - (x0, 0)
+            shade = np.random.default_rng([int(seed), int(k), 4])  # the same shading in every frame
+            area, region = _paint(shade, image, owner, k if k < n_obj else -1, looks[k], cx, cy)
+            if k < n_obj:
+                full_area[k], regions[k] = area, region or (0, 0, 0, 0)
+        for ox, oy, ax, ay in occluders:  # background-coloured blobs in front of everything
+            centre = (int(ox - x0), int(oy))
+            colour = tuple(int(c) for c in background[int(oy), min(int(ox), world - 1)])
+            cv2.ellipse(image, centre, (int(ax), int(ay)), 0, 0, 360, colour, -1, cv2.LINE_8)
+            cv2.ellipse(owner, centre, (int(ax), int(ay)), 0, 0, 360, -1, -1, cv2.LINE_8)
+        boxes, labels, ids = _visible_boxes(owner, regions, full_area, class_ids, style, with_ids=True)
+        yield TrackedScene(_finish(np.random.default_rng(finish_seed), image), boxes, labels, ids + 1)
 
 
 def coco_ground_truth(
