@@ -89,6 +89,8 @@ def test_fuzzed_images_never_kill_the_node_and_every_valid_frame_is_answered(tmp
                 encoding, height, width, pad = VALID[index % len(VALID)]
                 valid = _valid(index, encoding, height, width, pad)
                 deadline = time.monotonic() + 30
+                client.publish(valid)
+                sent += 1
                 while client.wait_for_stamp(stamp_ns(valid.header.stamp), 0.5) is None:
                     assert time.monotonic() < deadline and node.alive(), (
                         index,

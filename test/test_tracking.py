@@ -1,0 +1,168 @@
+"""Tests for tracking/: ByteTrack on arrays (association against dense references, ids through a crossing and an
+occlusion), per-camera state and its reset rules, bounded memory, and the MOT metrics."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+
+from tiled_detector.tools.scoring import box_iou, mot_metrics
+from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings, assign, overlapping
+from tiled_detector.tracking.tracks import CameraTracks
+
+SECOND = 1_000_000_000
+FRAME_NS = SECOND // 30
+
+
+def _box(cx: float, cy: float, size: float = 20.0) -> list[float]:
+    return [cx - size / 2, cy - size / 2, cx + size / 2, cy + size / 2]
+
+
+@st.composite
+def box_sets(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    n, m = draw(st.integers(0, 25)), draw(st.integers(0, 25))
+    a = rng.uniform(0, 200, (n, 2))
+    b = rng.uniform(0, 200, (m, 2))
+    a = np.concatenate([a, a + rng.uniform(1, 60, (n, 2))], axis=1)
+    b = np.concatenate([b, b + rng.uniform(1, 60, (m, 2))], axis=1)
+    return a, b
+
+
+@settings(max_examples=150, deadline=None)
+@given(sets=box_sets())
+def test_overlapping_pairs_equal_the_dense_iou(sets):
+    a, b = sets
+    i, j, iou = overlapping(a, b)
+    dense = box_iou(a, b)
+    want = np.argwhere(dense > 0)
+    got = np.stack([i, j], axis=1) if len(i) else np.zeros((0, 2), np.int64)
+    assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))
+    np.testing.assert_allclose(iou, dense[i, j], rtol=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sets=box_sets(), limit=st.sampled_from([0.3, 0.5, 0.8]))
+def test_assignment_equals_the_dense_assignment_with_a_cost_limit(sets, limit):
+    a, b = sets
+    i, j, iou = overlapping(a, b)
+    rows, cols = assign(i, j, 1.0 - iou, limit)
+    assert len(set(rows.tolist())) == len(rows) and len(set(cols.tolist())) == len(cols)
+    cost = 1.0 - box_iou(a, b)
+    assert (cost[rows, cols] < limit).all()
+    if len(a) and len(
+        b
+    ):  # the dense reference: every pair, a pair at or above the limit costs more than any other
+        dense = np.where(cost < limit, cost, limit + 1.0)
+        r, c = linear_sum_assignment(dense)
+        ok = dense[r, c] < limit
+        assert len(rows) == ok.sum()
+        assert cost[rows, cols].sum() == pytest.approx(dense[r[ok], c[ok]].sum(), abs=1e-9)
+    else:
+        assert len(rows) == 0
+
+
+def _crossing(frames: int = 40) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Two same-class objects head on (they overlap in the middle frames), a third still one."""
+    out = []
+    for t in range(frames):
+        boxes = np.array([_box(100 + 5 * t, 100), _box(300 - 5 * t, 104), _box(50, 300)], np.float64)
+        out.append((boxes, np.array([0.9, 0.85, 0.8]), np.array([1, 1, 2])))
+    return out
+
+
+def test_ids_hold_through_a_crossing_and_an_occlusion():
+    tracker = ByteTrack(TrackerSettings())
+    first = None
+    for t, frame in enumerate(_crossing()):
+        hidden = 25 <= t < 29  # the still object is hidden for 4 frames (133 ms < the 1 s buffer)
+        boxes, scores, classes = (x[:2] for x in frame) if hidden else frame
+        got_boxes, _, _, ids = tracker.update(boxes, scores, classes, 1 / 30)
+        by_position = dict(zip(np.round(got_boxes[:, 0]).tolist(), ids.tolist(), strict=True))
+        if first is None:
+            first = {round(b[0]): i for b, i in zip(boxes, ids, strict=True)}
+            assert sorted(first.values()) == [1, 2, 3]
+        expected = {round(100 + 5 * t - 10): first[90], round(300 - 5 * t - 10): first[290]}
+        if not 25 <= t < 29:
+            expected[40] = first[40]
+        for x, track in expected.items():
+            near = [i for bx, i in by_position.items() if abs(bx - x) <= 2]
+            assert near == [track], (t, by_position, expected)
+
+
+def test_boxes_are_the_filters_estimate_and_new_tracks_wait_for_a_second_frame():
+    tracker = ByteTrack(TrackerSettings())
+    out = tracker.update(np.array([_box(50, 50)]), np.array([0.9]), np.array([0]), 0.0)
+    assert out[3].tolist() == [1]  # the first frame confirms at once
+    np.testing.assert_allclose(out[0], [_box(50, 50)], atol=1e-6)
+    late = tracker.update(
+        np.array([_box(52, 50), _box(200, 200)]), np.array([0.9, 0.9]), np.array([0, 0]), 1 / 30
+    )
+    assert late[3].tolist() == [1]  # the newcomer is unconfirmed on its first frame
+    again = tracker.update(
+        np.array([_box(54, 50), _box(200, 200)]), np.array([0.9, 0.9]), np.array([0, 0]), 1 / 30
+    )
+    assert sorted(again[3].tolist()) == [1, 2]
+    low = tracker.update(np.array([_box(56, 50)]), np.array([0.15]), np.array([0]), 1 / 30)
+    assert low[3].tolist() == [1]  # a low-score detection continues a track (ByteTrack's second association)
+    assert tracker.update(np.array([_box(56, 90)]), np.array([0.9]), np.array([1]), 1 / 30)[3].tolist() == []
+
+
+def test_cameras_have_their_own_tracks_and_ids():
+    tracks = CameraTracks(TrackerSettings())
+    a = tracks.update("/front", 0, np.array([_box(10, 10)]), np.array([0.9]), np.array([0]))
+    b = tracks.update(
+        "/rear", 0, np.array([_box(10, 10), _box(90, 90)]), np.array([0.9, 0.9]), np.array([0, 0])
+    )
+    assert a.track_ids.tolist() == [1] and b.track_ids.tolist() == [1, 2]
+    a = tracks.update("/front", FRAME_NS, np.array([_box(11, 10)]), np.array([0.9]), np.array([0]))
+    assert a.track_ids.tolist() == [1] and tracks.live_tracks() == 3
+
+
+def test_reset_rules(caplog: pytest.LogCaptureFixture):
+    tracks = CameraTracks(TrackerSettings(buffer_s=0.5))
+    one = (np.array([_box(10, 10)]), np.array([0.9]), np.array([0]))
+    assert tracks.update("/c", 10 * SECOND, *one).track_ids.tolist() == [1]
+    assert tracks.update("/c", 10 * SECOND + FRAME_NS, *one).track_ids.tolist() == [1]
+    with caplog.at_level(logging.INFO, logger="tiled_detector.tracking.tracks"):
+        assert tracks.update("/c", 5 * SECOND, *one).track_ids.tolist() == [2]  # stamps went back: start over
+    assert "stamps went back 5.033 s on /c" in caplog.text
+    assert tracks.update("/c", 5 * SECOND + FRAME_NS, *one).track_ids.tolist() == [2]
+    assert tracks.update("/c", 7 * SECOND, *one).track_ids.tolist() == [3]  # a gap longer than the buffer
+    tracks.reset()  # a tracker or tile setting changed: the ids keep counting up
+    assert tracks.update("/c", 7 * SECOND + FRAME_NS, *one).track_ids.tolist() == [4]
+
+
+def test_a_long_stream_of_objects_coming_and_going_holds_bounded_state():
+    tracks = CameraTracks(TrackerSettings(buffer_s=0.5))
+    rng = np.random.default_rng(3)
+    most = 0
+    for frame in range(3_000):
+        # 20 objects alive at a time, each for 90 frames, then replaced by new ones elsewhere
+        generation = frame // 90
+        centres = np.random.default_rng(generation).uniform(50, 1800, (20, 2)) + (frame % 90) * 1.5
+        boxes = np.array([_box(x, y) for x, y in centres])
+        scores = rng.uniform(0.5, 1.0, 20)
+        tracks.update("/c", frame * FRAME_NS, boxes, scores, np.zeros(20, np.int64))
+        most = max(most, tracks.live_tracks())
+    assert most <= 40  # the live objects and the lost ones of the last half second, not the stream's 670
+
+
+def test_mot_metrics_equal_the_hand_counted_numbers():
+    # 2 objects over 3 frames; the prediction swaps their ids in frame 3 (2 switches) and misses one in frame 2
+    a, b = _box(10, 10), _box(100, 10)
+    truth = [(np.array([a, b]), np.array([1, 2]))] * 3
+    predicted = [
+        (np.array([a, b]), np.array([7, 8])),
+        (np.array([a]), np.array([7])),
+        (np.array([a, b]), np.array([8, 7])),
+    ]
+    found = mot_metrics(truth, predicted)
+    # MOTA = 1 - (FN 1 + FP 0 + IDSW 2) / GT 6; IDF1 = 2 IDTP / (GT + predictions) with the best one-to-one
+    # identity mapping (1->7, 2->8): IDTP = 2 + 1 = 3 (frames 1 and 2) -> 2 * 3 / (6 + 5)
+    assert found == {"IDF1": pytest.approx(6 / 11), "MOTA": pytest.approx(0.5), "id_switches": 2}
