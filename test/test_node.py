@@ -226,6 +226,38 @@ def test_policy_parameters_apply_from_the_next_frame_and_vision_info_reaches_a_l
     ]
 
 
+def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
+    """`tracker` set at runtime: Detection2D.id is the track id, the same object keeps it from frame to frame, and
+    the ids equal what the ROS-free tracker gives the same detections; `tracker: none` makes them indices again."""
+    from tiled_detector.messages.detections import msg_ids
+    from tiled_detector.tools.synthetic import make_sequence
+    from tiled_detector.tracking.tracks import CameraTracks
+
+    _, client = node_and_client
+    assert client.set_parameters(NODE, {"tracker": "bytetrack"})[0].successful
+    frames = [scene.image for scene in make_sequence(7, 5, 960, 540)]
+    local, tracks = TiledDetector(), CameraTracks(TiledDetector().config.tracker_settings())
+    seen = []
+    for index, frame in enumerate(frames):
+        msg = _image(frame, index)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 2000, index * 33_333_333
+        stamp = 2000 * SECOND + index * 33_333_333
+        reply = _send(client, msg, stamp)
+        found = local.detect(frame)
+        want = tracks.update("image", stamp, found.boxes, found.scores, found.class_ids)
+        boxes, _, _ = msg_to_detections(reply, list(CLASSES))
+        ids = msg_ids(reply)
+        order, ref = np.lexsort((boxes[:, 1], boxes[:, 0])), np.lexsort((want.boxes[:, 1], want.boxes[:, 0]))
+        np.testing.assert_allclose(boxes[order], want.boxes[ref], atol=1e-2)
+        np.testing.assert_array_equal(ids[order], want.track_ids[ref])
+        seen.append(dict(zip(ids.tolist(), boxes.tolist(), strict=True)))
+    kept = set(seen[0]) & set(seen[-1])
+    assert len(kept) >= 0.6 * len(seen[0]) > 0  # the same ids from the first frame to the last
+    assert client.set_parameters(NODE, {"tracker": "none"})[0].successful
+    reply = _send(client, _image(frames[0], 9), _stamp(9))
+    assert msg_ids(reply).tolist() == list(range(len(reply.detections)))
+
+
 def _counter(diagnostics: list[Any], name: str) -> float:
     """The newest value of a /diagnostics counter of the pipeline status (-1 before any report has it)."""
     for msg in reversed(diagnostics):

@@ -263,3 +263,43 @@ def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> Non
     assert "Traceback" not in err
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, alive
+
+
+@pytest.fixture(scope="module")
+def moving_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return recording.make_synthetic_bag(
+        tmp_path_factory.mktemp("moving") / "bag", 12, 5, 960, 540, rate=30.0, motion=True, pan=2.0
+    )
+
+
+def test_a_moving_bag_carries_identities_and_is_the_same_every_time(moving_bag: Path, tmp_path: Path) -> None:
+    from tiled_detector.harness.recording import IDENTITIES
+    from tiled_detector.messages.detections import msg_ids
+
+    assert bags.bag_info(moving_bag).custom_data[IDENTITIES] == "true"
+    truth = [
+        bags.deserialize(m.data, bags.DETECTIONS)
+        for m in bags.read_messages(moving_bag, [bags.GROUND_TRUTH_TOPIC])
+    ]
+    ids = [set(msg_ids(m).tolist()) for m in truth]
+    assert len(truth) == 12 and all(i and min(i) >= 1 for i in ids)
+    assert len(ids[0] & ids[-1]) >= 0.5 * len(ids[0])  # the same objects, moved
+    again = recording.make_synthetic_bag(tmp_path / "again", 12, 5, 960, 540, rate=30.0, motion=True, pan=2.0)
+    first = [m.data for m in bags.read_messages(moving_bag, [bags.GROUND_TRUTH_TOPIC])]
+    assert first == [m.data for m in bags.read_messages(again, [bags.GROUND_TRUTH_TOPIC])]
+
+
+@pytest.mark.ros
+def test_replay_scores_identities_and_gates_on_idf1(moving_bag: Path, capsys: pytest.CaptureFixture) -> None:
+    """Tracking on: IDF1 / MOTA / id_switches in the JSON next to AP50; without a tracker the ids are per-frame
+    indices and --min-idf1 fails the gate (exit 1)."""
+    from tiled_detector.cli import main
+
+    assert main(["replay", str(moving_bag), "--tracker", "bytetrack", "--min-idf1", "0.7", "--json"]) == 0
+    tracked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"AP50", "IDF1", "MOTA", "id_switches"} <= set(tracked) and tracked["IDF1"] >= 0.7, tracked
+    assert main(["replay", str(moving_bag), "--min-idf1", "0.7", "--json"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    untracked = json.loads(lines[-1])
+    assert untracked["IDF1"] < 0.7 and untracked["id_switches"] > tracked["id_switches"]
+    assert any(line.startswith("FAILED: IDF1 ") for line in lines)
