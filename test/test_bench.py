@@ -46,6 +46,7 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
         assert float(r["fps"]) == pytest.approx(1000 / total, rel=1e-2)
         assert float(r["infer_ms"]) > 0 and float(r["preprocess_p95_ms"]) >= float(r["preprocess_ms"])
         assert int(r["views"]) >= 2 and int(r["detections"]) > 0 and r["input"] == "host"
+        assert 0 < float(r["tracker_300_ms"]) < 50  # the tracker's cost per frame at 300 detections (host)
     # a combination the engine cannot run is a row with its reason, never dropped
     reasons = {(r["backend"], r["precision"]): r["status"] for r in ours if r["status"] != "ok"}
     assert "int8 is not supported" in reasons[("onnxruntime", "int8")]
@@ -56,6 +57,7 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(report, caps
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     env = json.loads((out / "env.json").read_text())
     assert env["python"]["version"] and "gpus" in env
+    assert "tracker (bytetrack, one camera, 300 detections a frame): " in printed
     last = json.loads(printed.strip().splitlines()[-1])
     assert len(last["rows"]) == len(rows)
     assert "onnxruntime  fp32      640x480" in printed

@@ -30,3 +30,19 @@ def test_demo_prints_a_json_report_and_writes_the_annotated_frame(tmp_path: Path
     assert image.is_file() and image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "sample_bag" / "metadata.yaml").is_file()
     assert (out / "replay" / "report.json").is_file()
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_demo_motion_tracks_the_moving_scene_and_prints_idf1_with_ap50(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "tiled_detector.cli", "demo", "--motion", "--frames", "8", "--width", "960", "--height",
+         "540", "--out", str(out)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    ap50 = next(line for line in lines if line.startswith("against ground truth: AP50 "))
+    tracking = next(line for line in lines if line.startswith("tracking: IDF1 "))
+    assert float(ap50.split()[4].rstrip(",")) >= 0.8 and float(tracking.split()[2].rstrip(",")) >= 0.7, lines

@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     plot(rows, args.out / "bench.png")
     atomic_write(args.out / "env.json", (json.dumps(collect(), indent=2, default=str) + "\n").encode())
     print(table(rows))
+    tracked = next((r.values["tracker_300_ms"] for r in rows if "tracker_300_ms" in r.values), None)
+    if tracked is not None:
+        print(
+            f"tracker (bytetrack, one camera, 300 detections a frame): {tracked:.3f} ms per frame on the host"
+        )
     for width, height in args.size:
         size = f"{width}x{height}"
         peer = next((r for r in rows if r.backend == "sahi" and r.size == size and r.status == "ok"), None)

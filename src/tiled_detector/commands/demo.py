@@ -23,6 +23,9 @@ from tiled_detector.commands.settings import add_settings, default_params_file, 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the demo."""
     parser.add_argument("--frames", type=int, default=30, help="frames in the sample bag (default 30)")
+    parser.add_argument("--motion", action="store_true",
+                        help="a moving scene (make-bag --motion) through the node with tracker bytetrack: IDF1, MOTA "
+                             "and identity switches next to AP50, track ids drawn")  # fmt: skip
     parser.add_argument("--seed", type=int, default=7, help="seed of the sample bag's first frame")
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
@@ -43,13 +46,22 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     bag = make_synthetic_bag(
-        args.out / "sample_bag", args.frames, args.seed, args.width, args.height, force=True
+        args.out / "sample_bag",
+        args.frames,
+        args.seed,
+        args.width,
+        args.height,
+        force=True,
+        motion=args.motion,
     )
     say(
         f"sample bag: {bag} ({args.frames} frames {args.width}x{args.height}, {time.monotonic() - started:.1f} s)"
     )
     say(f"replaying it lock-step through the detector node ({params_file})")
-    options = ReplayOptions(params_file=params_file, parameters=flag_parameters(args))
+    parameters = flag_parameters(args)
+    if args.motion:
+        parameters.setdefault("tracker", "bytetrack")
+    options = ReplayOptions(params_file=params_file, parameters=parameters)
     try:
         report = replay_bag(bag, options, output=args.out / "replay")
     except ReplayError as error:
@@ -76,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
         "AP50": report.ap50,
         "precision": report.precision,
         "recall": report.recall,
+        **(
+            {k: v for k, v in report.summary().items() if k in ("IDF1", "MOTA", "id_switches")}
+            if args.motion
+            else {}
+        ),
         "annotated_image": str(image_path),
     }
     if args.json:
@@ -87,8 +104,11 @@ def run(args: argparse.Namespace) -> int:
             f"detections/frame\nlatency p50 {summary['latency_ms_p50']:.1f} ms, p95 {summary['latency_ms_p95']:.1f} "
             f"ms, {summary['fps']:.2f} frames/s (lock-step, camera message in -> detections out, over DDS)\n"
             f"against ground truth: AP50 {summary['AP50']:.3f}, precision {summary['precision']:.3f}, "
-            f"recall {summary['recall']:.3f}\nannotated frame: {image_path}"
-        )
+            f"recall {summary['recall']:.3f}\n"
+            + (f"tracking: IDF1 {summary['IDF1']:.3f}, MOTA {summary['MOTA']:.3f}, identity switches "
+               f"{summary['id_switches']}\n" if summary.get("IDF1") is not None else "")
+            + f"annotated frame: {image_path}"
+        )  # fmt: skip
     return 0 if len(answered) == report.frames_sent else 1
 
 
@@ -122,7 +142,10 @@ def _write_snapshot(
     frame, encoding = imgmsg_to_array(deserialize(message.data, IMAGE))
     (tile_width, tile_height), overlap = _tiling(params_file, overrides)
     tiles = plan_tiles(frame.shape[0], frame.shape[1], tile_height, tile_width, overlap)
-    drawn = annotate(frame, Detections(*best.detections), labels, tiles)
+    tracked = overrides.get("tracker", "none") != "none"
+    drawn = annotate(
+        frame, Detections(*best.detections), labels, tiles, track_ids=best.ids if tracked else None
+    )
     bgr = drawn[..., ::-1] if annotated_encoding(encoding) == "rgb8" else drawn
     ok, data = cv2.imencode(".png", np.ascontiguousarray(bgr))
     if not ok:

@@ -258,7 +258,10 @@ def replay_bag(
     }
     records = [
         FrameRecord(
-            stamp, (played.arrivals[stamp] - sent) * 1e3 if stamp in answers else None, answers.get(stamp)
+            stamp,
+            (played.arrivals[stamp] - sent) * 1e3 if stamp in answers else None,
+            answers.get(stamp),
+            msg_ids(played.answers[stamp]) if stamp in answers else None,
         )
         for stamp, sent in played.sent
     ]

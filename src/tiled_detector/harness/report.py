@@ -27,11 +27,13 @@ class Mode(Option):
 
 @dataclass(frozen=True)
 class FrameRecord:
-    """One frame sent: its stamp, latency (ms; None when unanswered) and the detections it got."""
+    """One frame sent: its stamp, latency (ms; None when unanswered), the detections it got and their
+    Detection2D ids (track ids with the node's `tracker` on)."""
 
     stamp_ns: int
     latency_ms: float | None
     detections: Arrays | None
+    ids: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ T = TypeVar("T")
 
 COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
-           "status")  # fmt: skip
+           "tracker_300_ms", "status")  # fmt: skip
+TRACKED_DETECTIONS = 300  # detections per frame of the tracker's cost column
 
 
 @dataclass
@@ -202,6 +203,7 @@ def run_bench(
     """Every (backend, precision, size): a measured row, or a row saying why that combination cannot run;
     `on_device` times frames already on the engine's device (copied there once, before timing)."""
     rows = []
+    tracker_ms = round(tracker_cost(), 3)
     for backend in backends:
         for precision in precisions:
             try:
@@ -220,7 +222,32 @@ def run_bench(
                     source = torch.from_numpy(frame).to(detector.engine.device) if on_device else frame
                     measure(detector, source, runs, warmup, row, progress)
                 rows.append(row)
+    for row in rows:
+        if row.status == "ok":
+            row.values["tracker_300_ms"] = tracker_ms
     return rows
+
+
+def tracker_cost(count: int = TRACKED_DETECTIONS, frames: int = 120) -> float:
+    """Median milliseconds of one tracker update (ByteTrack, one camera, on the host) with `count` detections a
+    frame: objects of 8-60 px moving a few pixels per frame over a 1920x1080 frame at 30 Hz."""
+    from tiled_detector.tracking.bytetrack import TrackerSettings
+    from tiled_detector.tracking.tracks import CameraTracks
+
+    rng = np.random.default_rng(0)
+    corner = rng.uniform(0, 1860, (count, 2))
+    size = rng.uniform(8, 60, (count, 2))
+    velocity = rng.normal(0, 3, (count, 2))
+    classes = rng.integers(0, 4, count)
+    tracks = CameraTracks(TrackerSettings())
+    times = []
+    for frame in range(frames):
+        boxes = np.concatenate([corner + velocity * frame, corner + velocity * frame + size], axis=1)
+        scores = rng.uniform(0.3, 1.0, count)
+        start = time.perf_counter()
+        tracks.update("bench", frame * 33_333_333, boxes, scores, classes)
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times[frames // 4 :])
 
 
 def csv_text(rows: Sequence[Row]) -> str:
