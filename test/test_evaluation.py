@@ -146,3 +146,20 @@ def test_eval_command_json_last_line(tmp_path, capsys) -> None:
     assert report["configs"]["tiles+full"] == report["configs"]["tiles+full/nms"]  # same config, run once
     assert report["configs"]["tiles+full"]["recall"] > 0.3
     assert (tmp_path / "eval.md").is_file() and (tmp_path / "eval.png").is_file()
+
+
+def test_eval_motion_tracks_one_moving_scene_and_adds_the_mot_metrics(tmp_path, capsys) -> None:
+    from tiled_detector.cli import main
+
+    args = ["eval", "--motion", "--frames", "6", "--width", "960", "--height", "540", "--out", str(tmp_path)]
+    assert main([*args, "--json", "--configs", "tiles+full"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    values = report["configs"]["tiles+full"]
+    assert (
+        report["motion"] and report["tracker"] == "bytetrack"
+    )  # the tracker is on unless --tracker says not
+    assert set(values) == {*METRICS, "IDF1", "MOTA", "id_switches"} and values["IDF1"] > 0.7, values
+    assert "| IDF1 | MOTA | id_switches |" in (tmp_path / "eval.md").read_text()
+    assert main([*args, "--json", "--configs", "tiles+full", "--tracker", "none"]) == 0
+    untracked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["configs"]["tiles+full"]
+    assert untracked["IDF1"] < values["IDF1"] and untracked["AP50"] == pytest.approx(values["AP50"], abs=0.05)

@@ -166,3 +166,26 @@ def test_mot_metrics_equal_the_hand_counted_numbers():
     # MOTA = 1 - (FN 1 + FP 0 + IDSW 2) / GT 6; IDF1 = 2 IDTP / (GT + predictions) with the best one-to-one
     # identity mapping (1->7, 2->8): IDTP = 2 + 1 = 3 (frames 1 and 2) -> 2 * 3 / (6 + 5)
     assert found == {"IDF1": pytest.approx(6 / 11), "MOTA": pytest.approx(0.5), "id_switches": 2}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"tracker": "deepsort"},
+            "tracker: unknown tracker kind 'deepsort'; expected one of: none, bytetrack",
+        ),
+        ({"lost_track_buffer": 0.0}, "lost_track_buffer must be in \\[0.001, 3600.0\\], got 0.0"),
+        ({"lost_track_buffer": -1.0}, "lost_track_buffer must be in"),
+        (
+            {"track_activation_threshold": 1.5},
+            "track_activation_threshold must be in \\[0.0, 1.0\\], got 1.5",
+        ),
+        ({"track_matching_threshold": -0.1}, "track_matching_threshold must be in \\[0.0, 1.0\\], got -0.1"),
+    ],
+)
+def test_bad_tracker_settings_are_one_line_naming_the_parameter(changes, message):
+    from tiled_detector.config import DetectorConfig
+
+    with pytest.raises(ValueError, match=message):
+        DetectorConfig(**changes)

@@ -170,7 +170,10 @@ class Choice(Kind):
         return tuple(member.value for member in self.option)
 
     def check(self, name: str, value: Any) -> Any:
-        return self.option.from_value(value)
+        try:
+            return self.option.from_value(value)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
 
     def encode(self, name: str, value: Any) -> dict[str, Any]:
         return {name: self.option.from_value(value).value}

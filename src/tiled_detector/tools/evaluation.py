@@ -5,7 +5,10 @@ Each configuration is the pipeline's own `TiledDetector` with some settings chan
 exactly like the full-frame view), "tiles" the tiles alone, "tiles+full" the default, and "tiles+full/<merge>"
 each merge method with the default match metric. Metrics: COCO AP, AP50, AP_small (area < 32^2) and recall
 (AR@100) from pycocotools, the duplicate rate (share of ground-truth objects matched at IoU >= 0.5 by two or more
-detections of their class) and the mean pipeline time per frame.
+detections of their class) and the mean pipeline time per frame. With `motion` the frames are one moving scene
+(`synthetic.make_sequence`, ground truth with identities), each configuration's detections go through the
+detector's `tracker` (one camera, 30 Hz stamps) as in the node, and IDF1, MOTA and identity switches
+(py-motmetrics) are added.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.pipeline.merge import MergeMethod
-from tiled_detector.tools.scoring import box_iou, coco_stats
-from tiled_detector.tools.synthetic import coco_ground_truth, make_scene
+from tiled_detector.tools.scoring import box_iou, coco_stats, mot_metrics
+from tiled_detector.tools.synthetic import coco_ground_truth, make_scene, make_sequence
+from tiled_detector.tracking.bytetrack import TrackerKind
+from tiled_detector.tracking.tracks import CameraTracks
 from tiled_detector.types import Detections
 
 DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, never from make_scene
 METRICS = ("AP", "AP50", "AP_small", "recall", "duplicate_rate", "ms_per_frame")
+MOT_METRICS = ("IDF1", "MOTA", "id_switches")
+FRAME_NS = 33_333_333  # stamps of an evaluated sequence: 30 Hz
 MERGES = tuple(method.value for method in MergeMethod)  # every merge method, so a new one is evaluated too
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", *(f"tiles+full/{m}" for m in MERGES))
 
@@ -76,6 +83,8 @@ class _Tally:
     detections: list[Detections]
     duplicates: int = 0
     milliseconds: float = 0.0
+    tracks: CameraTracks | None = None
+    ids: list[np.ndarray] | None = None
 
 
 def evaluate(
@@ -86,8 +95,10 @@ def evaluate(
     height: int = 1080,
     configs: Sequence[str] = CONFIGS,
     progress: Callable[[int, int], None] | None = None,
+    motion: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Metrics per configuration on `frames` scenes of `make_scene` (see the module docstring).
+    """Metrics per configuration on `frames` scenes of `make_scene` (or one moving scene: `motion`; see the module
+    docstring).
 
     `detector` is a `TiledDetector`; each configuration is `detector.with_config(...)`, and configurations
     that end up equal (e.g. "tiles+full" and "tiles+full/nms" by default) are run once.
@@ -96,16 +107,36 @@ def evaluate(
     distinct: dict[str, str] = {}  # config name -> name of the first equal config
     for name, variant in variants.items():
         distinct[name] = next(n for n in variants if variants[n].config == variant.config)
-    tallies = {name: _Tally([]) for name in configs if distinct[name] == name}
+    tracked = motion and detector.config.tracker is not TrackerKind.NONE
+    tallies = {
+        name: _Tally([], tracks=CameraTracks(detector.config.tracker_settings()) if tracked else None,
+                     ids=[] if motion else None)
+        for name in configs if distinct[name] == name
+    }  # fmt: skip
     truth: list[tuple[np.ndarray, np.ndarray]] = []
-    for index in range(frames):
-        scene = make_scene(scene_seed(seed, index), width, height)
+    identities: list[tuple[np.ndarray, np.ndarray]] = []
+    scenes = (make_sequence(seed, frames, width, height) if motion
+              else (make_scene(scene_seed(seed, index), width, height) for index in range(frames)))  # fmt: skip
+    for index, scene in enumerate(scenes):
         truth.append((scene.boxes, scene.class_ids))
+        if motion:
+            identities.append((scene.boxes, scene.ids))
         for name, tally in tallies.items():
             found = variants[name].detect(scene.image)
-            tally.detections.append(found)
-            tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
             tally.milliseconds += found.timings.get("total", 0.0)
+            ids = np.arange(len(found))
+            if tally.tracks is not None:
+                done = tally.tracks.update(
+                    "eval", index * FRAME_NS, found.boxes, found.scores, found.class_ids
+                )
+                found, ids = (
+                    Detections(done.boxes, done.scores, done.class_ids, found.timings),
+                    done.track_ids,
+                )
+            tally.detections.append(found)
+            if tally.ids is not None:
+                tally.ids.append(ids)
+            tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
         if progress is not None:
             progress(index + 1, frames)
     ground_truth = coco_ground_truth(truth, [(width, height)] * frames)
@@ -115,17 +146,21 @@ def evaluate(
             **coco_metrics(ground_truth, tally.detections),
             "duplicate_rate": tally.duplicates / n_objects,
             "ms_per_frame": tally.milliseconds / max(frames, 1),
+            **(mot_metrics(identities, [(d.boxes, i) for d, i in zip(tally.detections, tally.ids, strict=True)])
+               if tally.ids is not None else {}),
         }
         for name, tally in tallies.items()
-    }
+    }  # fmt: skip
     return {name: dict(computed[distinct[name]]) for name in configs}
 
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
-    """One row per configuration, one column per metric."""
-    lines = ["| config | " + " | ".join(METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
+    """One row per configuration, one column per metric (the MOT metrics too where computed)."""
+    metrics = [*METRICS, *(m for m in MOT_METRICS if all(m in v for v in results.values()))]
+    lines = ["| config | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
     for name, values in results.items():
-        cells = [f"{values[m]:.1f}" if m == "ms_per_frame" else f"{values[m]:.3f}" for m in METRICS]
+        cells = [f"{values[m]:.1f}" if m == "ms_per_frame" else str(values[m]) if m == "id_switches"
+                 else f"{values[m]:.3f}" for m in metrics]  # fmt: skip
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
