@@ -85,7 +85,7 @@ def test_fuzzed_images_never_kill_the_node_and_every_valid_frame_is_answered(tmp
         try:
             assert client.wait_for_node(timeout=60), node.log_text()
             started = time.monotonic()
-            for index in range(60):
+            for index in range(40):
                 encoding, height, width, pad = VALID[index % len(VALID)]
                 valid = _valid(index, encoding, height, width, pad)
                 deadline = time.monotonic() + 30
@@ -102,7 +102,7 @@ def test_fuzzed_images_never_kill_the_node_and_every_valid_frame_is_answered(tmp
                 reply = client.detections[stamp_ns(valid.header.stamp)]
                 assert reply.header.frame_id == valid.header.frame_id
                 answered += 1
-                for _ in range(50):
+                for _ in range(60):
                     client.publish(_junk(rng, index))
                     sent += 1
                     time.sleep(0.001)
@@ -121,8 +121,8 @@ def test_fuzzed_images_never_kill_the_node_and_every_valid_frame_is_answered(tmp
     assert node.returncode == 0, node.log_text()[-3000:]
     assert "Traceback" not in node.log_text()
     assert node.log_text().count("the model takes colour") == 1  # mono8 / 16UC1 frames: said once
-    assert answered == 60
+    assert answered == 40
     assert counts["failed"] == 0, node.log_text()[-3000:]
-    assert counts["malformed"] > 1000 and counts["processed"] >= 60, counts
+    assert counts["malformed"] > 1000 and counts["processed"] >= 40, counts
     assert counts["received"] <= sent
     assert elapsed < 120, elapsed

@@ -44,7 +44,7 @@ def test_plan_tiles_peer_counts(frame_hw, count):
     assert len(plan_tiles(*frame_hw, 640, 640, 0.2)) == count
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(h=sizes, w=sizes, th=tile_sizes, tw=tile_sizes, overlap=overlaps)
 def test_plan_tiles_equals_sahi_and_covers_frame(h, w, th, tw, overlap):
     tiles = plan_tiles(h, w, th, tw, overlap)

@@ -105,7 +105,10 @@ class DetectorNodeBase(NodeParameters):
     _timer: Any = None
     diagnostics_pub: Any = None
     vision_info_pub: Any = None
-    _tracks: CameraTracks | None = None  # per-camera tracks (`tracker` on)
+    _tracks: CameraTracks | None = (
+        None  # per-camera tracks, kept (with their id counters) for the node's life
+    )
+    _tracking = False  # `tracker` is on
     _tracks_key: Any = None  # the settings the tracks were made with: a change resets them
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
 
@@ -217,7 +220,9 @@ class DetectorNodeBase(NodeParameters):
             self._timer = None
         with self._state_lock:
             self._state = None
-        self._tracks = self._tracks_key = None  # a cleanup ends every track
+        if self._tracks is not None:  # a cleanup ends every track (the ids keep counting up)
+            self._tracks.reset()
+        self._tracks_key, self._tracking = None, False
         device = self._detector.engine.device if self._detector is not None else None
         self._detector = None
         gc.collect()
@@ -305,7 +310,7 @@ class DetectorNodeBase(NodeParameters):
                     "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
                 )
             track_ids = None
-            if self._tracks is not None:  # the confirmed tracks replace the frame's detections
+            if self._tracking and self._tracks is not None:  # the confirmed tracks replace the detections
                 stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
                 tracked = self._tracks.update(camera.topics.name, stamp, detections.boxes, detections.scores,
                                               detections.class_ids)  # fmt: skip
@@ -329,14 +334,19 @@ class DetectorNodeBase(NodeParameters):
                 self.stats.record(latency_ms, detections.timings)
 
     def _follow_tracker_settings(self, config: Any) -> None:
-        """Tracks exist while `tracker` is on; a change of the tracker, its settings or the tiles resets them."""
+        """Track while `tracker` is on; a change of the tracker, its settings or the tiles ends every track (the
+        ids keep counting up: an id is never given to two objects in one run of the node)."""
         key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame)
         if key == self._tracks_key:
             return
-        if self._tracks is not None:
+        if self._tracking:
             self.get_logger().info("tracker or tile settings changed: every camera's tracks start over")
         self._tracks_key = key
-        self._tracks = None if config.tracker is TrackerKind.NONE else CameraTracks(config.tracker_settings())
+        self._tracking = config.tracker is not TrackerKind.NONE
+        if self._tracks is None:
+            self._tracks = CameraTracks(config.tracker_settings())
+        else:
+            self._tracks.reset(config.tracker_settings())
 
     def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there

@@ -76,9 +76,10 @@ class CameraTracks:
         self._next_ids[camera] = state.tracker.next_id
         return Tracked(found[0].astype(np.float32), found[1].astype(np.float32), found[2], found[3])
 
-    def reset(self) -> None:
-        """End every camera's tracks (their ids keep counting up)."""
+    def reset(self, settings: TrackerSettings | None = None) -> None:
+        """End every camera's tracks (their ids keep counting up), taking new `settings` where given."""
         self._cameras.clear()
+        self.settings = settings or self.settings
 
     def live_tracks(self) -> int:
         """Tracks held over all cameras (tracked, lost or unconfirmed)."""
