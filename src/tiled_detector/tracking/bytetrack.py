@@ -29,6 +29,9 @@ NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (Byt
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
+# the measurement noise of x, y, a, h: a multiple of the height, the aspect's a constant
+_MEASURED_WEIGHTS = np.array([_STD_POSITION, _STD_POSITION, 0.0, _STD_POSITION])
+_MEASURED_CONSTANT = np.array([0.0, 0.0, 1e-1, 0.0])
 
 TRACKED, LOST = 0, 1
 
@@ -52,14 +55,19 @@ class TrackerSettings:
 
 
 def _to_xyah(boxes: np.ndarray) -> np.ndarray:
-    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-    return np.stack([boxes[:, 0] + w / 2, boxes[:, 1] + h / 2, w / np.maximum(h, 1e-6), h], axis=1)
+    out = np.empty((len(boxes), 4))
+    np.subtract(boxes[:, 2:], boxes[:, :2], out=out[:, 2:])  # w, h
+    np.add(boxes[:, :2], out[:, 2:] / 2, out=out[:, :2])
+    out[:, 2] /= np.maximum(out[:, 3], 1e-6)
+    return out
 
 
 def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
-    w = xyah[:, 2] * xyah[:, 3]
-    half = np.stack([w / 2, xyah[:, 3] / 2], axis=1)
-    return np.concatenate([xyah[:, :2] - half, xyah[:, :2] + half], axis=1)
+    out = np.empty((len(xyah), 4))
+    half_w, half_h = xyah[:, 2] * xyah[:, 3] / 2, xyah[:, 3] / 2
+    out[:, 0], out[:, 2] = xyah[:, 0] - half_w, xyah[:, 0] + half_w
+    out[:, 1], out[:, 3] = xyah[:, 1] - half_h, xyah[:, 1] + half_h
+    return out
 
 
 def overlapping(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,9 +161,10 @@ class ByteTrack:
         noise = (self._noise(self.mean[:, 3], _STD_POSITION, _STD_VELOCITY, (1e-2, 1e-5)) * dt) ** 2
         self.mean[self.state == LOST, 7] = 0.0  # a lost track's height stops changing (ByteTrack)
         self.mean[:, :4] += dt * self.mean[:, 4:]
-        pp, pv, vv = self.var[..., 0], self.var[..., 1], self.var[..., 2]
-        self.var = np.stack([pp + 2 * dt * pv + dt * dt * vv + noise[..., 0], pv + dt * vv, vv + noise[..., 1]],
-                            axis=2)  # fmt: skip
+        var = self.var
+        var[..., 0] += 2 * dt * var[..., 1] + dt * dt * var[..., 2] + noise[..., 0]
+        var[..., 1] += dt * var[..., 2]
+        var[..., 2] += noise[..., 1]
 
     def _correct(self, rows: np.ndarray, boxes: np.ndarray) -> None:
         """Kalman update of tracks `rows` with measured boxes (x1, y1, x2, y2)."""
@@ -163,20 +172,18 @@ class ByteTrack:
             return
         mean, var = self.mean[rows], self.var[rows]
         h = mean[:, 3]
-        measured = h[:, None] * np.array([_STD_POSITION, _STD_POSITION, 0.0, _STD_POSITION]) + [
-            0.0,
-            0.0,
-            1e-1,
-            0.0,
-        ]
-        pp, pv, vv = var[..., 0], var[..., 1], var[..., 2]
+        measured = h[:, None] * _MEASURED_WEIGHTS + _MEASURED_CONSTANT
+        pp, pv = var[..., 0].copy(), var[..., 1].copy()
         projected = pp + measured**2
         gain_p, gain_v = pp / projected, pv / projected
         innovation = _to_xyah(boxes) - mean[:, :4]
         mean[:, :4] += gain_p * innovation
         mean[:, 4:] += gain_v * innovation
+        var[..., 0] -= gain_p * pp
+        var[..., 1] -= gain_p * pv
+        var[..., 2] -= gain_v * pv
         self.mean[rows] = mean
-        self.var[rows] = np.stack([(1 - gain_p) * pp, (1 - gain_p) * pv, vv - gain_v * pv], axis=2)
+        self.var[rows] = var
 
     def _boxes(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         return _to_xyxy(self.mean[rows, :4])

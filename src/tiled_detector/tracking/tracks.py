@@ -14,6 +14,7 @@ changes, and drops the whole object at a lifecycle cleanup).
 from __future__ import annotations
 
 import logging
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -69,7 +70,7 @@ class CameraTracks:
         dt_s = 0.0 if state.last_ns is None else (stamp_ns - state.last_ns) / 1e9
         if dt_s > 0:
             state.intervals.append(dt_s)
-        period = float(np.median(state.intervals)) if state.intervals else 0.0
+        period = statistics.median(state.intervals) if state.intervals else 0.0
         step = dt_s / period if period > 0 else 1.0
         state.last_ns = stamp_ns
         found = state.tracker.update(boxes, scores, class_ids, dt_s, step)
