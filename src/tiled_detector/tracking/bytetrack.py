@@ -85,12 +85,22 @@ def overlapping(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     i = np.repeat(np.arange(len(a)), counts)
     k = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())  # positions in sorted b
     width = np.minimum(ax2[i], bx2[k]) - np.maximum(ax1[i], bx1[k])
-    i, k, width = i[width > 0], k[width > 0], width[width > 0]
+    wide = width > 0
+    i, k, width = i[wide], k[wide], width[wide]
     height = np.minimum(ay2[i], by2[k]) - np.maximum(ay1[i], by1[k])
     hit = height > 0
     i, k, inter = i[hit], k[hit], width[hit] * height[hit]
     union = (ax2[i] - ax1[i]) * (ay2[i] - ay1[i]) + (bx2[k] - bx1[k]) * (by2[k] - by1[k]) - inter
     return i, order[k], inter / np.maximum(union, 1e-12)
+
+
+def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct non-negative integers of `values`, ascending, and each value's position among them (what
+    `np.unique(values, return_inverse=True)` gives, without its sort)."""
+    present = np.bincount(values) > 0
+    distinct = np.flatnonzero(present)
+    position = np.cumsum(present) - 1
+    return distinct, position[values]
 
 
 def assign(
@@ -107,8 +117,8 @@ def assign(
     matched_rows, matched_cols = rows[single], cols[single]
     if not single.all():
         rest_rows, rest_cols, rest_cost = rows[~single], cols[~single], cost[~single]
-        r_ids, r_at = np.unique(rest_rows, return_inverse=True)
-        c_ids, c_at = np.unique(rest_cols, return_inverse=True)
+        r_ids, r_at = _compact(rest_rows)
+        c_ids, c_at = _compact(rest_cols)
         sub = np.full((len(r_ids), len(c_ids)), limit + 1.0)
         sub[r_at, c_at] = rest_cost
         r, c = linear_sum_assignment(sub)
