@@ -28,6 +28,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
+from tiled_detector.messages.images import stamp_ns
 from tiled_detector.options import Option
 
 METADATA_VERSION = 8  # newest version Humble's `ros2 bag info/play` can read (see the module docstring)
@@ -135,11 +136,6 @@ def stamp_message(stamp_ns: int) -> Any:
     """builtin_interfaces/Time from integer nanoseconds."""
     sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
     return new_message("builtin_interfaces/msg/Time", sec=sec, nanosec=nanosec)
-
-
-def stamp_ns(stamp: Any) -> int:
-    """A builtin_interfaces/Time (rosbags or rclpy) as integer nanoseconds."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 def header(stamp: int, frame_id: str) -> Any:

@@ -23,8 +23,8 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray
 
-from tiled_detector.harness.bags import stamp_ns
 from tiled_detector.harness.process import apply_ros_environment
+from tiled_detector.messages.images import stamp_ns
 
 
 def reliable_qos(depth: int = 10) -> QoSProfile:

@@ -268,10 +268,10 @@ def replay_bag(
     tracking = None
     if info.custom_data.get(IDENTITIES) == "true" and truth_messages:
         empty = (np.zeros((0, 4)), np.zeros(0, np.int64))
-        stamps = [stamp for stamp, _ in played.sent if stamp in truth_messages]
+        scored = [r for r in records if r.stamp_ns in truth_messages]  # every frame sent: a drop is a miss
         tracking = mot_metrics(
-            [(truth[s][0], msg_ids(truth_messages[s])) for s in stamps],
-            [(answers[s][0], msg_ids(played.answers[s])) if s in answers else empty for s in stamps],
+            [(truth[r.stamp_ns][0], msg_ids(truth_messages[r.stamp_ns])) for r in scored],
+            [empty if r.detections is None else (r.detections[0], r.ids) for r in scored],
         )
     report = dataclasses.replace(
         summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking

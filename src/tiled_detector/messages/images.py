@@ -262,3 +262,8 @@ def array_to_compressed(image: np.ndarray, encoding: str, fmt: str = "jpeg", hea
         header=_header_or_default(header), format=f"{encoding}; {fmt} compressed {compressed_encoding}"
     )
     return _with_data(msg, encoded)
+
+
+def stamp_ns(stamp: Any) -> int:
+    """A builtin_interfaces/Time (rosbags or rclpy) as integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)

@@ -34,6 +34,7 @@ from tiled_detector.messages.images import (
     byte_view,
     compressed_to_array,
     imgmsg_to_array,
+    stamp_ns,
 )
 from tiled_detector.messages.vision_info import LABELS_PARAMETER, vision_info
 from tiled_detector.parameters import build_detector
@@ -311,11 +312,9 @@ class DetectorNodeBase(NodeParameters):
                 )
             track_ids = None
             if self._tracking and self._tracks is not None:  # the confirmed tracks replace the detections
-                stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-                tracked = self._tracks.update(camera.topics.name, stamp, detections.boxes, detections.scores,
-                                              detections.class_ids)  # fmt: skip
-                detections = Detections(tracked.boxes, tracked.scores, tracked.class_ids, detections.timings)
-                track_ids = tracked.track_ids
+                detections, track_ids = self._tracks.track(
+                    camera.topics.name, stamp_ns(msg.header.stamp), found
+                )
             camera.detections_pub.publish(
                 detections_to_msg(
                     detections.boxes, detections.scores, detections.class_ids, msg.header, labels,

@@ -126,13 +126,7 @@ def evaluate(
             tally.milliseconds += found.timings.get("total", 0.0)
             ids = np.arange(len(found))
             if tally.tracks is not None:
-                done = tally.tracks.update(
-                    "eval", index * FRAME_NS, found.boxes, found.scores, found.class_ids
-                )
-                found, ids = (
-                    Detections(done.boxes, done.scores, done.class_ids, found.timings),
-                    done.track_ids,
-                )
+                found, ids = tally.tracks.track("eval", index * FRAME_NS, found)
             tally.detections.append(found)
             if tally.ids is not None:
                 tally.ids.append(ids)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings
+from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
 PERIODS = 30  # frame intervals kept per camera to estimate its frame period
@@ -76,6 +77,12 @@ class CameraTracks:
         found = state.tracker.update(boxes, scores, class_ids, dt_s, step)
         self._next_ids[camera] = state.tracker.next_id
         return Tracked(found[0].astype(np.float32), found[1].astype(np.float32), found[2], found[3])
+
+    def track(self, camera: str, stamp_ns: int, detections: Detections) -> tuple[Detections, np.ndarray]:
+        """`update` with a frame's `Detections`: the confirmed tracks as `Detections` (the frame's timings kept) and
+        their track ids."""
+        found = self.update(camera, stamp_ns, detections.boxes, detections.scores, detections.class_ids)
+        return Detections(found.boxes, found.scores, found.class_ids, detections.timings), found.track_ids
 
     def reset(self, settings: TrackerSettings | None = None) -> None:
         """End every camera's tracks (their ids keep counting up), taking new `settings` where given."""
