@@ -144,11 +144,8 @@ class NodeParameters:
             return SetParametersResult(successful=True)
         current, values = self._current()
         merged = {**values, **changed}
-        runtime = {k: merged[k] for k in changed if not BY_NAME[k].read_only}
-        if "tile_width" in runtime or "tile_height" in runtime:
-            runtime.update(tile_width=merged["tile_width"], tile_height=merged["tile_height"])
-        try:
-            candidate = current.replace(**runtime_changes(runtime))
+        try:  # every runtime setting from the merged values (a size's two parameters together)
+            candidate = current.replace(**runtime_changes(merged))
             candidate.frame_settings(self.labels)  # class names must be the model's
             check_mask_cameras(candidate.ignore_mask, merged["cameras"])
         except ValueError as error:
