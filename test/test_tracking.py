@@ -35,11 +35,17 @@ def box_sets(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(sets=box_sets())
-def test_overlapping_pairs_equal_the_dense_iou(sets):
+@given(sets=box_sets(), groups=st.sampled_from([0, 1, 3]))
+def test_overlapping_pairs_equal_the_dense_iou(sets, groups):
+    """Every intersecting pair (of the same group, where groups are given: matches never cross classes)."""
     a, b = sets
-    i, j, iou = overlapping(a, b)
     dense = box_iou(a, b)
+    if groups:
+        a_groups, b_groups = np.arange(len(a)) % groups, np.arange(len(b)) % (groups + 1)
+        i, j, iou = overlapping(a, b, a_groups, b_groups)
+        dense[a_groups[:, None] != b_groups[None, :]] = 0.0
+    else:
+        i, j, iou = overlapping(a, b)
     want = np.argwhere(dense > 0)
     got = np.stack([i, j], axis=1) if len(i) else np.zeros((0, 2), np.int64)
     assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))

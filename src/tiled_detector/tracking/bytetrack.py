@@ -29,9 +29,48 @@ NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (Byt
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
+
+
 # the measurement noise of x, y, a, h: a multiple of the height, the aspect's a constant
 _MEASURED_WEIGHTS = np.array([_STD_POSITION, _STD_POSITION, 0.0, _STD_POSITION])
 _MEASURED_CONSTANT = np.array([0.0, 0.0, 1e-1, 0.0])
+
+# the columns of a tracker's table (one row per track)
+# 0-7: the mean, x, y, a, h and their velocities
+_VAR = slice(8, 20)  # the covariance as four 2 x 2 blocks (ByteTrack's Kalman filter, below)
+# of x, y, a, h: the variance of the position, the covariance, the variance of the velocity
+_PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
+# seconds since the last match, track id, class, TRACKED or LOST, confirmed (1) or not (0)
+_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED = range(20, 25)
+_COLUMNS = 25
+
+
+def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
+    """A noise's variances in the table's `_VAR` layout (module note) as height**2 x weights + constants: x, y and
+    h scale with the box's height, the aspect's are constants; position and velocity are independent."""
+    scaled = [position, 0.0, velocity]
+    per_height = np.array([scaled, scaled, [0.0] * 3, scaled])
+    constant = np.array([[0.0] * 3, [0.0] * 3, [aspect[0], 0.0, aspect[1]], [0.0] * 3])
+    return per_height.reshape(-1) ** 2, constant.reshape(-1) ** 2
+
+
+def _motion() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The constant-velocity step of the table's first 20 columns (mean and covariance) as M0 + dt M1 + dt**2 M2:
+    `table[:, :20] @ M` moves each position by dt x its velocity and each 2 x 2 block P to F P F^T."""
+    m0, m1, m2 = np.eye(20), np.zeros((20, 20)), np.zeros((20, 20))
+    for c in range(4):
+        m1[4 + c, c] = 1.0  # position += dt x velocity
+        pp = _VAR.start + 3 * c  # this coordinate's (pp, pv, vv)
+        m1[pp + 1, pp] = 2.0  # pp += 2 dt pv + dt**2 vv
+        m2[pp + 2, pp] = 1.0
+        m1[pp + 2, pp + 1] = 1.0  # pv += dt vv
+    return m0, m1, m2
+
+
+# per frame period, and of a new track
+_PROCESS_WEIGHTS, _PROCESS_CONSTANT = _variances(_STD_POSITION, _STD_VELOCITY, (1e-2, 1e-5))
+_INITIAL_WEIGHTS, _INITIAL_CONSTANT = _variances(2 * _STD_POSITION, 10 * _STD_VELOCITY, (1e-2, 1e-5))
+_MOTION = _motion()
 
 TRACKED, LOST = 0, 1
 
@@ -70,17 +109,27 @@ def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
     return out
 
 
-def overlapping(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs (i, j) of x1, y1, x2, y2 boxes a[i], b[j] that intersect, and their IoU: a sweep over b sorted by
-    x1 finds each a[i]'s candidates, so the work follows the pairs, not N x M."""
+def overlapping(
+    a: np.ndarray, b: np.ndarray, a_groups: np.ndarray | None = None, b_groups: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs (i, j) of x1, y1, x2, y2 boxes a[i], b[j] that intersect (and, given groups (non-negative
+    integers), are in the same group), and their IoU: a sweep over b sorted by (group, x1) finds each a[i]'s
+    candidates, so the work follows the pairs, not N x M."""
     empty = np.zeros(0, np.int64)
     if not len(a) or not len(b):
         return empty, empty, np.zeros(0)
-    order = np.argsort(b[:, 0], kind="stable")
-    bx1, by1, bx2, by2 = b[order].T
     ax1, ay1, ax2, ay2 = a.T
-    lo = np.searchsorted(bx1, ax1 - float(np.max(bx2 - bx1)), side="left")  # b.x2 may reach a.x1
-    hi = np.searchsorted(bx1, ax2, side="left")  # b.x1 < a.x2
+    a_start, a_end, b_key = ax1, ax2, b[:, 0]
+    if a_groups is not None and b_groups is not None:  # each group on its own stretch of the sweep's axis
+        low = min(float(ax1.min()), float(b_key.min()))
+        span = max(float(ax2.max()), float(b[:, 2].max())) - low + 1.0
+        a_shift = a_groups * span - low
+        a_start, a_end, b_key = ax1 + a_shift, ax2 + a_shift, b_key + (b_groups * span - low)
+    order = np.argsort(b_key, kind="stable")
+    keys = b_key[order]
+    bx1, by1, bx2, by2 = b[order].T
+    lo = np.searchsorted(keys, a_start - float(np.max(bx2 - bx1)), side="left")  # b.x2 may reach a.x1
+    hi = np.searchsorted(keys, a_end, side="left")  # b.x1 < a.x2
     counts = np.maximum(hi - lo, 0)
     i = np.repeat(np.arange(len(a)), counts)
     k = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())  # positions in sorted b
@@ -130,22 +179,20 @@ def assign(
 
 class ByteTrack:
     """ByteTrack over the detections of one camera (module docstring). `update` takes one frame's detections and
-    the time since the previous frame; track ids start at `first_id` and are never reused by this tracker."""
+    the time since the previous frame; track ids start at `first_id` and are never reused by this tracker.
+
+    Every track is one row of `table` (float64 columns: the mean, `_VAR`, `_UNSEEN`, `_ID`, `_CLASS`, `_STATE`,
+    `_CONFIRMED`), so a frame's bookkeeping (tracks dropped, tracks started) is one array operation, not one per
+    attribute."""
 
     def __init__(self, settings: TrackerSettings, first_id: int = 1) -> None:
         self.settings = settings
         self._next_id = first_id
         self._frames = 0
-        self.mean = np.zeros((0, 8))
-        self.var = np.zeros((0, 4, 3))
-        self.ids = np.zeros(0, np.int64)
-        self.classes = np.zeros(0, np.int64)
-        self.state = np.zeros(0, np.int8)
-        self.confirmed = np.zeros(0, bool)
-        self.unseen_s = np.zeros(0)  # seconds since the track's last match
+        self.table = np.zeros((0, _COLUMNS))
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.table)
 
     @property
     def next_id(self) -> int:
@@ -154,49 +201,40 @@ class ByteTrack:
 
     # --- Kalman filter (ByteTrack's, on 2 x 2 blocks) ------------------------------------------------------------
     # ByteTrack's filter moves each of x, y, a, h with its own velocity and has diagonal noises, so its 8 x 8
-    # covariance is four independent 2 x 2 (position, velocity) blocks: `var` holds them as (N, 4, 3) = variance of
-    # the position, covariance of position and velocity, variance of the velocity. Exactly the same filter, a few
-    # elementwise operations per step.
-
-    @staticmethod
-    def _noise(h: np.ndarray, position: float, velocity: float, aspect: tuple[float, float]) -> np.ndarray:
-        """(N, 4, 2) standard deviations (position, velocity) of x, y, a, h for boxes of height `h` (the aspect's
-        are constants)."""
-        weights = np.array([[position, velocity], [position, velocity], [0.0, 0.0], [position, velocity]])
-        return h[:, None, None] * weights + np.array([[0.0, 0.0], [0.0, 0.0], aspect, [0.0, 0.0]])
+    # covariance is four independent 2 x 2 (position, velocity) blocks: a track's `_VAR` columns hold them as
+    # (4, 3) = variance of the position, covariance of position and velocity, variance of the velocity (`_PP`,
+    # `_PV`, `_VV`). Exactly the same filter, a few array operations per step.
 
     def _predict(self, dt: float) -> None:
-        if not len(self.ids):
+        t = self.table
+        if not len(t):
             return
-        noise = (self._noise(self.mean[:, 3], _STD_POSITION, _STD_VELOCITY, (1e-2, 1e-5)) * dt) ** 2
-        self.mean[self.state == LOST, 7] = 0.0  # a lost track's height stops changing (ByteTrack)
-        self.mean[:, :4] += dt * self.mean[:, 4:]
-        var = self.var
-        var[..., 0] += 2 * dt * var[..., 1] + dt * dt * var[..., 2] + noise[..., 0]
-        var[..., 1] += dt * var[..., 2]
-        var[..., 2] += noise[..., 1]
+        # the process noise scales with the height before the step
+        noise = np.multiply.outer(t[:, 3] ** 2, _PROCESS_WEIGHTS) + _PROCESS_CONSTANT
+        t[t[:, _STATE] == LOST, 7] = 0.0  # a lost track's height stops changing (ByteTrack)
+        m0, m1, m2 = _MOTION
+        t[:, :20] = t[:, :20] @ (m0 + dt * m1 + (dt * dt) * m2)
+        t[:, _VAR] += noise * (dt * dt)
 
-    def _correct(self, rows: np.ndarray, boxes: np.ndarray) -> None:
-        """Kalman update of tracks `rows` with measured boxes (x1, y1, x2, y2)."""
+    def _correct(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
+        """Kalman update of tracks `rows` with measured (x, y, a, h)."""
         if not len(rows):
             return
-        mean, var = self.mean[rows], self.var[rows]
-        h = mean[:, 3]
-        measured = h[:, None] * _MEASURED_WEIGHTS + _MEASURED_CONSTANT
-        pp, pv = var[..., 0].copy(), var[..., 1].copy()
-        projected = pp + measured**2
+        t = self.table[rows]
+        pp, pv = t[:, _PP], t[:, _PV]  # views: updated last, after every use of their old values
+        projected = pp + (t[:, 3, None] * _MEASURED_WEIGHTS + _MEASURED_CONSTANT) ** 2
         gain_p, gain_v = pp / projected, pv / projected
-        innovation = _to_xyah(boxes) - mean[:, :4]
-        mean[:, :4] += gain_p * innovation
-        mean[:, 4:] += gain_v * innovation
-        var[..., 0] -= gain_p * pp
-        var[..., 1] -= gain_p * pv
-        var[..., 2] -= gain_v * pv
-        self.mean[rows] = mean
-        self.var[rows] = var
+        innovation = measured_xyah - t[:, :4]
+        t[:, :4] += gain_p * innovation
+        t[:, 4:8] += gain_v * innovation
+        t[:, _VV] -= gain_v * pv
+        t[:, _PV] -= gain_p * pv
+        t[:, _PP] -= gain_p * pp
+        self.table[rows] = t
 
-    def _boxes(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        return _to_xyxy(self.mean[rows, :4])
+    def predicted_boxes(self) -> np.ndarray:
+        """(N, 4) x1, y1, x2, y2 of every live track (tracked, lost or unconfirmed) as the filter now has it."""
+        return _to_xyxy(self.table[:, :4])
 
     # --- one frame --------------------------------------------------------------------------------------------
 
@@ -209,85 +247,69 @@ class ByteTrack:
         s = self.settings
         self._frames += 1
         self._predict(step)
-        self.unseen_s += dt_s
+        t = self.table
+        t[:, _UNSEEN] += dt_s
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         scores = np.asarray(scores, np.float64).reshape(-1)
         class_ids = np.asarray(class_ids, np.int64).reshape(-1)
-        high = np.flatnonzero(scores > s.activation)
-        low = np.flatnonzero((scores > LOW_SCORE) & (scores <= s.activation))
-        matched_tracks: list[np.ndarray] = []
-        matched_dets: list[np.ndarray] = []
-        predicted = self._boxes()
-
-        def match(
-            tracks: np.ndarray, dets: np.ndarray, limit: float, fuse: bool
-        ) -> tuple[np.ndarray, np.ndarray]:
-            i, j, overlap = overlapping(predicted[tracks], boxes[dets])
-            if fuse:  # ByteTrack's fuse_score: IoU weighted by the detection's score
-                overlap = overlap * scores[dets[j]]
-            same = self.classes[tracks[i]] == class_ids[dets[j]]  # never across classes
-            r, c = assign(i[same], j[same], 1.0 - overlap[same], limit)
-            matched_tracks.append(tracks[r])
-            matched_dets.append(dets[c])
-            return tracks[r], dets[c]
-
+        # every (track, detection) pair that overlaps in the same class (matches never cross classes): one sweep,
+        # and each association below takes its pairs from these
+        useful = np.flatnonzero(scores > LOW_SCORE)
+        i, j, iou = overlapping(self.predicted_boxes(), boxes[useful], t[:, _CLASS], class_ids[useful])
+        j = useful[j]
+        cost = 1.0 - iou
+        fused = 1.0 - iou * scores[j]  # ByteTrack's fuse_score: IoU weighted by the detection's score
+        high = scores > s.activation
+        confirmed = t[:, _CONFIRMED] > 0
+        free_track = np.ones(len(t), bool)
+        free_det = high.copy()
         # (1) confirmed tracks (tracked or lost) and the high-score detections
-        pool = np.flatnonzero(self.confirmed)
-        t1, d1 = match(pool, high, s.match, fuse=True)
-        # (2) tracked tracks left over and the low-score detections
-        free_track = np.ones(len(self.ids), bool)
+        pick = confirmed[i] & high[j]
+        t1, d1 = assign(i[pick], j[pick], fused[pick], s.match)
         free_track[t1] = False
-        match(np.flatnonzero(free_track & self.confirmed & (self.state == TRACKED)), low, 1.0 - SECOND_MATCH_IOU,
-              fuse=False)  # fmt: skip
-        # (3) unconfirmed tracks and the high-score detections left over
-        free_det = scores > s.activation
         free_det[d1] = False
-        _, d3 = match(np.flatnonzero(~self.confirmed), np.flatnonzero(free_det), UNCONFIRMED_MATCH, fuse=True)
+        # (2) tracked tracks left over and the low-score detections
+        pick = (free_track & confirmed & (t[:, _STATE] == TRACKED))[i] & ~high[j]
+        t2, d2 = assign(i[pick], j[pick], cost[pick], 1.0 - SECOND_MATCH_IOU)
+        # (3) unconfirmed tracks and the high-score detections left over
+        pick = ~confirmed[i] & free_det[j]
+        t3, d3 = assign(i[pick], j[pick], fused[pick], UNCONFIRMED_MATCH)
         free_det[d3] = False
-        tracks = np.concatenate([np.zeros(0, np.int64), *matched_tracks])
-        dets = np.concatenate([np.zeros(0, np.int64), *matched_dets])
-        self._correct(tracks, boxes[dets])
-        self.state[tracks] = TRACKED
-        self.confirmed[tracks] = True
-        self.unseen_s[tracks] = 0.0
+        tracks, dets = np.concatenate([t1, t2, t3]), np.concatenate([d1, d2, d3])
+        xyah = _to_xyah(boxes)
+        self._correct(tracks, xyah[dets])
+        t[tracks, _STATE] = TRACKED
+        t[tracks, _CONFIRMED] = 1.0
+        t[tracks, _UNSEEN] = 0.0
         # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone
-        unmatched = np.ones(len(self.ids), bool)
+        unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
-        self.state[unmatched & self.confirmed] = LOST
-        keep = ~(unmatched & ~self.confirmed) & ~((self.state == LOST) & (self.unseen_s > s.buffer_s))
-        output = np.zeros(len(self.ids), bool)
-        output[tracks] = True
-        det_of = np.full(len(self.ids), -1, np.int64)
+        t[unmatched & confirmed, _STATE] = LOST
+        keep = ~(unmatched & ~confirmed) & ~((t[:, _STATE] == LOST) & (t[:, _UNSEEN] > s.buffer_s))
+        det_of = np.full(len(t), -1, np.int64)
         det_of[tracks] = dets
-        self._keep(keep)
-        output, det_of = output[keep], det_of[keep]
+        if not keep.all():
+            self.table = t[keep]
+            det_of = det_of[keep]
         # new tracks from the high-score detections nobody took
         born = np.flatnonzero(free_det & (scores > s.activation + NEW_TRACK_MARGIN))
         first_frame = self._frames == 1
-        self._start(boxes[born], class_ids[born], confirmed=first_frame)
-        output = np.concatenate([output, np.full(len(born), first_frame)])
-        det_of = np.concatenate([det_of, born])
-        rows = np.flatnonzero(output)
-        return self._boxes(rows), scores[det_of[rows]], class_ids[det_of[rows]], self.ids[rows]
+        self._start(xyah[born], class_ids[born], confirmed=first_frame)
+        det_of = np.concatenate([det_of, born if first_frame else np.full(len(born), -1, np.int64)])
+        rows = np.flatnonzero(det_of >= 0)
+        shown, det = self.table[rows], det_of[rows]
+        return _to_xyxy(shown[:, :4]), scores[det], class_ids[det], shown[:, _ID].astype(np.int64)
 
-    def _keep(self, keep: np.ndarray) -> None:
-        for name in ("mean", "var", "ids", "classes", "state", "confirmed", "unseen_s"):
-            setattr(self, name, getattr(self, name)[keep])
-
-    def _start(self, boxes: np.ndarray, class_ids: np.ndarray, confirmed: bool) -> None:
-        n = len(boxes)
+    def _start(self, xyah: np.ndarray, class_ids: np.ndarray, confirmed: bool) -> None:
+        n = len(xyah)
         if not n:
             return
-        mean = np.zeros((n, 8))
-        mean[:, :4] = _to_xyah(boxes)
-        initial = self._noise(mean[:, 3], 2 * _STD_POSITION, 10 * _STD_VELOCITY, (1e-2, 1e-5)) ** 2
-        self.mean = np.concatenate([self.mean, mean])
-        self.var = np.concatenate(
-            [self.var, np.stack([initial[..., 0], np.zeros((n, 4)), initial[..., 1]], axis=2)]
-        )
-        self.ids = np.concatenate([self.ids, np.arange(self._next_id, self._next_id + n)])
+        new = np.zeros((n, _COLUMNS))
+        new[:, :4] = xyah
+        new[:, _VAR] = np.multiply.outer(xyah[:, 3] ** 2, _INITIAL_WEIGHTS) + _INITIAL_CONSTANT
+        new[:, _ID] = np.arange(self._next_id, self._next_id + n)
         self._next_id += n
-        self.classes = np.concatenate([self.classes, class_ids])
-        self.state = np.concatenate([self.state, np.full(n, TRACKED, np.int8)])
-        self.confirmed = np.concatenate([self.confirmed, np.full(n, confirmed)])
-        self.unseen_s = np.concatenate([self.unseen_s, np.zeros(n)])
+        new[:, _CLASS] = class_ids
+        new[:, _STATE] = TRACKED
+        new[:, _CONFIRMED] = float(confirmed)
+        self.table = np.concatenate([self.table, new])
