@@ -81,6 +81,8 @@ def test_frame_settings_are_built_from_the_table() -> None:
         "track_activation_threshold",
         "lost_track_buffer",
         "track_matching_threshold",
+        "tile_budget",
+        "max_tile_age",
     }
 
 

@@ -88,7 +88,7 @@ def test_ids_hold_through_a_crossing_and_an_occlusion():
     for t, frame in enumerate(_crossing()):
         hidden = 25 <= t < 29  # the still object is hidden for 4 frames (133 ms < the 1 s buffer)
         boxes, scores, classes = (x[:2] for x in frame) if hidden else frame
-        got_boxes, _, _, ids = tracker.update(boxes, scores, classes, 1 / 30)
+        got_boxes, _, _, ids, _ = tracker.update(boxes, scores, classes, 1 / 30)
         by_position = dict(zip(np.round(got_boxes[:, 0]).tolist(), ids.tolist(), strict=True))
         if first is None:
             first = {round(b[0]): i for b, i in zip(boxes, ids, strict=True)}

@@ -232,6 +232,20 @@ class DetectorConfig:
         kind=Number(0.0, 1.0),
         applies=Applies.HOST,
     )
+    tile_budget: int = _setting(
+        0,
+        "tiles run per frame of a stream, chosen from the tracks (or the last detections) and each tile's age, "
+        "plus the full-frame view; objects in tiles not run are reported from what was seen before; 0 = every "
+        "tile every frame",
+        kind=Number(0, 100000, integer=True),
+        applies=Applies.HOST,
+    )
+    max_tile_age: int = _setting(
+        4,
+        "with tile_budget: every tile runs at least once in this many frames (the latest a new object is found)",
+        kind=Number(1, 1000, integer=True),
+        applies=Applies.HOST,
+    )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,
         "model output layout; auto detects it from the output shapes",

@@ -40,7 +40,15 @@ from tiled_detector.pipeline.program import (
     fused,
     no_mark,
 )
-from tiled_detector.pipeline.tiling import BatchPlan, TilePlan, batch_plan, make_plan
+from tiled_detector.pipeline.tiling import (
+    BatchPlan,
+    TilePlan,
+    ViewSelection,
+    batch_plan,
+    make_plan,
+    select_views,
+    selection_views,
+)
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.types import Detections
@@ -48,6 +56,7 @@ from tiled_detector.types import Detections
 LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
 _RETRY_AFTER = 30
+_VIEW_BUFFERS = 64  # chosen-view buffers kept (one per batch plan and count of chosen tiles per frame)
 
 
 class _StageClock:
@@ -224,6 +233,8 @@ class TiledDetector:
         chosen = capture if capture is not None and config.cuda_graph else default_capture(config, engine)
         self._runner = Runner(chosen, split=not engine.capturable)
         self._limits = Limits()  # the sync-free path's fixed sizes; grown when a batch needs more
+        # per (batch plan, tiles chosen per frame): the device buffer of the chosen views a capture reads
+        self._views: dict[tuple[BatchPlan, tuple[int, ...]], torch.Tensor] = {}
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
         )
@@ -311,6 +322,7 @@ class TiledDetector:
         encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
         slots: Sequence[int] | None = None,
         cameras: Sequence[str | None] | None = None,
+        tiles: Sequence[np.ndarray | None] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
@@ -319,7 +331,9 @@ class TiledDetector:
         `slots` names each frame's upload buffer (default: its position); give a source (a camera) the same
         slot every call, so that its buffers, and a captured frame program, are reused when some sources have
         no frame in a batch. `cameras` names each frame's camera, for its ignore mask (`ignore_mask`; None: the
-        mask for every camera)."""
+        mask for every camera). `tiles` gives, per frame, the indices of the tiles of its plan (`plan_for`) to run
+        (a tile budget; None: every tile); the full-frame view always runs. A captured program is keyed by how
+        many tiles each frame runs, not which."""
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
@@ -334,7 +348,7 @@ class TiledDetector:
             for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
         clock.mark("upload")
-        return self._detect(uploaded, encodings, cameras, clock)
+        return self._detect(uploaded, encodings, cameras, clock, tiles)
 
     def detect_device(
         self, frame: Any, encoding: str | Encoding = Encoding.RGB8, camera: str | None = None
@@ -364,14 +378,15 @@ class TiledDetector:
 
     def _detect(
         self, frames: list[torch.Tensor], encodings: list[Encoding], cameras: Sequence[str | None],
-        clock: _StageClock,
+        clock: _StageClock, tiles: Sequence[np.ndarray | None] | None = None,
     ) -> list[Detections]:  # fmt: skip
         if not frames:
             return []
         plan = batch_plan(
             [self.plan_for(f.shape[0], f.shape[1], c) for f, c in zip(frames, cameras, strict=True)]
         )
-        if not plan.batch_size:  # every view of every frame is ignored (and full_frame is off)
+        chosen = self._selection(plan, tiles)
+        if not (plan if chosen is None else chosen).batch_size:  # no view to run (full_frame off)
             nothing = Detections(
                 np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), {}
             )
@@ -380,10 +395,12 @@ class TiledDetector:
         if self._exact_batches:
             self._exact_batches -= 1
         elif self._sync_free:
-            host, found = self._sync_free_pass(frames, encodings, plan, clock)
+            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             if found is None:
-                found = self._program.candidates(frames, encodings, plan, self._frame_settings, clock.mark)
+                found = self._program.candidates(
+                    frames, encodings, plan, self._frame_settings, clock.mark, chosen
+                )
             packed = postprocess(found, plan, self._frame_settings, None)
             clock.mark("merge")
             host = packed.cpu().numpy()
@@ -394,20 +411,48 @@ class TiledDetector:
             for rows in unpack(host, plan.num_frames)
         ]
 
+    def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
+        """The chosen views of a batch on the engine's device (None: every view). Where the program is captured,
+        the indices are copied into a buffer kept per (plan, counts), the one its capture reads."""
+        if tiles is None or all(t is None for t in tiles):
+            return None
+        if len(tiles) != plan.num_frames:
+            raise ValueError(f"got {plan.num_frames} frames but {len(tiles)} tile selections")
+        picked = [np.arange(p.num_tiles) if t is None else t for p, t in zip(plan.plans, tiles, strict=True)]
+        counts, views = selection_views(plan, picked)
+        device = self._engine.device
+        if not self._runner.captures:
+            return select_views(plan, counts, torch.as_tensor(views, device=device))
+        key = (plan, counts)
+        buffer = self._views.get(key)
+        if buffer is None:
+            if len(self._views) >= _VIEW_BUFFERS:
+                self._views.pop(next(iter(self._views)))
+            buffer = self._views[key] = torch.empty(views.shape, dtype=torch.int64, device=device)
+        buffer.copy_(torch.from_numpy(views), non_blocking=False)
+        return select_views(plan, counts, buffer)
+
     def _sync_free_pass(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], plan: BatchPlan, clock: _StageClock
-    ) -> tuple[np.ndarray | None, PaddedDecoded]:
+        self, frames: list[torch.Tensor], encodings: list[Encoding], plan: BatchPlan, clock: _StageClock,
+        chosen: ViewSelection | None = None,
+    ) -> tuple[np.ndarray | None, PaddedDecoded]:  # fmt: skip
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
         settings, limits = self._frame_settings, self._limits
-        # the capture key: everything the frame program reads (frame buffers, plan, settings, limits)
-        key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), settings, limits)
+        # the capture key: everything the frame program reads (frame buffers, plan, how many views of each frame
+        # run and the buffer naming them, settings, limits)
+        views = None if chosen is None else (chosen.counts, chosen.views.data_ptr())
+        key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), views, settings, limits)
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         program = self._program
         packed, found = self._runner.run(
             key,
-            lambda: program(frames, encodings, plan, settings, limits, mark),
-            lambda: program.split(frames, encodings, plan, settings, limits) if program.can_split else None,
+            lambda: program(frames, encodings, plan, settings, limits, mark, chosen),
+            lambda: (
+                program.split(frames, encodings, plan, settings, limits, chosen)
+                if program.can_split
+                else None
+            ),
         )
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows

@@ -123,6 +123,8 @@ class Preprocessor:
         self._copies: dict[tuple[TilePlan, tuple[int, int]], _TileCopy] = {}
         self._scratch: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
+        # (plan, frame shape and strides) -> the plan's tile starts in `_windows` (the plan kept alive with it)
+        self._starts: dict[tuple[int, ...], tuple[TilePlan, torch.Tensor | None]] = {}
 
     def run(
         self,
@@ -165,6 +167,62 @@ class Preprocessor:
         if plan.full_frame and start <= n_tiles < stop:
             self._write_full_frame(frame, plan, enc, batch[n_tiles - start])
         return batch
+
+    def prepare_chosen(
+        self,
+        frame: torch.Tensor,
+        plan: TilePlan,
+        encoding: Encoding,
+        out: torch.Tensor,
+        tiles: torch.Tensor,
+        full_frame: bool,
+    ) -> None:
+        """Write the plan's tiles `tiles` ((S,) int64 indices on the device, which a captured program reads as
+        they are at each replay) into out[:S], then the full-frame view into out[S] when `full_frame`.
+
+        Tiles inside the frame are S windows of one strided view of it (`_windows`: one index_select, whatever
+        tiles are chosen); tiles reaching past its border (a frame smaller than a tile) are one gather."""
+        enc = Encoding.from_value(encoding)
+        count = len(tiles)
+        if count:
+            tile_hw = (int(plan.tiles[0, 3] - plan.tiles[0, 1]), int(plan.tiles[0, 2] - plan.tiles[0, 0]))
+            same_size = tile_hw == self.input_hw
+            dst = out[:count] if same_size else self._buffer("tiles", (count, 3, *tile_hw))
+            starts = self._tile_starts(plan, frame)
+            if starts is not None:
+                picked = _windows(frame, tile_hw).index_select(0, starts[tiles])  # (S, th, tw, C)
+                colors = picked[..., : 1 if frame.shape[2] == 1 else 3].permute(0, 3, 1, 2)
+                view = _channels(colors, self._sources(enc))
+                if self.dtype == torch.float32:  # convert, then scale in place (as `_write_tiles`)
+                    dst.copy_(view)
+                    dst.mul_(enc.scale)
+                else:
+                    torch.mul(view, enc.scale, out=dst)
+            else:
+                copy = self._tile_copy(plan, (0, plan.num_tiles), *frame.shape[:2])
+                assert copy.rows is not None and copy.cols is not None and copy.outside is not None
+                order = self._channel_order(enc)[None, :, None, None]
+                torch.mul(frame[copy.rows[tiles], copy.cols[tiles], order], enc.scale, out=dst)
+                dst.masked_fill_(copy.outside[tiles], PAD_VALUE)
+            if not same_size:
+                _letterbox_into(dst, plan.tile_letterbox, out[:count])
+        if full_frame:
+            self._write_full_frame(frame, plan, enc, out[count])
+
+    def _tile_starts(self, plan: TilePlan, frame: torch.Tensor) -> torch.Tensor | None:
+        """(N,) int64 on the device: where each tile of the plan starts in `_windows(frame)` (elements); None when
+        a tile reaches past the frame's border."""
+        key = (id(plan), *frame.shape, *frame.stride())
+        if key not in self._starts:
+            if len(self._starts) >= _CACHED:
+                self._starts.clear()
+            height, width = frame.shape[:2]
+            tiles, starts = plan.tiles, None
+            if tiles[:, :2].min() >= 0 and tiles[:, 2].max() <= width and tiles[:, 3].max() <= height:
+                offsets = tiles[:, 1] * frame.stride(0) + tiles[:, 0] * frame.stride(1)
+                starts = torch.tensor(offsets, dtype=torch.int64, device=self.device)
+            self._starts[key] = (plan, starts)
+        return self._starts[key][1]
 
     def batch(self, batch_size: int, out: torch.Tensor | None = None) -> torch.Tensor:
         """The first `batch_size` images of `out` (checked to fit), or of the preprocessor's own reused batch."""
@@ -289,6 +347,17 @@ class Preprocessor:
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
         torch.mul(color, enc.scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
         _letterbox_into(scaled, box, dst.unsqueeze(0), sources)
+
+
+def _windows(frame: torch.Tensor, tile_hw: tuple[int, int]) -> torch.Tensor:
+    """Every (th, tw) window of an (H, W, C) frame as one strided view (L, th, tw, C): window k starts k elements
+    into the frame, so the tile at (y, x) is window y * row stride + x * column stride (no copy)."""
+    (rows, cols, channels), (th, tw) = frame.stride(), tile_hw
+    height, width = frame.shape[:2]
+    count = (height - th) * rows + (width - tw) * cols + 1
+    return frame.as_strided(
+        (count, th, tw, frame.shape[2]), (1, rows, cols, channels), frame.storage_offset()
+    )
 
 
 def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]]:

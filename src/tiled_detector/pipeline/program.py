@@ -1,8 +1,9 @@
 """The frame program: all the device work for one batch of frames as one function, and the runner that executes
 it eagerly or captures it once per key and replays it.
 
-`FrameProgram(frames, encodings, plan, settings, limits)`: device frames -> tiles and letterboxed views written into the
-engine's input (in chunks of at most `max_batch` images) -> engine -> decode (each chunk to its per-image top-k
+`FrameProgram(frames, encodings, plan, settings, limits, chosen=None)`: device frames -> tiles (every tile of the
+plan, or the `chosen` ones: a `ViewSelection` on the device, a tile budget) and letterboxed views written into
+the engine's input (in chunks of at most `max_batch` images) -> engine -> decode (each chunk to its per-image top-k
 candidates) -> `postprocess` -> packed rows + a status row. With fixed `Limits` nothing in it reads device data
 on the host, so the whole function can be captured (e.g. as a CUDA graph) and replayed for the next frame of the
 same key: its inputs are static buffers (the uploader's device frames) and its outputs are overwritten in place.
@@ -24,7 +25,7 @@ from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.postprocess import Limits, postprocess
 from tiled_detector.pipeline.preprocess import Preprocessor
-from tiled_detector.pipeline.tiling import BatchPlan
+from tiled_detector.pipeline.tiling import BatchPlan, ViewSelection, pieces
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -217,44 +218,58 @@ class FrameProgram:
         plan: BatchPlan,
         settings: FrameSettings,
         mark: Mark = no_mark,
+        chosen: ViewSelection | None = None,
     ) -> PaddedDecoded:
-        """Every view of every frame through the engine, in chunks of at most `max_batch` images (one engine call
-        whenever the batch fits), each chunk decoded to its per-image top-k before the next runs, so memory
-        follows the engine batch, not the frames."""
+        """Every view of every frame (or the `chosen` ones) through the engine, in chunks of at most `max_batch`
+        images (one engine call whenever the batch fits), each chunk decoded to its per-image top-k before the
+        next runs, so memory follows the engine batch, not the frames. Image indices are the batch plan's."""
         parts = []
-        for start, stop in self._chunks(plan):
+        for start, stop in self._chunks(plan, chosen):
             # the engine's bound input when it has one (written in place), else the preprocessor's batch
             batch = self.preprocessor.batch(stop - start, self.engine.input_buffer(stop - start))
-            self._prepare(frames, encodings, plan, (start, stop), batch)
+            self._prepare(frames, encodings, plan, (start, stop), batch, chosen)
             mark("preprocess")
             outputs = self.engine.infer(batch)
             mark("infer")
-            parts.append(self._decode(outputs, start, settings))
+            parts.append(self._decode(outputs, start, settings, chosen))
             mark("decode")
         return _joined(parts)
 
-    def _chunks(self, plan: BatchPlan) -> list[tuple[int, int]]:
+    def _chunks(self, plan: BatchPlan, chosen: ViewSelection | None) -> list[tuple[int, int]]:
         """(start, stop) of the engine calls: the views in chunks of at most `max_batch`."""
-        step = self.engine.max_batch
-        return [(start, min(start + step, plan.batch_size)) for start in range(0, plan.batch_size, step)]
+        step, size = self.engine.max_batch, (plan if chosen is None else chosen).batch_size
+        return [(start, min(start + step, size)) for start in range(0, size, step)]
 
     def _prepare(self, frames: Sequence[torch.Tensor], encodings: Sequence[Encoding], plan: BatchPlan,
-                 views: tuple[int, int], batch: torch.Tensor) -> None:  # fmt: skip
-        """Write batch images views[0]..views[1]-1 of the plan into `batch` (from its first image on)."""
-        for k, first, end in plan.pieces(*views):
-            at = plan.starts[k] + first - views[0]
-            self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], batch[at : at + end - first],
-                                      (first, end))  # fmt: skip
+                 images: tuple[int, int], batch: torch.Tensor, chosen: ViewSelection | None) -> None:  # fmt: skip
+        """Write batch images images[0]..images[1]-1 (of the plan, or of its `chosen` views) into `batch` (from
+        its first image on)."""
+        if chosen is None:
+            for k, first, end in plan.pieces(*images):
+                at = plan.starts[k] + first - images[0]
+                self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], batch[at : at + end - first],
+                                          (first, end))  # fmt: skip
+            return
+        for k, first, end in pieces(chosen.starts, *images):
+            at, tiles = chosen.starts[k] + first, chosen.counts[k]
+            self.preprocessor.prepare_chosen(
+                frames[k], plan.plans[k], encodings[k], batch[at - images[0] : at - images[0] + end - first],
+                chosen.views[1, at : chosen.starts[k] + min(end, tiles)],
+                plan.plans[k].full_frame and first <= tiles < end,
+            )  # fmt: skip
 
     def _decode(
-        self, outputs: Mapping[str, torch.Tensor], start: int, settings: FrameSettings
-    ) -> PaddedDecoded:
-        """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates."""
+        self, outputs: Mapping[str, torch.Tensor], start: int, settings: FrameSettings,
+        chosen: ViewSelection | None,
+    ) -> PaddedDecoded:  # fmt: skip
+        """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates, their
+        image indices the batch plan's views."""
         found = self.decode(
             outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes,
             settings.class_thresholds,
         )  # fmt: skip
-        return found._replace(image_index=found.image_index + start) if start else found
+        image = found.image_index + start if start else found.image_index
+        return found._replace(image_index=image if chosen is None else chosen.views[0][image])
 
     @property
     def can_split(self) -> bool:
@@ -268,30 +283,31 @@ class FrameProgram:
         plan: BatchPlan,
         settings: FrameSettings,
         limits: Limits | None,
+        chosen: ViewSelection | None = None,
     ) -> SplitProgram:
         """The same program in three parts for an engine whose calls cannot be captured (`Runner`): every view
         into a batch of the whole plan, the engine's calls (eager) with their outputs copied into buffers of the
         whole plan, then decoding and `postprocess`. The part before allocates those buffers, so that inside a
         capture they belong to its graph and live as long as it does."""
-        views = plan.batch_size
+        views = (plan if chosen is None else chosen).batch_size
 
         def before() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             batch = self.preprocessor.new_batch(views)
-            self._prepare(frames, encodings, plan, (0, views), batch)
+            self._prepare(frames, encodings, plan, (0, views), batch, chosen)
             outputs = {o.name: torch.empty((views, *o.shape[1:]), dtype=o.dtype, device=batch.device)
                        for o in self.engine.outputs}  # fmt: skip
             return batch, outputs
 
         def engine(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
             batch, outputs = state
-            for start, stop in self._chunks(plan):
+            for start, stop in self._chunks(plan, chosen):
                 for name, value in self.engine.infer(batch[start:stop]).items():
                     outputs[name][start:stop].copy_(value)
 
         def after(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> tuple[torch.Tensor, PaddedDecoded]:
             _, outputs = state
-            found = _joined([self._decode({n: o[a:b] for n, o in outputs.items()}, a, settings)
-                             for a, b in self._chunks(plan)])  # fmt: skip
+            found = _joined([self._decode({n: o[a:b] for n, o in outputs.items()}, a, settings, chosen)
+                             for a, b in self._chunks(plan, chosen)])  # fmt: skip
             return self.postprocess(found, plan, settings, limits), found
 
         return SplitProgram(before, engine, after)
@@ -304,9 +320,10 @@ class FrameProgram:
         settings: FrameSettings,
         limits: Limits | None,
         mark: Mark = no_mark,
+        chosen: ViewSelection | None = None,
     ) -> tuple[torch.Tensor, PaddedDecoded]:
         """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
-        found = self.candidates(frames, encodings, plan, settings, mark)
+        found = self.candidates(frames, encodings, plan, settings, mark, chosen)
         packed = self.postprocess(found, plan, settings, limits)
         mark("merge")
         return packed, found

@@ -290,12 +290,7 @@ class BatchPlan:
 
     def pieces(self, start: int, stop: int) -> list[tuple[int, int, int]]:
         """The parts of batch images start..stop-1 per frame: (frame, first view, end view) in frame order."""
-        parts = []
-        for k, plan in enumerate(self.plans):
-            lo, hi = max(start, self.starts[k]), min(stop, self.starts[k] + plan.batch_size)
-            if lo < hi:
-                parts.append((k, lo - self.starts[k], hi - self.starts[k]))
-        return parts
+        return pieces(self.starts, start, stop)
 
     def tensors(self, device: torch.device | str) -> PlanTensors:
         """The per-view arrays on `device`, copied there once and cached in the plan."""
@@ -326,6 +321,56 @@ class BatchPlan:
         mapping = self.tensors(boxes.device).to_frame[image_index]  # (M, 3, 4)
         frame = boxes.float() * mapping[:, 0] + mapping[:, 1]
         return torch.minimum(frame.clamp_min(0.0), mapping[:, 2])
+
+
+def pieces(starts: Sequence[int], start: int, stop: int) -> list[tuple[int, int, int]]:
+    """The parts of batch images start..stop-1 per frame, frame k holding images starts[k]..starts[k + 1] - 1:
+    (frame, its first image, its end image) in frame order."""
+    parts = []
+    for k in range(len(starts) - 1):
+        lo, hi = max(start, starts[k]), min(stop, starts[k + 1])
+        if lo < hi:
+            parts.append((k, lo - starts[k], hi - starts[k]))
+    return parts
+
+
+@dataclass(frozen=True, eq=False)
+class ViewSelection:
+    """Some of a batch plan's views (a tile budget): frame k's batch images are `counts[k]` chosen tiles, then its
+    full-frame view when its plan has one, images `starts[k]` .. `starts[k + 1] - 1`. `views` (2, V) int64 on the
+    engine's device: per batch image, its view in the batch plan and in its frame's plan. The counts (not which
+    tiles) shape the frame program, so a captured program is keyed by `counts` and replayed whatever tiles
+    `views` names. Build with `select_views`."""
+
+    counts: tuple[int, ...]
+    starts: tuple[int, ...]
+    views: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        """Images of all frames together."""
+        return self.starts[-1]
+
+
+def selection_views(plan: BatchPlan, tiles: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.ndarray]:
+    """The counts and the (2, V) view indices (batch plan, frame plan) of a `ViewSelection` running tiles
+    `tiles[k]` (indices into frame k's tiles) of each frame, and every full-frame view."""
+    chosen = [np.asarray(t, np.int64).reshape(-1) for t in tiles]
+    batch_views, local_views = [], []
+    for k, (frame_plan, picked) in enumerate(zip(plan.plans, chosen, strict=True)):
+        if len(picked) and (picked.min() < 0 or picked.max() >= frame_plan.num_tiles):
+            raise ValueError(f"frame {k} has {frame_plan.num_tiles} tiles, got tiles {picked.tolist()}")
+        full = [frame_plan.num_tiles] if frame_plan.full_frame else []
+        local = np.concatenate([picked, np.asarray(full, np.int64)])
+        local_views.append(local)
+        batch_views.append(local + plan.starts[k])
+    return tuple(len(c) for c in chosen), np.stack([np.concatenate(batch_views), np.concatenate(local_views)])
+
+
+def select_views(plan: BatchPlan, counts: tuple[int, ...], views: torch.Tensor) -> ViewSelection:
+    """The `ViewSelection` of `selection_views`' counts and view indices (already on the device)."""
+    sizes = [c + int(p.full_frame) for c, p in zip(counts, plan.plans, strict=True)]
+    return ViewSelection(counts, tuple(np.cumsum([0, *sizes]).tolist()), views)
 
 
 def batch_plan(plans: Sequence[TilePlan]) -> BatchPlan:

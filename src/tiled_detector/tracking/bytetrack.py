@@ -18,6 +18,7 @@ compete for a match go to the assignment solver (`tiled-detector bench` measures
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -40,9 +41,10 @@ _MEASURED_CONSTANT = np.array([0.0, 0.0, 1e-1, 0.0])
 _VAR = slice(8, 20)  # the covariance as four 2 x 2 blocks (ByteTrack's Kalman filter, below)
 # of x, y, a, h: the variance of the position, the covariance, the variance of the velocity
 _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
-# seconds since the last match, track id, class, TRACKED or LOST, confirmed (1) or not (0)
-_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED = range(20, 25)
-_COLUMNS = 25
+# seconds since the last match, track id, class, TRACKED or LOST, confirmed (1) or not (0), the score of the last
+# match, and when it was (the caller's clock, `update`'s `now`)
+_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN = range(20, 27)
+_COLUMNS = 27
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -177,6 +179,25 @@ def assign(
     return matched_rows, matched_cols
 
 
+class Output(NamedTuple):
+    """A frame's reported tracks (`ByteTrack.update`): boxes (N, 4) x1, y1, x2, y2, scores, class ids, track ids
+    and `seen` (N,): when each was last matched."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    track_ids: np.ndarray
+    seen: np.ndarray
+
+
+def _inside_any(points: np.ndarray, rects: np.ndarray) -> np.ndarray:
+    """(N,) bool: whether each (x, y) point lies in at least one of the (K, 4) x1, y1, x2, y2 rectangles."""
+    if not len(rects) or not len(points):
+        return np.zeros(len(points), bool)
+    x, y = points[:, 0, None], points[:, 1, None]
+    return ((x >= rects[:, 0]) & (x < rects[:, 2]) & (y >= rects[:, 1]) & (y < rects[:, 3])).any(axis=1)
+
+
 class ByteTrack:
     """ByteTrack over the detections of one camera (module docstring). `update` takes one frame's detections and
     the time since the previous frame; track ids start at `first_id` and are never reused by this tracker.
@@ -232,18 +253,33 @@ class ByteTrack:
         t[:, _PP] -= gain_p * pp
         self.table[rows] = t
 
-    def predicted_boxes(self) -> np.ndarray:
-        """(N, 4) x1, y1, x2, y2 of every live track (tracked, lost or unconfirmed) as the filter now has it."""
-        return _to_xyxy(self.table[:, :4])
+    def predicted_boxes(self, step: float = 0.0) -> np.ndarray:
+        """(N, 4) x1, y1, x2, y2 of every live track (tracked, lost or unconfirmed) as the filter now has it, or
+        moved on by its velocity `step` frame periods ahead."""
+        t = self.table
+        return _to_xyxy(t[:, :4] + step * t[:, 4:8] if step else t[:, :4])
 
     # --- one frame --------------------------------------------------------------------------------------------
 
     def update(
-        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, dt_s: float, step: float = 1.0
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        dt_s: float,
+        step: float = 1.0,
+        observed: np.ndarray | None = None,
+        now: float = 0.0,
+    ) -> Output:
         """Take one frame's detections, `dt_s` seconds after the previous one (`step`: that time in frame
-        periods, the Kalman filter's time step). Returns the confirmed tracks matched in this frame: their boxes
-        (the filter's estimate), scores and classes (of the matched detection), and track ids."""
+        periods, the Kalman filter's time step; `now`: the frame's time on any clock, returned as `seen`).
+
+        `observed` (K, 4) x1, y1, x2, y2: the frame regions the detections were looked for in (None: all of it).
+        A track whose predicted centre is in none of them was not looked for: unmatched, it is neither lost nor
+        dropped (until `buffer_s` without a match) and, when confirmed and tracked, reported from its prediction.
+        Returns the confirmed tracks matched in this frame and those reported from their prediction: their boxes
+        (the filter's estimate), scores and classes (of their last match), track ids, and `seen`: the `now` of
+        their last match (this frame's for a match)."""
         s = self.settings
         self._frames += 1
         self._predict(step)
@@ -281,26 +317,32 @@ class ByteTrack:
         t[tracks, _STATE] = TRACKED
         t[tracks, _CONFIRMED] = 1.0
         t[tracks, _UNSEEN] = 0.0
-        # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone
+        t[tracks, _SCORE] = scores[dets]
+        t[tracks, _SEEN] = now
+        # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone; unless not looked for
         unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
-        t[unmatched & confirmed, _STATE] = LOST
-        keep = ~(unmatched & ~confirmed) & ~((t[:, _STATE] == LOST) & (t[:, _UNSEEN] > s.buffer_s))
-        det_of = np.full(len(t), -1, np.int64)
-        det_of[tracks] = dets
+        hidden = np.zeros(len(t), bool) if observed is None else unmatched & ~_inside_any(t[:, :2], observed)
+        looked = unmatched & ~hidden
+        t[looked & confirmed, _STATE] = LOST
+        keep = ~((looked & ~confirmed) | (unmatched & (t[:, _UNSEEN] > s.buffer_s)))
+        shown = ~unmatched | hidden & confirmed & (t[:, _STATE] == TRACKED)  # every match is confirmed now
         if not keep.all():
             self.table = t[keep]
-            det_of = det_of[keep]
-        # new tracks from the high-score detections nobody took
+            shown = shown[keep]
+        # new tracks from the high-score detections nobody took (shown at once on the first frame)
         born = np.flatnonzero(free_det & (scores > s.activation + NEW_TRACK_MARGIN))
         first_frame = self._frames == 1
-        self._start(xyah[born], class_ids[born], confirmed=first_frame)
-        det_of = np.concatenate([det_of, born if first_frame else np.full(len(born), -1, np.int64)])
-        rows = np.flatnonzero(det_of >= 0)
-        shown, det = self.table[rows], det_of[rows]
-        return _to_xyxy(shown[:, :4]), scores[det], class_ids[det], shown[:, _ID].astype(np.int64)
+        self._start(xyah[born], class_ids[born], scores[born], now, confirmed=first_frame)
+        rows = self.table[np.flatnonzero(np.concatenate([shown, np.full(len(born), first_frame)]))]
+        return Output(
+            _to_xyxy(rows[:, :4]), rows[:, _SCORE], rows[:, _CLASS].astype(np.int64),
+            rows[:, _ID].astype(np.int64), rows[:, _SEEN],
+        )  # fmt: skip
 
-    def _start(self, xyah: np.ndarray, class_ids: np.ndarray, confirmed: bool) -> None:
+    def _start(
+        self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: bool
+    ) -> None:
         n = len(xyah)
         if not n:
             return
@@ -312,4 +354,6 @@ class ByteTrack:
         new[:, _CLASS] = class_ids
         new[:, _STATE] = TRACKED
         new[:, _CONFIRMED] = float(confirmed)
+        new[:, _SCORE] = scores
+        new[:, _SEEN] = now
         self.table = np.concatenate([self.table, new])

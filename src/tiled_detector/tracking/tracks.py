@@ -30,19 +30,23 @@ PERIODS = 30  # frame intervals kept per camera to estimate its frame period
 @dataclass
 class _Camera:
     tracker: ByteTrack
+    origin_ns: int  # the tracker's clock: nanoseconds since this stamp (exact in float64 for 104 days)
     last_ns: int | None = None
     intervals: deque[float] = field(default_factory=lambda: deque(maxlen=PERIODS))
 
 
 @dataclass(frozen=True)
 class Tracked:
-    """A frame's confirmed tracks: boxes (N, 4) x1, y1, x2, y2 (the tracker's estimate), scores, class ids and
-    track ids (N,) int64 (>= 1, one per object for the life of its track)."""
+    """A frame's confirmed tracks: boxes (N, 4) x1, y1, x2, y2 (the tracker's estimate), scores, class ids,
+    track ids (N,) int64 (>= 1, one per object for the life of its track) and `seen_ns` (N,) int64: the stamp of
+    the frame each was last detected in (the frame's own, except for a track reported from its prediction in a
+    region not looked at: `update`'s `observed`)."""
 
     boxes: np.ndarray
     scores: np.ndarray
     class_ids: np.ndarray
     track_ids: np.ndarray
+    seen_ns: np.ndarray
 
 
 class CameraTracks:
@@ -54,9 +58,16 @@ class CameraTracks:
         self._next_ids: dict[str, int] = {}
 
     def update(
-        self, camera: str, stamp_ns: int, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray
+        self,
+        camera: str,
+        stamp_ns: int,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        observed: np.ndarray | None = None,
     ) -> Tracked:
-        """Feed one frame of `camera` (its header stamp) and return its confirmed tracks."""
+        """Feed one frame of `camera` (its header stamp; `observed`: the regions it was looked at in, None: all of
+        it, see `ByteTrack.update`) and return its confirmed tracks."""
         state = self._cameras.get(camera)
         if state is not None and state.last_ns is not None:
             gap_s = (stamp_ns - state.last_ns) / 1e9
@@ -67,22 +78,38 @@ class CameraTracks:
             elif gap_s > self.settings.buffer_s:
                 state = None  # every track would have been lost for longer than the buffer
         if state is None:
-            state = self._cameras[camera] = _Camera(ByteTrack(self.settings, self._next_ids.get(camera, 1)))
+            tracker = ByteTrack(self.settings, self._next_ids.get(camera, 1))
+            state = self._cameras[camera] = _Camera(tracker, stamp_ns)
         dt_s = 0.0 if state.last_ns is None else (stamp_ns - state.last_ns) / 1e9
         if dt_s > 0:
             state.intervals.append(dt_s)
         period = statistics.median(state.intervals) if state.intervals else 0.0
         step = dt_s / period if period > 0 else 1.0
         state.last_ns = stamp_ns
-        found = state.tracker.update(boxes, scores, class_ids, dt_s, step)
+        found = state.tracker.update(
+            boxes, scores, class_ids, dt_s, step, observed, float(stamp_ns - state.origin_ns)
+        )
         self._next_ids[camera] = state.tracker.next_id
-        return Tracked(found[0].astype(np.float32), found[1].astype(np.float32), found[2], found[3])
+        return Tracked(
+            found.boxes.astype(np.float32), found.scores.astype(np.float32), found.class_ids, found.track_ids,
+            found.seen.astype(np.int64) + state.origin_ns,
+        )  # fmt: skip
 
-    def track(self, camera: str, stamp_ns: int, detections: Detections) -> tuple[Detections, np.ndarray]:
-        """`update` with a frame's `Detections`: the confirmed tracks as `Detections` (the frame's timings kept) and
-        their track ids."""
-        found = self.update(camera, stamp_ns, detections.boxes, detections.scores, detections.class_ids)
-        return Detections(found.boxes, found.scores, found.class_ids, detections.timings), found.track_ids
+    def track(
+        self, camera: str, stamp_ns: int, detections: Detections, observed: np.ndarray | None = None
+    ) -> tuple[Detections, Tracked]:
+        """`update` with a frame's `Detections`: the reported tracks as `Detections` (the frame's timings kept), and
+        all of `Tracked` (ids, when each was last seen)."""
+        found = self.update(
+            camera, stamp_ns, detections.boxes, detections.scores, detections.class_ids, observed
+        )
+        return Detections(found.boxes, found.scores, found.class_ids, detections.timings), found
+
+    def predicted(self, camera: str) -> np.ndarray:
+        """(N, 4) boxes of `camera`'s live tracks (tracked, lost or unconfirmed) one frame period ahead: where to
+        look next (none before its first frame)."""
+        state = self._cameras.get(camera)
+        return np.zeros((0, 4)) if state is None else state.tracker.predicted_boxes(step=1.0)
 
     def reset(self, settings: TrackerSettings | None = None) -> None:
         """End every camera's tracks (their ids keep counting up), taking new `settings` where given."""

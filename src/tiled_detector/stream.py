@@ -1,0 +1,241 @@
+"""A stream of frames through the detector, per camera: the tile budget's schedule, the tracker, and the objects
+in tiles not run this frame, reported from what was seen before. The node, `eval --motion` and `bench` use it;
+`TiledDetector` itself stays stateless (one frame in, its detections out).
+
+Per camera, state and its bounds (all of it follows the camera's tiles and live objects, not the stream's length):
+- the tracks (`tracking.tracks.CameraTracks`, with `tracker` on);
+- with `tile_budget` on: each tile's age (frames since it last ran) for the frame plan in use, and the boxes reported
+  on the last frame (they claim tiles when there is no tracker, and are carried over, see below).
+
+Reset rules (the camera starts over: every tile runs on its next frame): the frame plan changes (frame size,
+`tile_size`, `overlap`, `full_frame`, `roi`, its ignore mask); the stamps go back or jump by more than
+`lost_track_buffer`; `tracker`, a tracker setting or a tile setting changes (every camera); `reset()`.
+
+With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`: those due under
+`max_tile_age`, then those the tracks' predicted boxes claim, then the stalest) plus the full-frame view. An object
+in a tile not run is reported from what was seen before, with the stamp of the frame it was last detected in
+(`seen_ns`; the node puts it in that Detection2D's header): with the tracker, a confirmed track whose predicted
+centre lies in no tile run keeps its state and is reported at its predicted box with its last score (until it is
+looked for again: at most `max_tile_age` frames, every tile runs that often); without it, the last reported box
+whose centre lies in no tile run is kept as it was (with its score), unless a detection of its class overlaps it
+(IoU >= 0.5), for at most `max_tile_age` frames.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tiled_detector.pipeline.encodings import Encoding
+from tiled_detector.pipeline.tiling import TilePlan
+from tiled_detector.tracking.bytetrack import TrackerKind, overlapping
+from tiled_detector.tracking.schedule import claims, schedule, smallest_budget
+from tiled_detector.tracking.tracks import CameraTracks
+from tiled_detector.types import Detections
+
+LOG = logging.getLogger(__name__)
+CARRIED_IOU = 0.5  # a carried box gives way to a detection of its class overlapping it this much
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame: `seen_ns`
+    below the frame's stamp), their track ids (None without a tracker), the stamp each was last detected in, the
+    engine views run for the frame (tiles + full-frame view) and notes for the caller (e.g. why the budget did not
+    apply)."""
+
+    stamp_ns: int
+    detections: Detections
+    track_ids: np.ndarray | None
+    seen_ns: np.ndarray
+    views: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def predicted(self) -> int:
+        """Boxes reported from an earlier frame (in tiles not run in this one)."""
+        return int(np.count_nonzero(self.seen_ns != self.stamp_ns))
+
+
+@dataclass
+class _Camera:
+    """One camera's schedule state (module docstring)."""
+
+    plan: TilePlan | None = None
+    ages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    last_ns: int | None = None
+    boxes: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))  # the last reported frame
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    class_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    seen_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames each was carried
+
+
+class Stream:
+    """The detector over time (module docstring). Not thread-safe: one caller feeds it."""
+
+    def __init__(self, detector: Any) -> None:
+        self.detector = detector  # a `TiledDetector`
+        self._cameras: dict[str, _Camera] = {}
+        self._tracks: CameraTracks | None = None
+        self._key: Any = None
+        self._said: set[tuple[Any, ...]] = set()  # one log line per cause
+
+    def reset(self) -> None:
+        """Every camera starts over (its track ids keep counting up)."""
+        self._cameras.clear()
+        if self._tracks is not None:
+            self._tracks.reset()
+
+    def live_tracks(self) -> int:
+        """Tracks held over all cameras."""
+        return 0 if self._tracks is None else self._tracks.live_tracks()
+
+    def _follow_settings(self) -> None:
+        """A change of the tracker, its settings or the tiles ends every camera's tracks and schedule."""
+        config = self.detector.config
+        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame)
+        if key == self._key:
+            return
+        if self._key is not None:
+            LOG.info("tracker or tile settings changed: every camera's tracks and tile ages start over")
+        self._key = key
+        if self._tracks is None:
+            self._tracks = CameraTracks(config.tracker_settings())
+        else:
+            self._tracks.reset(config.tracker_settings())
+        self._cameras.clear()
+
+    def _say(self, level: int, cause: tuple[Any, ...], text: str) -> None:
+        if cause not in self._said:
+            self._said.add(cause)
+            LOG.log(level, text)
+
+    def budget_for(self, plan: TilePlan) -> int:
+        """The tiles a frame of this plan runs under `tile_budget` (0: off): at most its tile count (with one INFO
+        line), at least the smallest budget that keeps `max_tile_age` (with one WARNING line)."""
+        config, tiles = self.detector.config, plan.num_tiles
+        budget, age = config.tile_budget, config.max_tile_age
+        if not budget:
+            return 0
+        size = f"{plan.frame_hw[1]}x{plan.frame_hw[0]}"
+        if budget > tiles:
+            self._say(logging.INFO, ("clamped", budget, tiles),
+                      f"tile_budget {budget} is more than the {tiles} tiles of a {size} frame: every tile runs")  # fmt: skip
+            return tiles
+        least = smallest_budget(tiles, age)
+        if budget < least:
+            self._say(logging.WARNING, ("raised", budget, tiles, age),
+                      f"tile_budget {budget} cannot run each of the {tiles} tiles of a {size} frame every {age} "
+                      f"frames (max_tile_age): running {least}, the smallest that can")  # fmt: skip
+            return least
+        return budget
+
+    def process(
+        self,
+        frames: Sequence[Any],
+        stamps_ns: Sequence[int],
+        names: Sequence[str],
+        encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
+        slots: Sequence[int] | None = None,
+        mask_cameras: Sequence[str | None] | None = None,
+    ) -> list[StreamResult]:
+        """Detect one frame of each camera `names[k]` (its header stamp `stamps_ns[k]`; `mask_cameras`: the name
+        its ignore mask is given for, see `TiledDetector.detect_many`) and report each as a `StreamResult`."""
+        self._follow_settings()
+        config = self.detector.config
+        masks = [None] * len(frames) if mask_cameras is None else list(mask_cameras)
+        states, plans, chosen, notes = [], [], [], []
+        for frame, stamp, name, mask in zip(frames, stamps_ns, names, masks, strict=True):
+            plan = self.detector.plan_for(frame.shape[0], frame.shape[1], mask)
+            state = self._camera(name, plan, stamp)
+            budget = self.budget_for(plan)
+            picked, note = None, ()
+            if budget and state.plan is None:
+                note = ("tile_budget ignored for a frame with no history: every tile ran",)
+            elif budget:
+                claiming = self._tracks.predicted(name) if self._tracking() else state.boxes  # type: ignore[union-attr]
+                picked = schedule(state.ages, claims(plan.tiles, claiming), budget, config.max_tile_age)
+            states.append(state)
+            plans.append(plan)
+            chosen.append(picked)
+            notes.append(note)
+        found = self.detector.detect_many(frames, encodings, slots, mask_cameras, chosen)
+        return [
+            self._report(name, stamp, state, plan, picked, detections, note)
+            for name, stamp, state, plan, picked, detections, note in zip(
+                names, stamps_ns, states, plans, chosen, found, notes, strict=True
+            )
+        ]
+
+    def _tracking(self) -> bool:
+        return self.detector.config.tracker is not TrackerKind.NONE
+
+    def _camera(self, name: str, plan: TilePlan, stamp: int) -> _Camera:
+        """The camera's state, started over where a reset rule says so (module docstring)."""
+        state = self._cameras.get(name)
+        if state is not None and state.last_ns is not None:
+            gap_s = (stamp - state.last_ns) / 1e9
+            if state.plan is not plan or gap_s < 0 or gap_s > self.detector.config.lost_track_buffer:
+                state = None
+        if state is None:
+            state = self._cameras[name] = _Camera()
+        return state
+
+    def _report(
+        self,
+        name: str,
+        stamp: int,
+        state: _Camera,
+        plan: TilePlan,
+        picked: np.ndarray | None,
+        found: Detections,
+        notes: tuple[str, ...],
+    ) -> StreamResult:
+        """Update the camera's state with a frame's detections and make its `StreamResult`."""
+        config = self.detector.config
+        observed = None if picked is None else plan.tiles[picked].astype(np.float64)
+        views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
+        state.ages = np.ones(plan.num_tiles, np.int64) if picked is None else state.ages + 1
+        if picked is not None:
+            state.ages[picked] = 1
+        state.plan = plan if config.tile_budget else None
+        state.last_ns = stamp
+        track_ids = None
+        if self._tracking():
+            found, tracked = self._tracks.track(name, stamp, found, observed)  # type: ignore[union-attr]
+            track_ids, seen = tracked.track_ids, tracked.seen_ns
+            carried = np.zeros(len(found), np.int64)
+        else:
+            seen, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
+            if observed is not None:
+                found, seen, carried = self._carry(state, found, seen, observed, config.max_tile_age)
+        state.boxes, state.scores, state.class_ids = found.boxes, found.scores, found.class_ids
+        state.seen_ns, state.unseen = seen, carried
+        return StreamResult(stamp, found, track_ids, seen, views, notes)
+
+    @staticmethod
+    def _carry(
+        state: _Camera, found: Detections, seen: np.ndarray, observed: np.ndarray, max_age: int
+    ) -> tuple[Detections, np.ndarray, np.ndarray]:
+        """Without a tracker: the last frame's boxes in no tile run this frame (and no detection of their class
+        on them), carried over with their scores and stamps, for at most `max_age` frames."""
+        centres = (state.boxes[:, :2] + state.boxes[:, 2:]) / 2
+        x, y = centres[:, 0, None], centres[:, 1, None]
+        looked = (x >= observed[:, 0]) & (x < observed[:, 2]) & (y >= observed[:, 1]) & (y < observed[:, 3])
+        looked = looked.any(axis=1)
+        keep = ~looked & (state.unseen + 1 < max_age)
+        i, _, iou = overlapping(state.boxes, found.boxes, state.class_ids, found.class_ids)
+        keep[i[iou >= CARRIED_IOU]] = False
+        boxes = np.concatenate([found.boxes, state.boxes[keep]]).astype(np.float32)
+        scores = np.concatenate([found.scores, state.scores[keep]]).astype(np.float32)
+        class_ids = np.concatenate([found.class_ids, state.class_ids[keep]]).astype(np.int64)
+        return (
+            Detections(boxes, scores, class_ids, found.timings),
+            np.concatenate([seen, state.seen_ns[keep]]),
+            np.concatenate([np.zeros(len(found), np.int64), state.unseen[keep] + 1]),
+        )
