@@ -282,3 +282,28 @@ def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_
     torch.testing.assert_close(out[: plan.batch_size], expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"channels-last contiguous .* in another layout"):
         last.run(frame, plan, encoding, out=torch.zeros_like(out, memory_format=torch.contiguous_format))
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "bgra8", "mono16"])
+@pytest.mark.parametrize(
+    ("size", "tile", "input_hw"),
+    [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
+)  # windows of the frame, windows letterboxed into a smaller input, tiles past the border (a gather)
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_chosen_tiles_equal_the_same_tiles_of_the_whole_batch(
+    encoding, size, tile, input_hw, memory_format, dtype
+):
+    """A tile budget's chosen tiles (indices on the device), then the full-frame view: the same images as those
+    views of the whole plan's batch, in the chosen order."""
+    frame = _frame(np.random.default_rng(5), *size, encoding)
+    plan = make_plan(size, tile, 0.25, input_hw, True)
+    pre = Preprocessor("cpu", dtype, input_hw, memory_format=memory_format)
+    whole = pre.run(frame, plan, encoding).clone()
+    chosen = torch.tensor([plan.num_tiles - 1, 0][: plan.num_tiles])
+    out = pre.new_batch(len(chosen) + 1)
+    pre.prepare_chosen(
+        as_frame_tensor(frame, encoding), plan, Encoding.from_value(encoding), out, chosen, True
+    )
+    torch.testing.assert_close(out[:-1], whole[chosen], rtol=0, atol=0)
+    torch.testing.assert_close(out[-1], whole[-1], rtol=0, atol=0)

@@ -173,7 +173,7 @@ ALTERNATES = {
     "class_thresholds": ["red_disc:0.9", "3:0.8"], "roi": (0.0, 0.5, 1.0, 1.0), "min_box_size": 40.0,
     "max_box_size": 30.0, "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
     "tracker": "bytetrack", "track_activation_threshold": 0.5, "lost_track_buffer": 3.0,
-    "track_matching_threshold": 0.5,
+    "track_matching_threshold": 0.5, "tile_budget": 3, "max_tile_age": 2,
 }  # fmt: skip
 SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
 
@@ -218,6 +218,54 @@ def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_pa
             assert log.count("capture") == captures + 1, name  # a new key: captured again, not replayed stale
             assert not _equal(want, before), name  # the scene shows the setting
         captured.update(**{name: getattr(eager.config, name)})
+
+
+def _chosen_reference(detector: TiledDetector, frames, tiles) -> list:
+    """What running only `tiles` of each frame must give: the full program's candidates of those tiles' and the
+    full-frame views (each view is decoded on its own), post-processed on the exact path."""
+    from tiled_detector.pipeline.encodings import Encoding
+    from tiled_detector.pipeline.postprocess import postprocess, unpack
+
+    plan = batch_plan([detector.plan_for(*f.shape[:2]) for f in frames])
+    device = detector.engine.device
+    tensors = [torch.from_numpy(f).to(device) for f in frames]
+    found = detector._program.candidates(
+        tensors, [Encoding.RGB8] * len(frames), plan, detector.frame_settings
+    )
+    views = [plan.starts[k] + np.r_[t, plan.plans[k].num_tiles] for k, t in enumerate(tiles)]
+    wanted = torch.isin(found.image_index, torch.as_tensor(np.concatenate(views), device=device))
+    packed = postprocess(found._replace(valid=found.valid & wanted), plan, detector.frame_settings, None)
+    return unpack(packed.cpu().numpy(), len(frames))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_chosen_tiles_replay_one_capture_per_count_and_equal_the_full_programs_views(device, scenes):
+    """A tile budget's chosen tiles (two frames of different sizes in one batch): every selection with the same
+    counts replays one capture and equals the full program's candidates of those views; a selection of every
+    tile equals plain detection."""
+    eager = TiledDetector(backend="torch", device=device, conf_threshold=0.05, cuda_graph=False)
+    log: list[str] = []
+    capture = _replaying_capture(log) if device == "cpu" else _counting_graph(log)
+    captured = TiledDetector.from_config(
+        eager.config.replace(cuda_graph=True), engine=eager.engine, capture=capture
+    )
+    captured._sync_free = True
+    frames = scenes[1:]  # 1280x720 (6 tiles), 1920x1080 (8 tiles)
+    selections = [([0, 2], [1, 4, 7]), ([3, 5], [0, 5, 6]), ([1, 4], [2, 3, 7])]
+    for _ in range(2):  # the sync-free limits settle (a grown limit is a new key)
+        captured.detect_many(frames, tiles=[np.array(t) for t in selections[0]])
+    log.clear()
+    for tiles in selections:
+        got = captured.detect_many(frames, tiles=[np.array(t) for t in tiles])
+        for rows, found in zip(_chosen_reference(eager, frames, tiles), got, strict=True):
+            np.testing.assert_allclose(found.boxes, rows[:, :4], atol=1e-3)
+            np.testing.assert_allclose(found.scores, rows[:, 4], atol=1e-5)
+            np.testing.assert_array_equal(found.class_ids, rows[:, 5].astype(np.int64))
+    assert log == ["replay"] * len(selections)  # other tiles, same counts: the same capture replayed
+    every = [np.arange(captured.plan_for(*f.shape[:2]).num_tiles) for f in frames]
+    for a, b in zip(captured.detect_many(frames, tiles=every), eager.detect_many(frames), strict=True):
+        _same(a, b)
+    assert log.count("capture") >= 1  # other counts: another capture
 
 
 def _counting_graph(log: list[str]):
