@@ -10,6 +10,7 @@ import pytest
 from tiled_detector.tools.evaluation import (
     CONFIGS,
     METRICS,
+    STREAM_METRICS,
     coco_metrics,
     config_changes,
     duplicate_count,
@@ -158,8 +159,42 @@ def test_eval_motion_tracks_one_moving_scene_and_adds_the_mot_metrics(tmp_path, 
     assert (
         report["motion"] and report["tracker"] == "bytetrack"
     )  # the tracker is on unless --tracker says not
-    assert set(values) == {*METRICS, "IDF1", "MOTA", "id_switches"} and values["IDF1"] > 0.7, values
-    assert "| IDF1 | MOTA | id_switches |" in (tmp_path / "eval.md").read_text()
+    assert set(values) == {*METRICS, "IDF1", "MOTA", "id_switches", *STREAM_METRICS} and values["IDF1"] > 0.7
+    assert values["views_per_frame"] == values["views_per_frame_max"] == 3 and values["predicted_boxes"] == 0
+    assert "| IDF1 | MOTA | id_switches | views_per_frame |" in (tmp_path / "eval.md").read_text()
     assert main([*args, "--json", "--configs", "tiles+full", "--tracker", "none"]) == 0
     untracked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["configs"]["tiles+full"]
     assert untracked["IDF1"] < values["IDF1"] and untracked["AP50"] == pytest.approx(values["AP50"], abs=0.05)
+
+
+def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> None:
+    from tiled_detector.cli import main
+
+    args = [
+        "eval",
+        "--motion",
+        "--frames",
+        "6",
+        "--width",
+        "1920",
+        "--height",
+        "1080",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main([*args, "--json", "--budgets", "2", "4", "--max-tile-age", "4"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    every, two, four = (report["configs"][name] for name in ("every tile", "tile_budget 2", "tile_budget 4"))
+    assert every["views_per_frame"] == 9 and every["predicted_boxes"] == 0
+    # two frames of history run every tile (the tracker learns the motion), then 2 (or 4) tiles + the full view
+    assert two["views_per_frame"] == pytest.approx((2 * 9 + 4 * 3) / 6) and two["views_per_frame_max"] == 9
+    assert four["views_per_frame"] == pytest.approx((2 * 9 + 4 * 5) / 6)
+    assert two["predicted_boxes"] > 0 and two["latency_max"] <= 4
+    assert {"latency_p50", "latency_p95", "frames_per_second"} <= set(two)
+    assert (tmp_path / "eval.png").stat().st_size > 0 and "tile_budget 2" in (
+        tmp_path / "eval.md"
+    ).read_text()
+    # a budget that cannot keep the age bound for the frame's 8 tiles is refused with the smallest that can
+    assert main([*args, "--budgets", "1", "--max-tile-age", "4"]) == 1
+    assert "the smallest that can is 2" in capsys.readouterr().err
+    assert main(["eval", "--budgets", "2", "--out", str(tmp_path)]) == 2  # budgets need a moving scene

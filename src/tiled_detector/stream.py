@@ -15,9 +15,9 @@ With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracki
 `max_tile_age`, then those the tracks' predicted boxes claim, then the stalest) plus the full-frame view. An object
 in a tile not run is reported from what was seen before, with the stamp of the frame it was last detected in
 (`seen_ns`; the node puts it in that Detection2D's header): with the tracker, a confirmed track whose predicted
-centre lies in no tile run keeps its state and is reported at its predicted box with its last score (until it is
+box no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
 looked for again: at most `max_tile_age` frames, every tile runs that often); without it, the last reported box
-whose centre lies in no tile run is kept as it was (with its score), unless a detection of its class overlaps it
+that no tile run holds whole is kept as it was (with its score), unless a detection of its class overlaps it
 (IoU >= 0.5), for at most `max_tile_age` frames.
 """
 
@@ -32,13 +32,26 @@ import numpy as np
 
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
-from tiled_detector.tracking.bytetrack import TrackerKind, overlapping
-from tiled_detector.tracking.schedule import claims, schedule, smallest_budget
+from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
+from tiled_detector.tracking.schedule import TENTATIVE_WEIGHT, claims, schedule, smallest_budget
 from tiled_detector.tracking.tracks import CameraTracks
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
 CARRIED_IOU = 0.5  # a carried box gives way to a detection of its class overlapping it this much
+
+
+def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
+    """Why `budget` (0: off) cannot keep `max_age` for frames of this plan (naming the smallest budget that can),
+    or None."""
+    least = smallest_budget(plan.num_tiles, max_age)
+    if not budget or budget >= least:
+        return None
+    return (
+        f"tile_budget {budget} cannot run each of the {plan.num_tiles} tiles of a {plan.frame_hw[1]}x"
+        f"{plan.frame_hw[0]} frame at least once every {max_age} frames (max_tile_age): the smallest that can is "
+        f"{least}"
+    )
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class _Camera:
     """One camera's schedule state (module docstring)."""
 
     plan: TilePlan | None = None
+    frames: int = 0  # frames of this plan in a row (the history the schedule has)
     ages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     last_ns: int | None = None
     boxes: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))  # the last reported frame
@@ -127,11 +141,10 @@ class Stream:
             self._say(logging.INFO, ("clamped", budget, tiles),
                       f"tile_budget {budget} is more than the {tiles} tiles of a {size} frame: every tile runs")  # fmt: skip
             return tiles
-        least = smallest_budget(tiles, age)
-        if budget < least:
-            self._say(logging.WARNING, ("raised", budget, tiles, age),
-                      f"tile_budget {budget} cannot run each of the {tiles} tiles of a {size} frame every {age} "
-                      f"frames (max_tile_age): running {least}, the smallest that can")  # fmt: skip
+        problem = budget_problem(plan, budget, age)
+        if problem:
+            least = smallest_budget(tiles, age)
+            self._say(logging.WARNING, ("raised", budget, tiles, age), f"{problem}; running {least}")
             return least
         return budget
 
@@ -155,11 +168,11 @@ class Stream:
             state = self._camera(name, plan, stamp)
             budget = self.budget_for(plan)
             picked, note = None, ()
-            if budget and state.plan is None:
+            if budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
-                claiming = self._tracks.predicted(name) if self._tracking() else state.boxes  # type: ignore[union-attr]
-                picked = schedule(state.ages, claims(plan.tiles, claiming), budget, config.max_tile_age)
+                picked = schedule(state.ages, self._claims(name, state, plan), budget, config.max_tile_age)
+                picked = None if len(picked) == plan.num_tiles else picked  # every tile: as without a budget
             states.append(state)
             plans.append(plan)
             chosen.append(picked)
@@ -174,6 +187,19 @@ class Stream:
 
     def _tracking(self) -> bool:
         return self.detector.config.tracker is not TrackerKind.NONE
+
+    def _history(self) -> int:
+        """Frames of a camera that run every tile before the budget applies: two with a tracker (its tracks then
+        know their motion), else one."""
+        return 2 if self._tracking() else 1
+
+    def _claims(self, name: str, state: _Camera, plan: TilePlan) -> np.ndarray:
+        """How much each tile is claimed: by the tracks' predicted boxes (tentative ones weigh more), or without a
+        tracker by the last reported boxes."""
+        if not self._tracking():
+            return claims(plan.tiles, state.boxes)
+        boxes, tentative = self._tracks.predicted(name)  # type: ignore[union-attr]
+        return claims(plan.tiles, boxes, np.where(tentative, TENTATIVE_WEIGHT, 1))
 
     def _camera(self, name: str, plan: TilePlan, stamp: int) -> _Camera:
         """The camera's state, started over where a reset rule says so (module docstring)."""
@@ -203,7 +229,8 @@ class Stream:
         state.ages = np.ones(plan.num_tiles, np.int64) if picked is None else state.ages + 1
         if picked is not None:
             state.ages[picked] = 1
-        state.plan = plan if config.tile_budget else None
+        state.plan = plan
+        state.frames += 1
         state.last_ns = stamp
         track_ids = None
         if self._tracking():
@@ -222,12 +249,9 @@ class Stream:
     def _carry(
         state: _Camera, found: Detections, seen: np.ndarray, observed: np.ndarray, max_age: int
     ) -> tuple[Detections, np.ndarray, np.ndarray]:
-        """Without a tracker: the last frame's boxes in no tile run this frame (and no detection of their class
-        on them), carried over with their scores and stamps, for at most `max_age` frames."""
-        centres = (state.boxes[:, :2] + state.boxes[:, 2:]) / 2
-        x, y = centres[:, 0, None], centres[:, 1, None]
-        looked = (x >= observed[:, 0]) & (x < observed[:, 2]) & (y >= observed[:, 1]) & (y < observed[:, 3])
-        looked = looked.any(axis=1)
+        """Without a tracker: the last frame's boxes that no tile run this frame holds whole (and no detection of
+        their class overlaps), carried over with their scores and stamps, for at most `max_age` frames."""
+        looked = inside_any(state.boxes, observed)
         keep = ~looked & (state.unseen + 1 < max_age)
         i, _, iou = overlapping(state.boxes, found.boxes, state.class_ids, found.class_ids)
         keep[i[iou >= CARRIED_IOU]] = False

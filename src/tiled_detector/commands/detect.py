@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from tiled_detector.types import Detections
 
 
+# still images have no history to schedule tiles from (replay a bag, or run the node, for a stream)
+BUDGET_NOTE = "tile_budget ignored: a still image has no history (every tile ran)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the detect subcommand."""
     parser.add_argument(
@@ -75,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        print(json.dumps({"model": str(detector.config.model), "images": results}))
+        notes = [BUDGET_NOTE] if detector.config.tile_budget else []
+        print(json.dumps({"model": str(detector.config.model), "images": results, "notes": notes}))
+    elif detector.config.tile_budget:
+        print(f"note: {BUDGET_NOTE}", file=sys.stderr)
     return status
 
 

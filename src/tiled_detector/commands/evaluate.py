@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--motion", action="store_true",
                         help="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
                              "otherwise): IDF1, MOTA and identity switches too")  # fmt: skip
+    parser.add_argument("--pan", type=float, default=0.0, metavar="PIXELS_PER_FRAME",
+                        help="with --motion: the camera pans this many pixels per frame (default 0)")  # fmt: skip
+    parser.add_argument("--budgets", type=int, nargs="+", default=[], metavar="N",
+                        help="with --motion: compare these tile_budget values (and every tile, 0) side by side: "
+                             "views per frame, frames/s, new-object latency; the chart plots them")  # fmt: skip
     add_settings(parser)
 
 
@@ -39,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.frames < 1:
         print(f"--frames must be at least 1, got {args.frames}", file=sys.stderr)
+        return 2
+    if args.budgets and (not args.motion or min(args.budgets) < 0):
+        print("--budgets takes tile budgets >= 0 (0: every tile) and needs --motion", file=sys.stderr)
         return 2
     values = parameter_values(args)
     if args.motion and "tracker" not in flag_parameters(args):
@@ -50,9 +58,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"eval: {done}/{total} frames", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
+    from tiled_detector.stream import budget_problem
+
+    plan = detector.plan_for(args.height, args.width)
+    for budget in [detector.config.tile_budget, *args.budgets]:
+        problem = budget_problem(plan, budget, detector.config.max_tile_age)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
     results = evaluate(
-        detector, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion
-    )
+        detector, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion,
+        pan=args.pan, budgets=args.budgets,
+    )  # fmt: skip
     meta = {
         "model": str(detector.config.model),
         "backend": detector.engine.backend.value,
@@ -61,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         "frames": args.frames,
         "motion": args.motion,
         "tracker": detector.config.tracker.value,
+        "pan": args.pan,
+        "max_tile_age": detector.config.max_tile_age,
         "seed": args.seed,
         "frame_size": f"{args.width}x{args.height}",
         "seconds": round(time.perf_counter() - start, 1),

@@ -16,7 +16,10 @@ EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 
 
   The last line printed with --json is one JSON object:
     {"frames_sent": 30, "frames_answered": 30, "dropped": 0, "AP50": 0.9, "precision": ..., "recall": ...,
-     "latency_ms_p50": ..., "latency_ms_p95": ..., "IDF1": ..., "MOTA": ..., "id_switches": ..., ...}
+     "latency_ms_p50": ..., "latency_ms_p95": ..., "IDF1": ..., "MOTA": ..., "id_switches": ...,
+     "views_per_frame": 9.2, "views_per_frame_max": 33, "frames_per_second": ..., "predicted_boxes": ...}
+  views_per_frame (mean, max) are the engine views the node ran per frame (tiles + full-frame view, from its
+  /diagnostics); predicted_boxes counts detections reported from an earlier frame (tile_budget: tiles not run).
   Scores use the bag's /ground_truth (vision_msgs/Detection2DArray, class_id = label name) over the answered
   frames; frames without an answer count as dropped (gate them with --max-drop-rate).
   lockstep (default) sends a frame, waits for its detections (matched by header stamp), then the next: it
@@ -144,4 +147,7 @@ def _describe(summary: dict[str, object]) -> str:
             else f"\nIDF1 {number(summary['IDF1'], '.3f')}, MOTA {number(summary['MOTA'], '.3f')}, "
             f"identity switches {summary['id_switches']} (ground truth identities, IoU 0.5)"
         )
+        + f"\nviews per frame {number(summary['views_per_frame'], '.1f')} (max {summary['views_per_frame_max']}), "
+        f"{number(summary['frames_per_second'], '.2f')} frames/s, {summary['predicted_boxes']} boxes reported "
+        "from an earlier frame"
     )

@@ -32,10 +32,11 @@ import numpy as np
 from tiled_detector.harness import bags
 from tiled_detector.harness.recording import IDENTITIES
 from tiled_detector.harness.report import FrameRecord, Mode, ReplayReport, class_names, summarize, to_arrays
-from tiled_detector.messages.detections import msg_ids
+from tiled_detector.messages.detections import msg_carried, msg_ids
 from tiled_detector.tools.scoring import mot_metrics
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
+DIAGNOSTICS_WAIT_S = 5.0  # seconds to wait for the node's /diagnostics to count every answered frame
 
 
 class ReplayError(RuntimeError):
@@ -113,6 +114,7 @@ class _Played:
     answers: dict[int, Any] = field(default_factory=dict)
     arrivals: dict[int, float] = field(default_factory=dict)
     detections_topic: str = ""
+    node_values: dict[str, str] = field(default_factory=dict)  # the node's last /diagnostics key/values
 
 
 def _unique_stamps(frames: Iterable[bags.BagMessage]) -> Iterator[bags.BagMessage]:
@@ -162,6 +164,7 @@ def _prime(client: Any, frame: bags.BagMessage, timeout: float) -> float:
 def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, options: ReplayOptions) -> _Played:
     """Start (or attach to) the node, play `frames` into it and collect its answers."""
     from builtin_interfaces.msg import Time
+    from diagnostic_msgs.msg import DiagnosticArray
     from rosgraph_msgs.msg import Clock
 
     from tiled_detector.harness.client import DetectorClient
@@ -203,6 +206,7 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
             )
             raise ReplayError(f"{why}{':' if log else ''}\n{log}".rstrip())
         played.detections_topic = client.detections_subscription.topic_name
+        diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
         clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
         start, first_time = 0.0, 0
         for index, frame in enumerate(_unique_stamps(frames)):
@@ -222,10 +226,24 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
                 client.wait_for_stamp(frame.stamp_ns, options.timeout)
         if realtime and played.sent:
             client.wait_for_stamp(played.sent[-1][0], options.timeout)
+        answered = sum(stamp in client.detections for stamp, _ in played.sent)
+        client.wait_until(lambda: _counted(diagnostics, answered) is not None, DIAGNOSTICS_WAIT_S)
+        played.node_values = _counted(diagnostics, answered) or {}
     stamps = {stamp for stamp, _ in played.sent}  # the client is closed: its dicts no longer change
     played.answers = {s: m for s, m in client.detections.items() if s in stamps}
     played.arrivals = {s: t for s, t in client.arrivals.items() if s in stamps}
     return played
+
+
+def _counted(diagnostics: list[Any], answered: int) -> dict[str, str] | None:
+    """The key/values of the newest /diagnostics status (the node's whole, not a camera's) that counts at least
+    `answered` processed frames, or None."""
+    for array in reversed(diagnostics):
+        for status in array.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "views_per_frame" in values and int(values.get("frames_processed", -1)) >= answered:
+                return values
+    return None
 
 
 def replay_bag(
@@ -273,8 +291,16 @@ def replay_bag(
             [(truth[r.stamp_ns][0], msg_ids(truth_messages[r.stamp_ns])) for r in scored],
             [empty if r.detections is None else (r.detections[0], r.ids) for r in scored],
         )
+    answered = [played.arrivals[stamp] for stamp, _ in played.sent if stamp in played.arrivals]
+    elapsed = max(answered) - played.sent[0][1] if answered and played.sent else 0.0
+    work = {
+        "views_per_frame": float(played.node_values["views_per_frame"]) if played.node_values else None,
+        "views_per_frame_max": int(played.node_values["views_per_frame_max"]) if played.node_values else None,
+        "frames_per_second": len(answered) / elapsed if elapsed > 0 else None,
+        "predicted_boxes": sum(msg_carried(m) for m in played.answers.values()),
+    }
     report = dataclasses.replace(
-        summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking
+        summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking, work=work
     )
     if output is not None:
         _record(Path(output), played, info.storage, report, records, labels)

@@ -17,6 +17,8 @@ import numpy as np
 from tiled_detector.options import Option
 from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
+WORK_KEYS = ("views_per_frame", "views_per_frame_max", "frames_per_second", "predicted_boxes")
+
 
 class Mode(Option):
     """How frames are played into the node."""
@@ -60,6 +62,10 @@ class ReplayReport:
     records: tuple[FrameRecord, ...] = field(default=(), compare=False, repr=False)  # per frame sent
     labels: tuple[str, ...] = ()  # class names indexed by the records' class ids
     tracking: dict[str, float | int] | None = None  # IDF1, MOTA, id_switches (ground truth with identities)
+    # the node's work: views_per_frame (mean, max; from its /diagnostics), frames_per_second (answers over the
+    # time from the first frame sent to the last answer), predicted_boxes (detections reported from an earlier
+    # frame: a tile budget's tiles not run)
+    work: dict[str, float | int | None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -83,6 +89,7 @@ class ReplayReport:
             "latency_ms_p50": self.latency_ms_p50,
             "latency_ms_p95": self.latency_ms_p95,
             **{key: (self.tracking or {}).get(key) for key in ("IDF1", "MOTA", "id_switches")},
+            **{key: (self.work or {}).get(key) for key in WORK_KEYS},
         }
 
 

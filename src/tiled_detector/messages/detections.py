@@ -8,7 +8,9 @@ Boxes are in the image's pixel frame. Each Detection2D carries the image header 
 class id is the label name when known, else the decimal class id. Detection2D.id is the detection's index in
 its array ("0", "1", ...; the node publishes them best score first): stable for a given frame and model, unique
 within the array, not an identity across frames; with track ids given (the node's `tracker` on) it is the track id
-instead ("17"): the same string for the same object in every frame of its track.
+instead ("17"): the same string for the same object in every frame of its track. A detection reported from an
+earlier frame (a tile budget's tile not run in this one: `seen_ns`) carries that frame's stamp in its own header;
+every other detection carries the array's header.
 """
 
 from __future__ import annotations
@@ -70,12 +72,14 @@ def detections_to_msg(
     labels: Labels | None = None,
     *,
     track_ids: Any = None,
+    seen_ns: Any = None,
     msg_types: Any = None,
 ) -> Any:
     """Boxes (N, 4) x1, y1, x2, y2 in image pixels, scores (clipped to [0, 1]), class ids -> Detection2DArray.
 
     `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
-    ids (default: their index). `msg_types` is a namespace with Detection2DArray, Detection2D and
+    ids (default: their index). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
+    the header's gets a copy of the header at that stamp. `msg_types` is a namespace with Detection2DArray, Detection2D and
     ObjectHypothesisWithPose (default: vision_msgs.msg).
     """
     if msg_types is None:
@@ -88,12 +92,20 @@ def detections_to_msg(
     tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
     if tags is not None and len(tags) != len(class_names):
         raise ValueError(f"need one track id per detection, got {len(tags)} for {len(class_names)}")
+    frame_ns = int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+    seen = (
+        [frame_ns] * len(class_names)
+        if seen_ns is None
+        else np.asarray(seen_ns, np.int64).reshape(-1).tolist()
+    )
+    if len(seen) != len(class_names):
+        raise ValueError(f"need one seen stamp per detection, got {len(seen)} for {len(class_names)}")
     detections = []
     for rank, ((cx, cy), (width, height), score, name) in enumerate(
         zip(centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
     ):
         detection = msg_types.Detection2D()
-        detection.header = header
+        detection.header = header if seen[rank] == frame_ns else _at(header, seen[rank])
         if hasattr(detection, "id"):  # vision_msgs >= 3
             detection.id = str(rank) if tags is None else tags[rank]
         center = _center(detection.bbox)
@@ -139,6 +151,19 @@ def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarra
     half = values[:, 2:4] / 2
     boxes = np.concatenate([values[:, :2] - half, values[:, :2] + half], axis=1)
     return boxes.astype(np.float32), values[:, 4].astype(np.float32), np.asarray(class_ids, dtype=np.int64)
+
+
+def _at(header: Any, stamp: int) -> Any:
+    """A copy of a std_msgs Header at another stamp (ns)."""
+    sec, nanosec = divmod(int(stamp), 1_000_000_000)
+    return type(header)(stamp=type(header.stamp)(sec=sec, nanosec=nanosec), frame_id=header.frame_id)
+
+
+def msg_carried(msg: Any) -> int:
+    """How many detections of a Detection2DArray were reported from an earlier frame (their header's stamp is not
+    the array's)."""
+    stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
+    return sum((d.header.stamp.sec, d.header.stamp.nanosec) != stamp for d in msg.detections)
 
 
 def msg_ids(msg: Any) -> np.ndarray:

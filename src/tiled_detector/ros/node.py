@@ -45,10 +45,8 @@ from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
 from tiled_detector.ros.stats import FrameSlots, LostFrames, Stats
+from tiled_detector.stream import Stream, StreamResult
 from tiled_detector.tools.annotate import annotate, annotated_encoding
-from tiled_detector.tracking.bytetrack import TrackerKind
-from tiled_detector.tracking.tracks import CameraTracks
-from tiled_detector.types import Detections
 
 try:  # Iron and later
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -106,11 +104,8 @@ class DetectorNodeBase(NodeParameters):
     _timer: Any = None
     diagnostics_pub: Any = None
     vision_info_pub: Any = None
-    _tracks: CameraTracks | None = (
-        None  # per-camera tracks, kept (with their id counters) for the node's life
-    )
-    _tracking = False  # `tracker` is on
-    _tracks_key: Any = None  # the settings the tracks were made with: a change resets them
+    # per-camera tracks and tile schedules, kept (with the track id counters) for the node's life
+    _stream: Stream | None = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
 
     def _configure(self) -> None:
@@ -129,6 +124,9 @@ class DetectorNodeBase(NodeParameters):
         values[LABELS_PARAMETER] = self._show_loaded(LABELS_PARAMETER, self.labels)
         # used by the worker thread (it applies parameter changes between frames)
         self._detector = detector
+        if self._stream is None:
+            self._stream = Stream(detector)
+        self._stream.detector = detector
         # the detector settings and the parameter values they come from, swapped together under the lock
         with self._state_lock:
             self._state = (detector.config, values)
@@ -221,9 +219,8 @@ class DetectorNodeBase(NodeParameters):
             self._timer = None
         with self._state_lock:
             self._state = None
-        if self._tracks is not None:  # a cleanup ends every track (the ids keep counting up)
-            self._tracks.reset()
-        self._tracks_key, self._tracking = None, False
+        if self._stream is not None:  # a cleanup ends every track and schedule (the ids keep counting up)
+            self._stream.reset()
         device = self._detector.engine.device if self._detector is not None else None
         self._detector = None
         gc.collect()
@@ -284,7 +281,6 @@ class DetectorNodeBase(NodeParameters):
         detector = self._detector
         if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
             detector.reconfigure(config)
-        self._follow_tracker_settings(config)
         batch = []
         for index, (msg, received) in items:
             try:
@@ -301,7 +297,7 @@ class DetectorNodeBase(NodeParameters):
         for (index, msg, received, frame, encoding), found in zip(batch, self._detect(batch), strict=True):
             if found is None:
                 continue
-            detections = found
+            detections = found.detections
             camera = self.cameras[index]
             camera.last_hw = frame.shape[:2]
             if encoding.startswith("mono") and not self._warned_mono:
@@ -310,15 +306,11 @@ class DetectorNodeBase(NodeParameters):
                     f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B "
                     "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
                 )
-            track_ids = None
-            if self._tracking and self._tracks is not None:  # the confirmed tracks replace the detections
-                detections, track_ids = self._tracks.track(
-                    camera.topics.name, stamp_ns(msg.header.stamp), found
-                )
+            track_ids = found.track_ids
             camera.detections_pub.publish(
                 detections_to_msg(
                     detections.boxes, detections.scores, detections.class_ids, msg.header, labels,
-                    track_ids=track_ids,
+                    track_ids=track_ids, seen_ns=found.seen_ns,
                 )
             )  # fmt: skip
             if camera.debug_pub.get_subscription_count() > 0:
@@ -328,24 +320,9 @@ class DetectorNodeBase(NodeParameters):
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
                 self._count(camera, "annotated")
             latency_ms = (time.monotonic() - received) * 1e3
-            camera.stats.record(latency_ms, detections.timings)
+            camera.stats.record(latency_ms, detections.timings, found.views, found.predicted)
             if camera.stats is not self.stats:
-                self.stats.record(latency_ms, detections.timings)
-
-    def _follow_tracker_settings(self, config: Any) -> None:
-        """Track while `tracker` is on; a change of the tracker, its settings or the tiles ends every track (the
-        ids keep counting up: an id is never given to two objects in one run of the node)."""
-        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame)
-        if key == self._tracks_key:
-            return
-        if self._tracking:
-            self.get_logger().info("tracker or tile settings changed: every camera's tracks start over")
-        self._tracks_key = key
-        self._tracking = config.tracker is not TrackerKind.NONE
-        if self._tracks is None:
-            self._tracks = CameraTracks(config.tracker_settings())
-        else:
-            self._tracks.reset(config.tracker_settings())
+                self.stats.record(latency_ms, detections.timings, found.views, found.predicted)
 
     def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there
@@ -358,15 +335,18 @@ class DetectorNodeBase(NodeParameters):
             self._count(self.cameras[index], "cpu_decoded")
         return self._convert(msg)
 
-    def _detect(self, batch: list[tuple[int, Any, float, Any, str]]) -> list[Detections | None]:
-        """Detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one batch; when
-        that fails, each frame alone, so that one bad frame costs only its own camera (None: failed, counted)."""
+    def _detect(self, batch: list[tuple[int, Any, float, Any, str]]) -> list[StreamResult | None]:
+        """The reported detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one
+        batch (through the stream: tile budget, tracks); when that fails, each frame alone, so that one bad frame
+        costs only its own camera (None: failed, counted)."""
         if not batch:
             return []
+        assert self._stream is not None
         try:
-            return list(self._detector.detect_many(
-                [b[3] for b in batch], [b[4] for b in batch], slots=[b[0] for b in batch],
-                cameras=[self._mask_camera(b[0]) for b in batch],
+            return list(self._stream.process(
+                [b[3] for b in batch], [stamp_ns(b[1].header.stamp) for b in batch],
+                [self.cameras[b[0]].topics.name for b in batch], [b[4] for b in batch],
+                slots=[b[0] for b in batch], mask_cameras=[self._mask_camera(b[0]) for b in batch],
             ))  # fmt: skip
         except (RuntimeError, ValueError) as error:
             if len(batch) == 1:

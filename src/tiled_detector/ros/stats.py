@@ -80,6 +80,11 @@ class Stats:
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
         self.stages: dict[str, deque[float]] = {}
+        self.views, self.views_max, self.predicted = (
+            0,
+            0,
+            0,
+        )  # engine views run, their most in a frame, carried
         self._last_counts = dict(self.counts)
         self._last_time = time.monotonic()
 
@@ -88,10 +93,16 @@ class Stats:
         with self.lock:
             self.counts[name] += count
 
-    def record(self, latency_ms: float, timings: dict[str, float]) -> None:
-        """Record one processed frame."""
+    def record(
+        self, latency_ms: float, timings: dict[str, float], views: int = 0, predicted: int = 0
+    ) -> None:
+        """Record one processed frame: its latency, stage timings, engine views run and boxes reported from an
+        earlier frame."""
         with self.lock:
             self.counts["processed"] += 1
+            self.views += views
+            self.views_max = max(self.views_max, views)
+            self.predicted += predicted
             self.latency_ms.append(latency_ms)
             for stage, ms in timings.items():
                 self.stages.setdefault(stage, deque(maxlen=self.WINDOW)).append(ms)
@@ -104,6 +115,9 @@ class Stats:
             out: dict[str, float | int] = {f"frames_{k}": v for k, v in self.counts.items()}
             out["input_rate_hz"] = (self.counts["received"] - self._last_counts["received"]) / elapsed
             out["output_rate_hz"] = (self.counts["processed"] - self._last_counts["processed"]) / elapsed
+            out["views_per_frame"] = self.views / max(self.counts["processed"], 1)
+            out["views_per_frame_max"] = self.views_max
+            out["predicted_boxes"] = self.predicted
             for name in ("dropped", "lost", "malformed", "failed"):
                 out[f"{name}_since_last"] = self.counts[name] - self._last_counts[name]
             self._last_counts, self._last_time = dict(self.counts), now

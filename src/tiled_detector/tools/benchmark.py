@@ -29,14 +29,17 @@ from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline.program import cuda_graph
+from tiled_detector.stream import Stream
 from tiled_detector.tools.synthetic import make_scene
 
 T = TypeVar("T")
 
-COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "detections", "total_ms", "total_p95_ms",
+COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "views_per_frame", "views_per_frame_max",
+           "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
            "tracker_300_ms", "status")  # fmt: skip
 TRACKED_DETECTIONS = 300  # detections per frame of the tracker's cost column
+FRAME_NS = 33_333_333  # a benchmarked stream's frame period (30 Hz)
 
 
 @dataclass
@@ -139,15 +142,31 @@ def measure(
     progress: Callable[..., None] = lambda steps=1: None,
 ) -> Row:
     """Alternate the pipeline and the model alone `runs` times after `warmup` rounds; fill `row`. A torch `frame`
-    on the engine's device is timed from there (no host-to-device copy: GPU-decoded or zero-copy sources)."""
+    on the engine's device is timed from there (no host-to-device copy: GPU-decoded or zero-copy sources).
+
+    With `tile_budget` the frame is a stream (the same frame every 33 ms, through `Stream`: schedule and tracks
+    included in the time); views per frame are those of the timed runs, and the model alone runs that many
+    views (the warm-up runs every tile on the stream's first frames)."""
     device = detector.engine.device
     plan = detector.plan_for(*frame.shape[:2])
-    eager, graph = model_only(detector, plan.batch_size)
+    stream, counted = Stream(detector), []
+
+    def step() -> None:
+        if not detector.config.tile_budget:
+            stages.append(detector.detect(frame).timings)
+            counted.append(plan.batch_size)
+            return
+        result = stream.process([frame], [len(counted) * FRAME_NS], ["bench"])[0]
+        stages.append(result.detections.timings)
+        counted.append(result.views)
+
+    budget = stream.budget_for(plan)
+    eager, graph = model_only(detector, budget + int(plan.full_frame) if budget else plan.batch_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     walls, model, model_graph, stages = [], [], [], []
     for i in range(warmup + runs):
-        wall = _timed(lambda: stages.append(detector.detect(frame).timings), device)
+        wall = _timed(step, device)
         model_ms = _timed(eager, device)
         graph_ms = _timed(graph, device) if graph is not None else float("nan")
         if i >= warmup:
@@ -165,6 +184,8 @@ def measure(
         # the frame captured whole, captured around an engine that cannot be (its calls eager), or not at all
         cuda_graph="split" if detector._runner.split else "whole" if detector._runner.captures else "off",
         views=plan.batch_size,
+        views_per_frame=round(float(np.mean(counted[warmup:])), 2),
+        views_per_frame_max=int(max(counted[warmup:])),
         detections=found,
         total_ms=round(total, 3),
         total_p95_ms=round(_p95(walls), 3),
@@ -274,19 +295,22 @@ def _model_ms(row: Row) -> float | None:
 
 
 def table(rows: Sequence[Row]) -> str:
-    """A fixed-width table of the main columns (views: engine images per frame)."""
-    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>5} {'total ms':>9} {'model ms':>9} "
+    """A fixed-width table of the main columns (views: engine images per frame; under a tile budget, the mean run
+    per frame / the plan's)."""
+    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>7} {'total ms':>9} {'model ms':>9} "
              f"{'ratio':>6} {'fps':>7}  status"]  # fmt: skip
     for row in rows:
         v = row.values
         if row.status != "ok":
-            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>5} {'':>9} {'':>9} {'':>6} "
+            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>7} {'':>9} {'':>9} {'':>6} "
                          f"{'':>7}  {row.status}")  # fmt: skip
             continue
         model = _model_ms(row)  # None for a peer, timed end to end only
         model_text, ratio = ("", "") if model is None else (f"{model:.2f}", f"{v['ratio']:.2f}")
-        views = v.get("views", "")
-        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>5} {v['total_ms']:>9.2f} "
+        views = v.get("views", "")  # with a tile budget: the mean views run per frame of the plan's
+        if v.get("views_per_frame", views) != views:
+            views = f"{v['views_per_frame']:g}/{views}"
+        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>7} {v['total_ms']:>9.2f} "
                      f"{model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok")  # fmt: skip
     return "\n".join(lines)
 

@@ -7,37 +7,56 @@ each merge method with the default match metric. Metrics: COCO AP, AP50, AP_smal
 (AR@100) from pycocotools, the duplicate rate (share of ground-truth objects matched at IoU >= 0.5 by two or more
 detections of their class) and the mean pipeline time per frame. With `motion` the frames are one moving scene
 (`synthetic.make_sequence`, ground truth with identities), each configuration's detections go through the
-detector's `tracker` (one camera, 30 Hz stamps) as in the node, and IDF1, MOTA and identity switches
-(py-motmetrics) are added.
+detector's `tracker` (one camera, 30 Hz stamps) through the same `Stream` as the node, and IDF1, MOTA and identity
+switches (py-motmetrics), views per frame (mean, max), frames per second (wall time of the whole stream step:
+schedule, detection, tracking), the boxes reported from an earlier frame (`predicted_boxes`) and the new-object
+latency are added. `budgets` runs the default tiling once per `tile_budget` instead of the tiling configurations
+(`budget_name`; 0 = every tile every frame).
+
+New-object latency: for each object that appears after the first frame and that full tiling (every tile, every
+frame, same run) detects at some frame, the frames from its first ground-truth appearance to the first frame in
+which a box detected in that frame (not carried over) matches it (same class, IoU >= 0.5); p50 / p95 / max over
+those objects (an object never detected counts as the sequence's remaining length).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tiled_detector.pipeline.merge import MergeMethod
+from tiled_detector.stream import Stream
 from tiled_detector.tools.scoring import box_iou, coco_stats, mot_metrics
-from tiled_detector.tools.synthetic import coco_ground_truth, make_scene, make_sequence
-from tiled_detector.tracking.bytetrack import TrackerKind
-from tiled_detector.tracking.tracks import CameraTracks
+from tiled_detector.tools.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
 from tiled_detector.types import Detections
 
 DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, never from make_scene
 METRICS = ("AP", "AP50", "AP_small", "recall", "duplicate_rate", "ms_per_frame")
 MOT_METRICS = ("IDF1", "MOTA", "id_switches")
+STREAM_METRICS = ("views_per_frame", "views_per_frame_max", "frames_per_second", "predicted_boxes",
+                  "latency_p50", "latency_p95", "latency_max")  # fmt: skip
 FRAME_NS = 33_333_333  # stamps of an evaluated sequence: 30 Hz
 MERGES = tuple(method.value for method in MergeMethod)  # every merge method, so a new one is evaluated too
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", *(f"tiles+full/{m}" for m in MERGES))
 
 
+def budget_name(budget: int) -> str:
+    """The configuration name of a tile budget."""
+    return "every tile" if budget == 0 else f"tile_budget {budget}"
+
+
 def config_changes(name: str, width: int, height: int) -> dict[str, Any]:
     """Detector settings that turn the default detector into configuration `name`."""
+    if name.startswith("tile_budget "):
+        return {"tile_budget": int(name.split()[1])}
+    if name == "every tile":
+        return {"tile_budget": 0}
     if name == "full":
         return {"tile_size": (width, height), "full_frame": False}
     if name == "tiles":
@@ -83,8 +102,48 @@ class _Tally:
     detections: list[Detections]
     duplicates: int = 0
     milliseconds: float = 0.0
-    tracks: CameraTracks | None = None
+    stream: Stream | None = None
     ids: list[np.ndarray] | None = None
+    fresh: list[np.ndarray] | None = None  # per frame: which boxes were detected in it (not carried over)
+    views: list[int] = field(default_factory=list)
+    predicted: int = 0
+    wall_s: float = 0.0
+
+
+def first_detections(
+    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], found: Sequence[Detections],
+    fresh: Sequence[np.ndarray], iou: float = 0.5,
+) -> dict[int, int]:  # fmt: skip
+    """Object id -> the first frame in which a box detected in that frame matches it (same class, IoU >= `iou`);
+    `identities` per frame: the truth's boxes, class ids and object ids."""
+    first: dict[int, int] = {}
+    for index, ((boxes, classes, ids), detections, new) in enumerate(
+        zip(identities, found, fresh, strict=True)
+    ):
+        if not len(boxes) or not new.any():
+            continue
+        overlap = box_iou(boxes, detections.boxes[new]) >= iou
+        overlap &= classes[:, None] == detections.class_ids[new][None, :]
+        for object_id in ids[overlap.any(axis=1)].tolist():
+            first.setdefault(object_id, index)
+    return first
+
+
+def new_object_latency(
+    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], found: dict[int, int], reference: dict[int, int]
+) -> dict[str, float]:  # fmt: skip
+    """p50 / p95 / max frames from each new object's first appearance to its first detection (module docstring),
+    over the objects `reference` (full tiling's first detections) found; `found`: this configuration's."""
+    appeared: dict[int, int] = {}
+    for index, (_, _, ids) in enumerate(identities):
+        for object_id in ids.tolist():
+            appeared.setdefault(object_id, index)
+    frames = len(identities)
+    delays = [found.get(i, frames) - appeared[i] for i in reference if appeared[i] > 0]
+    if not delays:
+        return {"latency_p50": 0.0, "latency_p95": 0.0, "latency_max": 0.0}
+    p50, p95 = np.percentile(delays, [50, 95])
+    return {"latency_p50": float(p50), "latency_p95": float(p95), "latency_max": float(max(delays))}
 
 
 def evaluate(
@@ -96,40 +155,51 @@ def evaluate(
     configs: Sequence[str] = CONFIGS,
     progress: Callable[[int, int], None] | None = None,
     motion: bool = False,
+    pan: float = 0.0,
+    budgets: Sequence[int] = (),
 ) -> dict[str, dict[str, float]]:
-    """Metrics per configuration on `frames` scenes of `make_scene` (or one moving scene: `motion`; see the module
-    docstring).
+    """Metrics per configuration on `frames` scenes of `make_scene` (or one moving scene: `motion`, the camera
+    panning `pan` pixels per frame; see the module docstring), or per tile budget (`budgets`, with `motion`).
 
     `detector` is a `TiledDetector`; each configuration is `detector.with_config(...)`, and configurations
     that end up equal (e.g. "tiles+full" and "tiles+full/nms" by default) are run once.
     """
+    if budgets:
+        if not motion:
+            raise ValueError("tile budgets are compared on a moving scene: give motion (eval --motion)")
+        configs = [budget_name(b) for b in dict.fromkeys([0, *budgets])]  # full tiling first: the reference
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     distinct: dict[str, str] = {}  # config name -> name of the first equal config
     for name, variant in variants.items():
         distinct[name] = next(n for n in variants if variants[n].config == variant.config)
-    tracked = motion and detector.config.tracker is not TrackerKind.NONE
     tallies = {
-        name: _Tally([], tracks=CameraTracks(detector.config.tracker_settings()) if tracked else None,
-                     ids=[] if motion else None)
+        name: _Tally([], stream=Stream(variants[name]) if motion else None, ids=[] if motion else None,
+                     fresh=[] if motion else None)
         for name in configs if distinct[name] == name
     }  # fmt: skip
     truth: list[tuple[np.ndarray, np.ndarray]] = []
-    identities: list[tuple[np.ndarray, np.ndarray]] = []
-    scenes = (make_sequence(seed, frames, width, height) if motion
+    identities: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    scenes = (make_sequence(seed, frames, width, height, MotionStyle(pan=pan)) if motion
               else (make_scene(scene_seed(seed, index), width, height) for index in range(frames)))  # fmt: skip
     for index, scene in enumerate(scenes):
         truth.append((scene.boxes, scene.class_ids))
         if motion:
-            identities.append((scene.boxes, scene.ids))
+            identities.append((scene.boxes, scene.class_ids, scene.ids))
         for name, tally in tallies.items():
-            found = variants[name].detect(scene.image)
-            tally.milliseconds += found.timings.get("total", 0.0)
-            ids = np.arange(len(found))
-            if tally.tracks is not None:
-                found, ids = tally.tracks.track("eval", index * FRAME_NS, found)
+            if tally.stream is None:
+                found = variants[name].detect(scene.image)
+                tally.milliseconds += found.timings.get("total", 0.0)
+            else:
+                start = time.perf_counter()
+                result = tally.stream.process([scene.image], [index * FRAME_NS], ["eval"])[0]
+                tally.wall_s += time.perf_counter() - start
+                found = result.detections
+                tally.milliseconds += found.timings.get("total", 0.0)
+                tally.ids.append(np.arange(len(found)) if result.track_ids is None else result.track_ids)  # type: ignore[union-attr]
+                tally.fresh.append(result.seen_ns == result.stamp_ns)  # type: ignore[union-attr]
+                tally.views.append(result.views)
+                tally.predicted += result.predicted
             tally.detections.append(found)
-            if tally.ids is not None:
-                tally.ids.append(ids)
             tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
         if progress is not None:
             progress(index + 1, frames)
@@ -140,22 +210,44 @@ def evaluate(
             **coco_metrics(ground_truth, tally.detections),
             "duplicate_rate": tally.duplicates / n_objects,
             "ms_per_frame": tally.milliseconds / max(frames, 1),
-            **(mot_metrics(identities, [(d.boxes, i) for d, i in zip(tally.detections, tally.ids, strict=True)])
-               if tally.ids is not None else {}),
         }
         for name, tally in tallies.items()
-    }  # fmt: skip
+    }
+    if motion:
+        firsts = {
+            name: first_detections(identities, t.detections, t.fresh or []) for name, t in tallies.items()
+        }
+        reference = firsts[next(iter(tallies))]
+        for name, tally in tallies.items():
+            computed[name].update(
+                **mot_metrics([(b, i) for b, _, i in identities],
+                              [(d.boxes, i) for d, i in zip(tally.detections, tally.ids or [], strict=True)]),
+                views_per_frame=float(np.mean(tally.views)),
+                views_per_frame_max=int(max(tally.views)),
+                frames_per_second=frames / max(tally.wall_s, 1e-9),
+                predicted_boxes=tally.predicted,
+                **new_object_latency(identities, firsts[name], reference),
+            )  # fmt: skip
     return {name: dict(computed[distinct[name]]) for name in configs}
+
+
+_COUNTS = {"id_switches", "views_per_frame_max", "predicted_boxes", "latency_max"}
+_ONE_DECIMAL = {"ms_per_frame", "frames_per_second", "views_per_frame", "latency_p50", "latency_p95"}
+
+
+def _cell(metric: str, value: float) -> str:
+    if metric in _COUNTS:
+        return f"{value:g}"
+    return f"{value:.1f}" if metric in _ONE_DECIMAL else f"{value:.3f}"
 
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
     """One row per configuration, one column per metric (the MOT metrics too where computed)."""
-    metrics = [*METRICS, *(m for m in MOT_METRICS if all(m in v for v in results.values()))]
+    extra = (*MOT_METRICS, *STREAM_METRICS)
+    metrics = [*METRICS, *(m for m in extra if all(m in v for v in results.values()))]
     lines = ["| config | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
     for name, values in results.items():
-        cells = [f"{values[m]:.1f}" if m == "ms_per_frame" else str(values[m]) if m == "id_switches"
-                 else f"{values[m]:.3f}" for m in metrics]  # fmt: skip
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(_cell(m, values[m]) for m in metrics) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -185,6 +277,36 @@ def bar_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     plt.close(fig)
 
 
+def budget_chart(results: dict[str, dict[str, float]], path: Path) -> None:
+    """AP50 and IDF1 (left axis) and frames per second (right axis) against views per frame, one point per tile
+    budget (PNG, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted(results, key=lambda n: results[n]["views_per_frame"])
+    views = [results[n]["views_per_frame"] for n in names]
+    fig, quality = plt.subplots(figsize=(7.0, 4.0))
+    for metric, marker in (("AP50", "o"), ("IDF1", "s")):
+        if all(metric in results[n] for n in names):
+            quality.plot(views, [results[n][metric] for n in names], marker=marker, label=metric)
+    quality.set_ylim(0, 1.05)
+    quality.set_xlabel("engine views per frame (tiles run + full-frame view)")
+    quality.set_ylabel("AP50 / IDF1")
+    speed = quality.twinx()
+    speed.plot(views, [results[n]["frames_per_second"] for n in names], "k--", marker="^", label="frames/s")
+    speed.set_ylabel("frames per second")
+    for name, x in zip(names, views, strict=True):
+        quality.annotate(name, (x, 0.05), rotation=90, fontsize="x-small", ha="center")
+    lines = quality.get_legend_handles_labels()[0] + speed.get_legend_handles_labels()[0]
+    quality.legend(lines, [line.get_label() for line in lines], loc="center left", fontsize="small")
+    quality.set_title("Tile budget: quality and speed against engine views per frame")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_report(
     results: dict[str, dict[str, float]], out_dir: Path, meta: dict[str, Any]
 ) -> dict[str, Path]:
@@ -194,5 +316,10 @@ def write_report(
     paths["json"].write_text(json.dumps({**meta, "configs": results}, indent=2) + "\n")
     header = ", ".join(f"{k}: {v}" for k, v in meta.items())
     paths["markdown"].write_text(f"# tiled-detector eval\n\n{header}\n\n{markdown_table(results)}")
-    bar_chart(results, paths["chart"])
+    if all("views_per_frame" in v for v in results.values()) and any(
+        k.startswith("tile_budget") for k in results
+    ):
+        budget_chart(results, paths["chart"])
+    else:
+        bar_chart(results, paths["chart"])
     return paths

@@ -351,12 +351,15 @@ class TrackedScene(Scene):
 @dataclass(frozen=True)
 class MotionStyle:
     """How a sequence moves: object speeds (pixels per frame, log-uniform), pairs of objects set on crossing
-    paths, static occluders objects pass behind, and the camera's pan (pixels per frame, to the right)."""
+    paths, static occluders objects pass behind, objects that enter the frame mid-sequence (per megapixel: from
+    outside one of its edges, between 15 % and 70 % of the sequence), and the camera's pan (pixels per frame, to
+    the right)."""
 
     min_speed: float = 0.5
     max_speed: float = 6.0
     crossing_pairs: int = 4
     occluders: int = 4
+    arrivals_per_mpix: float = 2.0
     pan: float = 0.0
 
 
@@ -392,6 +395,8 @@ def make_sequence(
             start[k] = meet - velocity[k] * middle
         velocity[2 * pair + 1] = -velocity[2 * pair]  # head on
         start[2 * pair + 1] = meet - velocity[2 * pair + 1] * middle
+    _arrive(np.random.default_rng([int(seed), width, height, 5]), start, velocity, motion, frames, (width, height),
+            range(2 * motion.crossing_pairs, n_obj))  # fmt: skip
     order = rng.permutation(n_obj + n_dis)
     occluders = [(rng.uniform(0, world), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
                  for _ in range(motion.occluders)]  # fmt: skip
@@ -415,6 +420,26 @@ def make_sequence(
             cv2.ellipse(owner, centre, (int(ax), int(ay)), 0, 0, 360, -1, -1, cv2.LINE_8)
         boxes, labels, ids = _visible_boxes(owner, regions, full_area, class_ids, style, with_ids=True)
         yield TrackedScene(_finish(np.random.default_rng(finish_seed), image), boxes, labels, ids + 1)
+
+
+def _arrive(
+    rng: np.random.Generator, start: np.ndarray, velocity: np.ndarray, motion: MotionStyle, frames: int,
+    size: tuple[int, int], candidates: range,
+) -> None:  # fmt: skip
+    """Turn some of the `candidates` objects into arrivals (`MotionStyle.arrivals_per_mpix`): each starts outside a
+    random edge and crosses it, heading inwards, at a random frame (its path set in `start` / `velocity`)."""
+    width, height = size
+    count = min(len(candidates), int(rng.poisson(motion.arrivals_per_mpix * width * height / 1e6)))
+    for k in rng.choice(np.asarray(candidates, np.int64), count, replace=False) if count else ():
+        enter = rng.uniform(0.15, 0.7) * frames
+        edge = int(rng.integers(4))  # left, top, right, bottom
+        along = rng.uniform(0.1, 0.9)
+        point = [(-40.0, along * height), (along * width, -40.0), (width + 40.0, along * height),
+                 (along * width, height + 40.0)][edge]  # fmt: skip
+        inward = [0.0, 0.5 * math.pi, math.pi, 1.5 * math.pi][edge] + rng.uniform(-0.8, 0.8)
+        speed = max(float(np.hypot(*velocity[k])), 60.0 / max(frames, 1), 1.5)
+        velocity[k] = speed * np.array([math.cos(inward), math.sin(inward)])
+        start[k] = np.array([point[0] + motion.pan * enter, point[1]]) - velocity[k] * enter
 
 
 def coco_ground_truth(

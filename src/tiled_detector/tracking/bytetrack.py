@@ -29,6 +29,9 @@ LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
+BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU of tracks not looked for (`ByteTrack._overlaps`)
+PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
+CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
 
 
@@ -42,9 +45,11 @@ _VAR = slice(8, 20)  # the covariance as four 2 x 2 blocks (ByteTrack's Kalman f
 # of x, y, a, h: the variance of the position, the covariance, the variance of the velocity
 _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
 # seconds since the last match, track id, class, TRACKED or LOST, confirmed (1) or not (0), the score of the last
-# match, and when it was (the caller's clock, `update`'s `now`)
-_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN = range(20, 27)
-_COLUMNS = 27
+# match, when it was (the caller's clock, `update`'s `now`), the frames it was not looked for since, the frame
+# periods since, the frames it was looked for and missed since, and the measured x, y, a, h of that match
+_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS, _MISSES = range(20, 30)
+_MEASURED = slice(30, 34)
+_COLUMNS = 34
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -190,12 +195,19 @@ class Output(NamedTuple):
     seen: np.ndarray
 
 
-def _inside_any(points: np.ndarray, rects: np.ndarray) -> np.ndarray:
-    """(N,) bool: whether each (x, y) point lies in at least one of the (K, 4) x1, y1, x2, y2 rectangles."""
-    if not len(rects) or not len(points):
-        return np.zeros(len(points), bool)
-    x, y = points[:, 0, None], points[:, 1, None]
-    return ((x >= rects[:, 0]) & (x < rects[:, 2]) & (y >= rects[:, 1]) & (y < rects[:, 3])).any(axis=1)
+def _grown(boxes: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """x1, y1, x2, y2 boxes grown on every side by `ratio` (per box) of their width and height."""
+    margin = (boxes[:, 2:] - boxes[:, :2]) * ratio[:, None]
+    return np.concatenate([boxes[:, :2] - margin, boxes[:, 2:] + margin], axis=1)
+
+
+def inside_any(boxes: np.ndarray, rects: np.ndarray) -> np.ndarray:
+    """(N,) bool: whether each of the (N, 4) x1, y1, x2, y2 boxes lies wholly in at least one of the (K, 4)
+    rectangles."""
+    if not len(rects) or not len(boxes):
+        return np.zeros(len(boxes), bool)
+    b, r = boxes[:, None, :], rects[None, :, :]
+    return ((b[..., :2] >= r[..., :2]).all(axis=2) & (b[..., 2:] <= r[..., 2:]).all(axis=2)).any(axis=1)
 
 
 class ByteTrack:
@@ -253,6 +265,10 @@ class ByteTrack:
         t[:, _PP] -= gain_p * pp
         self.table[rows] = t
 
+    def tentative(self) -> np.ndarray:
+        """(N,) bool: the live tracks not confirmed yet (one match so far)."""
+        return self.table[:, _CONFIRMED] == 0
+
     def predicted_boxes(self, step: float = 0.0) -> np.ndarray:
         """(N, 4) x1, y1, x2, y2 of every live track (tracked, lost or unconfirmed) as the filter now has it, or
         moved on by its velocity `step` frame periods ahead."""
@@ -275,7 +291,7 @@ class ByteTrack:
         periods, the Kalman filter's time step; `now`: the frame's time on any clock, returned as `seen`).
 
         `observed` (K, 4) x1, y1, x2, y2: the frame regions the detections were looked for in (None: all of it).
-        A track whose predicted centre is in none of them was not looked for: unmatched, it is neither lost nor
+        A track whose predicted box no region holds whole was not looked for: unmatched, it is neither lost nor
         dropped (until `buffer_s` without a match) and, when confirmed and tracked, reported from its prediction.
         Returns the confirmed tracks matched in this frame and those reported from their prediction: their boxes
         (the filter's estimate), scores and classes (of their last match), track ids, and `seen`: the `now` of
@@ -285,14 +301,14 @@ class ByteTrack:
         self._predict(step)
         t = self.table
         t[:, _UNSEEN] += dt_s
+        t[:, _PERIODS] += step
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         scores = np.asarray(scores, np.float64).reshape(-1)
         class_ids = np.asarray(class_ids, np.int64).reshape(-1)
         # every (track, detection) pair that overlaps in the same class (matches never cross classes): one sweep,
         # and each association below takes its pairs from these
         useful = np.flatnonzero(scores > LOW_SCORE)
-        i, j, iou = overlapping(self.predicted_boxes(), boxes[useful], t[:, _CLASS], class_ids[useful])
-        j = useful[j]
+        i, j, iou = self._overlaps(boxes, useful, class_ids)
         cost = 1.0 - iou
         fused = 1.0 - iou * scores[j]  # ByteTrack's fuse_score: IoU weighted by the detection's score
         high = scores > s.activation
@@ -314,34 +330,89 @@ class ByteTrack:
         tracks, dets = np.concatenate([t1, t2, t3]), np.concatenate([d1, d2, d3])
         xyah = _to_xyah(boxes)
         self._correct(tracks, xyah[dets])
+        self._observed_motion(tracks, xyah[dets])
         t[tracks, _STATE] = TRACKED
         t[tracks, _CONFIRMED] = 1.0
         t[tracks, _UNSEEN] = 0.0
         t[tracks, _SCORE] = scores[dets]
         t[tracks, _SEEN] = now
+        t[tracks, _HIDDEN] = 0.0
+        t[tracks, _PERIODS] = 0.0
+        t[tracks, _MISSES] = 0.0
+        t[tracks, _MEASURED] = xyah[dets]
         # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone; unless not looked for
         unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
-        hidden = np.zeros(len(t), bool) if observed is None else unmatched & ~_inside_any(t[:, :2], observed)
+        hidden = np.zeros(len(t), bool)
+        if observed is not None:  # a track is looked for where a region run holds all of its box
+            hidden[unmatched] = ~inside_any(_to_xyxy(t[unmatched, :4]), observed)
+        t[hidden, _HIDDEN] += 1.0
         looked = unmatched & ~hidden
-        t[looked & confirmed, _STATE] = LOST
-        keep = ~((looked & ~confirmed) | (unmatched & (t[:, _UNSEEN] > s.buffer_s)))
-        shown = ~unmatched | hidden & confirmed & (t[:, _STATE] == TRACKED)  # every match is confirmed now
+        t[looked, _MISSES] += 1.0
+        # lost (a tentative track: dropped) at the first look that misses it; under a tile budget (looks are
+        # rarer) at the second
+        missed = looked & (t[:, _MISSES] >= (1 if observed is None else 2))
+        t[missed & confirmed, _STATE] = LOST
+        keep = ~((missed & ~confirmed) | (unmatched & (t[:, _UNSEEN] > s.buffer_s)))
+        # every match is confirmed now; a confirmed track not looked for is shown until a look misses it twice
+        shown = ~unmatched | hidden & confirmed & (t[:, _MISSES] <= 1)
         if not keep.all():
             self.table = t[keep]
             shown = shown[keep]
-        # new tracks from the high-score detections nobody took (shown at once on the first frame)
+        # new tracks from the high-score detections nobody took, confirmed (and shown) at once on the first
+        # frame, and under a tile budget (their second look may be frames away) from a score of CONFIRM_AT_ONCE
         born = np.flatnonzero(free_det & (scores > s.activation + NEW_TRACK_MARGIN))
-        first_frame = self._frames == 1
-        self._start(xyah[born], class_ids[born], scores[born], now, confirmed=first_frame)
-        rows = self.table[np.flatnonzero(np.concatenate([shown, np.full(len(born), first_frame)]))]
+        at_once = np.full(len(born), self._frames == 1)
+        if observed is not None:
+            at_once |= scores[born] >= CONFIRM_AT_ONCE
+        self._start(xyah[born], class_ids[born], scores[born], now, at_once)
+        rows = self.table[np.flatnonzero(np.concatenate([shown, at_once]))]
+        decayed = rows[:, _SCORE] * PREDICTED_DECAY ** rows[:, _HIDDEN]
         return Output(
-            _to_xyxy(rows[:, :4]), rows[:, _SCORE], rows[:, _CLASS].astype(np.int64),
-            rows[:, _ID].astype(np.int64), rows[:, _SEEN],
-        )  # fmt: skip
+            _to_xyxy(rows[:, :4]),
+            decayed,
+            rows[:, _CLASS].astype(np.int64),
+            rows[:, _ID].astype(np.int64),
+            rows[:, _SEEN],
+        )
+
+    def _observed_motion(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
+        """Tracks `rows` matched again after frames they were not looked for (a tile budget): they are where they
+        were measured, moving as their two last measurements show (what OC-SORT's observation-centric re-update,
+        Cao et al., CVPR 2023, converges to on a constant-velocity path), not the filter's guess from before the
+        gap."""
+        t = self.table
+        after = (t[rows, _HIDDEN] > 0) & (t[rows, _PERIODS] > 0)
+        if after.any():
+            gap = rows[after]
+            t[gap, 4:8] = (measured_xyah[after] - t[gap, _MEASURED]) / t[gap, _PERIODS, None]
+            t[gap, :4] = measured_xyah[after]
+
+    def _overlaps(
+        self, boxes: np.ndarray, useful: np.ndarray, class_ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (track, detection) pairs of the same class that overlap and their IoU, detections `useful` only.
+        A track not looked for on the frames before (a tile budget) is compared by buffered IoU (C-BIoU, Yang et
+        al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per such frame (at most
+        `MAX_BUFFER`) on every side, as its motion since its last match is less certain."""
+        t, predicted = self.table, self.predicted_boxes()
+        buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
+        if not buffer.any():
+            i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
+            return i, useful[j], iou
+        grown = _grown(predicted, buffer)
+        i, j, _ = overlapping(grown, _grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
+                              class_ids[useful])  # fmt: skip
+        j = useful[j]
+        a, b = _grown(predicted[i], buffer[i]), _grown(boxes[j], buffer[i])
+        inter = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None).prod(axis=1)
+        union = np.prod(a[:, 2:] - a[:, :2], axis=1) + np.prod(b[:, 2:] - b[:, :2], axis=1) - inter
+        iou = inter / np.maximum(union, 1e-12)
+        hit = iou > 0
+        return i[hit], j[hit], iou[hit]
 
     def _start(
-        self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: bool
+        self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: np.ndarray
     ) -> None:
         n = len(xyah)
         if not n:
@@ -353,7 +424,8 @@ class ByteTrack:
         self._next_id += n
         new[:, _CLASS] = class_ids
         new[:, _STATE] = TRACKED
-        new[:, _CONFIRMED] = float(confirmed)
+        new[:, _CONFIRMED] = confirmed
         new[:, _SCORE] = scores
         new[:, _SEEN] = now
+        new[:, _MEASURED] = xyah
         self.table = np.concatenate([self.table, new])

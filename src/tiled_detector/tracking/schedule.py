@@ -12,7 +12,8 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
    `smallest_budget(N, A)` = ceil(N / A) tiles keeps the bound for ever from a frame where every tile ran.
 2. *claimed*: tiles that a claiming box (grown by `CLAIM_MARGIN` of its size on every side, at least
    `MIN_MARGIN_PX`: how far an object may move or its box grow between frames) overlaps; a box on a seam claims
-   every tile it touches. The most claimed first, then the oldest.
+   every tile it touches. The most claimed first (a tentative track, seen once, weighs `TENTATIVE_WEIGHT`: its
+   second look confirms it and gives its motion), then the oldest.
 3. *stalest*: the rest of the budget on the oldest tiles.
 
 Ties go to the lower tile index, so the same inputs give the same set.
@@ -24,6 +25,7 @@ import numpy as np
 
 CLAIM_MARGIN = 0.5  # a claiming box grows by this fraction of its width / height on every side
 MIN_MARGIN_PX = 8.0
+TENTATIVE_WEIGHT = 16  # a tentative track's claim counts as this many confirmed ones
 
 
 def smallest_budget(tiles: int, max_age: int) -> int:
@@ -31,8 +33,9 @@ def smallest_budget(tiles: int, max_age: int) -> int:
     return -(-tiles // max_age)
 
 
-def claims(tiles: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """(N,) int: how many of the (M, 4) boxes, grown by the claim margin, overlap each of the (N, 4) tiles."""
+def claims(tiles: np.ndarray, boxes: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """(N,) int: how many of the (M, 4) boxes (or the sum of their integer `weights`), grown by the claim margin,
+    overlap each of the (N, 4) tiles."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     if not len(boxes) or not len(tiles):
         return np.zeros(len(tiles), np.int64)
@@ -46,7 +49,7 @@ def claims(tiles: np.ndarray, boxes: np.ndarray) -> np.ndarray:
         & (grown[None, :, 1] < t[..., 3])
         & (grown[None, :, 3] > t[..., 1])
     )
-    return overlap.sum(axis=1)
+    return overlap.sum(axis=1) if weights is None else overlap @ np.asarray(weights, np.int64)
 
 
 def due(ages: np.ndarray, budget: int, max_age: int) -> np.ndarray:

@@ -105,11 +105,13 @@ class CameraTracks:
         )
         return Detections(found.boxes, found.scores, found.class_ids, detections.timings), found
 
-    def predicted(self, camera: str) -> np.ndarray:
-        """(N, 4) boxes of `camera`'s live tracks (tracked, lost or unconfirmed) one frame period ahead: where to
-        look next (none before its first frame)."""
+    def predicted(self, camera: str) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 4) boxes of `camera`'s live tracks (tracked, lost or unconfirmed) one frame period ahead, where to
+        look next, and (N,) bool: which are tentative (none before its first frame)."""
         state = self._cameras.get(camera)
-        return np.zeros((0, 4)) if state is None else state.tracker.predicted_boxes(step=1.0)
+        if state is None:
+            return np.zeros((0, 4)), np.zeros(0, bool)
+        return state.tracker.predicted_boxes(step=1.0), state.tracker.tentative()
 
     def reset(self, settings: TrackerSettings | None = None) -> None:
         """End every camera's tracks (their ids keep counting up), taking new `settings` where given."""

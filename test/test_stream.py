@@ -1,0 +1,128 @@
+"""The stream over the detector (`stream.Stream`): the tile budget's schedule per camera, its reset rules, and the
+boxes reported from an earlier frame."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from tiled_detector import TiledDetector
+from tiled_detector.stream import Stream, budget_problem
+from tiled_detector.tools.synthetic import make_scene, make_sequence
+
+FRAME_NS = 33_333_333
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return TiledDetector(backend="onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def sequence():
+    return list(make_sequence(3, 8, 1280, 720))
+
+
+def _spy(stream: Stream, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The tiles each frame asked the detector for (None: every tile)."""
+    asked, detect_many = [], stream.detector.detect_many
+
+    def spied(frames, encodings, slots, cameras, tiles):
+        asked.append(tiles[0])
+        return detect_many(frames, encodings, slots, cameras, tiles)
+
+    monkeypatch.setattr(stream.detector, "detect_many", spied)
+    return asked
+
+
+@pytest.mark.parametrize("tracker", ["none", "bytetrack"])
+def test_a_budget_covering_every_tile_equals_full_tiling(detector, sequence, tracker):
+    tiles = detector.plan_for(720, 1280).num_tiles
+    full = Stream(detector.with_config(tracker=tracker))
+    budget = Stream(detector.with_config(tracker=tracker, tile_budget=tiles))
+    for index, scene in enumerate(sequence):
+        a = full.process([scene.image], [index * FRAME_NS], ["cam"])[0]
+        b = budget.process([scene.image], [index * FRAME_NS], ["cam"])[0]
+        np.testing.assert_array_equal(a.detections.boxes, b.detections.boxes)
+        np.testing.assert_array_equal(a.detections.scores, b.detections.scores)
+        assert (a.track_ids is None) == (b.track_ids is None)
+        if a.track_ids is not None:
+            np.testing.assert_array_equal(a.track_ids, b.track_ids)
+        assert a.views == b.views == tiles + 1 and b.predicted == 0
+
+
+@pytest.mark.parametrize("tracker", ["none", "bytetrack"])
+def test_a_budget_runs_its_tiles_after_the_history_and_keeps_the_age_bound(
+    detector, sequence, tracker, monkeypatch
+):
+    stream = Stream(detector.with_config(tracker=tracker, tile_budget=2, max_tile_age=3))
+    asked = _spy(stream, monkeypatch)
+    tiles = detector.plan_for(720, 1280).num_tiles  # 6 tiles: 2 a frame keeps an age of 3
+    history = 2 if tracker == "bytetrack" else 1
+    last_ran = np.zeros(tiles, int)
+    for index, scene in enumerate(sequence):
+        result = stream.process([scene.image], [index * FRAME_NS], ["cam"])[0]
+        if index < history:
+            assert asked[-1] is None and result.views == tiles + 1 and result.notes
+            last_ran[:] = index
+            continue
+        assert len(asked[-1]) == 2 and result.views == 3 and not result.notes
+        last_ran[asked[-1]] = index
+        assert (index - last_ran).max() < 3  # every tile ran within the last 3 frames
+        # boxes from tiles not run carry the stamp they were seen at; the rest this frame's
+        assert set(np.unique(result.seen_ns)) <= {i * FRAME_NS for i in range(index + 1)}
+    assert result.predicted > 0
+
+
+def test_without_a_tracker_a_box_in_a_tile_not_run_is_carried_with_its_stamp(detector):
+    stream = Stream(detector.with_config(tile_budget=2, max_tile_age=4))
+    frame = make_scene(3, 1920, 1080).image  # 8 tiles, 2 run
+    first = stream.process([frame], [0], ["cam"])[0]
+    second = stream.process([frame], [FRAME_NS], ["cam"])[0]  # the same frame: nothing moved
+    carried = second.seen_ns == 0
+    assert carried.any() and second.predicted == carried.sum()
+    kept = {tuple(b) for b in first.detections.boxes.round(2).tolist()}
+    assert {tuple(b) for b in second.detections.boxes[carried].round(2).tolist()} <= kept
+
+
+def test_reset_rules_run_every_tile_again(detector, sequence, monkeypatch):
+    stream = Stream(detector.with_config(tile_budget=2, max_tile_age=3))
+    asked = _spy(stream, monkeypatch)
+    frame = sequence[0].image
+    for stamp in (0, 1, 2):
+        stream.process([frame], [stamp * FRAME_NS], ["cam"])
+    assert asked == [None, asked[1], asked[2]] and asked[1] is not None
+    stream.process([frame], [FRAME_NS], ["cam"])  # stamps went back
+    assert asked[-1] is None
+    stream.process([frame], [60 * FRAME_NS], ["cam"])  # a gap longer than lost_track_buffer (1 s)
+    assert asked[-1] is None
+    stream.process([frame], [61 * FRAME_NS], ["cam"])
+    assert asked[-1] is not None
+    stream.process([frame[:640]], [62 * FRAME_NS], ["cam"])  # another frame size: another plan
+    assert asked[-1] is None
+    stream.process([frame[:640]], [63 * FRAME_NS], ["other"])  # another camera has its own history
+    assert asked[-1] is None
+    stream.detector.update(overlap=0.3)  # a tile setting: every camera starts over
+    stream.process([frame[:640]], [64 * FRAME_NS], ["cam"])
+    assert asked[-1] is None
+    stream.detector.update(overlap=0.2)
+
+
+def test_budgets_that_cannot_keep_the_age_or_exceed_the_tiles_are_said_once(detector, caplog):
+    plan = detector.plan_for(2160, 3840)  # 32 tiles
+    assert budget_problem(plan, 4, 4) == (
+        "tile_budget 4 cannot run each of the 32 tiles of a 3840x2160 frame at least once every 4 frames "
+        "(max_tile_age): the smallest that can is 8"
+    )
+    assert budget_problem(plan, 8, 4) is None and budget_problem(plan, 0, 4) is None
+    with caplog.at_level(logging.INFO, logger="tiled_detector.stream"):
+        low = Stream(detector.with_config(tile_budget=4))
+        assert low.budget_for(plan) == 8 and low.budget_for(plan) == 8
+        high = Stream(detector.with_config(tile_budget=50))
+        assert high.budget_for(plan) == 32
+    warned = [r for r in caplog.records if "the smallest that can is 8; running 8" in r.getMessage()]
+    clamped = [r for r in caplog.records if "every tile runs" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert len(clamped) == 1 and clamped[0].levelno == logging.INFO
