@@ -264,6 +264,48 @@ def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
     assert msg_ids(reply).tolist() == list(range(len(reply.detections)))
 
 
+@pytest.mark.parametrize("node_and_client", [{"image_reliability": "reliable", "diagnostics_period": 0.1}],
+                         indirect=True)  # fmt: skip
+def test_a_tile_budget_over_dds_equals_the_ros_free_stream(node_and_client: Any) -> None:
+    """`tile_budget` set at runtime: each answer equals the ROS-free `Stream` on the same frames and stamps, a box
+    carried from an earlier frame carries that frame's stamp in its own header, /diagnostics counts the views
+    run; a budget that cannot keep max_tile_age for the frames seen is refused with the smallest that can."""
+    from tiled_detector.stream import Stream
+    from tiled_detector.tools.synthetic import make_sequence
+
+    _, client = node_and_client
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+    frames = [scene.image for scene in make_sequence(5, 4, 1920, 1080)]  # 8 tiles
+    assert client.set_parameters(NODE, {"tile_budget": 2, "max_tile_age": 4})[0].successful
+    local = Stream(TiledDetector(tile_budget=2, max_tile_age=4))
+    carried = 0
+    for index, frame in enumerate(frames):
+        stamp = 3000 * SECOND + index * 33_333_333
+        msg = _image(frame, index)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, SECOND)
+        reply = _send(client, msg, stamp)
+        want = local.process([frame], [stamp], ["image"])[0]
+        boxes, scores, _ = msg_to_detections(reply, list(CLASSES))
+        np.testing.assert_allclose(boxes, want.detections.boxes, atol=1e-2)
+        np.testing.assert_allclose(scores, want.detections.scores, atol=1e-4)
+        seen = [d.header.stamp.sec * SECOND + d.header.stamp.nanosec for d in reply.detections]
+        assert seen == want.seen_ns.tolist()
+        carried += want.predicted
+    assert carried > 0
+    # the first frame ran every tile (8 + the full view), the next three 2 + the full view
+    assert client.wait_until(lambda: _counter(diagnostics, "frames_processed") == 4, timeout=10)
+    assert client.wait_until(lambda: _counter(diagnostics, "views_per_frame") == (9 + 3 * 3) / 4, timeout=10)
+    assert (
+        _counter(diagnostics, "views_per_frame_max") == 9
+        and _counter(diagnostics, "predicted_boxes") == carried
+    )
+    (result,) = client.set_parameters(NODE, {"tile_budget": 1})
+    assert not result.successful and "the smallest that can is 2" in result.reason, result.reason
+    for values in ({"tile_budget": -1}, {"max_tile_age": 0}):
+        (result,) = client.set_parameters(NODE, values)
+        assert not result.successful and next(iter(values)) in result.reason, result.reason
+
+
 def _counter(diagnostics: list[Any], name: str) -> float:
     """The newest value of a /diagnostics counter of the pipeline status (-1 before any report has it)."""
     for msg in reversed(diagnostics):

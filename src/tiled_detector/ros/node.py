@@ -39,13 +39,14 @@ from tiled_detector.messages.images import (
 from tiled_detector.messages.vision_info import LABELS_PARAMETER, vision_info
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder
+from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.ros.cameras import CameraTopics, camera_topics, check_mask_cameras
 from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
 from tiled_detector.ros.stats import FrameSlots, LostFrames, Stats
-from tiled_detector.stream import Stream, StreamResult
+from tiled_detector.stream import Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
 
 try:  # Iron and later
@@ -323,6 +324,17 @@ class DetectorNodeBase(NodeParameters):
             camera.stats.record(latency_ms, detections.timings, found.views, found.predicted)
             if camera.stats is not self.stats:
                 self.stats.record(latency_ms, detections.timings, found.views, found.predicted)
+
+    def _check_runtime(self, candidate: Any) -> None:
+        """A tile budget must keep `max_tile_age` for the frame sizes the cameras have sent (refused with the
+        smallest budget that can); for a size not seen yet, the stream raises it with one warning."""
+        for camera in self.cameras:
+            if camera.last_hw is not None and self._detector is not None:
+                plan = make_plan(camera.last_hw, candidate.tile_hw, candidate.overlap, self._detector.engine.input_hw,
+                                 candidate.full_frame, candidate.roi)  # fmt: skip
+                problem = budget_problem(plan, candidate.tile_budget, candidate.max_tile_age)
+                if problem:
+                    raise ValueError(problem)
 
     def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there

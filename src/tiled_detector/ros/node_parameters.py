@@ -148,11 +148,15 @@ class NodeParameters:
             candidate = current.replace(**runtime_changes(merged))
             candidate.frame_settings(self.labels)  # class names must be the model's
             check_mask_cameras(candidate.ignore_mask, merged["cameras"])
+            self._check_runtime(candidate)
         except ValueError as error:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:
             self._state = (candidate, merged)
         return SetParametersResult(successful=True)
+
+    def _check_runtime(self, candidate: DetectorConfig) -> None:
+        """Raise ValueError when new runtime settings cannot apply to what the node has seen (the node's check)."""
 
     def _current(self) -> tuple[DetectorConfig, dict[str, Any]]:
         with self._state_lock:
