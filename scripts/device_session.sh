@@ -10,6 +10,9 @@
 #   policy   the detection policy's cost and savings: ultralytics' yolov8n TorchScript at 4K, fp16, the whole frame
 #            against roi [0, 0.5, 1, 1] (engine views and time), and with every policy setting on; the
 #            capture-hostile model again with frames already on the device (--input device)
+#   budget   the tile budget on the GPU: the chosen-tiles CUDA test, captures per view count over a stream, bench
+#            rows (bundled and ultralytics' yolov8n, fp16, every tile vs tile_budget 8 at 4K / 2 at 1080p)
+#   budget_eval  eval --motion --budgets at 1080p and 4K (panning at 4K), torch fp16
 set -uo pipefail
 what="${1:-checks exports}"
 out="${OUT:-out/device}"
@@ -88,4 +91,46 @@ save_torchscript(YoloV8nLike(host_anchors=True), Path('/tmp/exports/hostile.ts')
 "
   td bench --model /tmp/exports/hostile.ts --backend torch --device cuda --precision fp16 --size 1920x1080 3840x2160 \
     --runs 30 --warmup 5 --input device --out "$out/hostile_device" 2>&1 | grep -v "bench \[" | tail -4
+fi
+
+if [[ " $what " == *" budget "* ]]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_program.py -k "chosen or every_runtime" \
+    >"$out/pytest_budget.txt" 2>&1
+  tail -3 "$out/pytest_budget.txt"
+  python3 - <<'PY' 2>&1 | tee "$out/captures.txt"
+import numpy as np
+from tiled_detector import TiledDetector
+from tiled_detector.stream import Stream
+from tiled_detector.tools.synthetic import make_sequence
+for budget in (0, 8):
+    detector = TiledDetector(backend="torch", device="cuda", precision="fp16", tracker="bytetrack", tile_budget=budget)
+    stream, views, sets = Stream(detector), [], set()
+    for i, scene in enumerate(make_sequence(7, 30, 3840, 2160)):
+        result = stream.process([scene.image], [i * 33_333_333], ["cam"])[0]
+        views.append(result.views)
+    keys = list(detector._runner._captured)
+    counts = sorted({k[3][0] if k[3] else None for k in keys}, key=str)
+    print(f"tile_budget {budget}: views per frame {sorted(set(views))}, captures {len(keys)} "
+          f"(tile counts {counts}), captured={detector._runner.captures} split={detector._runner.split}")
+PY
+  if [[ ! -f /tmp/exports/yolov8n.torchscript ]]; then
+    mkdir -p /tmp/exports && (cd /tmp/exports && python3 -c "
+from ultralytics import YOLO
+print(YOLO('yolov8n.yaml').export(format='torchscript', imgsz=640))" >"$out/export_budget.log" 2>&1)
+  fi
+  for model in "" "--model /tmp/exports/yolov8n.torchscript"; do
+    name=$([[ -z "$model" ]] && echo bundled || echo yolov8n)
+    common=($model --backend torch --device cuda --precision fp16 --runs 30 --warmup 5)
+    td bench "${common[@]}" --size 3840x2160 --out "$out/budget_${name}_4k_all" 2>&1 | grep -v "bench \[" | tail -2
+    td bench "${common[@]}" --size 3840x2160 --tile-budget 8 --out "$out/budget_${name}_4k_8" 2>&1 | grep -v "bench \[" | tail -2
+    td bench "${common[@]}" --size 1920x1080 --out "$out/budget_${name}_1080_all" 2>&1 | grep -v "bench \[" | tail -2
+    td bench "${common[@]}" --size 1920x1080 --tile-budget 2 --out "$out/budget_${name}_1080_2" 2>&1 | grep -v "bench \[" | tail -2
+  done
+fi
+
+if [[ " $what " == *" budget_eval "* ]]; then
+  gpu=(--backend torch --device cuda --precision fp16 --motion --frames 60)
+  td eval "${gpu[@]}" --width 3840 --height 2160 --budgets 8 12 --out "$out/eval_4k" 2>&1 | tail -4
+  td eval "${gpu[@]}" --width 3840 --height 2160 --budgets 8 --pan 4 --out "$out/eval_4k_pan" 2>&1 | tail -3
+  td eval "${gpu[@]}" --width 1920 --height 1080 --budgets 2 4 --out "$out/eval_1080" 2>&1 | tail -4
 fi
