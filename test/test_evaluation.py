@@ -189,7 +189,7 @@ def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> Non
     # two frames of history run every tile (the tracker learns the motion), then 2 (or 4) tiles + the full view
     assert two["views_per_frame"] == pytest.approx((2 * 9 + 4 * 3) / 6) and two["views_per_frame_max"] == 9
     assert four["views_per_frame"] == pytest.approx((2 * 9 + 4 * 5) / 6)
-    assert two["predicted_boxes"] > 0 and two["latency_max"] <= 4
+    assert two["predicted_boxes"] > 0 and two["latency_vs_full_max"] <= 4
     assert {"latency_p50", "latency_p95", "frames_per_second"} <= set(two)
     assert (tmp_path / "eval.png").stat().st_size > 0 and "tile_budget 2" in (
         tmp_path / "eval.md"
@@ -198,3 +198,31 @@ def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> Non
     assert main([*args, "--budgets", "1", "--max-tile-age", "4"]) == 1
     assert "the smallest that can is 2" in capsys.readouterr().err
     assert main(["eval", "--budgets", "2", "--out", str(tmp_path)]) == 2  # budgets need a moving scene
+
+
+def test_new_object_latency_counts_frames_from_appearance_and_from_full_tilings_detection() -> None:
+    from tiled_detector.tools.evaluation import first_detections, new_object_latency
+    from tiled_detector.types import Detections
+
+    box = np.array([[10.0, 10.0, 30.0, 30.0]])
+    other = np.array([[100.0, 100.0, 120.0, 120.0]])
+    # object 1 from frame 0, object 2 appears at frame 1
+    truth = [(box, np.array([0]), np.array([1]))] + [
+        (np.concatenate([box, other]), np.array([0, 0]), np.array([1, 2])) for _ in range(4)
+    ]
+
+    def run(frames_with_2: set[int], carried_at: set[int] = frozenset()) -> tuple[list, list]:
+        found, fresh = [], []
+        for index in range(5):
+            boxes = np.concatenate([box, other]) if index in frames_with_2 | carried_at else box
+            found.append(Detections(boxes.astype(np.float32), np.ones(len(boxes), np.float32),
+                                    np.zeros(len(boxes), np.int64), {}))  # fmt: skip
+            fresh.append(np.array([True, index not in carried_at])[: len(boxes)])
+        return found, fresh
+
+    full = first_detections(truth, *run({2, 3, 4}))
+    budget = first_detections(truth, *run({4}, carried_at={3}))  # a carried box is no detection
+    assert full == {1: 0, 2: 2} and budget == {1: 0, 2: 4}
+    got = new_object_latency(truth, budget, full)
+    assert got["latency_max"] == 3 and got["latency_vs_full_max"] == 2  # appeared at 1, full found at 2
+    assert new_object_latency(truth, full, full)["latency_vs_full_max"] == 0

@@ -212,9 +212,9 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call(tmp_path) -> 
         calls: list[tuple[int, list[int], list[str]]] = []
         detect_many = node._detector.detect_many
 
-        def counted(frames, encodings, slots, cameras):
+        def counted(frames, encodings, slots, cameras, tiles=None):
             calls.append((len(frames), list(slots), list(cameras)))
-            return detect_many(frames, encodings, slots=slots, cameras=cameras)
+            return detect_many(frames, encodings, slots=slots, cameras=cameras, tiles=tiles)
 
         node._detector.detect_many = counted
         published: list[tuple[str, str]] = []
@@ -279,9 +279,9 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
         frames: list[tuple[str, object]] = []
         detect_many = node._detector.detect_many
 
-        def recorded(images, encodings, slots, cameras):
+        def recorded(images, encodings, slots, cameras, tiles=None):
             frames.extend(zip(encodings, images, strict=True))
-            return detect_many(images, encodings, slots=slots, cameras=cameras)
+            return detect_many(images, encodings, slots=slots, cameras=cameras, tiles=tiles)
 
         node._detector.detect_many = recorded
         scene = make_scene(4, 320, 240).image
