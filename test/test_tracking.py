@@ -211,3 +211,14 @@ def test_the_debug_image_draws_each_box_in_its_tracks_colour_with_its_id():
     assert (tracked[label].any(axis=2).sum(axis=0) > 0).sum() > (
         plain[label].any(axis=2).sum(axis=0) > 0
     ).sum()
+
+
+def test_a_shrinking_track_not_looked_for_never_turns_inside_out():
+    tracker = ByteTrack(TrackerSettings())
+    for size in (60.0, 45.0, 30.0):  # shrinking fast: its height's velocity is negative
+        tracker.update(np.array([_box(100, 100, size)]), np.array([0.9]), np.array([0]), 1 / 30)
+    nowhere = np.zeros((0, 4))  # a tile budget ran no tile holding it: reported from its prediction
+    for _ in range(8):
+        out = tracker.update(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), 1 / 30, observed=nowhere)
+        assert len(out.boxes) == 1 and (out.boxes[:, 2:] >= out.boxes[:, :2]).all()
+        assert out.scores[0] < 0.9  # decayed while not looked for

@@ -13,6 +13,13 @@ Differences from the per-object reference implementations: the time step is the 
 dropped upstream is a longer step, not a missed detection), the lost-track buffer is in seconds, and the cost is
 bounded: only boxes that overlap are compared (a sweep, not an N x M matrix) and only the rows and columns that
 compete for a match go to the assignment solver (`tiled-detector bench` measures the cost per frame).
+
+Under a tile budget (`update`'s `observed`: the regions looked at) a track that no region holds whole was not
+looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
+`PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU) and then placed where
+it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); it is lost at its
+second missed look (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is confirmed at once.
+Without `observed` every step is ByteTrack's.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
 BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU of tracks not looked for (`ByteTrack._overlaps`)
 PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
+_SMALLEST = np.array([1e-3, 1.0])  # the least aspect and height (pixels) a prediction keeps
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
 
 
@@ -247,6 +255,8 @@ class ByteTrack:
         t[t[:, _STATE] == LOST, 7] = 0.0  # a lost track's height stops changing (ByteTrack)
         m0, m1, m2 = _MOTION
         t[:, :20] = t[:, :20] @ (m0 + dt * m1 + (dt * dt) * m2)
+        # a shrinking box stops at a pixel, never turns inside out
+        np.maximum(t[:, 2:4], _SMALLEST, out=t[:, 2:4])
         t[:, _VAR] += noise * (dt * dt)
 
     def _correct(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
