@@ -174,3 +174,15 @@ def test_a_region_of_interest_row_shows_fewer_engine_views(tmp_path: Path, capsy
         at = next(i for i, line in enumerate(lines) if line.startswith("backend "))
         assert lines[at].split()[3] == "views" and lines[at + 1].split()[3] == row["views"]
     assert views == {"full": 9, "half": 5}
+
+
+def test_a_tile_budget_row_is_a_stream_with_its_views_per_frame(tmp_path: Path, capsys) -> None:
+    # 1080p: 8 tiles; a budget of 2 runs 2 tiles + the full-frame view once the warm-up gave the stream history
+    argv = ["bench", "--size", "1920x1080", "--runs", "2", "--warmup", "1", "--backend", "onnxruntime",
+            "--precision", "fp32", "--tile-budget", "2", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = csv.DictReader((tmp_path / "bench.csv").open())
+    assert (row["views"], row["views_per_frame"], row["views_per_frame_max"]) == ("9", "3.0", "3")
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("backend "))
+    assert lines[at + 1].split()[3] == "3/9"

@@ -162,3 +162,12 @@ def test_our_processes_set_a_short_cpu_thread_spin_before_torch_loads(code, env,
     done = subprocess.run([sys.executable, "-c", script], env={**clean, **env}, capture_output=True, text=True,
                           check=True, timeout=120)  # fmt: skip
     assert done.stdout.split()[-1] == expected
+
+
+def test_detect_ignores_a_tile_budget_on_still_images_with_a_note(capsys, files: Path) -> None:
+    assert main(["detect", str(files / "ok.jpg"), "--json", "--tile-budget", "2"]) == 0
+    with_budget = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert with_budget["notes"] == ["tile_budget ignored: a still image has no history (every tile ran)"]
+    assert main(["detect", str(files / "ok.jpg"), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plain["notes"] == [] and plain["images"][0]["detections"] == with_budget["images"][0]["detections"]
