@@ -34,7 +34,7 @@ from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
 from tiled_detector.tracking.schedule import TENTATIVE_WEIGHT, claims, schedule, smallest_budget
-from tiled_detector.tracking.tracks import CameraTracks
+from tiled_detector.tracking.tracks import CameraTracks, broken
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
@@ -104,10 +104,6 @@ class Stream:
         self._cameras.clear()
         if self._tracks is not None:
             self._tracks.reset()
-
-    def live_tracks(self) -> int:
-        """Tracks held over all cameras."""
-        return 0 if self._tracks is None else self._tracks.live_tracks()
 
     def _follow_settings(self) -> None:
         """A change of the tracker, its settings or the tiles ends every camera's tracks and schedule."""
@@ -204,10 +200,10 @@ class Stream:
     def _camera(self, name: str, plan: TilePlan, stamp: int) -> _Camera:
         """The camera's state, started over where a reset rule says so (module docstring)."""
         state = self._cameras.get(name)
-        if state is not None and state.last_ns is not None:
-            gap_s = (stamp - state.last_ns) / 1e9
-            if state.plan is not plan or gap_s < 0 or gap_s > self.detector.config.lost_track_buffer:
-                state = None
+        if state is not None and (
+            state.plan is not plan or broken(state.last_ns, stamp, self.detector.config.lost_track_buffer)
+        ):
+            state = None
         if state is None:
             state = self._cameras[name] = _Camera()
         return state

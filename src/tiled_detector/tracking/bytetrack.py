@@ -318,7 +318,8 @@ class ByteTrack:
         # every (track, detection) pair that overlaps in the same class (matches never cross classes): one sweep,
         # and each association below takes its pairs from these
         useful = np.flatnonzero(scores > LOW_SCORE)
-        i, j, iou = self._overlaps(boxes, useful, class_ids)
+        predicted = self.predicted_boxes()
+        i, j, iou = self._overlaps(predicted, boxes, useful, class_ids)
         cost = 1.0 - iou
         fused = 1.0 - iou * scores[j]  # ByteTrack's fuse_score: IoU weighted by the detection's score
         high = scores > s.activation
@@ -355,7 +356,7 @@ class ByteTrack:
         unmatched[tracks] = False
         hidden = np.zeros(len(t), bool)
         if observed is not None:  # a track is looked for where a region run holds all of its box
-            hidden[unmatched] = ~inside_any(_to_xyxy(t[unmatched, :4]), observed)
+            hidden[unmatched] = ~inside_any(predicted[unmatched], observed)  # unmatched: not corrected
         t[hidden, _HIDDEN] += 1.0
         looked = unmatched & ~hidden
         t[looked, _MISSES] += 1.0
@@ -399,13 +400,14 @@ class ByteTrack:
             t[gap, :4] = measured_xyah[after]
 
     def _overlaps(
-        self, boxes: np.ndarray, useful: np.ndarray, class_ids: np.ndarray
+        self, predicted: np.ndarray, boxes: np.ndarray, useful: np.ndarray, class_ids: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The (track, detection) pairs of the same class that overlap and their IoU, detections `useful` only.
+        """The (track `predicted` box, detection) pairs of the same class that overlap and their IoU, detections
+        `useful` only.
         A track not looked for on the frames before (a tile budget) is compared by buffered IoU (C-BIoU, Yang et
         al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per such frame (at most
         `MAX_BUFFER`) on every side, as its motion since its last match is less certain."""
-        t, predicted = self.table, self.predicted_boxes()
+        t = self.table
         buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])

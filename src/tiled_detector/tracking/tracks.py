@@ -27,6 +27,12 @@ LOG = logging.getLogger(__name__)
 PERIODS = 30  # frame intervals kept per camera to estimate its frame period
 
 
+def broken(last_ns: int | None, stamp_ns: int, buffer_s: float) -> bool:
+    """Whether a camera's frame at `stamp_ns` cannot continue its stream after `last_ns` (None: no frame yet): the
+    stamps went back, or jumped by more than `buffer_s` (the reset rules of the module docstring)."""
+    return last_ns is not None and not 0 <= (stamp_ns - last_ns) / 1e9 <= buffer_s
+
+
 @dataclass
 class _Camera:
     tracker: ByteTrack
@@ -69,14 +75,11 @@ class CameraTracks:
         """Feed one frame of `camera` (its header stamp; `observed`: the regions it was looked at in, None: all of
         it, see `ByteTrack.update`) and return its confirmed tracks."""
         state = self._cameras.get(camera)
-        if state is not None and state.last_ns is not None:
-            gap_s = (stamp_ns - state.last_ns) / 1e9
-            if gap_s < 0:
+        if state is not None and broken(state.last_ns, stamp_ns, self.settings.buffer_s):
+            if stamp_ns < state.last_ns:  # type: ignore[operator]
                 LOG.info("stamps went back %.3f s on %s (a bag looped or the clock was reset): its tracks start over",
-                         -gap_s, camera)  # fmt: skip
-                state = None
-            elif gap_s > self.settings.buffer_s:
-                state = None  # every track would have been lost for longer than the buffer
+                         (state.last_ns - stamp_ns) / 1e9, camera)  # type: ignore[operator]  # fmt: skip
+            state = None  # else every track would have been lost for longer than the buffer
         if state is None:
             tracker = ByteTrack(self.settings, self._next_ids.get(camera, 1))
             state = self._cameras[camera] = _Camera(tracker, stamp_ns)
