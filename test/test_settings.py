@@ -52,6 +52,7 @@ def test_every_field_has_its_setting_and_a_valid_default() -> None:
         "backend",
         "device",
         "precision",
+        "calibration",
         "max_batch",
         "input_size",
         "engine_options",

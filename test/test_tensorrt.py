@@ -31,14 +31,13 @@ from tiled_detector.engines import tensorrt_api as api_mod
 from tiled_detector.engines import tensorrt_build as build_mod
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
+from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input
+from tiled_detector.engines.quantize import quantize_onnx
 from tiled_detector.engines.tensorrt_build import (
-    MODELOPT_MISSING,
     PRECISION_ACTIONS,
     BuildOptions,
     FeatureSet,
-    Int8Source,
     feature_set,
-    has_qdq,
     to_fp16,
 )
 
@@ -417,22 +416,22 @@ def test_feature_set_of_the_installed_lean_bindings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("features", "precision", "flags", "onnx_fp16", "int8"),
+    ("features", "precision", "flags", "onnx_fp16", "qdq"),
     [
-        (FeatureSet.TRT8, Precision.FP32, (), False, Int8Source.NONE),
-        (FeatureSet.TRT8, Precision.FP16, ("FP16",), False, Int8Source.NONE),
-        (FeatureSet.TRT8, Precision.INT8, ("FP16", "INT8"), False, Int8Source.CALIBRATOR),
-        (FeatureSet.TRT10, Precision.FP32, (), False, Int8Source.NONE),
-        (FeatureSet.TRT10, Precision.FP16, ("FP16",), False, Int8Source.NONE),
-        (FeatureSet.TRT10, Precision.INT8, ("FP16", "INT8"), False, Int8Source.CALIBRATOR),
-        (FeatureSet.TRT11, Precision.FP32, (), False, Int8Source.NONE),
-        (FeatureSet.TRT11, Precision.FP16, (), True, Int8Source.NONE),
-        (FeatureSet.TRT11, Precision.INT8, (), False, Int8Source.QDQ),
+        (FeatureSet.TRT8, Precision.FP32, (), False, False),
+        (FeatureSet.TRT8, Precision.FP16, ("FP16",), False, False),
+        (FeatureSet.TRT8, Precision.INT8, ("FP16", "INT8"), False, True),
+        (FeatureSet.TRT10, Precision.FP32, (), False, False),
+        (FeatureSet.TRT10, Precision.FP16, ("FP16",), False, False),
+        (FeatureSet.TRT10, Precision.INT8, ("FP16", "INT8"), False, True),
+        (FeatureSet.TRT11, Precision.FP32, (), False, False),
+        (FeatureSet.TRT11, Precision.FP16, (), True, False),
+        (FeatureSet.TRT11, Precision.INT8, (), False, True),
     ],
 )
-def test_precision_table(features, precision, flags, onnx_fp16, int8) -> None:
+def test_precision_table(features, precision, flags, onnx_fp16, qdq) -> None:
     actions = PRECISION_ACTIONS[(features, precision)]
-    assert (actions.builder_flags, actions.onnx_fp16, actions.int8) == (flags, onnx_fp16, int8)
+    assert (actions.builder_flags, actions.onnx_fp16, actions.qdq) == (flags, onnx_fp16, qdq)
     assert ("EXPLICIT_BATCH" in actions.network_flags) == (features is FeatureSet.TRT8)
     if features is FeatureSet.TRT11:  # every flag the table asks for on 11 really exists there
         assert all(hasattr(trt.BuilderFlag, f) for f in actions.builder_flags)
@@ -491,34 +490,23 @@ def test_qdq_detection() -> None:
 
 
 def test_onnx_input_reads_chw_and_needs_hw_when_dynamic() -> None:
-    assert build_mod.onnx_input(conv_model(), None) == ("images", (C, H, W))
+    assert onnx_input(conv_model(), None) == ("images", (C, H, W))
     with pytest.raises(ValueError, match="contradicts"):
-        build_mod.onnx_input(conv_model(), (64, 64))
+        onnx_input(conv_model(), (64, 64))
 
 
-def test_int8_on_tensorrt_11_without_qdq_or_modelopt_says_what_to_do(monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("features", list(FeatureSet))
+def test_int8_without_qdq_nodes_says_what_to_give(tmp_path, features) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(conv_model(), path)
-    real_find_spec = build_mod.importlib.util.find_spec
-    monkeypatch.setattr(
-        build_mod.importlib.util, "find_spec", lambda n: None if n == "modelopt" else real_find_spec(n)
-    )
-    actions = PRECISION_ACTIONS[(FeatureSet.TRT11, Precision.INT8)]
-    options = BuildOptions(precision=Precision.INT8, max_batch=4, opt_batch=2)
+    actions = PRECISION_ACTIONS[(features, Precision.INT8)]
     with pytest.raises(TensorRTError) as err:
-        build_mod.prepare_onnx(path, actions, options, "11.4.0")
-    assert str(err.value) == MODELOPT_MISSING.format(version="11.4.0", model=path)
-    assert "nvidia-modelopt" in str(err.value) and "--calib" in str(err.value)
-    # an ONNX that already has Q/DQ nodes is accepted as is
+        build_mod.prepare_onnx(path, actions)
+    assert str(err.value) == INT8_NEEDS_QDQ.format(model=path)
+    assert "calibration" in str(err.value) and "--precision int8" in str(err.value)
+    # an ONNX that already has Q/DQ nodes is taken as it is
     onnx.save(conv_model(qdq=True), path)
-    assert has_qdq(onnx.load_from_string(build_mod.prepare_onnx(path, actions, options, "11")))
-
-
-def test_rebatch_makes_fixed_size_batches_up_to_a_limit() -> None:
-    parts = [torch.full((n, 1), float(i)) for i, n in enumerate([3, 5, 2, 7])]
-    out = list(build_mod.rebatch(parts, 4, limit=14))
-    assert [len(b) for b in out] == [4, 4, 4]
-    assert torch.cat(out)[:, 0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 3, 3]
+    assert onnx.load_from_string(build_mod.prepare_onnx(path, actions)) == onnx.load(path)
 
 
 # --- building with builder doubles (fakes for classes the lean package lacks) -----------------------------
@@ -528,7 +516,6 @@ class FakeBuilderConfig:
     def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None: ...
     def set_flag(self, flag: Any) -> None: ...
     def add_optimization_profile(self, profile: Any) -> int: ...
-    def set_calibration_profile(self, profile: Any) -> bool: ...
 
 
 class FakeBuilder:
@@ -602,6 +589,34 @@ def test_build_fp16_per_tensorrt_generation(tmp_path, version, fp16_flag, net_fl
     assert phases == [("Building", 0, 2), ("Building", 1, 2), ("Building", 2, 2)]
 
 
+@pytest.mark.parametrize(
+    ("version", "fp16_flag", "net_flags", "set_flags"),
+    [
+        ("8.6.1", True, 1 << 0, ["FP16", "INT8"]),
+        ("10.3.0", True, 0, ["FP16", "INT8"]),
+        ("11.4.0", False, 1 << 1, []),  # strongly typed: the Q/DQ nodes say what runs in int8
+    ],
+)
+def test_build_int8_from_the_quantizers_qdq_file(tmp_path, version, fp16_flag, net_flags, set_flags) -> None:
+    """TensorRT parses exactly the Q/DQ file ONNX Runtime runs (made here by the real quantizer)."""
+    source, qdq = tmp_path / "m.onnx", tmp_path / "m.qdq.onnx"
+    onnx.save(conv_model(), source)
+    calibration = np.random.default_rng(2).random((16, C, H, W), dtype=np.float32)
+    assert quantize_onnx(source, [calibration[:10], calibration[10:]], qdq) == 16
+    module, builder, config = fake_trt(version, fp16_flag)
+    options = BuildOptions(precision=Precision.INT8, max_batch=8, opt_batch=5)
+    assert build_mod.build_serialized(module, None, qdq, options, torch.device("cpu")) == b"PLAN"
+    builder.create_network.assert_called_once_with(net_flags)
+    assert [c.args[0] for c in config.set_flag.call_args_list] == set_flags
+    parsed = onnx.load_from_string(module.OnnxParser.return_value.parse.call_args.args[0])
+    assert parsed == onnx.load(qdq) and has_qdq(parsed)
+    scales = [n for n in parsed.graph.node if n.op_type == "QuantizeLinear"]
+    zero_points = {i.name: onnx.numpy_helper.to_array(i) for i in parsed.graph.initializer}
+    # what TensorRT accepts: int8 zero points of 0 (symmetric), per-channel weights
+    assert scales and all(zero_points[n.input[2]].dtype == np.int8 for n in scales)
+    assert all(not zero_points[n.input[2]].any() for n in scales)
+
+
 def test_parser_errors_are_reported(tmp_path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(conv_model(), path)
@@ -627,40 +642,6 @@ def test_text_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = stream.getvalue().split("\r")
     assert "[#####-----] 5/10 Building engine" in lines[1]
     assert "[##########] 10/10" in lines[2] and lines[2].endswith("\n")
-
-
-def test_calibration_frames_from_an_image_folder(tmp_path: Path) -> None:
-    import cv2
-
-    from tiled_detector.tools.frames import file_frames
-
-    rgb = np.zeros((20, 30, 3), np.uint8)
-    rgb[..., 0] = 200  # red
-    for name in ("b.png", "a.png"):
-        cv2.imwrite(str(tmp_path / name), rgb[..., ::-1])
-    (tmp_path / "notes.txt").write_text("not an image")
-    frames = list(file_frames(tmp_path))
-    assert [frame.encoding for frame in frames] == ["rgb8", "rgb8"]
-    np.testing.assert_array_equal(frames[0].image, rgb)
-    with pytest.raises(FileNotFoundError):
-        list(file_frames(tmp_path / "missing"))
-
-
-def test_calibration_batches_are_tiled_as_at_run_time(tmp_path: Path) -> None:
-    import cv2
-
-    from tiled_detector.pipeline.preprocess import Preprocessor
-    from tiled_detector.pipeline.tiling import make_plan
-    from tiled_detector.tools.calibration import calibration_batches
-
-    frame = np.random.default_rng(3).integers(0, 256, (100, 150, 3), np.uint8)
-    cv2.imwrite(str(tmp_path / "a.png"), frame[..., ::-1])
-    make = calibration_batches(tmp_path, torch.device("cpu"), tile_hw=(48, 48), overlap=0.25)
-    (batch,) = list(make((32, 32)))  # the builder asks with the model's input size
-    plan = make_plan((100, 150), (48, 48), 0.25, (32, 32), True)
-    expected = Preprocessor("cpu", torch.float32, (32, 32)).run(frame, plan, "rgb8")
-    torch.testing.assert_close(batch, expected, rtol=0, atol=0)
-    assert batch.shape == (plan.batch_size, 3, 32, 32)
 
 
 def test_build_engine_sizes_the_profile_for_the_cameras_of_one_node(capsys) -> None:

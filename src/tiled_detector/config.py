@@ -129,8 +129,16 @@ class DetectorConfig:
     )
     precision: Precision = _setting(
         Precision.FP32,
-        "engine precision: fp16 with TensorRT or torch on CUDA, int8 with TensorRT",
+        "engine precision: fp16 with TensorRT or torch on CUDA; int8 with ONNX Runtime or TensorRT, from an ONNX "
+        "with Q/DQ nodes (given, or made from calibration)",
         kind=Choice(option=Precision),
+        applies=Applies.ENGINE,
+    )
+    calibration: Path | None = _setting(
+        None,
+        "int8 calibration frames: a folder of images or a rosbag2 bag from the cameras; an ONNX model without Q/DQ "
+        "nodes is quantized from them once, tiled as at run time (cached); empty = int8 needs a Q/DQ model",
+        kind=File(),
         applies=Applies.ENGINE,
     )
     input_size: tuple[int, int] | None = _setting(

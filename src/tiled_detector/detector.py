@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -151,6 +152,18 @@ def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | N
         ) from None
 
 
+def load_config_engine(config: DetectorConfig, model: Path | None = None) -> Engine:
+    """The engine `config` asks for, loading `model` in place of `config.model` where given (its Q/DQ copy)."""
+    return load_engine(
+        model or config.model,
+        config.backend,
+        config.device,
+        config.precision,
+        config.max_batch,
+        **config.engine_arguments(),
+    )
+
+
 class TiledDetector:
     """Tiled detection with the fewest engine calls per frame (one on a GPU). Not thread-safe (it reuses its
     input buffers).
@@ -198,14 +211,7 @@ class TiledDetector:
 
     def _setup(self, config: DetectorConfig, engine: Engine | None, capture: Capture | None = None) -> None:
         if engine is None:
-            engine = load_engine(
-                config.model,
-                config.backend,
-                config.device,
-                config.precision,
-                config.max_batch,
-                **config.engine_arguments(),
-            )
+            engine = load_config_engine(config)
         elif engine.device.type != torch.device(config.device).type:
             raise ValueError(
                 f"engine runs on {engine.device}, but the config asks for device {config.device}"

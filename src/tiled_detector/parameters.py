@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tiled_detector.config import DetectorConfig, Setting, default, settings
-from tiled_detector.detector import TiledDetector
+from tiled_detector.detector import TiledDetector, load_config_engine
 from tiled_detector.kinds import Parameter, parameters_of
 
 
@@ -73,7 +73,14 @@ def runtime_changes(values: Mapping[str, Any]) -> dict[str, Any]:
     return config_changes({k: v for k, v in values.items() if k in runtime})
 
 
-def build_detector(values: Mapping[str, Any]) -> TiledDetector:
+def build_detector(values: Mapping[str, Any], sample_calibration: bool = False) -> TiledDetector:
     """A `TiledDetector` for parameter values (defaults for the rest). Raises ValueError naming a bad value
-    (class names are checked against the model's labels once it is loaded)."""
-    return TiledDetector.from_config(DetectorConfig(**config_changes(values)))
+    (class names are checked against the model's labels once it is loaded). precision int8 loads the model's
+    Q/DQ copy (`tools.calibration.int8_model`: quantized from `calibration` on first use; from the bundled
+    sample frames, with a warning, when `sample_calibration` and no calibration is set)."""
+    from tiled_detector.tools.calibration import int8_model
+
+    config = DetectorConfig(**config_changes(values))
+    model = int8_model(config, sample_default=sample_calibration)
+    engine = load_config_engine(config, model) if model != config.model else None
+    return TiledDetector.from_config(config, engine)

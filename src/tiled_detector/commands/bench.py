@@ -4,6 +4,7 @@ precision and frame size; print a table and write DIR/bench.csv, DIR/bench.png a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ EPILOG = """examples:
   tiled-detector bench --model yolov8n.onnx --backend tensorrt torch --precision fp16 --device cuda --out out/b
   tiled-detector bench --size 1920x1080 --runs 50 --peer sahi   # also SAHI's default on the same model (optional)
   tiled-detector bench --device cuda --input device          # frames already on the GPU (e.g. nvJPEG-decoded)
-Combinations an engine cannot run are rows marked unsupported, with the reason. `ratio` is end to end over the
+Combinations an engine cannot run are rows marked unsupported, with the reason. int8 runs the model's Q/DQ copy
+(ONNX Runtime, TensorRT), quantized once from --calibration (default: the bundled synthetic sample frames). `ratio` is end to end over the
 same engine's model-only time on the same images in the same engine calls (at most max_batch each; 4 on a CPU),
 replayed as a CUDA graph where it can be captured, both measured alternately in this run: it is the number to
 compare across machines."""
@@ -65,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
         done += steps
         bar("bench", min(done, total), total)
 
-    rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build_detector,
-                     progress, on_device=args.input == "device")  # fmt: skip
+    # int8 without calibration: the bundled sample frames (the bench's own frames are synthetic), with a warning
+    build = functools.partial(build_detector, sample_calibration=True)
+    rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build, progress,
+                     on_device=args.input == "device")  # fmt: skip
     if args.peer == "sahi":
         changes = config_changes(values)
         model = DetectorConfig(

@@ -1,4 +1,5 @@
-"""`tiled-detector build-engine`: build (and cache) a TensorRT engine from an ONNX model, with a progress bar."""
+"""`tiled-detector build-engine`: build (and cache) a TensorRT engine from an ONNX model, or with `--backend
+onnxruntime --precision int8` the Q/DQ model ONNX Runtime runs and TensorRT builds from; with a progress bar."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from tiled_detector.commands.progress import TextProgress
 from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
 from tiled_detector.config import DetectorConfig
+from tiled_detector.engines.base import Precision
 from tiled_detector.pipeline.tiling import make_plan
 
-BUILD_SETTINGS = ("device", "precision", "max_batch", "input_size", "tile_size", "overlap", "full_frame")
+BUILD_SETTINGS = ("device", "precision", "calibration", "max_batch", "input_size", "tile_size", "overlap",
+                  "full_frame", "channel_order")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,14 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "1920x1080 1280x720): the engine is optimised for one frame of each in one batch, and max_batch is "
         "raised to that batch when smaller",
     )
-    parser.add_argument("--calib", type=Path, help="INT8 calibration images: a folder or a rosbag2 bag")
-    parser.add_argument("--calib-tiles", type=int, default=128, help="number of tiles to calibrate on")
+    parser.add_argument("--backend", choices=("tensorrt", "onnxruntime"), default="tensorrt",
+                        help="tensorrt: a TensorRT engine (on the GPU it will run on; int8 from the Q/DQ model); "
+                             "onnxruntime: the int8 Q/DQ model only (no GPU needed), which ONNX Runtime runs "
+                             "(default tensorrt)")  # fmt: skip
     parser.add_argument(
         "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
     )
-    parser.add_argument("--out", type=Path, help="also copy the engine to this file")
+    parser.add_argument("--out", type=Path, help="also copy the engine (or the Q/DQ model) to this file")
     parser.add_argument("--verbose", action="store_true", help="TensorRT's info messages too")
-    # the node's settings that shape the engine (precision, batch) and its INT8 calibration (tiles)
+    # the node's settings that shape the engine (precision, batch) and its INT8 calibration (frames, tiling)
     add_settings(parser, only=BUILD_SETTINGS, defaults={"device": "cuda:0"})
 
 
@@ -75,47 +80,70 @@ def batch_profile(args: argparse.Namespace, config: DetectorConfig, default_opt:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build (or find in the cache) the engine; print its path."""
+    """Build (or find in the cache) the engine or the Q/DQ model; print its path."""
     import torch
 
     from tiled_detector.devices import require_cuda
-    from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
-    from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
     from tiled_detector.parameters import config_changes
-    from tiled_detector.tools.calibration import calibration_batches
+    from tiled_detector.tools.calibration import int8_model
 
     config = DetectorConfig(
-        **{**config_changes(parameter_values(args)), "backend": "tensorrt", "model": args.model}
+        **{**config_changes(parameter_values(args)), "backend": args.backend, "model": args.model}
     )
     if not config.model.is_file():
         print(f"error: {config.model} is not a file", file=sys.stderr)
         return 2
+    if args.backend == "onnxruntime" and config.precision is not Precision.INT8:
+        print(f"error: ONNX Runtime runs {config.model} at {config.precision.value} as it is: build-engine "
+              "--backend onnxruntime makes int8 models (--precision int8)", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.backend == "tensorrt":
+        # checked before anything else: without a GPU the native builder can crash the process
+        require_cuda(
+            torch.device(config.device), "build-engine builds TensorRT engines on the GPU they will run on"
+        )
+    started = time.monotonic()
+    progress = TextProgress()
+    model = int8_model(config, sample_default=True, cache_dir=args.cache_dir, progress=progress)
+    if args.backend == "onnxruntime":
+        print(
+            f"int8 model: {model} ({time.monotonic() - started:.1f} s, Q/DQ by ONNX Runtime {ort_version()})"
+        )
+        return _copy(model, args.out)
+    path, version = _build_tensorrt(args, config, model, progress)
+    print(f"engine: {path} ({time.monotonic() - started:.1f} s, TensorRT {version})")
+    return _copy(path, args.out)
+
+
+def ort_version() -> str:
+    """ONNX Runtime's version (its quantizer made the Q/DQ model)."""
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _copy(path: Path, out: Path | None) -> int:
+    if out is not None:
+        shutil.copyfile(path, out)
+        print(f"copied to {out}")
+    return 0
+
+
+def _build_tensorrt(
+    args: argparse.Namespace, config: DetectorConfig, model: Path, progress: TextProgress
+) -> tuple[Path, str]:
+    """The TensorRT engine of `model` (the Q/DQ copy at int8) from the cache, built when missing."""
+    import torch
+
+    from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
+    from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
+
     device = torch.device(config.device)
-    # checked before any TensorRT call: without a GPU the native builder can crash the process
-    require_cuda(device, "build-engine builds TensorRT engines on the GPU they will run on")
     trt = import_tensorrt()
     logger = make_logger(trt, args.verbose)
     runtime = checked(trt.Runtime, logger, what="Runtime()")
     input_hw = (config.input_size[1], config.input_size[0]) if config.input_size else None
-    batches = None
-    if args.calib is not None:
-        batches = calibration_batches(args.calib, device, config.tile_hw, config.overlap, config.full_frame)
     opt_batch, max_batch = batch_profile(args, config, BuildOptions.opt_batch)
-    options = BuildOptions(
-        precision=config.precision,
-        max_batch=max_batch,
-        opt_batch=opt_batch,
-        input_hw=input_hw,
-        calib=args.calib,
-        calib_batches=batches,
-        calib_tiles=args.calib_tiles,
-    )
-    started = time.monotonic()
-    _, path = load_or_build(
-        trt, runtime, logger, config.model, options, device, args.cache_dir, TextProgress()
-    )
-    print(f"engine: {path} ({time.monotonic() - started:.1f} s, TensorRT {trt.__version__})")
-    if args.out is not None:
-        shutil.copyfile(path, args.out)
-        print(f"copied to {args.out}")
-    return 0
+    options = BuildOptions(config.precision, max_batch, opt_batch, input_hw)
+    _, path = load_or_build(trt, runtime, logger, model, options, device, args.cache_dir, progress)
+    return path, str(trt.__version__)

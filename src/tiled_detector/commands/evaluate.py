@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tiled_detector.commands.settings import add_settings, flag_parameters, parameter_values
+from tiled_detector.config import settings
 from tiled_detector.tools.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
 
 
@@ -35,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[], metavar="N",
                         help="with --motion: compare these tile_budget values (and every tile, 0) side by side: "
                              "views per frame, frames/s, new-object latency; the chart plots them")  # fmt: skip
-    add_settings(parser)
+    parser.add_argument("--precision", nargs="+", default=None, choices=settings()["precision"].kind.choices,
+                        help="engine precision; several (e.g. fp32 int8) evaluate each side by side, rows named "
+                             "'CONFIG PRECISION'; int8 without --calibration calibrates on the bundled synthetic "
+                             "sample frames (default: fp32, or the params file's)")  # fmt: skip
+    add_settings(parser, only=[n for n in settings() if n != "precision"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     values = parameter_values(args)
     if args.motion and "tracker" not in flag_parameters(args):
         values["tracker"] = "bytetrack"
-    detector = build_detector(values)
+    precisions = args.precision or [values.get("precision", "fp32")]
+    # int8 without calibration: the bundled sample frames (the evaluated frames are synthetic too), with a warning
+    detectors = {p: build_detector({**values, "precision": p}, sample_calibration=True) for p in precisions}
+    detector = detectors[precisions[0]]
 
     def progress(done: int, total: int) -> None:
         if done % 10 == 0 or done == total:
@@ -66,14 +74,20 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 1
-    results = evaluate(
-        detector, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion,
-        pan=args.pan, budgets=args.budgets,
-    )  # fmt: skip
+    results = {}
+    for precision, each in detectors.items():
+        found = evaluate(
+            each, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion,
+            pan=args.pan, budgets=args.budgets,
+        )  # fmt: skip
+        results.update(
+            {f"{name} {precision}" if len(detectors) > 1 else name: row for name, row in found.items()}
+        )
     meta = {
         "model": str(detector.config.model),
         "backend": detector.engine.backend.value,
         "device": detector.config.device,
+        "precision": {p: each.engine.precision.value for p, each in detectors.items()},
         "conf_threshold": detector.config.conf_threshold,
         "frames": args.frames,
         "motion": args.motion,

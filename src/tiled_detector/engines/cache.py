@@ -1,4 +1,4 @@
-"""On-disk cache of built TensorRT engines, safe across processes.
+"""On-disk cache of built TensorRT engines (and INT8 Q/DQ models), safe across processes.
 
 The file name is a hash of everything that makes a serialized engine valid: the ONNX bytes, the precision,
 the optimisation profile, the TensorRT version and the GPU (name and compute capability). A stale or foreign
@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from filelock import FileLock, Timeout
 
@@ -105,19 +105,29 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
+class CacheKey(Protocol):
+    """What the cache needs of a key: the model's name (messages) and the file name that the key's digest names."""
+
+    model_name: str
+
+    @property
+    def file_name(self) -> str: ...
+
+
 class EngineCache:
-    """A directory of engines keyed by `EngineKey`, shared safely by several processes."""
+    """A directory of built files (TensorRT engines by `EngineKey`, Q/DQ models by `QuantizedKey`) keyed by
+    everything they depend on, shared safely by several processes."""
 
     def __init__(self, directory: str | Path | None = None, lock_timeout_s: float = -1.0) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.lock_timeout_s = lock_timeout_s  # -1: wait for as long as the other build takes
 
-    def path_for(self, key: EngineKey) -> Path:
+    def path_for(self, key: CacheKey) -> Path:
         """Where the engine for `key` lives (whether or not it exists yet)."""
         return self.directory / key.file_name
 
     def get_or_build(
-        self, key: EngineKey, build: Callable[[], bytes], load: Callable[[bytes], T | None]
+        self, key: CacheKey, build: Callable[[], bytes], load: Callable[[bytes], T | None]
     ) -> tuple[T, Path]:
         """Load the cached engine for `key`, or build, store and load it.
 

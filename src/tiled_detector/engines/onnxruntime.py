@@ -11,6 +11,7 @@ import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec
 from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
+from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq
 
 # ONNX Runtime type string -> (torch dtype, numpy dtype used for binding)
 _TYPES: dict[str, tuple[torch.dtype, type]] = {
@@ -72,7 +73,8 @@ class OnnxRuntimeEngine(Engine):
     One I/O binding serves every call; static-shaped outputs are written straight into torch buffers allocated
     once at `max_batch` (the next call overwrites them), dynamic ones are allocated by ONNX Runtime and wrapped
     through DLPack. On CUDA the session runs on torch's current stream, followed per call. fp16 needs a model
-    whose input is float16 (ONNX Runtime does not convert).
+    whose input is float16 (ONNX Runtime does not convert); int8 a model with Q/DQ nodes (`engines/quantize.py`),
+    which runs as int8 whatever precision was asked.
     """
 
     backend = Backend.ONNXRUNTIME
@@ -122,7 +124,7 @@ class OnnxRuntimeEngine(Engine):
             *onnx_input_hw(model, node.shape, self.metadata, input_hw),
         )
         dtype, self._np_dtype = _dtypes(node)
-        self.precision = self._check_precision(self.precision, dtype, model)
+        self.precision = self._check_precision(self.precision, dtype, model, file_has_qdq(model))
         self.input = TensorSpec(node.name, shape, dtype)
         self._bound_batch()
         self.outputs = self._output_specs()
@@ -182,11 +184,12 @@ class OnnxRuntimeEngine(Engine):
             self._stream = stream
 
     @staticmethod
-    def _check_precision(precision: Precision, dtype: torch.dtype, model: Path) -> Precision:
+    def _check_precision(precision: Precision, dtype: torch.dtype, model: Path, qdq: bool) -> Precision:
+        """The precision the model runs at: a Q/DQ model runs as it is (int8), whatever was asked."""
+        if qdq:
+            return Precision.INT8
         if precision is Precision.INT8:
-            raise ValueError(
-                "ONNX Runtime engine: int8 is not supported; use a quantized ONNX model as fp32 input"
-            )
+            raise ValueError(INT8_NEEDS_QDQ.format(model=model))
         if precision is Precision.FP16 and dtype != torch.float16:
             raise ValueError(
                 f"ONNX Runtime engine: precision fp16 needs an fp16 model (float16 input), but {model} takes "

@@ -14,7 +14,6 @@ module functions so tests without a GPU can replace them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -143,9 +142,8 @@ class TensorRTEngine(Engine):
     """A TensorRT engine on one CUDA device; see the module docstring.
 
     Options: `opt_batch` (optimisation-profile batch when building: tiles per frame + full-frame view),
-    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `calib` (the INT8 calibration source, which names the
-    cached engine) with `calib_batches` (input (h, w) -> engine batches of it: `tiled_detector.tools.calibration`),
-    `verbose`.
+    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `verbose`. INT8 builds from an ONNX with
+    Q/DQ nodes (`engines/quantize.py`).
     """
 
     backend = Backend.TENSORRT
@@ -162,8 +160,6 @@ class TensorRTEngine(Engine):
         opt_batch: int | None = None,
         input_hw: tuple[int, int] | None = None,
         cache_dir: str | Path | None = None,
-        calib: str | Path | None = None,
-        calib_batches: Callable[[tuple[int, int]], Iterable[torch.Tensor]] | None = None,
         verbose: bool = False,
     ) -> None:
         super().__init__(model, device, precision, max_batch)
@@ -177,7 +173,8 @@ class TensorRTEngine(Engine):
         self._runtime = checked(self.trt.Runtime, self._logger, what="Runtime()")
         model = Path(model)
         if model_format(model) is ModelFormat.ONNX:
-            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build, onnx_metadata
+            from tiled_detector.engines.onnx_model import onnx_metadata
+            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
             self.metadata = onnx_metadata(model)
             options = BuildOptions(
@@ -186,8 +183,6 @@ class TensorRTEngine(Engine):
                 # the default of `tiled-detector build-engine`, so that both find the same cached engine
                 opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
                 input_hw=input_hw or self.metadata.hw,
-                calib=Path(calib) if calib else None,
-                calib_batches=calib_batches,
             )
             self._engine, self.engine_path = load_or_build(
                 self.trt, self._runtime, self._logger, model, options, self.device, cache_dir

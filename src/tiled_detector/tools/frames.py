@@ -4,9 +4,10 @@ calibration."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,18 +47,27 @@ def motion_frames(frames: int, seed: int, width: int, height: int, pan: float = 
         yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids)
 
 
-def image_folder_frames(folder: str | Path) -> Iterator[Frame]:
-    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), by name, without ground truth."""
-    import cv2
-
+def image_paths(folder: str | Path) -> list[Path]:
+    """The image files of a folder (png, jpg, jpeg, bmp, tif, tiff), by name; FileNotFoundError when none."""
     paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
-    for path in paths:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if image is None:
-            raise ValueError(f"cannot read image {path}")
-        yield Frame(np.ascontiguousarray(image[..., ::-1]))
+    return paths
+
+
+def read_image(path: Path) -> Frame:
+    """One image file as an rgb8 frame; ValueError when OpenCV cannot decode it."""
+    import cv2
+
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ValueError(f"cannot read image {path}")
+    return Frame(np.ascontiguousarray(image[..., ::-1]))
+
+
+def image_folder_frames(folder: str | Path) -> Iterator[Frame]:
+    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), by name, without ground truth."""
+    return (read_image(path) for path in image_paths(folder))
 
 
 def video_frames(path: str | Path, limit: int | None = None) -> Iterator[Frame]:
@@ -86,23 +96,40 @@ def is_bag(source: Path) -> bool:
     return source.suffix in {".mcap", ".db3"} or (source.is_dir() and (source / "metadata.yaml").exists())
 
 
-def bag_frames(bag: Path) -> Iterator[Frame]:
-    """The frames of every sensor_msgs Image / CompressedImage topic of a bag, in their encodings."""
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+
+
+def bag_messages(bag: Path, keep: Callable[[int], bool] | None = None) -> Iterator[tuple[str, bytes, Any]]:
+    """(message type, serialized bytes, reader) of the image messages of a bag (those whose index `keep` takes);
+    ValueError when the bag has no sensor_msgs Image / CompressedImage topic."""
     from rosbags.highlevel import AnyReader
 
-    from tiled_detector.messages.images import compressed_to_array, imgmsg_to_array
-
-    convert = {
-        "sensor_msgs/msg/Image": imgmsg_to_array,
-        "sensor_msgs/msg/CompressedImage": compressed_to_array,
-    }
     with AnyReader([bag]) as reader:
-        connections = [c for c in reader.connections if c.msgtype in convert]
+        connections = [c for c in reader.connections if c.msgtype in IMAGE_TYPES]
         if not connections:
             raise ValueError(f"no sensor_msgs Image / CompressedImage topic in {bag}")
-        for connection, _, raw in reader.messages(connections=connections):
-            image, encoding = convert[connection.msgtype](reader.deserialize(raw, connection.msgtype))
-            yield Frame(image, encoding=encoding)
+        for index, (connection, _, raw) in enumerate(reader.messages(connections=connections)):
+            if keep is None or keep(index):
+                yield connection.msgtype, raw, reader
+
+
+def bag_image_count(bag: Path) -> int:
+    """How many image messages a bag holds (from its index, without reading them)."""
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([bag]) as reader:
+        return sum(c.msgcount for c in reader.connections if c.msgtype in IMAGE_TYPES)
+
+
+def bag_frames(bag: Path, keep: Callable[[int], bool] | None = None) -> Iterator[Frame]:
+    """The frames of every sensor_msgs Image / CompressedImage topic of a bag (those whose message index `keep`
+    takes), in their encodings."""
+    from tiled_detector.messages.images import compressed_to_array, imgmsg_to_array
+
+    convert = {IMAGE_TYPES[0]: imgmsg_to_array, IMAGE_TYPES[1]: compressed_to_array}
+    for msgtype, raw, reader in bag_messages(bag, keep):
+        image, encoding = convert[msgtype](reader.deserialize(raw, msgtype))
+        yield Frame(image, encoding=encoding)
 
 
 def file_frames(source: str | Path) -> Iterator[Frame]:

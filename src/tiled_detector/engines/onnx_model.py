@@ -1,0 +1,77 @@
+"""What an ONNX file says without running it: its image input, its exporter's metadata, whether it is quantized
+(Q/DQ nodes). Shared by ONNX Runtime, the TensorRT builder and the quantizer; imports neither torch nor TensorRT."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+
+from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
+
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+INT8_NEEDS_QDQ = (
+    "precision int8 runs an ONNX with QuantizeLinear/DequantizeLinear (Q/DQ) nodes, and {model} has none: set "
+    "calibration (node parameter calibration, flag --calibration) to a folder of images or a rosbag2 bag of the "
+    "camera's frames to quantize it once, or give a Q/DQ model as the model (`tiled-detector build-engine MODEL "
+    "--precision int8 --calibration DIR_OR_BAG --backend onnxruntime` writes one)"
+)
+
+
+def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of `graph` and of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else attr.graphs:
+                yield from graph_nodes(sub)
+
+
+def has_qdq(model: onnx.ModelProto) -> bool:
+    """Whether the graph (or a subgraph) has QuantizeLinear / DequantizeLinear nodes."""
+    return any(node.op_type in QDQ_OPS for node in graph_nodes(model.graph))
+
+
+def file_has_qdq(path: Path) -> bool:
+    """`has_qdq` of an ONNX file, read without its external weights; False for a file ONNX cannot read (the
+    engine that loads it says why)."""
+    try:
+        return has_qdq(onnx.load(str(path), load_external_data=False))
+    except Exception:  # onnx's DecodeError and friends: not ours to report here
+        return False
+
+
+def image_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:
+    """The model's one graph input that is not an initializer."""
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise ValueError(f"expected an ONNX model with one input, got {[i.name for i in inputs]}")
+    return inputs[0]
+
+
+def onnx_input(model: onnx.ModelProto, input_hw: tuple[int, int] | None) -> tuple[str, tuple[int, int, int]]:
+    """Name and (C, H, W) of the model's single image input; `input_hw` fills dynamic H/W."""
+    node = image_input(model)
+    dims = [d.dim_value if d.HasField("dim_value") else -1 for d in node.type.tensor_type.shape.dim]
+    if len(dims) != 4:
+        raise ValueError(f"expected an NCHW input, got {node.name} with {len(dims)} dims")
+    c, h, w = dims[1:]
+    if input_hw is not None:
+        if (h > 0 and h != input_hw[0]) or (w > 0 and w != input_hw[1]):
+            raise ValueError(f"input_hw {input_hw} contradicts the model's fixed input {h}x{w}")
+        h, w = input_hw
+    if c <= 0 or h <= 0 or w <= 0:
+        raise ValueError(f"the model's input {node.name} has dynamic C/H/W {dims}: pass input_hw")
+    return node.name, (c, h, w)
+
+
+def onnx_metadata(model_path: Path) -> ModelMetadata:
+    """What an ONNX file's metadata_props say (ultralytics, YOLOv5), read without its weights."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else ()
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    return exporter_metadata(props, dynamic_batch=not dims or not dims[0].HasField("dim_value"))
