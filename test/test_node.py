@@ -573,6 +573,7 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
         ("model: /no/such/model.onnx", "model file /no/such/model.onnx not found"),
         ("max_batch: 0", "max_batch out of range"),
         ("precision: fp8", "precision must be one of fp32, fp16, int8"),
+        ("precision: int8", "precision int8 runs an ONNX with QuantizeLinear/DequantizeLinear (Q/DQ) nodes"),
         ("ignore_mask: /no/such/mask.png", "ignore_mask: cannot read /no/such/mask.png: No such file"),
     ],
 )

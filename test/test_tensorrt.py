@@ -30,9 +30,9 @@ from tiled_detector.engines import tensorrt as trt_mod
 from tiled_detector.engines import tensorrt_api as api_mod
 from tiled_detector.engines import tensorrt_build as build_mod
 from tiled_detector.engines.base import Precision
-from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input
 from tiled_detector.engines.quantize import quantize_onnx
+from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
 from tiled_detector.engines.tensorrt_build import (
     PRECISION_ACTIONS,
     BuildOptions,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tiled_detector.commands.progress import TextProgress
 from tiled_detector.commands.settings import add_settings, frame_size, parameter_values
-from tiled_detector.config import DetectorConfig
+from tiled_detector.config import DetectorConfig, settings
 from tiled_detector.engines.base import Precision
 from tiled_detector.pipeline.tiling import make_plan
 
@@ -43,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "1920x1080 1280x720): the engine is optimised for one frame of each in one batch, and max_batch is "
         "raised to that batch when smaller",
     )
-    parser.add_argument("--backend", choices=("tensorrt", "onnxruntime"), default="tensorrt",
+    parser.add_argument("--backend", choices=settings()["backend"].kind.choices, default="tensorrt",
                         help="tensorrt: a TensorRT engine (on the GPU it will run on; int8 from the Q/DQ model); "
                              "onnxruntime: the int8 Q/DQ model only (no GPU needed), which ONNX Runtime runs "
-                             "(default tensorrt)")  # fmt: skip
+                             "(default tensorrt; the others build nothing)")  # fmt: skip
     parser.add_argument(
         "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
     )
@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if not config.model.is_file():
         print(f"error: {config.model} is not a file", file=sys.stderr)
+        return 2
+    if args.backend not in ("tensorrt", "onnxruntime"):
+        print(f"error: build-engine builds for tensorrt or onnxruntime, not {args.backend}", file=sys.stderr)
         return 2
     if args.backend == "onnxruntime" and config.precision is not Precision.INT8:
         print(f"error: ONNX Runtime runs {config.model} at {config.precision.value} as it is: build-engine "
