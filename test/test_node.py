@@ -136,6 +136,39 @@ def test_an_ultralytics_export_is_published_with_its_own_class_names(tmp_path: P
     assert names == sorted(exports.NAMES[c] for c in classes.tolist()) and len(names) == len(boxes)
 
 
+def test_int8_quantizes_once_from_calibration_and_publishes_what_the_core_computes(
+    tmp_path: Path, scenes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """precision:=int8 calibration:=DIR on ONNX Runtime: the node quantizes the bundled model on first use (one
+    log line) and publishes what the ROS-free detector computes with the same cached Q/DQ model."""
+    import cv2
+
+    from tiled_detector.parameters import build_detector
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    frames = tmp_path / "calibration"
+    frames.mkdir()
+    for index, scene in enumerate(scenes[:2]):
+        cv2.imwrite(str(frames / f"{index}.png"), scene.image[..., ::-1])
+    settings = {"backend": "onnxruntime", "precision": "int8", "calibration": str(frames)}
+    params = _write_params(tmp_path / "params.yaml", **settings)
+    domain = pick_domain_id()
+    with NodeProcess(params, domain_id=domain) as node:
+        client = DetectorClient(domain_id=domain)
+        try:
+            assert client.wait_for_node(timeout=120), node.log_text()
+            reply = _send(client, _image(scenes[2].image, 0), _stamp(0))
+        finally:
+            client.close()
+    assert node.returncode == 0 and "Traceback" not in node.log_text(), node.log_text()
+    assert node.log_text().count("int8: quantizing") == 1, node.log_text()
+    detector = build_detector(settings)  # finds the node's Q/DQ model in the cache
+    assert detector.engine.model.name.endswith(".qdq.onnx")
+    expected = detector.detect(scenes[2].image, "rgb8")
+    assert len(expected) > 0
+    _assert_same(reply, expected)
+
+
 def test_runtime_parameter_change_applies_from_next_frame(node_and_client: Any, scenes: list[Any]) -> None:
     _, client = node_and_client
     scene = scenes[0]

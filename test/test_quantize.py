@@ -252,3 +252,14 @@ def test_eval_puts_fp32_and_int8_side_by_side(tmp_path: Path, capsys, caplog) ->
     assert result["precision"] == {"fp32": "fp32", "int8": "int8"}
     fp32, int8 = result["configs"]["tiles+full fp32"], result["configs"]["tiles+full int8"]
     assert fp32["AP50"] > 0.5 and abs(int8["AP50"] - fp32["AP50"]) < 0.1
+
+
+def test_detect_without_calibration_refuses_int8_in_one_line(tmp_path: Path, capsys) -> None:
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), make_scene(3, 320, 240).image[..., ::-1])
+    assert main(["detect", str(image), "--backend", "onnxruntime", "--precision", "int8"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("tiled-detector detect: cannot start: precision int8 runs an ONNX with")
+        and "\n" not in err
+    )
