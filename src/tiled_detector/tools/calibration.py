@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import torch
 
 import tiled_detector
@@ -147,6 +146,8 @@ def quantized_key(
     config: DetectorConfig, calibration: CalibrationSet, input_hw: tuple[int, int]
 ) -> QuantizedKey:
     """The cache key of the Q/DQ model `config`'s model makes with `calibration`."""
+    import onnxruntime  # the quantizer's version (imported only when quantizing)
+
     tiling = (("tile_hw", str(config.tile_hw)), ("overlap", repr(config.overlap)),
               ("full_frame", str(config.full_frame)), ("input_hw", str(input_hw)),
               ("channel_order", config.channel_order.value))  # fmt: skip
