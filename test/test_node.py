@@ -588,11 +588,17 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
     """A stream that overruns the shared-memory port queue: the middleware's message-lost reports reach
     /diagnostics, so received + lost accounts for what was sent. Whether a session overflows depends on how the
     OS schedules the reception (and Fast DDS may match a session over UDP instead): up to 3 fresh nodes are tried
-    until one reports a loss, and that one must account for the stream."""
+    until one reports losses that account for the stream (Fast DDS also overwrites samples in the port queue without
+    a message-lost event now and then: about one session in ten here, which a single try made a flaky test)."""
     for attempt in range(3):
         status, sent, err = _stream_through_a_small_queue(tmp_path / str(attempt))
         received, lost = int(status["frames_received"]), int(status["frames_lost"])
-        if lost > 0:
+        assert received + lost <= sent + 2, (
+            received,
+            lost,
+            sent,
+        )  # never more than went missing (+ the client's)
+        if lost > 0 and received + lost >= 0.9 * sent:
             break
     assert lost > 0 and received < sent, (status, err)
     assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)
