@@ -42,10 +42,15 @@ def file_has_qdq(path: Path) -> bool:
         return False
 
 
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The model's graph inputs that are not initializers."""
+    initializers = {init.name for init in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
 def image_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:
     """The model's one graph input that is not an initializer."""
-    initializers = {init.name for init in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in initializers]
+    inputs = graph_inputs(model)
     if len(inputs) != 1:
         raise ValueError(f"expected an ONNX model with one input, got {[i.name for i in inputs]}")
     return inputs[0]
@@ -70,8 +75,7 @@ def onnx_input(model: onnx.ModelProto, input_hw: tuple[int, int] | None) -> tupl
 def onnx_metadata(model_path: Path) -> ModelMetadata:
     """What an ONNX file's metadata_props say (ultralytics, YOLOv5), read without its weights."""
     model = onnx.load(str(model_path), load_external_data=False)
-    initializers = {init.name for init in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in initializers]
+    inputs = graph_inputs(model)
     dims = inputs[0].type.tensor_type.shape.dim if inputs else ()
     props = {prop.key: prop.value for prop in model.metadata_props}
     return exporter_metadata(props, dynamic_batch=not dims or not dims[0].HasField("dim_value"))

@@ -14,7 +14,6 @@ This module imports neither torch nor TensorRT.
 from __future__ import annotations
 
 import hashlib
-import logging
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,9 +23,9 @@ import numpy as np
 import onnx
 
 from tiled_detector.engines.cache import EngineCache
-from tiled_detector.engines.onnx_model import has_qdq, image_input
+from tiled_detector.engines.onnx_model import graph_inputs, has_qdq, image_input
+from tiled_detector.errors import one_line
 
-LOG = logging.getLogger(__name__)
 QUANTIZED_OPS = ("Conv",)
 RECIPE = "ort-quantize_static qdq int8 symmetric per-channel conv-inputs float-bias first-last-float minmax-mean v1"
 
@@ -55,9 +54,9 @@ def float_convs(model: onnx.ModelProto) -> list[str]:
                     todo.extend(ends(node))
         return found
 
-    initializers = {init.name for init in model.graph.initializer}
-    inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    first = reach(inputs, lambda t: consumers.get(t, []), lambda n: list(n.output))
+    first = reach(
+        [i.name for i in graph_inputs(model)], lambda t: consumers.get(t, []), lambda n: list(n.output)
+    )
     last = reach(
         [o.name for o in model.graph.output],
         lambda t: [producers[t]] if t in producers else [],
@@ -65,11 +64,6 @@ def float_convs(model: onnx.ModelProto) -> list[str]:
     )
     kept = first | last
     return [] if kept >= {n.name for n in nodes if n.op_type in QUANTIZED_OPS} else sorted(kept)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def quantize_onnx(model_path: Path, batches: Iterable[np.ndarray], output: Path, chunk: int = 8) -> int:
@@ -88,7 +82,7 @@ def quantize_onnx(model_path: Path, batches: Iterable[np.ndarray], output: Path,
     try:
         node = image_input(onnx.load(str(model_path), load_external_data=False))
     except Exception as error:
-        raise ValueError(f"ONNX Runtime cannot quantize {model_path}: {_first_line(error)}") from error
+        raise ValueError(f"ONNX Runtime cannot quantize {model_path}: {one_line(error)}") from error
     first = node.type.tensor_type.shape.dim[0] if node.type.tensor_type.shape.dim else None
     fixed = first is not None and first.HasField("dim_value")
     size = first.dim_value if fixed else chunk
@@ -136,7 +130,7 @@ def quantize_onnx(model_path: Path, batches: Iterable[np.ndarray], output: Path,
         except Exception as error:  # ONNX Runtime's and onnx's own exception types
             if reader.used == 0:
                 raise ValueError(f"no calibration images to quantize {model_path} with") from error
-            raise ValueError(f"ONNX Runtime cannot quantize {model_path}: {_first_line(error)}") from error
+            raise ValueError(f"ONNX Runtime cannot quantize {model_path}: {one_line(error)}") from error
     return reader.used
 
 

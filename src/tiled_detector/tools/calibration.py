@@ -19,7 +19,7 @@ import tiled_detector
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.base import Backend, ModelFormat, Precision, model_format, resolve_backend
 from tiled_detector.engines.cache import sha256_file
-from tiled_detector.engines.onnx_model import file_has_qdq, onnx_input, onnx_metadata
+from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, onnx_input, onnx_metadata
 from tiled_detector.engines.quantize import QuantizedKey, cached_quantized, quantize_onnx
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
@@ -170,8 +170,6 @@ def int8_model(
     if not needs_quantizing(config):
         return Path(config.model)
     if config.calibration is None and not sample_default:
-        from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ
-
         raise ValueError(INT8_NEEDS_QDQ.format(model=config.model))
     if config.calibration is None:
         LOG.warning(SAMPLE_WARNING)
