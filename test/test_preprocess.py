@@ -257,7 +257,7 @@ def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encodin
     enc = Encoding.from_value(encoding)
     whole = torch.from_numpy(frame.astype(np.float32)).permute(2, 0, 1).unsqueeze(0) * enc.scale
     expected = torch.empty(1, 3, 640, 640)
-    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, pre._sources(enc))
+    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, PAD_VALUE, pre._sources(enc))
     torch.testing.assert_close(sampled, expected[0], rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)
 
 

@@ -16,6 +16,7 @@ import torch
 
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
+from tiled_detector.pipeline.preprocess import InputFormat
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, has_qdq
 from tiled_detector.engines.onnxruntime import OnnxRuntimeEngine
@@ -107,10 +108,10 @@ def test_int8_on_onnxruntime_quantizes_once_and_finds_what_fp32_finds(
 def test_the_cache_key_follows_model_frames_and_tiling(frames_dir: Path, tmp_path: Path) -> None:
     base = DetectorConfig(backend="onnxruntime", precision="int8", calibration=frames_dir)
     calibration = calibration_set(frames_dir)
-    key = calibration_mod.quantized_key(base, calibration, (640, 640))
-    assert key == calibration_mod.quantized_key(base, calibration_set(frames_dir), (640, 640))
+    key = calibration_mod.quantized_key(base, calibration, (640, 640), InputFormat())
+    assert key == calibration_mod.quantized_key(base, calibration_set(frames_dir), (640, 640), InputFormat())
     assert key.file_name.startswith("default-int8-") and key.file_name.endswith(".qdq.onnx")
-    other = calibration_mod.quantized_key(base.replace(overlap=0.3), calibration, (640, 640))
+    other = calibration_mod.quantized_key(base.replace(overlap=0.3), calibration, (640, 640), InputFormat())
     assert other.digest != key.digest
     copy = image_folder(tmp_path / "copy", 0)
     for path in sorted(frames_dir.iterdir()):

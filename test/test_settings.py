@@ -91,14 +91,16 @@ def test_parameters_are_derived_from_the_config_fields() -> None:
     by_name = {p.name: p for p in DETECTOR_PARAMETERS}
     assert by_name["tile_width"].default == default("tile_size")[0]
     assert by_name["tile_height"].default == default("tile_size")[1]
-    assert by_name["model_channel_order"].choices == ("rgb", "bgr")
+    assert by_name["model_channel_order"].choices == ("auto", "rgb", "bgr")
     assert by_name["precision"].default == default("precision").value == "fp32"
     assert by_name["backend"].choices == tuple(b.value for b in Backend)
     for name, setting in settings().items():
         if name in by_name:
             param = by_name[name]
             assert param.read_only == (not setting.runtime), name
-            bounds = (getattr(setting.kind, "low", None), getattr(setting.kind, "high", None))
+            # the parameter's range: the kind's, its not-set value included
+            low = getattr(setting.kind, "parameter_low", getattr(setting.kind, "low", None))
+            bounds = (low, getattr(setting.kind, "high", None))
             assert (param.min_value, param.max_value) == bounds or param.param_type.python is list, name
             assert param.description == setting.help
     # the node's overlap bound is the core's: one rule, one message

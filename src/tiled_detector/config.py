@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from tiled_detector.engines.base import Backend, Precision
+from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.kinds import (
     CameraFiles,
+    Channels,
     Choice,
     Classes,
     ClassValues,
@@ -33,11 +35,12 @@ from tiled_detector.kinds import (
     Size,
     Text,
 )
-from tiled_detector.options import ChannelOrder, Option
+from tiled_detector.options import ChannelOrder, LetterboxAnchor, Option
 from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
 from tiled_detector.pipeline.policy import read_mask
+from tiled_detector.pipeline.preprocess import InputFormat
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
 from tiled_detector.tracking.bytetrack import TrackerKind, TrackerSettings
 
@@ -277,11 +280,46 @@ class DetectorConfig:
         applies=Applies.DETECTOR,
     )
     channel_order: ChannelOrder = _setting(
-        ChannelOrder.RGB,
-        "channel order the model expects",
+        ChannelOrder.AUTO,
+        "channel order the model expects; auto = the model file's, else its family's (yolox: bgr), else rgb",
         kind=Choice(option=ChannelOrder),
         applies=Applies.DETECTOR,
         ros_name="model_channel_order",
+    )
+    input_scale: float | None = _setting(
+        None,
+        "multiplier applied to 0-255 pixel values (not set = the model file's, else its family's: 1/255, "
+        "yolox 1.0)",
+        kind=Number(1e-9, 1e9, unset=0.0),
+        applies=Applies.DETECTOR,
+    )
+    input_mean: tuple[float, float, float] | None = _setting(
+        None,
+        "per channel, subtracted after input_scale, in the model's channel order (not set = the model file's, "
+        "else 0 0 0)",
+        kind=Channels(),
+        applies=Applies.DETECTOR,
+    )
+    input_std: tuple[float, float, float] | None = _setting(
+        None,
+        "per channel, divides after input_mean, in the model's channel order (not set = the model file's, else "
+        "1 1 1)",
+        kind=Channels(nonzero=True),
+        applies=Applies.DETECTOR,
+    )
+    letterbox: LetterboxAnchor = _setting(
+        LetterboxAnchor.AUTO,
+        "where a resized view sits in the model input: center, or top_left (padding right and below); auto = the "
+        "model file's, else its family's (yolox: top_left), else center",
+        kind=Choice(option=LetterboxAnchor),
+        applies=Applies.DETECTOR,
+    )
+    pad_value: float | None = _setting(
+        None,
+        "grey level (0-255) of the letterbox padding and of tile pixels past the frame (not set = the model "
+        "file's, else 114)",
+        kind=Number(0.0, 255.0, unset=-1.0),
+        applies=Applies.DETECTOR,
     )
     sync_free: bool = _setting(
         True,
@@ -334,6 +372,14 @@ class DetectorConfig:
                 raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
             object.__setattr__(self, "model", model)
 
+    def input_format(self, layout: OutputLayout, model: ModelMetadata) -> InputFormat:
+        """How pixels become the model's input: each convention given here, else what the model file says,
+        else its family's (`FAMILY_INPUTS`, by output layout), else ultralytics' (`InputFormat()`)."""
+        given = {name: getattr(self, name) for name in INPUT_SETTINGS}
+        given = {n: v for n, v in given.items() if v is not None and v not in (ChannelOrder.AUTO, LetterboxAnchor.AUTO)}
+        chosen = {**FAMILY_INPUTS.get(layout, {}), **dict(model.inputs), **given}
+        return InputFormat(**{INPUT_SETTINGS[n]: getattr(v, "value", v) for n, v in chosen.items()})
+
     def tracker_settings(self) -> TrackerSettings:
         """The tracker's settings."""
         return TrackerSettings(
@@ -376,6 +422,16 @@ class DetectorConfig:
                 if s.applies is Applies.FRAME
             }
         )
+
+
+# the input conventions: setting -> `InputFormat` field
+INPUT_SETTINGS = {"channel_order": "channel_order", "input_scale": "scale", "input_mean": "mean",
+                  "input_std": "std", "letterbox": "letterbox", "pad_value": "pad_value"}  # fmt: skip
+# a model family's input conventions, where they are not ultralytics' (`InputFormat()`): YOLOX's own
+# pre-processing (yolox/data/data_augment.py `preproc`: BGR, 0-255, no mean / std, padded right and below with 114)
+FAMILY_INPUTS: dict[OutputLayout, dict[str, Any]] = {
+    OutputLayout.YOLOX: {"channel_order": "bgr", "input_scale": 1.0, "letterbox": "top_left", "pad_value": 114.0},
+}
 
 
 def settings() -> dict[str, Setting]:

@@ -26,12 +26,13 @@ import torch
 
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.engines.base import Engine, load_engine
-from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, detect_layout
+from tiled_detector.models import COCO, coco_labels, load_labels
+from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, anchor_points, detect_layout, yolox_decoded
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
 from tiled_detector.pipeline.postprocess import Limits, postprocess, unpack
-from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.program import (
     Capture,
     Compiler,
@@ -99,14 +100,34 @@ class _StageClock:
         return result
 
 
-def _model_labels(model: object) -> tuple[str, ...] | None:
-    """Class names shipped next to the model by `tiled_detector.models`, when that package is installed."""
-    try:
-        from tiled_detector.models import load_labels
-    except ImportError:
-        return None
-    labels = load_labels(model)
+def _labels(config: DetectorConfig, engine: Engine) -> tuple[str, ...] | None:
+    """Class names: the labels setting (`[coco]`: COCO's), else the model file's, else a labels file beside it."""
+    if config.labels == (COCO,):
+        return coco_labels()
+    if config.labels or engine.labels:
+        return config.labels or engine.labels
+    labels = load_labels(config.model)
     return tuple(labels) if labels else None
+
+
+def _yolox_head(config: DetectorConfig, engine: Engine) -> tuple[OutputLayout, int]:
+    """The decoding of a YOLOX head (raw: `OutputLayout.YOLOX`; exported with `--decode_in_inference`: boxes
+    already in pixels, YOLOv5's rows) and its class count, found by one run on a grey image. ValueError (one
+    line) when its rows are not YOLOX's anchor points."""
+    shapes = {o.name: o.shape for o in engine.outputs}
+    name = next(iter(shapes)) if len(shapes) == 1 else next(n for n, s in shapes.items() if len(s) == 3)
+    rows, columns = shapes[name][1:3] if len(shapes[name]) == 3 else (-1, -1)
+    expected = anchor_points(engine.input_hw)
+    if rows != expected or columns <= 5:
+        raise ValueError(
+            f"layout yolox: {config.model}'s output {name!r} {list(shapes[name])} is not a YOLOX head, which has "
+            f"one row per anchor point of strides 8, 16, 32 ({expected} for its {engine.input_hw[1]}x"
+            f"{engine.input_hw[0]} input) and 5 + classes columns; set the setting layout to the model's"
+        )
+    probe = torch.full((1, *engine.input.shape[1:]), 0.5, dtype=engine.input.dtype, device=engine.device)
+    head = engine.infer(probe.contiguous(memory_format=engine.memory_format))[name]
+    decoded = yolox_decoded(head, engine.input_hw)
+    return (OutputLayout.YOLOV5 if decoded else OutputLayout.YOLOX), columns - 5
 
 
 def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
@@ -139,7 +160,7 @@ def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | N
     if any(d < 0 for s in shapes.values() for d in s[1:]):
         return config.layout
     try:
-        return detect_layout(shapes, num_classes)
+        return detect_layout(shapes, num_classes, input_hw=engine.input_hw)
     except ValueError as error:
         names = (
             "the labels setting" if config.labels else
@@ -218,14 +239,24 @@ class TiledDetector:
             )
         # derived from the config and the engine (a change of labels or layout rebuilds: `reconfigure`), before
         # anything is replaced: an unknown class name or an ambiguous layout leaves the detector as it was
-        labels = config.labels or engine.labels or _model_labels(config.model)
+        labels = _labels(config, engine)
         num_classes = len(labels) if labels else None
-        layout = _resolve_layout(config, engine, num_classes)
+        family = _resolve_layout(config, engine, num_classes)
+        layout = family
+        if family is OutputLayout.YOLOX:
+            layout, classes = _yolox_head(config, engine)
+            if labels is None and classes == len(coco_labels()):
+                LOG.info("%s names no classes: its 80 classes are taken for COCO's (person, bicycle, car, ...); "
+                         "set labels to name them otherwise", config.model)  # fmt: skip
+                labels = coco_labels()
+            num_classes = classes if num_classes is None else num_classes
+        input_format = config.input_format(family, engine.metadata)
         frame_settings = config.frame_settings(labels)
         self._config, self._engine, self._frame_settings = config, engine, frame_settings
         self._labels, self._num_classes, self._layout = labels, num_classes, layout
+        self._input_format = input_format
         preprocessor = Preprocessor(
-            engine.device, engine.input.dtype, engine.input_hw, config.channel_order, engine.memory_format,
+            engine.device, engine.input.dtype, engine.input_hw, input_format, engine.memory_format,
             capacity=engine.max_batch,
         )  # fmt: skip
         self._sync_free = config.sync_free and engine.device.type != "cpu"
@@ -259,6 +290,11 @@ class TiledDetector:
     def labels(self) -> tuple[str, ...] | None:
         """Class names: the config's, else the model's, else None."""
         return self._labels
+
+    @property
+    def input_format(self) -> InputFormat:
+        """How frames become the model's input (the settings, else the model file, else its family)."""
+        return self._input_format
 
     @property
     def frame_settings(self) -> FrameSettings:
@@ -310,6 +346,7 @@ class TiledDetector:
             self._config.full_frame,
             self._config.roi,
             None if path is None else self._masks.get(path, (height, width)),
+            self._input_format.letterbox,
         )
 
     def detect(

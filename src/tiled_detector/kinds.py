@@ -109,17 +109,38 @@ class Kind:
 @dataclass(frozen=True)
 class Number(Kind):
     """A number in [low, high]: an integer when `integer` (a parameter of either type is accepted for a decimal
-    one: `conf_threshold: 1` is 1.0)."""
+    one: `conf_threshold: 1` is 1.0). `unset`: the parameter value that means not set (None), for a setting
+    whose default comes from the model."""
 
     low: float | None = None
     high: float | None = None
     integer: bool = False
+    unset: float | None = None
 
     @property
     def param_type(self) -> ParamType:  # type: ignore[override]
         return ParamType.INTEGER if self.integer else ParamType.DOUBLE
 
+    @property
+    def parameter_low(self) -> float | None:
+        """The parameter's lower bound (`unset` included)."""
+        return self.low if self.unset is None or self.low is None else min(self.low, self.unset)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: self.unset if value is None else value}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        value = values[name]
+        return None if self.unset is not None and value == self.unset else value
+
+    def parameter_problem(self, parameter: str, value: Any) -> str | None:
+        if self.unset is not None and value == self.unset and not isinstance(value, bool):
+            return None
+        return super().parameter_problem(parameter, value)
+
     def check(self, name: str, value: Any) -> Any:
+        if value is None and self.unset is not None:
+            return None
         if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
             what = "a positive integer" if self.low is not None and self.low >= 1 else "an integer"
             raise ValueError(f"{name} must be {what}, got {value!r}")
@@ -136,7 +157,8 @@ class Number(Kind):
         return {"type": int if self.integer else float, "metavar": "INT" if self.integer else "FLOAT"}
 
     def describe(self) -> str:
-        return "" if self.low is None else f"[{self.low:g}, {self.high:g}]"
+        unset = "" if self.unset is None else f", {self.unset:g} = from the model"
+        return "" if self.low is None else f"[{self.low:g}, {self.high:g}]{unset}"
 
 
 @dataclass(frozen=True)
@@ -475,6 +497,45 @@ class Rectangle(Kind):
 
 
 @dataclass(frozen=True)
+class Channels(Kind):
+    """One number per input channel (a double array of 3); empty = not set (None: from the model). `nonzero`:
+    no value may be 0 (a divisor)."""
+
+    nonzero: bool = False
+    param_type: ClassVar[ParamType] = ParamType.DOUBLE_ARRAY
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        items = _items(value) if _is_array(value) else None
+        try:
+            numbers = [float(v) if _is_number(v) else float(str(v)) for v in items or ()]
+        except ValueError:
+            numbers = []
+        if items is not None and not items:
+            return None
+        shown = list(value) if _is_list(value) else value
+        if len(numbers) != 3:
+            raise ValueError(f"{name} must be 3 numbers, one per input channel (in the model's channel order), "
+                             f"got {shown!r}")  # fmt: skip
+        if self.nonzero and 0.0 in numbers:
+            raise ValueError(f"{name} must not hold a 0 (it divides), got {shown!r}")
+        return tuple(numbers)
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: [] if value is None else [float(v) for v in value]}
+
+    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
+        return list(values[name]) if _is_list(values[name]) else values[name]
+
+    def flag(self) -> dict[str, Any]:
+        return {"nargs": 3, "type": float, "metavar": ("C0", "C1", "C2")}
+
+    def describe(self) -> str:
+        return "3 numbers, empty = from the model"
+
+
+@dataclass(frozen=True)
 class CameraFiles(Kind):
     """Files per camera, as a string array of "path" (every camera without its own) or "camera=path" entries
     (the camera's image topic as the node's `cameras` names it); one path alone is accepted too; empty = none.
@@ -564,9 +625,9 @@ class Parameter:
 
     @property
     def min_value(self) -> float | None:
-        if isinstance(self.kind, Size):
+        if isinstance(self.kind, Size | Number):
             return self.kind.parameter_low
-        return self.kind.low if isinstance(self.kind, Number) else None
+        return None
 
     @property
     def max_value(self) -> float | None:

@@ -27,15 +27,24 @@ class Option(str, enum.Enum):
 
 
 class ChannelOrder(Option):
-    """Channel order of the model's input."""
+    """Channel order of the model's input (auto: the model file's, else its family's, else rgb)."""
 
+    AUTO = "auto"
     RGB = "rgb"
     BGR = "bgr"
 
 
+class LetterboxAnchor(Option):
+    """Where a view resized into the model input sits (auto: the model family's, else center)."""
+
+    AUTO = "auto"
+    CENTER = "center"  # padding split on both sides (ultralytics)
+    TOP_LEFT = "top_left"  # padding right and below only (YOLOX)
+
+
 def check_channel_order(channel_order: str) -> str:
     """`channel_order` if it is a model input order ('rgb' or 'bgr'), else ValueError."""
-    if channel_order not in tuple(ChannelOrder):
+    if channel_order not in (ChannelOrder.RGB, ChannelOrder.BGR):
         raise ValueError(
             f"channel_order must be 'rgb' or 'bgr' (the model's input order), got {channel_order!r}"
         )

@@ -9,6 +9,9 @@ written (no options) with their class names:
   `stride` and `names`.
 - ours: TorchScript / torch.export extra files `input_shape` ("B,C,H,W", B = -1 for a dynamic batch) and `labels`
   (one name per line, or a JSON list).
+- input conventions, by anyone (ONNX `metadata_props`, or a TorchScript / torch.export extra file of that name):
+  `channel_order` (rgb | bgr), `input_scale`, `input_mean`, `input_std` (3 numbers), `letterbox` (center |
+  top_left), `pad_value` (0-255), spelt as the settings of the same names.
 
 Batch rules follow ultralytics' own loader: an ONNX or TensorRT input says whether its batch is dynamic; a
 TorchScript file runs any batch unless it was exported with `nms=True` (then only its export batch).
@@ -17,12 +20,15 @@ TorchScript file runs any batch unless it was exported with `nms=True` (then onl
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 ULTRALYTICS = "ultralytics"
+# input conventions a file may state (the settings of the same names)
+INPUT_KEYS = ("channel_order", "input_scale", "input_mean", "input_std", "letterbox", "pad_value")
 YOLOV5 = "yolov5"
 
 
@@ -39,6 +45,7 @@ class ModelMetadata:
     end2end: bool = False
     half: bool = False
     source: str = ""
+    inputs: tuple[tuple[str, Any], ...] = ()  # input conventions the file states (`INPUT_KEYS`), as written
 
     @property
     def input_shape(self) -> tuple[int, int, int, int] | None:
@@ -118,13 +125,26 @@ def yolov5_metadata(values: Mapping[str, Any]) -> ModelMetadata:
                          source=YOLOV5)  # fmt: skip
 
 
+def input_conventions(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The input conventions (`INPUT_KEYS`) among `values`, parsed (checked where they are used)."""
+    found = []
+    for key in INPUT_KEYS:
+        if key in values and str(values[key]).strip():
+            value = _literal(values[key])
+            found.append((key, tuple(value) if isinstance(value, list | tuple) else value))
+    return tuple(found)
+
+
 def exporter_metadata(values: Mapping[str, Any], dynamic_batch: bool | None = None) -> ModelMetadata:
-    """The metadata of whichever exporter wrote `values` (ultralytics, YOLOv5), or an empty one."""
+    """The metadata of whichever exporter wrote `values` (ultralytics, YOLOv5; or an empty one), with the input
+    conventions they state."""
     if "imgsz" in values or "args" in values or str(values.get("author", "")).lower() == ULTRALYTICS:
-        return ultralytics_metadata(values, dynamic_batch)
-    if "shape" in values or "names" in values:
-        return yolov5_metadata(values)
-    return ModelMetadata()
+        found = ultralytics_metadata(values, dynamic_batch)
+    elif "shape" in values or "names" in values:
+        found = yolov5_metadata(values)
+    else:
+        found = ModelMetadata()
+    return dataclasses.replace(found, inputs=input_conventions(values))
 
 
 def parse_input_shape(text: str | Any) -> tuple[int, int, int, int]:
@@ -152,13 +172,12 @@ def extra_files_metadata(extra: Mapping[str, str]) -> ModelMetadata:
                 f"its input_shape {shape} contradicts the {found.source} metadata's imgsz {list(found.hw)}: give the "
                 "size the model was trained at with the setting input_size (--input-size W H)"
             )
-        found = ModelMetadata(batch, channels, (height, width), found.labels, found.end2end, found.half,
-                              found.source or "tiled_detector")  # fmt: skip
+        found = dataclasses.replace(found, batch=batch, channels=channels, hw=(height, width),
+                                    source=found.source or "tiled_detector")  # fmt: skip
     if labels:
-        found = ModelMetadata(
-            found.batch, found.channels, found.hw, labels, found.end2end, found.half, found.source
-        )
-    return found
+        found = dataclasses.replace(found, labels=labels)
+    inputs = input_conventions(extra)
+    return dataclasses.replace(found, inputs=tuple((dict(found.inputs) | dict(inputs)).items()))
 
 
 def split_engine_file(data: bytes) -> tuple[ModelMetadata, bytes]:

@@ -12,6 +12,7 @@ import torch
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec
 from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq
+from tiled_detector.engines.rebatch import dynamic_batch_model
 
 # ONNX Runtime type string -> (torch dtype, numpy dtype used for binding)
 _TYPES: dict[str, tuple[torch.dtype, type]] = {
@@ -69,6 +70,8 @@ def onnx_input_hw(
 class OnnxRuntimeEngine(Engine):
     """An ONNX model in an ONNX Runtime session, fed and read through I/O binding on torch buffers.
 
+    A batch-1 export runs through its dynamic-batch rewrite where that is proven equal (`engines.rebatch`).
+
     `threads` sets the intra-op thread count (default: ONNX Runtime's own default, one per physical core).
     One I/O binding serves every call; static-shaped outputs are written straight into torch buffers allocated
     once at `max_batch` (the next call overwrites them), dynamic ones are allocated by ONNX Runtime and wrapped
@@ -103,8 +106,10 @@ class OnnxRuntimeEngine(Engine):
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         options.add_session_config_entry("session.force_spinning_stop", "1")
         providers = self._providers()
+        # a batch-1 export runs as one batch: its rewrite to a dynamic batch, where proven equal (`rebatch`)
+        source = dynamic_batch_model(Path(model)) if max_batch > 1 else model
         try:
-            self._session = ort.InferenceSession(str(model), options, providers=providers)
+            self._session = ort.InferenceSession(str(source), options, providers=providers)
         except Exception as error:  # ONNX Runtime's own exception types (InvalidProtobuf, Fail, ...)
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ValueError(

@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
-from tiled_detector.engines.metadata import ModelMetadata, extra_files_metadata, parse_input_shape
+from tiled_detector.engines.metadata import INPUT_KEYS, ModelMetadata, extra_files_metadata, parse_input_shape
 
-# extra files read from a TorchScript / torch.export file: ours, and the exporters' config.txt
-EXTRA_FILES = ("input_shape", "labels", "config.txt")
+# extra files read from a TorchScript / torch.export file: ours (with the input conventions), and the exporters'
+# config.txt
+EXTRA_FILES = ("input_shape", "labels", *INPUT_KEYS, "config.txt")
 
 
 def _named_outputs(result: object) -> dict[str, torch.Tensor]:

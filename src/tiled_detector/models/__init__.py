@@ -18,6 +18,15 @@ def default_model_path(backend: object = None) -> Path:
     return _HERE / ("default.ts" if name == "torch" else "default.onnx")
 
 
+COCO = "coco"  # `labels: [coco]` names COCO's 80 classes
+
+
+def coco_labels() -> tuple[str, ...]:
+    """COCO's 80 detection classes in their usual order (person, bicycle, car, ...): the class ids of models
+    trained on COCO (YOLOX, ultralytics)."""
+    return tuple(_parse((_HERE / "coco.names").read_text()) or ())
+
+
 def _parse(text: str) -> list[str] | None:
     labels = [line.strip() for line in text.splitlines() if line.strip()]
     return labels or None

@@ -30,6 +30,47 @@ class OutputLayout(Option):
     YOLOV8_TRANSPOSED = "yolov8_transposed"  # (B, A, 4 + C)
     END2END = "end2end"  # (B, K, 6): x1, y1, x2, y2, score, class (YOLOv10, YOLO26)
     EFFICIENT_NMS = "efficient_nms"  # num_detections, detection_boxes, detection_scores, detection_classes
+    # (B, A, 5 + C), one row per anchor point of strides 8, 16, 32: x, y offsets to the grid cell and log width,
+    # height (stride units), objectness, class scores (YOLOX's raw head; its decoded head is YOLOV5's rows)
+    YOLOX = "yolox"
+
+
+YOLOX_STRIDES = (8, 16, 32)
+
+
+def anchor_points(input_hw: tuple[int, int], strides: Sequence[int] = YOLOX_STRIDES) -> int:
+    """How many anchor points an anchor-free head has over an input of `input_hw` (one per cell per stride)."""
+    return sum((input_hw[0] // s) * (input_hw[1] // s) for s in strides)
+
+
+@functools.lru_cache(maxsize=16)
+def _yolox_grid(input_hw: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """(A, 3) float32 on `device`: each anchor point's grid x, y and stride, in YOLOX's order (stride by stride,
+    cells row by row: yolox/models/yolo_head.py `decode_outputs`), built once per input size and device."""
+    rows = []
+    for stride in YOLOX_STRIDES:
+        ys, xs = torch.meshgrid(torch.arange(input_hw[0] // stride), torch.arange(input_hw[1] // stride),
+                                indexing="ij")  # fmt: skip
+        rows.append(torch.stack([xs.reshape(-1), ys.reshape(-1), torch.full_like(xs.reshape(-1), stride)], 1))
+    return torch.cat(rows).float().to(device)
+
+
+def yolox_boxes(raw: torch.Tensor, anchors: torch.Tensor, input_hw: tuple[int, int]) -> torch.Tensor:
+    """(M, 4) cx, cy, w, h in input pixels of raw YOLOX rows (M, 4) at anchor points `anchors` (M,):
+    centre = (offset + grid) x stride, size = exp(log size) x stride."""
+    grid = _yolox_grid(input_hw, raw.device)[anchors]  # (M, 3)
+    raw = raw.float()
+    return torch.cat([(raw[:, :2] + grid[:, :2]) * grid[:, 2:], raw[:, 2:4].exp() * grid[:, 2:]], dim=1)
+
+
+def yolox_decoded(head: torch.Tensor, input_hw: tuple[int, int]) -> bool:
+    """Whether a YOLOX head (B, A, 5 + C) already holds boxes in input pixels (an export with
+    `--decode_in_inference`) rather than raw offsets: its x column lies near the anchor points' pixel centres,
+    not near the cells' offsets (0..1)."""
+    grid = _yolox_grid(input_hw, head.device)
+    x = head[0, :, 0].float()
+    to_pixels = (x - (grid[:, 0] + 0.5) * grid[:, 2]).abs().mean()
+    return bool(to_pixels < (x - 0.5).abs().mean())
 
 
 class Decoded(NamedTuple):
@@ -92,12 +133,15 @@ def detect_layout(
     outputs: Mapping[str, torch.Tensor | Shape],
     num_classes: int | None = None,
     layout: str | OutputLayout = OutputLayout.AUTO,
+    input_hw: tuple[int, int] | None = None,
 ) -> OutputLayout:
     """The layout of `outputs` (name -> tensor or shape); an explicit `layout` other than auto always wins.
 
     Rules, in order: four outputs named like num_detections / detection_boxes / detection_scores /
     detection_classes -> EFFICIENT_NMS. Otherwise the head output (B, D1, D2): D2 == 6 and
-    D1 <= MAX_END2END_DETECTIONS -> END2END. D1 < D2 -> YOLOV8 (anchors are the larger dimension of raw heads).
+    D1 <= MAX_END2END_DETECTIONS -> END2END. D1 == the anchor points of strides 8, 16, 32 over `input_hw` and
+    D2 == 5 + num_classes (any D2 > 5 without num_classes) -> YOLOX. D1 < D2 -> YOLOV8 (anchors are the larger
+    dimension of raw heads).
     D1 > D2 -> YOLOV5 when D2 == 5 + num_classes, YOLOV8_TRANSPOSED when D2 == 4 + num_classes; without
     num_classes the two cannot be told apart from shapes and a ValueError asks for the layout.
     """
@@ -108,12 +152,15 @@ def detect_layout(
         return OutputLayout.EFFICIENT_NMS
     name = _main_output(outputs)
     shape = _shape(outputs[name])
-    hint = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, end2end, efficient_nms)"
+    hint = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, end2end, efficient_nms)"
     if len(shape) != 3 or min(shape[1:]) < 0:
         raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {hint}")
     rows, cols = shape[1], shape[2]
     if cols == 6 and rows <= MAX_END2END_DETECTIONS:
         return OutputLayout.END2END
+    anchor_free = input_hw is not None and rows == anchor_points(input_hw)
+    if anchor_free and cols > 5 and (num_classes is None or cols == 5 + num_classes):
+        return OutputLayout.YOLOX
     if rows < cols:
         if num_classes is not None and rows != 4 + num_classes:
             raise ValueError(
@@ -205,23 +252,31 @@ def _decode_raw(
     top_k: int,
     class_filter: Iterable[int] | None,
     thresholds: torch.Tensor | None,
+    input_hw: tuple[int, int] | None = None,
 ) -> PaddedDecoded:
-    """YOLOv5 / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold (the class's own, where
-    `thresholds` gives them) and top-k."""
+    """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold (the class's own, where
+    `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only."""
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
     else:
-        first = 5 if layout is OutputLayout.YOLOV5 else 4
-        class_scores, channel_dim = head[..., first:], 2
-        if layout is OutputLayout.YOLOV5:
+        with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
+        class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
+        if with_objectness:
             class_scores = class_scores.float() * head[..., 4:5].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
         shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
-    boxes_of = (
-        (lambda i, a: head[i, :4, a]) if layout is OutputLayout.YOLOV8 else (lambda i, a: head[i, a, :4])
-    )
+    if layout is OutputLayout.YOLOX:
+        if input_hw is None or head.shape[1] != anchor_points(input_hw):
+            raise ValueError(f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
+                             f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
+                             f"got {tuple(head.shape)}")  # fmt: skip
+        boxes_of = lambda i, a: yolox_boxes(head[i, a, :4], a, input_hw)  # noqa: E731
+    elif layout is OutputLayout.YOLOV8:
+        boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731
+    else:
+        boxes_of = lambda i, a: head[i, a, :4]  # noqa: E731
     if thresholds is not None:  # every anchor's class is needed before the cut: the max with its index
         best, best_class = class_scores.max(dim=channel_dim)
         conf = best.float()
@@ -272,13 +327,14 @@ def decode_outputs(
     class_filter: Iterable[int] | None = None,
     num_classes: int | None = None,
     class_thresholds: Sequence[tuple[int, float]] = (),
+    input_hw: tuple[int, int] | None = None,
 ) -> Decoded:
     """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device.
 
     The valid rows of `decode_padded` (see there).
     """
     return decode_padded(
-        outputs, layout, conf_threshold, top_k, class_filter, num_classes, class_thresholds
+        outputs, layout, conf_threshold, top_k, class_filter, num_classes, class_thresholds, input_hw
     ).compact()
 
 
@@ -290,20 +346,22 @@ def decode_padded(
     class_filter: Iterable[int] | None = None,
     num_classes: int | None = None,
     class_thresholds: Sequence[tuple[int, float]] = (),
+    input_hw: tuple[int, int] | None = None,
 ) -> PaddedDecoded:
     """Decode engine outputs (name -> tensor, batch first) into fixed-size candidates on the outputs' device,
-    with no host synchronisation (invalid rows are masked, not removed).
+    with no host synchronisation (invalid rows are masked, not removed); `input_hw` (the model input's height and
+    width) places YOLOX's anchor points.
 
     Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics), or above
     their class's own threshold where `class_thresholds` ((class id, threshold) pairs) lists one: a candidate
     below it never takes a top-k place; `class_filter` keeps only those class ids (a raw head then picks each
     anchor's best allowed class).
-    YOLOv5 scores are objectness * class score (in float32). Raw heads take the per-anchor class maximum in
+    YOLOv5 and YOLOX scores are objectness * class score (in float32). Raw heads take the per-anchor class maximum in
     the output's dtype (exact) and convert only the result, so fp16 outputs are never copied whole.
     """
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
-    chosen = detect_layout(outputs, num_classes, layout)
+    chosen = detect_layout(outputs, num_classes, layout, input_hw)
     thresholds = _thresholds(class_thresholds, conf_threshold, next(iter(outputs.values())).device)
     if chosen is OutputLayout.EFFICIENT_NMS:
         names = _efficient_nms_names(outputs)
@@ -328,4 +386,4 @@ def decode_padded(
         return _decode_nms_done(
             head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter, thresholds
         )
-    return _decode_raw(head, chosen, conf_threshold, top_k, class_filter, thresholds)
+    return _decode_raw(head, chosen, conf_threshold, top_k, class_filter, thresholds, input_hw)

@@ -3,7 +3,7 @@
 The raw frame is already on the device (`tiled_detector.pipeline.upload`); everything here runs there. Tiles that form a
 grid inside the frame are copied with one strided view per block (per block and channel where the channel order
 reverses, BGR into RGB; on the CPU in bands of rows, so that float32's scaling pass reads from cache), others with
-one batched gather (channel reorder and mono -> 3 channels folded in) and padded with YOLO's grey (114/255) past
+one batched gather (channel reorder and mono -> 3 channels folded in) and padded with the model's grey (`InputFormat`) past
 the border; tiles are letterboxed in one `F.interpolate` call when the tile size differs from the model input. A
 downscaled full frame reads only the pixels bilinear sampling uses (2 rows and 2 columns per output pixel, 1 where
 the weight is 0) from the integer frame, through strided views where they are evenly spaced (integer downscales)
@@ -26,7 +26,54 @@ from tiled_detector.options import check_channel_order
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
-PAD_VALUE = 114.0 / 255.0
+PAD_VALUE = 114.0 / 255.0  # YOLO's grey at the default input scale
+DEFAULT_SCALE = 1.0 / 255.0
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """How the model wants its input: channel order, a multiplier on 0-255 pixel values (`scale`), then per channel
+    (x - mean) / std (in the model's channel order), views resized and placed at the centre or top-left of the
+    input (`letterbox`), padding and pixels past a frame's border at grey level `pad_value` (0-255). The defaults
+    are ultralytics' (RGB, 1/255, centred, 114). Checked on construction (ValueError naming the setting)."""
+
+    channel_order: str = "rgb"
+    scale: float = DEFAULT_SCALE
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    letterbox: str = "center"
+    pad_value: float = 114.0
+
+    def __post_init__(self) -> None:
+        check_channel_order(self.channel_order)
+        number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+        if not number(self.scale) or not self.scale > 0:
+            raise ValueError(f"input_scale must be a number > 0, got {self.scale!r}")
+        for name, values in (("input_mean", self.mean), ("input_std", self.std)):
+            if not isinstance(values, tuple | list) or len(values) != 3 or not all(map(number, values)):
+                raise ValueError(f"{name} must be 3 numbers, one per input channel, got {values!r}")
+        if 0 in self.std:
+            raise ValueError(f"input_std must not hold a 0 (it divides), got {list(self.std)}")
+        if self.letterbox not in ("center", "top_left"):
+            raise ValueError(f"letterbox must be center or top_left, got {self.letterbox!r}")
+        if not number(self.pad_value) or not 0 <= self.pad_value <= 255:
+            raise ValueError(f"pad_value must be a grey level in [0, 255], got {self.pad_value!r}")
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+
+    def factor(self, enc: Encoding) -> float:
+        """The multiplier on an encoding's raw values (16-bit values are 0-65535, `scale` is per 0-255 level)."""
+        return enc.scale if self.scale == DEFAULT_SCALE else self.scale * 255.0 * enc.scale
+
+    @property
+    def pad(self) -> float:
+        """The padding's value before normalisation."""
+        return self.pad_value * self.scale
+
+    @property
+    def normalizes(self) -> bool:
+        """Whether (x - mean) / std changes anything."""
+        return self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0)
 CPU_BAND_ROWS = 64  # tile rows converted and scaled together on the CPU (about 1 MB per tile: stays in cache)
 _CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
@@ -105,11 +152,13 @@ class Preprocessor:
         device: str | torch.device,
         dtype: torch.dtype,
         input_hw: tuple[int, int],
-        channel_order: str = "rgb",
+        channel_order: str | InputFormat = "rgb",
         memory_format: torch.memory_format = torch.contiguous_format,
         capacity: int = 1,
     ) -> None:
-        self.channel_order = check_channel_order(channel_order)
+        # the input conventions (a channel order alone: ultralytics' for the rest)
+        self.format = channel_order if isinstance(channel_order, InputFormat) else InputFormat(channel_order)
+        self.channel_order = self.format.channel_order
         # its own batch is allocated at least this large (the engine's max_batch), once: a captured frame program
         # keeps writing the same memory, which a larger batch asked for later would otherwise replace
         self.capacity = capacity
@@ -125,6 +174,12 @@ class Preprocessor:
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
         # (plan, frame shape and strides) -> the plan's tile starts in `_windows` (the plan kept alive with it)
         self._starts: dict[tuple[int, ...], tuple[TilePlan, torch.Tensor | None]] = {}
+        # (x - mean) / std as x * inverse + shift, per channel on the device (None: nothing to do)
+        self._affine = None
+        if self.format.normalizes:
+            std = torch.tensor(self.format.std, dtype=torch.float32)
+            inverse, shift = 1.0 / std, -torch.tensor(self.format.mean, dtype=torch.float32) / std
+            self._affine = tuple(t.view(3, 1, 1).to(self.device, dtype) for t in (shift, inverse))
 
     def run(
         self,
@@ -166,7 +221,13 @@ class Preprocessor:
             self._write_tiles(frame, plan, (start, tiles_stop), enc, order, batch[: tiles_stop - start])
         if plan.full_frame and start <= n_tiles < stop:
             self._write_full_frame(frame, plan, enc, batch[n_tiles - start])
+        self._normalize(batch)
         return batch
+
+    def _normalize(self, images: torch.Tensor) -> None:
+        """(x - mean) / std in place, in one pass (only for a model whose input format asks for it)."""
+        if self._affine is not None and len(images):
+            torch.addcmul(self._affine[0], images, self._affine[1], out=images)
 
     def prepare_chosen(
         self,
@@ -195,19 +256,20 @@ class Preprocessor:
                 view = _channels(colors, self._sources(enc))
                 if self.dtype == torch.float32:  # convert, then scale in place (as `_write_tiles`)
                     dst.copy_(view)
-                    dst.mul_(enc.scale)
+                    dst.mul_(self.format.factor(enc))
                 else:
-                    torch.mul(view, enc.scale, out=dst)
+                    torch.mul(view, self.format.factor(enc), out=dst)
             else:
                 copy = self._tile_copy(plan, (0, plan.num_tiles), *frame.shape[:2])
                 assert copy.rows is not None and copy.cols is not None and copy.outside is not None
                 order = self._channel_order(enc)[None, :, None, None]
-                torch.mul(frame[copy.rows[tiles], copy.cols[tiles], order], enc.scale, out=dst)
-                dst.masked_fill_(copy.outside[tiles], PAD_VALUE)
+                torch.mul(frame[copy.rows[tiles], copy.cols[tiles], order], self.format.factor(enc), out=dst)
+                dst.masked_fill_(copy.outside[tiles], self.format.pad)
             if not same_size:
-                _letterbox_into(dst, plan.tile_letterbox, out[:count])
+                _letterbox_into(dst, plan.tile_letterbox, out[:count], self.format.pad)
         if full_frame:
             self._write_full_frame(frame, plan, enc, out[count])
+        self._normalize(out[: count + int(full_frame)])
 
     def _tile_starts(self, plan: TilePlan, frame: torch.Tensor) -> torch.Tensor | None:
         """(N,) int64 on the device: where each tile of the plan starts in `_windows(frame)` (elements); None when
@@ -304,6 +366,7 @@ class Preprocessor:
         # of mul's slower cast-and-copy; on the CPU band by band, so the second pass reads what the first left in
         # cache); fp16 keeps the float32 product (16-bit values overflow fp16)
         convert_then_scale = self.dtype == torch.float32
+        factor = self.format.factor(enc)
         if copy.blocks:
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
@@ -325,15 +388,15 @@ class Preprocessor:
                         if convert_then_scale:
                             out[..., rows, :].copy_(view[..., rows, :])
                         else:
-                            torch.mul(view[..., rows, :], enc.scale, out=out[..., rows, :])
+                            torch.mul(view[..., rows, :], factor, out=out[..., rows, :])
                     if convert_then_scale:
-                        target[..., rows, :].mul_(enc.scale)
+                        target[..., rows, :].mul_(factor)
         else:
             crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
-            torch.mul(crops, enc.scale, out=tiles)
-            tiles.masked_fill_(copy.outside, PAD_VALUE)
+            torch.mul(crops, factor, out=tiles)
+            tiles.masked_fill_(copy.outside, self.format.pad)
         if not same_size:
-            _letterbox_into(tiles, plan.tile_letterbox, dst)
+            _letterbox_into(tiles, plan.tile_letterbox, dst, self.format.pad)
 
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor
@@ -341,12 +404,13 @@ class Preprocessor:
         box, sources = plan.frame_letterbox, self._sources(enc)
         if box.scale <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
-            _place(_sampled_bilinear(colors, box.resized_hw, enc.scale), box, dst.unsqueeze(0), sources)
+            _place(_sampled_bilinear(colors, box.resized_hw, self.format.factor(enc)), box, dst.unsqueeze(0),
+                   self.format.pad, sources)  # fmt: skip
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
-        torch.mul(color, enc.scale, out=scaled)  # scale before any fp16 cast: mono16 values overflow fp16
-        _letterbox_into(scaled, box, dst.unsqueeze(0), sources)
+        torch.mul(color, self.format.factor(enc), out=scaled)  # scale before any fp16 cast: mono16 overflows fp16
+        _letterbox_into(scaled, box, dst.unsqueeze(0), self.format.pad, sources)
 
 
 def _windows(frame: torch.Tensor, tile_hw: tuple[int, int]) -> torch.Tensor:
@@ -371,21 +435,23 @@ def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]
 
 
 def _letterbox_into(
-    images: torch.Tensor, box: Letterbox, dst: torch.Tensor, sources: tuple[int, ...] | None = None
+    images: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float, sources: tuple[int, ...] | None = None
 ) -> None:
     """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
-    result (reorder / mono -> 3 channels on the small image) and write them padded into `dst` (N, 3, H, W)."""
+    result (reorder / mono -> 3 channels on the small image) and write them padded with `pad` into `dst`
+    (N, 3, H, W)."""
     _place(
-        F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, sources
+        F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, pad, sources
     )
 
 
-def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, sources: tuple[int, ...] | None) -> None:
-    """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded into `dst`
+def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float,
+           sources: tuple[int, ...] | None) -> None:  # fmt: skip
+    """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded with `pad` into `dst`
     (N, 3, H, W)."""
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
     if (rh, rw) != tuple(dst.shape[2:]):
-        dst.fill_(PAD_VALUE)
+        dst.fill_(pad)
     dst[:, :, py : py + rh, px : px + rw].copy_(_channels(resized, sources))
 
 

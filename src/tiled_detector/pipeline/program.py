@@ -266,7 +266,7 @@ class FrameProgram:
         image indices the batch plan's views."""
         found = self.decode(
             outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes,
-            settings.class_thresholds,
+            settings.class_thresholds, self.preprocessor.input_hw,
         )  # fmt: skip
         image = found.image_index + start if start else found.image_index
         return found._replace(image_index=image if chosen is None else chosen.views[0][image])

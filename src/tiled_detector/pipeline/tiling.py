@@ -1,7 +1,8 @@
 """Tile planning: which frame regions go into the batch, and how model-input pixels map back to the frame.
 
 Every image of the batch is a *view*: a rectangle of the frame letterboxed into the model input (resized by
-`scale = min(in_h / h, in_w / w)`, then centred with `pad_x`, `pad_y` pixels of padding). Views 0..N-1 are the
+`scale = min(in_h / h, in_w / w)`, then centred with `pad_x`, `pad_y` pixels of padding, or placed at the
+top-left with none before it: `letterbox="top_left"`, YOLOX's way). Views 0..N-1 are the
 tiles; view N (when `full_frame`) is the whole frame. A point (u, v) of model-input pixels of view i maps to
 the frame point (u * scales[i] + offsets[i, 0], v * scales[i] + offsets[i, 1]), with
 scales[i] = 1 / scale and offsets[i] = view origin - pad / scale.
@@ -103,14 +104,18 @@ class Letterbox:
     resized_hw: tuple[int, int]
 
     @classmethod
-    def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
+    def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int], anchor: str = "center") -> Letterbox:
         """Largest aspect-preserving resize of `source_hw` into `input_hw` (at least 1 pixel per side), centred
-        (pads rounded down)."""
+        (pads rounded down), or at the top-left (`anchor` "top_left": the padding all right and below)."""
         scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
         resized = (  # at least one pixel: a 1-pixel-thin frame still has a (thin) view
             max(1, min(input_hw[0], round(source_hw[0] * scale))),
             max(1, min(input_hw[1], round(source_hw[1] * scale))),
         )
+        if anchor == "top_left":
+            return cls(scale, 0, 0, resized)
+        if anchor != "center":
+            raise ValueError(f"letterbox must be center or top_left, got {anchor!r}")
         return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
 
 
@@ -141,6 +146,7 @@ class TilePlan:
     inner_edges: np.ndarray
     roi: tuple[float, float, float, float] = FULL_FRAME_ROI
     ignored: Any = None  # a `Coverage` (the frame's ignore mask) or None
+    letterbox: str = "center"  # where resized views sit in the model input: center or top_left
 
     def __post_init__(self) -> None:
         b = self.batch_size
@@ -198,9 +204,11 @@ def make_plan(
     full_frame: bool,
     roi: Sequence[float] = FULL_FRAME_ROI,
     ignored: Coverage | None = None,
+    letterbox: str = "center",
 ) -> TilePlan:
     """The TilePlan for these sizes, tiles over the region of interest `roi` (fractions of the frame) except
-    where `ignored` covers every pixel (cached per argument tuple; `ignored` by identity)."""
+    where `ignored` covers every pixel, views resized to the model input placed by `letterbox` (center or
+    top_left) (cached per argument tuple; `ignored` by identity)."""
     return _make_plan(
         (_check_size("frame height", frame_hw[0]), _check_size("frame width", frame_hw[1])),
         (_check_size("tile height", tile_hw[0]), _check_size("tile width", tile_hw[1])),
@@ -209,6 +217,7 @@ def make_plan(
         bool(full_frame),
         tuple(float(v) for v in roi),
         ignored,
+        str(letterbox),
     )
 
 
@@ -221,11 +230,12 @@ def _make_plan(
     full_frame: bool,
     roi: tuple[float, float, float, float],
     ignored: Coverage | None,
+    letterbox: str,
 ) -> TilePlan:
     h, w = frame_hw
     tiles = plan_region(frame_hw, tile_hw, overlap, region_pixels(roi, frame_hw), ignored)
-    tile_lb = Letterbox.fit(tile_hw, input_hw)
-    frame_lb = Letterbox.fit(frame_hw, input_hw)
+    tile_lb = Letterbox.fit(tile_hw, input_hw, letterbox)
+    frame_lb = Letterbox.fit(frame_hw, input_hw, letterbox)
     views = np.concatenate([tiles, [[0, 0, w, h]]]) if full_frame else tiles
     scales = np.full(len(views), 1.0 / tile_lb.scale)
     pads = np.tile(np.array([tile_lb.pad_x, tile_lb.pad_y], np.float64), (len(views), 1))
@@ -251,6 +261,7 @@ def _make_plan(
         inner_edges=inner,
         roi=roi,
         ignored=ignored,
+        letterbox=letterbox,
     )
 
 

@@ -35,7 +35,7 @@ from tiled_detector.tools.synthetic import make_scene
 T = TypeVar("T")
 
 COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "views_per_frame", "views_per_frame_max",
-           "detections", "total_ms", "total_p95_ms",
+           "engine_calls", "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
            "tracker_300_ms", "status")  # fmt: skip
 TRACKED_DETECTIONS = 300  # detections per frame of the tracker's cost column
@@ -186,6 +186,8 @@ def measure(
         views=plan.batch_size,
         views_per_frame=round(float(np.mean(counted[warmup:])), 2),
         views_per_frame_max=int(max(counted[warmup:])),
+        # engine calls per frame: the frame program's chunks of at most max_batch views
+        engine_calls=round(float(np.mean([-(-v // detector.engine.max_batch) for v in counted[warmup:]])), 2),
         detections=found,
         total_ms=round(total, 3),
         total_p95_ms=round(_p95(walls), 3),

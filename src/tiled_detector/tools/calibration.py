@@ -21,7 +21,8 @@ from tiled_detector.engines.base import Backend, ModelFormat, Precision, model_f
 from tiled_detector.engines.cache import sha256_file
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, onnx_input, onnx_metadata
 from tiled_detector.engines.quantize import QuantizedKey, cached_quantized, quantize_onnx
-from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.decode import detect_layout
+from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.tools.frames import (
     Frame,
@@ -53,13 +54,15 @@ def runtime_tiling(
     tile_hw: tuple[int, int] | None = None,
     overlap: float = 0.2,
     full_frame: bool = True,
-    channel_order: str = "rgb",
+    input_format: InputFormat | str = "rgb",
 ) -> Callable[[np.ndarray, str], torch.Tensor]:
-    """frame -> engine batch, through the same `make_plan` + `Preprocessor` the detector runs."""
-    preprocessor = Preprocessor(device, dtype, input_hw, channel_order)
+    """frame -> engine batch, through the same `make_plan` + `Preprocessor` the detector runs (`input_format`:
+    the model's input conventions, or its channel order alone)."""
+    preprocessor = Preprocessor(device, dtype, input_hw, input_format)
+    letterbox = preprocessor.format.letterbox
 
     def tile(frame: np.ndarray, encoding: str) -> torch.Tensor:
-        plan = make_plan(frame.shape[:2], tile_hw or input_hw, overlap, input_hw, full_frame)
+        plan = make_plan(frame.shape[:2], tile_hw or input_hw, overlap, input_hw, full_frame, letterbox=letterbox)
         return preprocessor.run(frame, plan, encoding).clone()
 
     return tile
@@ -131,6 +134,19 @@ def _model_input_hw(config: DetectorConfig) -> tuple[int, int]:
     return onnx_input(model, given or onnx_metadata(config.model).hw)[1][1:]
 
 
+def model_input_format(config: DetectorConfig, input_hw: tuple[int, int]) -> InputFormat:
+    """The ONNX model's input conventions as the detector resolves them (settings, file, family by its output
+    shape)."""
+    model = onnx.load(str(config.model), load_external_data=False)
+    shapes = {o.name: [d.dim_value if d.HasField("dim_value") else -1 for d in o.type.tensor_type.shape.dim]
+              for o in model.graph.output}  # fmt: skip
+    try:
+        family = detect_layout(shapes, None, config.layout, input_hw)
+    except ValueError:
+        family = config.layout
+    return config.input_format(family, onnx_metadata(config.model))
+
+
 def needs_quantizing(config: DetectorConfig) -> bool:
     """precision int8 with an ONNX model without Q/DQ nodes, for ONNX Runtime or TensorRT."""
     return (
@@ -143,14 +159,14 @@ def needs_quantizing(config: DetectorConfig) -> bool:
 
 
 def quantized_key(
-    config: DetectorConfig, calibration: CalibrationSet, input_hw: tuple[int, int]
+    config: DetectorConfig, calibration: CalibrationSet, input_hw: tuple[int, int], input_format: InputFormat
 ) -> QuantizedKey:
     """The cache key of the Q/DQ model `config`'s model makes with `calibration`."""
     import onnxruntime  # the quantizer's version (imported only when quantizing)
 
     tiling = (("tile_hw", str(config.tile_hw)), ("overlap", repr(config.overlap)),
               ("full_frame", str(config.full_frame)), ("input_hw", str(input_hw)),
-              ("channel_order", config.channel_order.value))  # fmt: skip
+              ("input_format", repr(input_format)))  # fmt: skip
     versions = (("tiled_detector", tiled_detector.__version__), ("onnxruntime", onnxruntime.__version__),
                 ("onnx", onnx.__version__))  # fmt: skip
     return QuantizedKey(Path(config.model).stem, sha256_file(config.model), calibration.digest, tiling,
@@ -178,9 +194,10 @@ def int8_model(
         LOG.warning("int8: only %d calibration frames in %s; %d or more calibrate better", calibration.count,
                     calibration.source, FEW_FRAMES)  # fmt: skip
     input_hw = _model_input_hw(config)
-    key = quantized_key(config, calibration, input_hw)
+    input_format = model_input_format(config, input_hw)
+    key = quantized_key(config, calibration, input_hw, input_format)
     tiling = runtime_tiling(torch.device("cpu"), torch.float32, input_hw, config.tile_hw, config.overlap,
-                            config.full_frame, config.channel_order.value)  # fmt: skip
+                            config.full_frame, input_format)  # fmt: skip
 
     def batches() -> Iterator[np.ndarray]:
         for index, frame in enumerate(calibration.frames()):
