@@ -28,8 +28,11 @@ import torch
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
+from tiled_detector.models import coco_labels
+from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.pipeline.program import cuda_graph
 from tiled_detector.stream import Stream
+from tiled_detector.tools.peers import model_family, yolox_sahi_model
 from tiled_detector.tools.synthetic import make_scene
 
 T = TypeVar("T")
@@ -353,26 +356,32 @@ def plot(rows: Sequence[Row], path: Path) -> None:
 def peer_sahi(
     model: Path, sizes: Iterable[tuple[int, int]], runs: int, warmup: int, settings: dict[str, Any]
 ) -> list[Row]:
-    """SAHI's default sliced prediction (ultralytics model, greedy NMM on IOS 0.5, full frame added) on the same
-    model, frames and tiling; rows saying why when sahi or ultralytics are not importable (an optional extra)."""
+    """SAHI's default sliced prediction (greedy NMM on IOS 0.5, full frame added) on the same model, frames and
+    tiling: SAHI's ultralytics model, or for a YOLOX file our YOLOX `DetectionModel` (`tools.peers`: YOLOX's own
+    pre/post-processing on the same engine); rows saying why when sahi or ultralytics are not importable (an
+    optional extra)."""
+    device = settings.get("device", "cpu")
+    yolox = model_family(model, settings.get("backend", "auto"), device, settings.get("layout", "auto"))
     try:
-        import ultralytics  # noqa: F401 - SAHI's ultralytics model needs it
+        if yolox is not OutputLayout.YOLOX:
+            import ultralytics  # noqa: F401 - SAHI's ultralytics model needs it
         from sahi import AutoDetectionModel
         from sahi.predict import get_sliced_prediction
     except ImportError as error:
         reason = f"unavailable: {error} (pip install sahi ultralytics)"
         return [Row("sahi", "default", f"{w}x{h}", reason) for w, h in sizes]
-    device = settings.get("device", "cpu")
     tile_w, tile_h = settings.get("tile_size", (640, 640))
     overlap = float(settings.get("overlap", 0.2))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    conf = float(settings.get("conf_threshold", 0.25))
     try:
-        sahi_model = AutoDetectionModel.from_pretrained(
-            model_type="ultralytics",
-            model_path=str(model),
-            confidence_threshold=float(settings.get("conf_threshold", 0.25)),
-            device=device,
-        )
+        if yolox is OutputLayout.YOLOX:  # SAHI has no YOLOX model: ours, with YOLOX's own pre/post-processing
+            labels = settings.get("labels") or coco_labels()
+            sahi_model = yolox_sahi_model(model, labels, device, conf, settings.get("backend", "auto"))
+        else:
+            sahi_model = AutoDetectionModel.from_pretrained(
+                model_type="ultralytics", model_path=str(model), confidence_threshold=conf, device=device
+            )
     except Exception as error:  # SAHI wraps whatever ultralytics raises (a format or device it cannot load)
         return [Row("sahi", "default", f"{w}x{h}", f"failed: {one_line(error)}") for w, h in sizes]
     finally:  # ultralytics hides the GPUs from the process for device "cpu": later CUDA work must still see them
