@@ -148,7 +148,9 @@ def assert_rows(got: list[tuple], want: list[tuple]) -> None:
 
 
 # YOLOX's head places its boxes by the input size: test_yolox.py decodes the real model's outputs
-@pytest.mark.parametrize("layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX)])
+@pytest.mark.parametrize(
+    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX)]
+)
 def test_each_exported_layout_detected_and_decoded(exported, layout):
     outputs = exported[layout]
     assert detect_layout(outputs, NUM_CLASSES) is layout

@@ -16,14 +16,13 @@ import torch
 
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
-from tiled_detector.pipeline.preprocess import InputFormat
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, has_qdq
 from tiled_detector.engines.onnxruntime import OnnxRuntimeEngine
 from tiled_detector.engines.quantize import float_convs, quantize_onnx
 from tiled_detector.models import default_model_path
 from tiled_detector.parameters import build_detector
-from tiled_detector.pipeline.preprocess import Preprocessor
+from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.tools import calibration as calibration_mod
 from tiled_detector.tools.calibration import (

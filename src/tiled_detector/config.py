@@ -376,7 +376,11 @@ class DetectorConfig:
         """How pixels become the model's input: each convention given here, else what the model file says,
         else its family's (`FAMILY_INPUTS`, by output layout), else ultralytics' (`InputFormat()`)."""
         given = {name: getattr(self, name) for name in INPUT_SETTINGS}
-        given = {n: v for n, v in given.items() if v is not None and v not in (ChannelOrder.AUTO, LetterboxAnchor.AUTO)}
+        given = {
+            n: v
+            for n, v in given.items()
+            if v is not None and v not in (ChannelOrder.AUTO, LetterboxAnchor.AUTO)
+        }
         chosen = {**FAMILY_INPUTS.get(layout, {}), **dict(model.inputs), **given}
         return InputFormat(**{INPUT_SETTINGS[n]: getattr(v, "value", v) for n, v in chosen.items()})
 
@@ -430,7 +434,12 @@ INPUT_SETTINGS = {"channel_order": "channel_order", "input_scale": "scale", "inp
 # a model family's input conventions, where they are not ultralytics' (`InputFormat()`): YOLOX's own
 # pre-processing (yolox/data/data_augment.py `preproc`: BGR, 0-255, no mean / std, padded right and below with 114)
 FAMILY_INPUTS: dict[OutputLayout, dict[str, Any]] = {
-    OutputLayout.YOLOX: {"channel_order": "bgr", "input_scale": 1.0, "letterbox": "top_left", "pad_value": 114.0},
+    OutputLayout.YOLOX: {
+        "channel_order": "bgr",
+        "input_scale": 1.0,
+        "letterbox": "top_left",
+        "pad_value": 114.0,
+    },
 }
 
 

@@ -27,7 +27,13 @@ import torch
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.models import COCO, coco_labels, load_labels
-from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, anchor_points, detect_layout, yolox_decoded
+from tiled_detector.pipeline.decode import (
+    OutputLayout,
+    PaddedDecoded,
+    anchor_points,
+    detect_layout,
+    yolox_decoded,
+)
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path

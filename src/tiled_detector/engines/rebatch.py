@@ -125,7 +125,9 @@ class RebatchKey:
     @property
     def file_name(self) -> str:
         """`<model>-batch-<digest16>.onnx`."""
-        digest = hashlib.sha256("\n".join((self.model_sha256, REWRITE, repr(self.versions))).encode()).hexdigest()
+        digest = hashlib.sha256(
+            "\n".join((self.model_sha256, REWRITE, repr(self.versions))).encode()
+        ).hexdigest()
         stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name) or "model"
         return f"{stem}-batch-{digest[:16]}.onnx"
 
@@ -138,7 +140,7 @@ def _dynamic(data: bytes) -> bool | None:
         return None
 
 
-class NotRebatched(Exception):
+class RebatchError(Exception):
     """The rewrite was not proven equal: the model runs view by view."""
 
 
@@ -168,14 +170,14 @@ def dynamic_batch_model(path: Path, cache_dir: str | Path | None = None) -> Path
         rewritten = rebatched(model).SerializeToString()
         why = proof(original, rewritten)
         if why is not None:
-            raise NotRebatched(why)
+            raise RebatchError(why)
         LOG.info("%s takes one image per call: rewritten to a dynamic batch (proven equal on %d sample views; "
                  "cached)", path, PROOF_VIEWS)  # fmt: skip
         return rewritten
 
     try:
         return EngineCache(cache_dir).get_or_build(key, build=build, load=_dynamic)[1]
-    except NotRebatched as why:
+    except RebatchError as why:
         LOG.info("%s takes one image per call and its batch cannot be made dynamic (%s): each view is an engine "
                  "call", path, why)  # fmt: skip
         return path

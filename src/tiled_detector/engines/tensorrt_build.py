@@ -11,6 +11,7 @@ Implicit calibration (IInt8Calibrator) is not used: deprecated in 10.1 and remov
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import logging
@@ -26,6 +27,7 @@ import torch
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.cache import EngineCache, EngineKey, sha256_file
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input
+from tiled_detector.engines.rebatch import dynamic_batch_model, fixed_batch_one
 from tiled_detector.engines.tensorrt_api import TensorRTError, checked, deserialize, trt_version
 
 LOG = logging.getLogger(__name__)
@@ -233,7 +235,13 @@ def load_or_build(
     progress: ProgressCallback | None = None,
     gpu: tuple[str, tuple[int, int]] | None = None,
 ) -> tuple[Any, Path]:
-    """The deserialized engine for `model_path` from the cache, built (once, under a lock) when missing."""
+    """The deserialized engine for `model_path` from the cache, built (once, under a lock) when missing. A batch-1
+    export is built from its dynamic-batch rewrite where that is proven equal (`engines.rebatch`), so that the
+    optimisation profile reaches `max_batch`."""
+    if options.max_batch > 1:
+        model_path = dynamic_batch_model(model_path, cache_dir)
+        if fixed_batch_one(onnx.load(str(model_path), load_external_data=False)):  # not proven: view by view
+            options = dataclasses.replace(options, max_batch=1, opt_batch=1)
     key = engine_key(trt, model_path, options, gpu or gpu_identity(device))
     return EngineCache(cache_dir).get_or_build(
         key,

@@ -152,7 +152,9 @@ def detect_layout(
         return OutputLayout.EFFICIENT_NMS
     name = _main_output(outputs)
     shape = _shape(outputs[name])
-    hint = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, end2end, efficient_nms)"
+    hint = (
+        "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, end2end, efficient_nms)"
+    )
     if len(shape) != 3 or min(shape[1:]) < 0:
         raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {hint}")
     rows, cols = shape[1], shape[2]

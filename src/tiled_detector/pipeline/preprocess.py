@@ -74,6 +74,8 @@ class InputFormat:
     def normalizes(self) -> bool:
         """Whether (x - mean) / std changes anything."""
         return self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0)
+
+
 CPU_BAND_ROWS = 64  # tile rows converted and scaled together on the CPU (about 1 MB per tile: stays in cache)
 _CACHED = 32  # tile copies and scratch tensors kept (per frame size and tile range)
 
@@ -409,7 +411,9 @@ class Preprocessor:
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
-        torch.mul(color, self.format.factor(enc), out=scaled)  # scale before any fp16 cast: mono16 overflows fp16
+        torch.mul(
+            color, self.format.factor(enc), out=scaled
+        )  # scale before any fp16 cast: mono16 overflows fp16
         _letterbox_into(scaled, box, dst.unsqueeze(0), self.format.pad, sources)
 
 
@@ -435,13 +439,21 @@ def _channel_views(sources: tuple[int, int, int]) -> list[tuple[slice, int, int]
 
 
 def _letterbox_into(
-    images: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float, sources: tuple[int, ...] | None = None
+    images: torch.Tensor,
+    box: Letterbox,
+    dst: torch.Tensor,
+    pad: float,
+    sources: tuple[int, ...] | None = None,
 ) -> None:
     """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
     result (reorder / mono -> 3 channels on the small image) and write them padded with `pad` into `dst`
     (N, 3, H, W)."""
     _place(
-        F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False), box, dst, pad, sources
+        F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False),
+        box,
+        dst,
+        pad,
+        sources,
     )
 
 

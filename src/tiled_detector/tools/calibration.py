@@ -62,7 +62,9 @@ def runtime_tiling(
     letterbox = preprocessor.format.letterbox
 
     def tile(frame: np.ndarray, encoding: str) -> torch.Tensor:
-        plan = make_plan(frame.shape[:2], tile_hw or input_hw, overlap, input_hw, full_frame, letterbox=letterbox)
+        plan = make_plan(
+            frame.shape[:2], tile_hw or input_hw, overlap, input_hw, full_frame, letterbox=letterbox
+        )
         return preprocessor.run(frame, plan, encoding).clone()
 
     return tile

@@ -19,7 +19,9 @@ from tiled_detector.pipeline.decode import YOLOX_STRIDES, OutputLayout, detect_l
 YOLOX_NMS = 0.45  # YOLOX's demo: nms_thr
 
 
-def yolox_preprocess(image_bgr: np.ndarray, input_hw: tuple[int, int], pad: int = 114) -> tuple[np.ndarray, float]:
+def yolox_preprocess(
+    image_bgr: np.ndarray, input_hw: tuple[int, int], pad: int = 114
+) -> tuple[np.ndarray, float]:
     """YOLOX's `preproc`: the image resized by r = min(in_h / h, in_w / w) (cv2 INTER_LINEAR, sizes truncated),
     placed at the top-left of a `pad`-grey input, BGR, 0-255, CHW float32; and r."""
     height, width = image_bgr.shape[:2]
@@ -96,7 +98,9 @@ class YoloxRunner:
         return yolox_detections(rows, ratio, score_threshold)
 
 
-def model_family(model: str | Path, backend: str = "auto", device: str = "cpu", layout: str = "auto") -> OutputLayout:
+def model_family(
+    model: str | Path, backend: str = "auto", device: str = "cpu", layout: str = "auto"
+) -> OutputLayout:
     """The output layout a model file's head has (its engine loaded once, batch 1)."""
     engine = load_engine(model, backend, device, max_batch=1)
     shapes = {o.name: o.shape for o in engine.outputs}
@@ -126,7 +130,9 @@ def yolox_sahi_model(
 
         def perform_inference(self, image: np.ndarray) -> None:
             self._shape = list(image.shape[:2])
-            self._original_predictions = self.model(np.ascontiguousarray(image[..., ::-1]), self.confidence_threshold)
+            self._original_predictions = self.model(
+                np.ascontiguousarray(image[..., ::-1]), self.confidence_threshold
+            )
 
         @property
         def num_categories(self) -> int:
@@ -141,21 +147,22 @@ def yolox_sahi_model(
             return list(labels)
 
         def _create_object_prediction_list_from_original_predictions(
-            self, shift_amount_list: Any = [[0, 0]], full_shape_list: Any = None  # noqa: B006 (SAHI's signature)
+            self, shift_amount_list: Any = None, full_shape_list: Any = None
         ) -> None:
-            shifts, fulls = fix_shift_amount_list(shift_amount_list), fix_full_shape_list(full_shape_list)
+            shifts = fix_shift_amount_list(shift_amount_list if shift_amount_list is not None else [[0, 0]])
+            fulls = fix_full_shape_list(full_shape_list)
             shift = [int(v) for v in shifts[0]]
             full = [int(v) for v in fulls[0]] if fulls else None
             boxes, scores, classes = self._original_predictions
-            found = []
-            for box, score, class_id in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True):
-                box = [max(0.0, v) for v in box]
-                if full is not None:
-                    box = [min(full[1], box[0]), min(full[0], box[1]), min(full[1], box[2]), min(full[0], box[3])]
-                if box[0] < box[2] and box[1] < box[3]:
-                    found.append(ObjectPrediction(bbox=box, category_id=int(class_id), score=float(score),
-                                                  category_name=labels[class_id], shift_amount=shift,
-                                                  full_shape=full or self._shape))  # fmt: skip
+            if full is not None:  # SAHI's ultralytics model clips to the full image the same way
+                boxes = np.minimum(boxes, np.array([full[1], full[0], full[1], full[0]], np.float32))
+            found = [
+                ObjectPrediction(bbox=box, category_id=int(class_id), score=float(score),
+                                 category_name=labels[class_id], shift_amount=shift, full_shape=full or self._shape)
+                for box, score, class_id in zip(np.maximum(boxes, 0.0).tolist(), scores.tolist(), classes.tolist(),
+                                                strict=True)
+                if box[0] < box[2] and box[1] < box[3]
+            ]  # fmt: skip
             self._object_prediction_list_per_image = [found]
 
     return YoloxDetectionModel(device=device, confidence_threshold=confidence_threshold, load_at_init=True)
