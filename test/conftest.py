@@ -26,6 +26,13 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The engine cache (rewritten batch-1 models, Q/DQ models) of the whole session in a temporary directory, not
+    the user's (tests that check the cache set their own)."""
+    os.environ.setdefault("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `gpu` (CUDA-only) are skipped where torch sees no CUDA device."""
     import torch

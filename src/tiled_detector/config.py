@@ -290,7 +290,7 @@ class DetectorConfig:
         None,
         "multiplier applied to 0-255 pixel values (not set = the model file's, else its family's: 1/255, "
         "yolox 1.0)",
-        kind=Number(1e-9, 1e9, unset=0.0),
+        kind=Number(1e-6, 1000.0, unset=0.0),
         applies=Applies.DETECTOR,
     )
     input_mean: tuple[float, float, float] | None = _setting(

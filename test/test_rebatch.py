@@ -1,0 +1,127 @@
+"""Batch-1 ONNX exports run as one batch: the rewrite to a dynamic batch, its proof against per-view calls, the
+cache, the fallback to view-by-view calls, and TensorRT builds from the rewrite."""
+
+from __future__ import annotations
+
+import logging
+import types
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from tiled_detector import TiledDetector
+from tiled_detector.engines import tensorrt_build
+from tiled_detector.engines.base import load_engine
+from tiled_detector.engines.rebatch import dynamic_batch_model, fixed_batch_one, rebatched
+from tiled_detector.engines.tensorrt_build import BuildOptions
+from tiled_detector.tools.synthetic import make_scene
+
+
+class FlatHead(nn.Module):
+    """A detector-shaped model whose export carries batch-1 Reshape constants (YOLOX's `flatten` of each level):
+    (B, 3, 32, 32) -> (B, 16, 6) rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(self.conv(x))  # (B, 6, 4, 4)
+        return y.reshape(x.shape[0], 6, 16).permute(0, 2, 1)
+
+
+class BatchMixer(FlatHead):
+    """Batch-1 is the only size it is right at: each view's rows are averaged with every other view's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = super().forward(x)
+        return rows.reshape(1, -1).mean(0, keepdim=True).reshape(1, 16, 6)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "tiled_detector" / "engines"
+
+
+def test_a_batch_one_export_is_rewritten_proven_cached_and_run_as_one_batch(
+    export_onnx, cache, caplog
+) -> None:
+    torch.manual_seed(0)
+    path = export_onnx(FlatHead(), (32, 32), batch=1)
+    model = onnx.load(str(path))
+    assert fixed_batch_one(model)
+    reshapes = [n for n in model.graph.node if n.op_type == "Reshape"]
+    assert reshapes  # the export holds the batch-1 constants the rewrite must change
+    assert not fixed_batch_one(rebatched(model))
+    with caplog.at_level(logging.INFO):
+        engine = load_engine(path, "onnxruntime", "cpu", max_batch=8)
+    assert engine.max_batch == 4 and engine.fixed_batch is None  # the CPU's calls of 4
+    cached = sorted(cache.glob("*-batch-*.onnx"))
+    assert len(cached) == 1 and not fixed_batch_one(onnx.load(str(cached[0])))
+    assert sum("rewritten to a dynamic batch" in r.getMessage() for r in caplog.records) == 1
+    batch = torch.rand(3, 3, 32, 32)
+    together = engine.infer(batch)["output0"].clone()
+    single = load_engine(path, "onnxruntime", "cpu", max_batch=1)  # the original file, view by view
+    assert single.max_batch == 1
+    alone = torch.cat([single.infer(batch[i : i + 1])["output0"].clone() for i in range(3)])  # buffers reused
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert dynamic_batch_model(path) == cached[0]  # found, not made again
+    assert not any("rewritten" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(export_onnx, cache, caplog) -> None:
+    path = export_onnx(BatchMixer(), (32, 32), batch=1)
+    with caplog.at_level(logging.INFO):
+        detector = TiledDetector(path, backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32),
+                                 layout="yolov8_transposed", labels=["a", "b"])  # fmt: skip
+    assert detector.engine.max_batch == 1
+    why = [r.getMessage() for r in caplog.records if "cannot be made dynamic" in r.getMessage()]
+    assert len(why) == 1 and "each view is an engine call" in why[0]
+    assert not list(cache.glob("*.onnx")) if cache.exists() else True
+    assert len(detector.detect(make_scene(0, 80, 60).image).scores) >= 0  # runs, one view per call
+
+
+def test_tensorrt_builds_a_batch_one_export_from_its_rewrite(export_onnx, cache, monkeypatch) -> None:
+    path = export_onnx(FlatHead(), (32, 32), batch=1)
+    built: list[tuple[Path, BuildOptions]] = []
+
+    def build(trt, logger, model_path, options, device, progress):
+        built.append((Path(model_path), options))
+        return b"engine"
+
+    monkeypatch.setattr(tensorrt_build, "build_serialized", build)
+    monkeypatch.setattr(tensorrt_build, "deserialize", lambda runtime, data: ("engine", data))
+    trt = types.SimpleNamespace(__version__="10.3.0")
+    options = BuildOptions(max_batch=8, opt_batch=4)
+    engine, _ = tensorrt_build.load_or_build(trt, None, None, path, options, torch.device("cpu"), None, None,
+                                             ("GPU", (8, 7)))  # fmt: skip
+    assert engine == ("engine", b"engine")
+    ((model_path, used),) = built
+    assert model_path != path and not fixed_batch_one(onnx.load(str(model_path)))
+    assert used.max_batch == 8
+    # a model whose rewrite is not proven builds for one image per call
+    mixer = export_onnx(BatchMixer(), (32, 32), batch=1)
+    tensorrt_build.load_or_build(
+        trt, None, None, mixer, options, torch.device("cpu"), None, None, ("GPU", (8, 7))
+    )
+    assert built[-1][0] == mixer and (built[-1][1].max_batch, built[-1][1].opt_batch) == (1, 1)
+
+
+def test_engine_calls_per_frame_in_bench(export_onnx, cache) -> None:
+    from tiled_detector.tools.benchmark import Row, measure
+
+    path = export_onnx(FlatHead(), (32, 32), batch=1)
+    detector = TiledDetector(path, backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32),
+                             layout="yolov8_transposed", labels=["a", "b"])  # fmt: skip
+    frame = make_scene(0, 200, 100).image
+    row = measure(detector, frame, runs=2, warmup=0, row=Row("onnxruntime", "fp32", "200x100"))
+    views = detector.plan_for(100, 200).batch_size
+    assert row.values["engine_calls"] == -(-views // 4) < views
+    assert np.isfinite(row.values["total_ms"])
