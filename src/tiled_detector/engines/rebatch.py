@@ -7,7 +7,7 @@ dimension symbolic, drops the intermediate shapes the exporter recorded (they ar
 batch-1 constants of `Reshape` shapes into "whatever the batch is" (-1, or 0: copy the input's first dimension,
 where the shape already has a -1). Whether that is right for the graph at hand is not assumed: the rewritten model
 must give the original's outputs, view for view, on sample views of a batch, before it is used or cached (key:
-the model's sha256 and the tools' versions; temporary file + rename, like the Q/DQ models); where it does not
+the model's sha256, the rewrite's own version `REWRITE` and onnx's and ONNX Runtime's; temporary file + rename, like the Q/DQ models); where it does not
 (or cannot be run), the model runs view by view, with one INFO line saying why.
 """
 
@@ -22,7 +22,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-import tiled_detector
 from tiled_detector.engines.cache import EngineCache, sha256_file
 from tiled_detector.engines.onnx_model import image_input
 from tiled_detector.errors import one_line
@@ -161,8 +160,7 @@ def dynamic_batch_model(path: Path, cache_dir: str | Path | None = None) -> Path
         LOG.info("%s takes one image per call; without onnxruntime its batch cannot be rewritten and proven, so "
                  "each view is an engine call (pip install onnxruntime)", path)  # fmt: skip
         return path
-    versions = (("tiled_detector", tiled_detector.__version__), ("onnx", onnx.__version__),
-                ("onnxruntime", onnxruntime.__version__))  # fmt: skip
+    versions = (("onnx", onnx.__version__), ("onnxruntime", onnxruntime.__version__))  # and `REWRITE`
     key = RebatchKey(path.stem, sha256_file(path), versions)
 
     def build() -> bytes:
