@@ -13,6 +13,9 @@
 #   budget   the tile budget on the GPU: the chosen-tiles CUDA test, captures per view count over a stream, bench
 #            rows (bundled and ultralytics' yolov8n, fp16, every tile vs tile_budget 8 at 4K / 2 at 1080p)
 #   budget_eval  eval --motion --budgets at 1080p and 4K (panning at 4K), torch fp16
+#   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
+#            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
+#            at 1080p and 4K with 416 tiles against SAHI on the same weights (YOLOX's own pre/post-processing)
 set -uo pipefail
 what="${1:-checks exports}"
 out="${OUT:-out/device}"
@@ -133,4 +136,15 @@ if [[ " $what " == *" budget_eval "* ]]; then
   td eval "${gpu[@]}" --width 3840 --height 2160 --budgets 8 12 --out "$out/eval_4k" 2>&1 | tail -4
   td eval "${gpu[@]}" --width 3840 --height 2160 --budgets 8 --pan 4 --out "$out/eval_4k_pan" 2>&1 | tail -3
   td eval "${gpu[@]}" --width 1920 --height 1080 --budgets 2 4 --out "$out/eval_1080" 2>&1 | tail -4
+fi
+
+if [[ " $what " == *" yolox "* ]]; then
+  python3 scripts/yolox_check.py --onnx .models/yolox_nano.onnx --photos .models/photos --device cuda \
+    --out /tmp/yolox >"$out/yolox_check.txt" 2>&1
+  grep -E "^(equality|captured|input|torchscript|ALL|FAIL)" "$out/yolox_check.txt" | tail -20
+  yolox=(--tile-size 416 416 --peer sahi --size 1920x1080 3840x2160)
+  td bench --model /tmp/yolox/yolox_nano.ts --backend torch --device cuda --precision fp32 fp16 --runs 30 \
+    --warmup 5 "${yolox[@]}" --out "$out/yolox_gpu" 2>&1 | grep -v "bench \[" | tail -9
+  td bench --model .models/yolox_nano.onnx --backend onnxruntime --device cpu --precision fp32 --runs 5 \
+    --warmup 1 "${yolox[@]}" --out "$out/yolox_cpu" 2>&1 | grep -v "bench \[" | tail -6
 fi
