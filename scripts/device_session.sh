@@ -140,11 +140,13 @@ fi
 
 if [[ " $what " == *" yolox "* ]]; then
   python3 scripts/yolox_check.py --onnx .models/yolox_nano.onnx --photos .models/photos --device cuda \
-    --out /tmp/yolox >"$out/yolox_check.txt" 2>&1
-  grep -E "^(equality|captured|input|torchscript|ALL|FAIL)" "$out/yolox_check.txt" | tail -20
+    --yolox-source .models/yolox_src --out /tmp/yolox >"$out/yolox_check.txt" 2>&1
+  grep -E "(equality|captured|input|random|real|ALL|FAIL)" "$out/yolox_check.txt" | tail -40
   yolox=(--tile-size 416 416 --peer sahi --size 1920x1080 3840x2160)
-  td bench --model /tmp/yolox/yolox_nano.ts --backend torch --device cuda --precision fp32 fp16 --runs 30 \
-    --warmup 5 "${yolox[@]}" --out "$out/yolox_gpu" 2>&1 | grep -v "bench \[" | tail -9
+  for ts in yolox_nano yolox_nano_source; do
+    td bench --model /tmp/yolox/$ts.ts --backend torch --device cuda --precision fp32 fp16 --runs 30 \
+      --warmup 5 "${yolox[@]}" --out "$out/$ts" 2>&1 | grep -v "bench \[" | tail -9
+  done
   td bench --model .models/yolox_nano.onnx --backend onnxruntime --device cpu --precision fp32 --runs 5 \
     --warmup 1 "${yolox[@]}" --out "$out/yolox_cpu" 2>&1 | grep -v "bench \[" | tail -6
 fi
