@@ -45,7 +45,7 @@ def source_torchscript(source: Path, out: Path) -> Path:
     """YOLOX-nano built from YOLOX's own source (random weights), traced as its tools/export_torchscript.py does
     (raw head: decode_in_inference off)."""
     sys.path.insert(0, str(source))
-    from yolox.models import YOLOX, YOLOPAFPN, YOLOXHead
+    from yolox.models import YOLOPAFPN, YOLOX, YOLOXHead
 
     torch.manual_seed(0)
     channels = [256, 512, 1024]

@@ -216,7 +216,9 @@ def test_nothing_above_threshold_gives_empty_tensors(exported):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX)])
+@pytest.mark.parametrize(
+    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX)]
+)
 def test_cuda_matches_cpu(exported, layout):
     outputs = {name: t.cuda() for name, t in exported[layout].items()}
     decoded = decode_outputs(outputs, layout, 0.25, 100, class_filter=[0, 1, 2])
