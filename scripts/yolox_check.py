@@ -41,6 +41,9 @@ def torchscript(onnx_path: Path, out: Path) -> Path:
     return path
 
 
+SCORE_SPREAD = 0.02
+
+
 def source_torchscript(source: Path, out: Path) -> Path:
     """YOLOX-nano built from YOLOX's own source (random weights), traced as its tools/export_torchscript.py does
     (raw head: decode_in_inference off)."""
@@ -52,7 +55,12 @@ def source_torchscript(source: Path, out: Path) -> Path:
     backbone = YOLOPAFPN(0.33, 0.25, in_channels=channels, act="silu", depthwise=True)
     model = YOLOX(backbone, YOLOXHead(80, 0.25, in_channels=channels, act="silu", depthwise=True)).eval()
     model.head.decode_in_inference = False
-    model.head.initialize_biases(1e-2)
+    for conv in model.modules():  # He init keeps activations alive through the net
+        if isinstance(conv, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(conv.weight)
+    with torch.no_grad():  # and small output layers keep the scores apart (no ties at 0 or 1)
+        for conv in (*model.head.cls_preds, *model.head.obj_preds):
+            conv.weight.mul_(SCORE_SPREAD)
     with torch.no_grad():
         traced = torch.jit.trace(model, torch.rand(1, 3, 416, 416))
     path = out / "yolox_nano_source.ts"
@@ -97,8 +105,8 @@ def main() -> int:
         models.append(("YOLOX source, random weights", source_torchscript(args.yolox_source, args.out), None))
     for what, ts, onnx_file in models:
         print(f"{what}: {ts}")
-        # random weights score every anchor alike (about 1e-4): their 10 best per view are compared
-        chosen = settings if onnx_file else {**settings, "conf_threshold": 0.0, "top_k": 10}
+        # random weights: the 20 best of each view above 0.5
+        chosen = settings if onnx_file else {**settings, "conf_threshold": 0.5, "top_k": 20}
         gpu = TiledDetector(ts, backend="torch", device=args.device, **chosen)
         cpu = TiledDetector(ts, backend="torch", device="cpu", **chosen)
         ort = TiledDetector(onnx_file, backend="onnxruntime", device="cpu", **chosen) if onnx_file else None
@@ -115,7 +123,8 @@ def main() -> int:
         whole = runner.captures and not runner.split
         print(f"{what}: captured {captured} frame programs for {sizes} frame sizes, whole graph: {whole}")
         # onnx2torch's modules read shapes on the host (not capturable): the engine runs between captured parts
-        if onnx_file is None and args.device.startswith("cuda") and (not whole or captured != sizes):
+        # (a frame size captures again when its sync-free limits grow for a candidate flood)
+        if onnx_file is None and args.device.startswith("cuda") and (not whole or captured < sizes):
             failures.append(f"{what}: one whole captured graph per frame size")
     print("ALL OK" if not failures else f"FAIL: {failures}")
     return 1 if failures else 0
