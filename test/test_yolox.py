@@ -296,3 +296,16 @@ def test_bad_input_settings_are_one_line_and_nothing_is_cached(flags, message, t
 def test_bad_values_name_the_setting(setting, value, message) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
         DetectorConfig(**{setting: value})
+
+
+def test_the_seam_margin_is_in_model_input_pixels() -> None:
+    """A real model's box of a cut object ends a few input pixels before the seam (YOLOX-nano on a tile shrunk
+    640 -> 416: 5 frame pixels); the margin is 4 input pixels, so a shrunk tile's is wider in frame pixels."""
+    from tiled_detector.pipeline.seams import truncated_sides
+
+    boxes = torch.tensor([[10.0, 10.0, 93.0, 50.0], [10.0, 10.0, 91.0, 50.0]])
+    image = torch.tensor([0, 0])
+    shrunk = make_plan((100, 300), (100, 100), 0.0, (50, 50), False)  # 2 frame pixels per input pixel
+    assert truncated_sides(boxes, image, shrunk)[:, 2].tolist() == [True, False]  # within 8 of x = 100
+    same = make_plan((100, 300), (100, 100), 0.0, (100, 100), False)
+    assert truncated_sides(boxes, image, same)[:, 2].tolist() == [False, False]  # within 4 of x = 100

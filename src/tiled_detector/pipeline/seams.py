@@ -20,14 +20,16 @@ def truncated_sides(
     boxes_in_frame: torch.Tensor,
     image_index: torch.Tensor,
     plan: TilePlan | BatchPlan,
-    margin_px: float = 2.0,
+    margin_px: float = 4.0,
 ) -> torch.Tensor:
-    """(M, 4) bool: box touches (within `margin_px` frame pixels) the left, top, right, bottom edge of its view
-    where that edge is an inner seam. Full-frame boxes are never truncated."""
+    """(M, 4) bool: box touches the left, top, right, bottom edge of its view where that edge is an inner seam:
+    within `margin_px` pixels of the model's input, mapped to the frame (a tile shrunk into the model input has a
+    wider margin in frame pixels; never less than `margin_px`). Full-frame boxes are never truncated."""
     t = _as_batch(plan).tensors(boxes_in_frame.device)
     views, inner = t.views[image_index], t.inner_edges[image_index]
-    near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin_px
-    near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin_px
+    margin = margin_px * t.to_frame[image_index, 0, :1].clamp_min(1.0)  # (M, 1): frame pixels per input pixel
+    near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin
+    near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin
     return inner & torch.cat([near_start, near_end], dim=1)
 
 
@@ -42,7 +44,7 @@ def suppress_truncated(
     class_ids: torch.Tensor,
     image_index: torch.Tensor,
     plan: TilePlan | BatchPlan,
-    margin_px: float = 2.0,
+    margin_px: float = 4.0,
     min_cover: float = 0.6,
     min_score_ratio: float = 0.5,
     class_agnostic: bool = False,
