@@ -31,3 +31,19 @@ def test_the_layer_diagrams_are_the_import_contracts() -> None:
     drawn = [[line.split("  ")[0].strip() for line in block.strip().splitlines()] for block in blocks]
     contracts = _contracts()
     assert drawn == [contracts["Layers"]["layers"], contracts["Frame-path layers"]["layers"]]
+
+
+def test_the_repository_top_level_holds_only_what_the_layout_names() -> None:
+    """A stray file at the top (a profile, a temp model, an output folder someone forgot to ignore) fails here."""
+    import subprocess
+
+    named = set(re.findall(r"`([^`/]+)`", "\n".join(
+        line.split("|")[1] for line in _section("Repository layout").splitlines() if line.startswith("| `")
+    )))  # fmt: skip
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    top = {path.split("/")[0] for path in listed}
+    assert top, "git lists no file"
+    assert sorted(top - named) == [], (
+        "entries at the repository's top level that docs/DESIGN.md's layout does not name"
+    )

@@ -221,6 +221,29 @@ def test_a_model_onnxruntime_cannot_quantize_is_one_line(tmp_path: Path) -> None
         quantize_onnx(MODEL, [], tmp_path / "out.onnx")
 
 
+def test_onnx_runtimes_tools_leave_nothing_in_the_working_directory(tmp_path, monkeypatch) -> None:
+    """ONNX Runtime's quantization tools write temporary files into the working directory (symbolic shape inference
+    saves sym_shape_infer_temp.onnx there when it gives up): they run in a temporary one."""
+    from onnxruntime.quantization import shape_inference
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    prepare = shape_inference.quant_pre_process
+    seen = []
+
+    def leaving_a_file(source, output, **options):  # what ORT does when its inference gives up
+        Path("sym_shape_infer_temp.onnx").write_bytes(b"temp")
+        seen.append(Path.cwd())
+        return prepare(source, output, **options)
+
+    monkeypatch.setattr(shape_inference, "quant_pre_process", leaving_a_file)
+    batch = np.random.default_rng(0).random((2, 3, 640, 640), dtype=np.float32)
+    quantize_onnx(MODEL, [batch], Path("out.onnx"))  # relative paths are the caller's
+    assert seen and seen[0] != work and Path.cwd() == work
+    assert sorted(p.name for p in work.iterdir()) == ["out.onnx"]
+
+
 def test_build_engine_writes_the_qdq_model_for_onnxruntime(frames_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "model.qdq.onnx"
     argv = [

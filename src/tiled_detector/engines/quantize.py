@@ -13,9 +13,11 @@ This module imports neither torch nor TensorRT.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,17 @@ def float_convs(model: onnx.ModelProto) -> list[str]:
     return [] if kept >= {n.name for n in nodes if n.op_type in QUANTIZED_OPS} else sorted(kept)
 
 
+@contextlib.contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    """Run the block in `path` as the working directory (`contextlib.chdir` from Python 3.11)."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def quantize_onnx(model_path: Path, batches: Iterable[np.ndarray], output: Path, chunk: int = 8) -> int:
     """Write a Q/DQ INT8 copy of `model_path` to `output`, calibrated on `batches` (N, C, H, W float32 of any N,
     fed to the model in chunks of its fixed batch, else of `chunk`); the number of images used. ValueError (one
@@ -104,7 +117,10 @@ def quantize_onnx(model_path: Path, batches: Iterable[np.ndarray], output: Path,
             return {node.name: part}
 
     reader = Reader()
-    with tempfile.TemporaryDirectory() as tmp:
+    model_path, output = Path(model_path).resolve(), Path(output).resolve()
+    # ONNX Runtime's tools write into the working directory (symbolic shape inference saves
+    # sym_shape_infer_temp.onnx and its .data there when it gives up): they run in the temporary one
+    with tempfile.TemporaryDirectory() as tmp, working_directory(Path(tmp)):
         prepared = Path(tmp) / "prepared.onnx"
         try:
             # shape inference and ONNX Runtime's basic graph optimisations (constant folding, fusing batch norms)
