@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The test command: lint (ruff, py310 target), the import contracts (import-linter), then the whole pytest
-# suite, inside the project venv.
+# The test command: lint (ruff, py310 target), the import contracts (import-linter), the whole pytest suite inside
+# the project venv, then (for a full run, no arguments) the core tests again under numpy 1.x (scripts/numpy1.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 .venv/bin/ruff check src test scripts launch
 .venv/bin/ruff format --check src test scripts launch
 .venv/bin/lint-imports --no-cache
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
+if [[ $# -eq 0 ]]; then
+  ./scripts/numpy1.sh
+fi
