@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -602,6 +604,33 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
             break
     assert lost > 0 and received < sent, (status, err)
     assert received + lost >= 0.9 * sent, (received, lost, sent)  # (a few may still be overwritten unseen)
+
+
+def test_frames_a_publisher_sent_that_the_node_never_took_are_counted(tmp_path: Path) -> None:
+    """A camera publishes at 30 Hz and the node's process is stopped for a second (a host too busy to run it): the
+    frames replaced in the middleware's keep-last queue meanwhile are counted as frames_skipped (from the
+    publication sequence numbers), so received + lost + skipped is every frame sent."""
+    domain = pick_domain_id()
+    with _watched_node(tmp_path, domain) as (node, client, diagnostics):
+        publisher = _publisher(ros_environment(domain), "--topic", "image", "--size", "640x480", "--rate", "30",
+                               "--count", "120", "--reliability", "best_effort")  # fmt: skip
+        assert client.wait_until(lambda: int(_status(diagnostics).get("frames_received", 0)) >= 10, 60)
+        os.kill(node.process.pid, signal.SIGSTOP)
+        time.sleep(1.5)
+        os.kill(node.process.pid, signal.SIGCONT)
+        out, err = publisher.communicate(timeout=120)
+        sent = json.loads(out.strip().splitlines()[-1])["sent"]
+
+        def counted() -> int:
+            status = _status(diagnostics)
+            return sum(int(status.get(f"frames_{k}", 0)) for k in ("received", "lost", "skipped"))
+
+        client.wait_until(lambda: counted() >= sent, timeout=10)
+        status = _status(diagnostics)
+    skipped = int(status["frames_skipped"])
+    assert skipped > 0, (status, err)
+    assert counted() == sent, (status, sent)
+    assert "replaced in the input queue" in " ".join(d.status[0].message for d in diagnostics)
 
 
 @pytest.mark.parametrize(

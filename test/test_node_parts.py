@@ -70,6 +70,27 @@ def test_message_lost_events_count_what_they_can_mean() -> None:
     assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
 
 
+def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() -> None:
+    from tiled_detector.ros.stats import SkippedFrames
+
+    skipped = SkippedFrames()
+    a, b = (1, 2, 3), (9, 9, 9)  # two publishers (their gids)
+    assert [skipped.add(a, n) for n in (5, 6, 9, 10)] == [
+        0,
+        0,
+        2,
+        0,
+    ]  # the first counts nothing, then the gaps
+    assert skipped.add(b, 1) == 0 and skipped.add(b, 4) == 2  # per publisher
+    skipped.lost(3)  # the middleware reported 3 lost: they are gaps, not skips
+    assert skipped.add(a, 15) == 4 - 3 and skipped.add(a, 17) == 1 and skipped.add(a, 19) == 1
+    assert skipped.add(a, 2) == 0 and skipped.add(a, 4) == 1  # a restarted publisher numbers from 1 again
+    many = SkippedFrames()
+    for gid in range(SkippedFrames.PUBLISHERS + 10):  # bounded: the most recent publishers are kept
+        many.add(gid, 1)
+    assert len(many._last) == SkippedFrames.PUBLISHERS and many.add(0, 5) == 0  # forgotten: a first message
+
+
 def test_the_override_chain_is_read_as_rcl_applies_it(tmp_path) -> None:
     from tiled_detector.ros.node_parameters import given_parameters
 

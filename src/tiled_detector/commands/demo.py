@@ -88,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         "AP50": report.ap50,
         "precision": report.precision,
         "recall": report.recall,
+        "frames_skipped": report.summary()[
+            "frames_skipped"
+        ],  # sent but never taken by the node (None: not counted)
         **(
             {k: v for k, v in report.summary().items() if k in ("IDF1", "MOTA", "id_switches")}
             if args.motion
@@ -102,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             f"\n{summary['frames']}/{summary['frames_sent']} frames answered ({args.width}x{args.height}), "
             f"{summary['frames_with_detections']} with detections, {summary['detections_per_frame']:.1f} "
             f"detections/frame\nlatency p50 {summary['latency_ms_p50']:.1f} ms, p95 {summary['latency_ms_p95']:.1f} "
-            f"ms, {summary['fps']:.2f} frames/s (lock-step, camera message in -> detections out, over DDS)\n"
+            f"ms, {summary['fps']:.2f} frames/s (lock-step, camera message in -> detections out, over DDS), "
+            f"{summary['frames_skipped']} frames skipped\n"
             f"against ground truth: AP50 {summary['AP50']:.3f}, precision {summary['precision']:.3f}, "
             f"recall {summary['recall']:.3f}\n"
             + (f"tracking: IDF1 {summary['IDF1']:.3f}, MOTA {summary['MOTA']:.3f}, identity switches "

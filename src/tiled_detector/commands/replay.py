@@ -17,9 +17,11 @@ EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 
   The last line printed with --json is one JSON object:
     {"frames_sent": 30, "frames_answered": 30, "dropped": 0, "AP50": 0.9, "precision": ..., "recall": ...,
      "latency_ms_p50": ..., "latency_ms_p95": ..., "IDF1": ..., "MOTA": ..., "id_switches": ...,
-     "views_per_frame": 9.2, "views_per_frame_max": 33, "frames_per_second": ..., "predicted_boxes": ...}
+     "views_per_frame": 9.2, "views_per_frame_max": 33, "frames_per_second": ..., "predicted_boxes": ...,
+     "frames_skipped": 0}
   views_per_frame (mean, max) are the engine views the node ran per frame (tiles + full-frame view, from its
-  /diagnostics); predicted_boxes counts detections reported from an earlier frame (tile_budget: tiles not run).
+  /diagnostics); predicted_boxes counts detections reported from an earlier frame (tile_budget: tiles not run);
+  frames_skipped the frames sent that the node never took (its /diagnostics; null where not counted).
   Scores use the bag's /ground_truth (vision_msgs/Detection2DArray, class_id = label name) over the answered
   frames; frames without an answer count as dropped (gate them with --max-drop-rate).
   lockstep (default) sends a frame, waits for its detections (matched by header stamp), then the next: it
@@ -149,5 +151,5 @@ def _describe(summary: dict[str, object]) -> str:
         )
         + f"\nviews per frame {number(summary['views_per_frame'], '.1f')} (max {summary['views_per_frame_max']}), "
         f"{number(summary['frames_per_second'], '.2f')} frames/s, {summary['predicted_boxes']} boxes reported "
-        "from an earlier frame"
+        f"from an earlier frame, {summary['frames_skipped']} frames skipped"
     )

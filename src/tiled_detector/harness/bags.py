@@ -89,7 +89,9 @@ def vision_msgs_dir() -> Path:
     except (ImportError, LookupError, OSError):
         pass  # no ament index: try the locations below
     candidates.append(Path(sys.prefix) / "share" / "vision_msgs" / "msg")
-    candidates.append(Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg")  # a source checkout
+    candidates.append(
+        Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg"
+    )  # a source checkout
     for candidate in candidates:
         if (candidate / "Detection2DArray.msg").is_file():
             return candidate

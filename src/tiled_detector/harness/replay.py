@@ -298,6 +298,9 @@ def replay_bag(
         "views_per_frame_max": int(played.node_values["views_per_frame_max"]) if played.node_values else None,
         "frames_per_second": len(answered) / elapsed if elapsed > 0 else None,
         "predicted_boxes": sum(msg_carried(m) for m in played.answers.values()),
+        "frames_skipped": int(played.node_values["frames_skipped"])
+        if "frames_skipped" in played.node_values
+        else None,
     }
     report = dataclasses.replace(
         summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking, work=work

@@ -17,7 +17,13 @@ import numpy as np
 from tiled_detector.options import Option
 from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
-WORK_KEYS = ("views_per_frame", "views_per_frame_max", "frames_per_second", "predicted_boxes")
+WORK_KEYS = (
+    "views_per_frame",
+    "views_per_frame_max",
+    "frames_per_second",
+    "predicted_boxes",
+    "frames_skipped",
+)
 
 
 class Mode(Option):
@@ -64,7 +70,8 @@ class ReplayReport:
     tracking: dict[str, float | int] | None = None  # IDF1, MOTA, id_switches (ground truth with identities)
     # the node's work: views_per_frame (mean, max; from its /diagnostics), frames_per_second (answers over the
     # time from the first frame sent to the last answer), predicted_boxes (detections reported from an earlier
-    # frame: a tile budget's tiles not run)
+    # frame: a tile budget's tiles not run), frames_skipped (frames sent that the node never took, from its
+    # /diagnostics; None where the middleware gives no sequence numbers)
     work: dict[str, float | int | None] | None = None
 
     @property

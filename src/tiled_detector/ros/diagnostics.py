@@ -31,14 +31,18 @@ def input_problem(topic: str, last_frame: float, publishers: int) -> str | None:
 
 
 def problems(values: Mapping[str, Any]) -> list[str]:
-    """The problems a `Stats.snapshot()` shows since the last one (malformed, failed or lost frames)."""
-    lost = values["lost_since_last"]
+    """The problems a `Stats.snapshot()` shows since the last one (malformed, failed, lost or skipped frames)."""
+    lost, skipped = values["lost_since_last"], values.get("skipped_since_last", 0)
     return [
         text
         for count, text in (
             (values["malformed_since_last"], "skipping malformed frames"),
             (values["failed_since_last"], "frames failed"),
             (lost, f"{lost} frame(s) lost before the node (transport)"),
+            (
+                skipped,
+                f"{skipped} frame(s) replaced in the input queue before the node took them (a busy host)",
+            ),
         )
         if count
     ]

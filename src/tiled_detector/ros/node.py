@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy import subscription as rclpy_subscription
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -45,9 +46,13 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
-from tiled_detector.ros.stats import FrameSlots, LostFrames, Stats
+from tiled_detector.ros.stats import FrameSlots, LostFrames, SkippedFrames, Stats
 from tiled_detector.stream import Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
+
+# rclpy hands a subscription callback of two arguments each message's info (publication sequence number, publisher
+# gid) from Iron on; Humble's calls every callback with the message alone
+MESSAGE_INFO = hasattr(rclpy_subscription, "MessageInfo")
 
 try:  # Iron and later
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -90,6 +95,7 @@ class Camera:
     last_hw: tuple[int, int] | None = None
     image_topic: str = ""  # the subscribed topic, fully resolved
     lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
+    skipped: SkippedFrames = field(default_factory=SkippedFrames)  # frames its publishers sent, never taken
 
 
 class DetectorNodeBase(NodeParameters):
@@ -108,6 +114,7 @@ class DetectorNodeBase(NodeParameters):
     # per-camera tracks and tile schedules, kept (with the track id counters) for the node's life
     _stream: Stream | None = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
+    _skips_counted = True  # False once the middleware is found to give no sequence numbers
 
     def _configure(self) -> None:
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
@@ -169,10 +176,15 @@ class DetectorNodeBase(NodeParameters):
         _, values = self._current()
         compressed = values["transport"] == "compressed"
         for index, camera in enumerate(self.cameras):
+            # with each message's info where this rclpy hands it over (its publication sequence number counts the
+            # frames never taken: frames_skipped); else the message alone
+            take = self._on_image_info if MESSAGE_INFO else self._on_image
+            if not MESSAGE_INFO:
+                self._no_sequence_numbers("this rclpy calls subscriptions with the message alone (Humble)")
             camera.subscription = self.create_subscription(
                 CompressedImage if compressed else Image,
                 camera.topics.image,
-                functools.partial(self._on_image, index=index),
+                functools.partial(take, index=index),
                 image_qos(values["image_reliability"]),
                 event_callbacks=SubscriptionEventCallbacks(
                     message_lost=functools.partial(self._on_message_lost, index=index),
@@ -247,10 +259,33 @@ class DetectorNodeBase(NodeParameters):
         if self._slots.put(index, (msg, camera.last_frame)):
             self._count(camera, "dropped")
 
+    def _on_image_info(self, msg: Image | CompressedImage, info: Any, index: int = 0) -> None:
+        """A frame with its message info: the frames its publisher sent before it that this subscription never
+        took are counted (skipped), then the frame is taken as by `_on_image`."""
+        camera = self.cameras[index]
+        sequence = info.get("publication_sequence_number") if isinstance(info, dict) else None
+        if sequence is None:
+            self._no_sequence_numbers("the middleware gives no publication sequence number with a message")
+        else:
+            gid = info.get("publisher_gid")
+            publisher = tuple(gid.get("data", ())) if isinstance(gid, dict) else gid
+            skipped = camera.skipped.add(publisher, int(sequence))
+            if skipped:
+                self._count(camera, "skipped", skipped)
+        self._on_image(msg, index)
+
+    def _no_sequence_numbers(self, why: str) -> None:
+        """Say once that frames_skipped cannot be counted (and leave it out of /diagnostics)."""
+        if self._skips_counted:
+            self._skips_counted = False
+            self.get_logger().info(f"frames_skipped is not counted: {why}")
+
     def _on_message_lost(self, info: Any, index: int = 0) -> None:
         """The middleware saw frames that never reached this subscription (e.g. a full transport)."""
         camera = self.cameras[index]
-        self._count(camera, "lost", camera.lost.add(int(info.total_count), int(info.total_count_change)))
+        lost = camera.lost.add(int(info.total_count), int(info.total_count_change))
+        camera.skipped.lost(lost)
+        self._count(camera, "lost", lost)
 
     def _on_incompatible_qos(self, info: Any, index: int = 0) -> None:
         self.get_logger().warning(
@@ -378,6 +413,13 @@ class DetectorNodeBase(NodeParameters):
         """' on <topic>' with several cameras (which camera a log line is about), else ''."""
         return f" on {self.cameras[index].image_topic}" if len(self.cameras) > 1 else ""
 
+    def _counted(self, values: dict[str, Any]) -> dict[str, Any]:
+        """A stats snapshot without frames_skipped where it cannot be counted."""
+        if not self._skips_counted:
+            values.pop("frames_skipped", None)
+            values.pop("skipped_since_last", None)
+        return values
+
     def _publish_diagnostics(self) -> None:
         """One `pipeline` status (every camera's frames together), and with several cameras one status per
         camera (its rates, drops, latency, topics and publishers)."""
@@ -413,12 +455,12 @@ class DetectorNodeBase(NodeParameters):
             else:
                 info.update(cameras=len(self.cameras), largest_batch_frames=self._largest_batch)
             info["batch_size"] = sum(p.batch_size for p in plans)
-        values, name = self.stats.snapshot(), self.get_fully_qualified_name()
+        values, name = self._counted(self.stats.snapshot()), self.get_fully_qualified_name()
         found = problems(values) + [s for s in silent if s]
         statuses = [status(f"{name}: pipeline", {**values, **info}, found, str(engine.device))]
         if len(self.cameras) > 1:
             for camera, count, problem in zip(self.cameras, publishers, silent, strict=True):
-                own = camera.stats.snapshot()
+                own = self._counted(camera.stats.snapshot())
                 own.update(image_topic=camera.image_topic, input_publishers=count,
                            detections_topic=camera.detections_pub.topic_name)  # fmt: skip
                 if camera.last_hw is not None:

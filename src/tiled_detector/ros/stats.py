@@ -11,7 +11,17 @@ import numpy as np
 
 # frames ... : received, processed, dropped (a newer one replaced it), lost (the middleware's message-lost events),
 # malformed, failed, cpu_decoded (compressed frames the GPU decoder did not take), annotated (debug images drawn)
-COUNTERS = ("received", "processed", "dropped", "lost", "malformed", "failed", "cpu_decoded", "annotated")
+COUNTERS = (
+    "received",
+    "processed",
+    "dropped",
+    "lost",
+    "skipped",
+    "malformed",
+    "failed",
+    "cpu_decoded",
+    "annotated",
+)
 
 
 # Fast DDS keeps its sample-lost counts in int32: a cumulative count at or above this is not a count
@@ -34,6 +44,37 @@ class LostFrames:
             added, self._total = total_count - self._total, total_count
             return added
         return 1
+
+
+class SkippedFrames:
+    """Frames a publisher sent that this subscription never took (replaced in the middleware's keep-last queue
+    while the host was busy): the gaps between the publication sequence numbers of one publisher's consecutive
+    messages (the middleware hands one over with each message), less the frames the middleware reported lost
+    (`LostFrames`: those are gaps too). A publisher's first message, or one numbered lower than the last (it
+    restarted), counts nothing. The last number of the `PUBLISHERS` most recent publishers is kept."""
+
+    PUBLISHERS = 64
+
+    def __init__(self) -> None:
+        self._last: dict[Any, int] = {}
+        self._lost = 0  # frames reported lost that no gap has accounted for yet
+
+    def lost(self, count: int) -> None:
+        """The middleware reported `count` frames lost."""
+        self._lost += count
+
+    def add(self, publisher: Any, sequence: int) -> int:
+        """The frames skipped before this message, numbered `sequence` by `publisher`."""
+        last = self._last.pop(publisher, None)
+        self._last[publisher] = sequence
+        if len(self._last) > self.PUBLISHERS:
+            self._last.pop(next(iter(self._last)))
+        if last is None or sequence <= last:
+            return 0
+        gap = sequence - last - 1
+        known = min(gap, self._lost)
+        self._lost -= known
+        return gap - known
 
 
 class FrameSlots:
@@ -118,7 +159,7 @@ class Stats:
             out["views_per_frame"] = self.views / max(self.counts["processed"], 1)
             out["views_per_frame_max"] = self.views_max
             out["predicted_boxes"] = self.predicted
-            for name in ("dropped", "lost", "malformed", "failed"):
+            for name in ("dropped", "lost", "skipped", "malformed", "failed"):
                 out[f"{name}_since_last"] = self.counts[name] - self._last_counts[name]
             self._last_counts, self._last_time = dict(self.counts), now
             series = {"latency": self.latency_ms, **self.stages}
