@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
@@ -89,6 +90,42 @@ def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() ->
     for gid in range(SkippedFrames.PUBLISHERS + 10):  # bounded: the most recent publishers are kept
         many.add(gid, 1)
     assert len(many._last) == SkippedFrames.PUBLISHERS and many.add(0, 5) == 0  # forgotten: a first message
+
+
+def test_each_sending_camera_gets_an_equal_share_of_the_engine() -> None:
+    from tiled_detector.ros.share import EngineShare
+
+    now = [0.0]
+    share = EngineShare(3, tau_s=2.0, active_s=1.0, clock=lambda: now[0])
+    share.arrived(2)
+    share.charge([(2, 136)], 3.0)  # one camera alone: never held, whatever it costs
+    assert share.held() == set()
+    for camera in (0, 1):
+        share.arrived(camera)
+    # three sending: the costly camera (1.5 of 2 s decayed: 75 %) is over a third; the cheap ones are not
+    share.charge([(0, 7), (1, 7), (2, 136)], 0.15)
+    assert share.held() == {2}
+    fractions = share.fractions()
+    assert fractions[0] == fractions[1] < 0.01 < 1 / 3 < fractions[2]
+    now[0] = 2.0 * np.log(fractions[2] * 3) + 0.01  # its use decays under the share: released
+    for camera in (0, 1, 2):
+        share.arrived(camera)
+    assert share.held() == set()
+    now[0] += 1.5  # the cheap cameras stopped sending (over 1 s ago): a camera alone is never held
+    share.arrived(2)
+    share.charge([(2, 136)], 3.0)
+    assert share.held() == set()
+
+
+def test_held_cameras_keep_their_newest_frame_in_the_slot() -> None:
+    from tiled_detector.ros.stats import FrameSlots
+
+    slots = FrameSlots(3)
+    assert not slots.put(0, "a1") and not slots.put(2, "c1")
+    assert slots.take(0.01, held={2}) == [(0, "a1")]  # c waits in its slot
+    assert slots.put(2, "c2")  # a newer frame replaces it: a drop
+    assert slots.take(0.01, held={2}) == []  # nothing else: the worker waits (timeout) rather than run c
+    assert slots.take(0.01) == [(2, "c2")]
 
 
 def test_the_override_chain_is_read_as_rcl_applies_it(tmp_path) -> None:

@@ -46,6 +46,7 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
+from tiled_detector.ros.share import EngineShare
 from tiled_detector.ros.stats import FrameSlots, LostFrames, SkippedFrames, Stats
 from tiled_detector.stream import Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
@@ -193,6 +194,7 @@ class DetectorNodeBase(NodeParameters):
             )
             camera.last_frame = time.monotonic()
         self._slots = FrameSlots(len(self.cameras))
+        self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
         self._worker.start()
@@ -255,6 +257,7 @@ class DetectorNodeBase(NodeParameters):
     def _on_image(self, msg: Image | CompressedImage, index: int = 0) -> None:
         camera = self.cameras[index]
         camera.last_frame = time.monotonic()
+        self._share.arrived(index)
         self._count(camera, "received")
         if self._slots.put(index, (msg, camera.last_frame)):
             self._count(camera, "dropped")
@@ -298,7 +301,7 @@ class DetectorNodeBase(NodeParameters):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            items = self._slots.take(timeout=0.1)
+            items = self._slots.take(timeout=0.1, held=self._share.held())
             if not items:
                 continue
             try:
@@ -330,7 +333,11 @@ class DetectorNodeBase(NodeParameters):
             batch.append((index, msg, received, frame, encoding))
         self._largest_batch = max(self._largest_batch, len(batch))
         labels = self.labels if values["output_format"] == "labels" else None
-        for (index, msg, received, frame, encoding), found in zip(batch, self._detect(batch), strict=True):
+        start = time.monotonic()
+        results = self._detect(batch)
+        self._share.charge([(b[0], r.views) for b, r in zip(batch, results, strict=True) if r is not None],
+                           time.monotonic() - start)  # fmt: skip
+        for (index, msg, received, frame, encoding), found in zip(batch, results, strict=True):
             if found is None:
                 continue
             detections = found.detections
@@ -459,10 +466,13 @@ class DetectorNodeBase(NodeParameters):
         found = problems(values) + [s for s in silent if s]
         statuses = [status(f"{name}: pipeline", {**values, **info}, found, str(engine.device))]
         if len(self.cameras) > 1:
-            for camera, count, problem in zip(self.cameras, publishers, silent, strict=True):
+            shares = self._share.fractions() if active else []  # each camera's recent fraction of engine time
+            for camera_index, (camera, count, problem) in enumerate(zip(self.cameras, publishers, silent,
+                                                                        strict=True)):  # fmt: skip
                 own = self._counted(camera.stats.snapshot())
                 own.update(image_topic=camera.image_topic, input_publishers=count,
-                           detections_topic=camera.detections_pub.topic_name)  # fmt: skip
+                           detections_topic=camera.detections_pub.topic_name,
+                           engine_share=shares[camera_index] if shares else 0.0)  # fmt: skip
                 if camera.last_hw is not None:
                     own["frame_size"] = f"{camera.last_hw[1]}x{camera.last_hw[0]}"
                 found = problems(own) + ([problem] if problem else [])

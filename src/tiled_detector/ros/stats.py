@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -94,14 +95,17 @@ class FrameSlots:
             self._cond.notify()
             return dropped
 
-    def take(self, timeout: float) -> list[tuple[int, Any]]:
-        """(input index, frame) of every input with a new frame, in input order; [] after `timeout` seconds
-        without any, or once closed."""
+    def take(self, timeout: float, held: Collection[int] = ()) -> list[tuple[int, Any]]:
+        """(input index, frame) of every input with a new frame, in input order, except the `held` inputs' (their
+        frames stay, a newer one replacing them); [] after `timeout` seconds without any, or once closed."""
         with self._cond:
-            if not self._closed and all(item is None for item in self._items):
+            ready = [i for i, item in enumerate(self._items) if item is not None and i not in held]
+            if not self._closed and not ready:
                 self._cond.wait(timeout)
-            taken = [(i, item) for i, item in enumerate(self._items) if item is not None]
-            self._items = [None] * len(self._items)
+                ready = [i for i, item in enumerate(self._items) if item is not None and i not in held]
+            taken = [(i, self._items[i]) for i in ready]
+            for i in ready:
+                self._items[i] = None
             return taken
 
     def close(self) -> None:

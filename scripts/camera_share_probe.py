@@ -1,0 +1,102 @@
+"""Several cameras of very different cost into one node (real processes over Fast DDS): how many of each camera's
+frames are answered, and their latency, with one camera sending large frames as fast as it can.
+
+    .venv/bin/python scripts/camera_share_probe.py [--good 1280x720 --good-rate 4 --frames 120] \
+        [--big 7680x4320] [--no-big] [--out out/probe.json]
+
+Two "good" cameras send --frames frames at --good-rate Hz; the "big" camera sends --big frames flat out until they
+are done. Prints and writes, per camera: frames sent, answered, the node's latency p50 and its engine share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHER = (sys.executable, str(ROOT / "scripts" / "transport_check.py"), "publish")
+CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
+
+
+def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int) -> subprocess.Popen:
+    return subprocess.Popen([*PUBLISHER, "--topic", topic, "--size", size, "--rate", str(rate), "--count",
+                             str(count), "--reliability", "best_effort"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Path) -> dict[str, Any]:
+    """Per camera: sent, answered, the node's latency p50 (ms) and engine share, from one run."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from tiled_detector.harness.client import DetectorClient
+    from tiled_detector.harness.process import NodeProcess, pick_domain_id, ros_environment
+
+    cameras = CAMERAS if big else CAMERAS[:2]
+    params = workdir / "params.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    cameras: [" + ", ".join(f'"{c}"' for c in cameras)
+                      + "]\n    diagnostics_period: 0.5\n")  # fmt: skip
+    domain = pick_domain_id()
+    env = ros_environment(domain)
+    with NodeProcess(params, domain_id=domain) as node:
+        clients = [DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"probe_{i}")
+                   for i, topic in enumerate(cameras)]  # fmt: skip
+        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            for client in clients:
+                assert client.wait_for_node(timeout=60), node.log_text()
+            costly = _publish(env, cameras[2], big, 100.0, 100000) if big else None
+            publishers = [_publish(env, topic, good, good_rate, frames) for topic in cameras[:2]]
+            sent = [json.loads(p.communicate(timeout=frames / good_rate + 120)[0].strip().splitlines()[-1])["sent"]
+                    for p in publishers]  # fmt: skip
+            time.sleep(3.0)  # the last answers
+            if costly is not None:
+                costly.kill()
+                costly.wait()
+            statuses = {s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
+                        for s in diagnostics[-1].status[1:]}  # fmt: skip
+            result = {}
+            for i, topic in enumerate(cameras):
+                values = statuses.get(topic, {})
+                result[topic] = {
+                    "size": big if i == 2 else good,
+                    "sent": sent[i] if i < 2 else int(values.get("frames_received", 0)),
+                    "answered": len(clients[i].detections),
+                    "latency_ms_p50": float(values.get("latency_ms_p50", "nan")),
+                    "engine_share": float(values.get("engine_share", "nan")),
+                }
+            return result
+        finally:
+            for client in clients:
+                client.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--good", default="1280x720")
+    parser.add_argument("--good-rate", type=float, default=4.0)
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--big", default="7680x4320")
+    parser.add_argument("--no-big", action="store_true", help="the two good cameras alone (the baseline)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = probe(args.good, args.good_rate, args.frames, None if args.no_big else args.big, Path(tmp))
+    for topic, row in result.items():
+        print(f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered, latency p50 "
+              f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")  # fmt: skip
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

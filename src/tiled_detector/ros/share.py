@@ -1,0 +1,74 @@
+"""Sharing one engine between cameras: every camera that is sending gets an equal share of the engine's time, so a
+camera whose frames cost many times the others' (an 8K camera among 720p ones, a misconfigured driver) cannot set
+the pace for all of them.
+
+The rule: each camera's engine time is measured (a batch's wall time split between its frames by their engine
+views) and decays exponentially (time constant `TAU_S`), which gives its recent fraction of the engine's time. A
+camera whose fraction is above an equal share, 1/N of the time with N the cameras that sent a frame in the last
+`ACTIVE_S` seconds, is held: its newest frame waits in its slot (a newer one replaces it, counted as dropped) and
+the others' frames are batched without it until its fraction falls back under the share. With one camera sending
+nothing is held. Holding is not work-conserving on purpose: the engine may idle briefly rather than start a frame
+that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
+camera, reset with the node's cameras.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+TAU_S = 2.0  # time constant of the decayed engine time
+ACTIVE_S = 1.0  # a camera that sent a frame this recently counts among those sharing
+
+
+class EngineShare:
+    """Equal shares of the engine's time between the cameras that are sending (thread-safe: frames arrive on the
+    executor's thread, batches are charged on the worker's)."""
+
+    def __init__(self, cameras: int, tau_s: float = TAU_S, active_s: float = ACTIVE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._tau, self._active = tau_s, active_s
+        self._used = [0.0] * cameras  # decayed engine seconds, as of `_at`
+        self._at = clock()
+        self._arrived = [-math.inf] * cameras
+
+    def arrived(self, camera: int) -> None:
+        """`camera` sent a frame now."""
+        with self._lock:
+            self._arrived[camera] = self._clock()
+
+    def charge(self, frames: Iterable[tuple[int, int]], seconds: float) -> None:
+        """A batch of `frames` ((camera, engine views) each) took `seconds`: each camera is charged its views'
+        part."""
+        frames = list(frames)
+        views = sum(v for _, v in frames)
+        with self._lock:
+            self._decay()
+            for camera, count in frames:
+                self._used[camera] += seconds * (count / views if views else 1 / len(frames))
+
+    def fractions(self) -> list[float]:
+        """Each camera's recent fraction of the engine's time."""
+        with self._lock:
+            self._decay()
+            return [used / self._tau for used in self._used]
+
+    def held(self) -> set[int]:
+        """The cameras above an equal share of the engine's time among those sending (none with one)."""
+        with self._lock:
+            self._decay()
+            now = self._clock()
+            sending = sum(now - t <= self._active for t in self._arrived)
+            if sending <= 1:
+                return set()
+            return {c for c, used in enumerate(self._used) if used / self._tau > 1.0 / sending}
+
+    def _decay(self) -> None:
+        now = self._clock()
+        factor = math.exp(-(now - self._at) / self._tau)
+        self._used = [used * factor for used in self._used]
+        self._at = now
