@@ -13,6 +13,8 @@
 #   budget   the tile budget on the GPU: the chosen-tiles CUDA test, captures per view count over a stream, bench
 #            rows (bundled and ultralytics' yolov8n, fp16, every tile vs tile_budget 8 at 4K / 2 at 1080p)
 #   budget_eval  eval --motion --budgets at 1080p and 4K (panning at 4K), torch fp16
+#   families every ultralytics family (v5u, v8, v10, 11, 26, RT-DETR) exported at its defaults there (TorchScript;
+#            ONNX with its batch fixed at 1), loaded with no options (scripts/check_families.py)
 #   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
 #            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
 #            at 1080p and 4K with 416 tiles against SAHI on the same weights (YOLOX's own pre/post-processing)
@@ -149,4 +151,9 @@ if [[ " $what " == *" yolox "* ]]; then
   done
   td bench --model .models/yolox_nano.onnx --backend onnxruntime --device cpu --precision fp32 --runs 5 \
     --warmup 1 "${yolox[@]}" --out "$out/yolox_cpu" 2>&1 | grep -v "bench \[" | tail -6
+fi
+
+if [[ " $what " == *" families "* ]]; then
+  (cd /tmp && python3 "$OLDPWD/scripts/check_families.py" --out /tmp/families) >"$out/families.txt" 2>&1
+  grep -E "^(family|yolo|rtdetr|ALL|[0-9]+ FAILED)" "$out/families.txt"
 fi
