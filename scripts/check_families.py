@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/families"))
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
-    from ultralytics import YOLO
+    from ultralytics import RTDETR, YOLO
 
     args.out.mkdir(parents=True, exist_ok=True)
     frame = make_scene(1, 1920, 1080).image
@@ -39,11 +39,12 @@ def main() -> int:
         "family    format       backend      layout             labels  input              batch  calls  found"
     )
     for family in FAMILIES:
-        model = YOLO(f"{family}.yaml")
+        model = (RTDETR if family.startswith("rtdetr") else YOLO)(f"{family}.yaml")
         files = []
         for fmt in ("torchscript", "onnx"):
             try:
-                files.append((fmt, Path(model.export(format=fmt, imgsz=640, simplify=False, device=0))))
+                options = {"simplify": False} if fmt == "onnx" else {}
+                files.append((fmt, Path(model.export(format=fmt, imgsz=640, device=0, **options))))
             except Exception as error:  # ultralytics' own errors
                 print(f"{family:<9} {fmt:<12} FAIL export: {one_line(error)}")
                 failed += 1
