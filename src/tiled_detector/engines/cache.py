@@ -80,8 +80,14 @@ class EngineKey:
     @property
     def file_name(self) -> str:
         """`<model>-<precision>-<digest16>.engine`: readable, unique per key."""
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name) or "model"
-        return f"{stem}-{self.precision}-{self.digest[:16]}.engine"
+        return entry_name(self.model_name, self.precision, self.digest, ".engine")
+
+
+def entry_name(model_name: str, tag: str, digest: str, suffix: str) -> str:
+    """A cache entry's file name, `<model>-<tag>-<digest16><suffix>`: readable, unique per key (the model's name
+    made safe for a file name)."""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
+    return f"{stem}-{tag}-{digest[:16]}{suffix}"
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:

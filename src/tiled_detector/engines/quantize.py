@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from tiled_detector.engines.cache import EngineCache
+from tiled_detector.engines.cache import EngineCache, entry_name
 from tiled_detector.engines.onnx_model import graph_inputs, has_qdq, image_input
 from tiled_detector.errors import one_line
 
@@ -172,8 +172,7 @@ class QuantizedKey:
     @property
     def file_name(self) -> str:
         """`<model>-int8-<digest16>.qdq.onnx`."""
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name) or "model"
-        return f"{stem}-int8-{self.digest[:16]}.qdq.onnx"
+        return entry_name(self.model_name, "int8", self.digest, ".qdq.onnx")
 
 
 def _valid_qdq(data: bytes) -> bool | None:

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tiled_detector.engines.cache import EngineCache, sha256_file
+from tiled_detector.engines.cache import EngineCache, entry_name, sha256_file
 from tiled_detector.engines.onnx_model import image_input
 from tiled_detector.errors import one_line
 
@@ -127,8 +127,7 @@ class RebatchKey:
         digest = hashlib.sha256(
             "\n".join((self.model_sha256, REWRITE, repr(self.versions))).encode()
         ).hexdigest()
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name) or "model"
-        return f"{stem}-batch-{digest[:16]}.onnx"
+        return entry_name(self.model_name, "batch", digest, ".onnx")
 
 
 def _dynamic(data: bytes) -> bool | None:
