@@ -528,7 +528,8 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
         d.status[0] for d in list(diagnostics) if "FASTDDS_DEFAULT_PROFILES_FILE" in d.status[0].message
     ]
     assert explaining and all(s.level == DiagnosticStatus.WARN for s in explaining)
-    assert int(_status(diagnostics)["frames_received"]) <= 4  # of 40 (UDP fragments rarely get one through)
+    # of 40: UDP fragments rarely get one through (up to 7 seen on a loaded host: the point is most are not)
+    assert int(_status(diagnostics)["frames_received"]) <= 10
     assert int(_status(diagnostics)["input_publishers"]) >= 1  # (the test client publishes on it too)
     log = node.log_text()
     warnings = [line for line in log.splitlines() if "no frame arrived" in line]
@@ -607,13 +608,15 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
 
 
 def test_frames_a_publisher_sent_that_the_node_never_took_are_counted(tmp_path: Path) -> None:
-    """A camera publishes at 30 Hz and the node's process is stopped for a second (a host too busy to run it): the
-    frames replaced in the middleware's keep-last queue meanwhile are counted as frames_skipped (from the
-    publication sequence numbers), so received + lost + skipped is every frame sent."""
+    """A camera publishes at 30 Hz (reliable, keep-last 1 as the node subscribes) and the node's process is stopped
+    for a second (a host too busy to run it): the frames replaced in the keep-last queues meanwhile, which no
+    message-lost event reports, are counted as frames_skipped (from the publication sequence numbers), so
+    received + lost + skipped is every frame sent."""
     domain = pick_domain_id()
-    with _watched_node(tmp_path, domain) as (node, client, diagnostics):
-        publisher = _publisher(ros_environment(domain), "--topic", "image", "--size", "640x480", "--rate", "30",
-                               "--count", "120", "--reliability", "best_effort")  # fmt: skip
+    with _watched_node(tmp_path, domain, image_reliability="reliable") as (node, client, diagnostics):
+        # small frames (one fragment each): none is lost in transport while the node is stopped
+        publisher = _publisher(ros_environment(domain), "--topic", "image", "--size", "160x120", "--rate", "30",
+                               "--count", "120", "--reliability", "reliable")  # fmt: skip
         assert client.wait_until(lambda: int(_status(diagnostics).get("frames_received", 0)) >= 10, 60)
         os.kill(node.process.pid, signal.SIGSTOP)
         time.sleep(1.5)

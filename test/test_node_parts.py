@@ -117,6 +117,29 @@ def test_each_sending_camera_gets_an_equal_share_of_the_engine() -> None:
     assert share.held() == set()
 
 
+def test_a_closed_gate_leaves_a_cameras_messages_in_the_middleware() -> None:
+    """The executor builds its wait set from the subscriptions whose callback group can execute: a held camera's
+    (closed gate) is left out, so its messages are neither taken nor converted."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from tiled_detector.ros.node import Gate
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    gate, executor = Gate(), SingleThreadedExecutor(context=context)
+
+    class Entity:
+        _executor_event = False
+        callback_group = gate
+
+    assert executor.can_execute(Entity()) and gate.beginning_execution(Entity())
+    gate.open = False
+    assert not executor.can_execute(Entity()) and not gate.beginning_execution(Entity())
+    executor.shutdown()
+    rclpy.shutdown(context=context)
+
+
 def test_held_cameras_keep_their_newest_frame_in_the_slot() -> None:
     from tiled_detector.ros.stats import FrameSlots
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy import subscription as rclpy_subscription
+from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -82,6 +83,24 @@ def image_qos(reliability: str) -> QoSProfile:
     )
 
 
+class Gate(CallbackGroup):
+    """A camera's subscription's callback group: while closed the executor leaves out its subscription, so the
+    middleware keeps (and replaces) its messages instead of the node converting each one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = True
+
+    def can_execute(self, entity: Any) -> bool:
+        return self.open
+
+    def beginning_execution(self, entity: Any) -> bool:
+        return self.open
+
+    def ending_execution(self, entity: Any) -> None:
+        """Nothing to release."""
+
+
 @dataclass(eq=False)
 class Camera:
     """One input: its topics, its counters (the node's own with a single camera), its subscription and
@@ -97,6 +116,7 @@ class Camera:
     image_topic: str = ""  # the subscribed topic, fully resolved
     lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
     skipped: SkippedFrames = field(default_factory=SkippedFrames)  # frames its publishers sent, never taken
+    gate: Gate = field(default_factory=Gate)  # closed while the camera is held (`EngineShare`)
 
 
 class DetectorNodeBase(NodeParameters):
@@ -187,6 +207,7 @@ class DetectorNodeBase(NodeParameters):
                 camera.topics.image,
                 functools.partial(take, index=index),
                 image_qos(values["image_reliability"]),
+                callback_group=camera.gate,
                 event_callbacks=SubscriptionEventCallbacks(
                     message_lost=functools.partial(self._on_message_lost, index=index),
                     incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
@@ -301,7 +322,9 @@ class DetectorNodeBase(NodeParameters):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            items = self._slots.take(timeout=0.1, held=self._share.held())
+            held = self._share.held()
+            self._gate(held)
+            items = self._slots.take(timeout=0.1, held=held)
             if not items:
                 continue
             try:
@@ -312,6 +335,17 @@ class DetectorNodeBase(NodeParameters):
                 self.get_logger().error(
                     f"a frame failed:\n{traceback.format_exc()}", throttle_duration_sec=2.0
                 )
+
+    def _gate(self, held: set[int]) -> None:
+        """Take no message of a held camera (the executor leaves them in the middleware, newer replacing older);
+        wake the executor when a camera is let through again."""
+        opened = False
+        for index, camera in enumerate(self.cameras):
+            closed = index in held
+            opened |= not closed and not camera.gate.open
+            camera.gate.open = not closed
+        if opened and self.executor is not None:
+            self.executor.wake()
 
     def _process(self, items: list[tuple[int, tuple[Image | CompressedImage, float]]]) -> None:
         """Convert the newest frame of each camera in `items` ((camera index, (message, arrival time))), detect

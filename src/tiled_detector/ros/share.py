@@ -5,8 +5,10 @@ the pace for all of them.
 The rule: each camera's engine time is measured (a batch's wall time split between its frames by their engine
 views) and decays exponentially (time constant `TAU_S`), which gives its recent fraction of the engine's time. A
 camera whose fraction is above an equal share, 1/N of the time with N the cameras that sent a frame in the last
-`ACTIVE_S` seconds, is held: its newest frame waits in its slot (a newer one replaces it, counted as dropped) and
-the others' frames are batched without it until its fraction falls back under the share. With one camera sending
+`ACTIVE_S` seconds, is held: its newest frame waits in its slot and the node takes no new message of it (they wait
+in the middleware, where newer ones replace them: counted as skipped), and the others' frames are batched without
+it until its fraction falls back under the share. Leaving its messages in the middleware matters as much as the
+engine time: converting a flood of 8K messages costs the node's executor about 0.1 s each. With one camera sending
 nothing is held. Holding is not work-conserving on purpose: the engine may idle briefly rather than start a frame
 that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
 camera, reset with the node's cameras.
@@ -35,6 +37,7 @@ class EngineShare:
         self._used = [0.0] * cameras  # decayed engine seconds, as of `_at`
         self._at = clock()
         self._arrived = [-math.inf] * cameras
+        self._held: set[int] = set()  # held at the last look: still sending (their frames are left waiting)
 
     def arrived(self, camera: int) -> None:
         """`camera` sent a frame now."""
@@ -58,14 +61,19 @@ class EngineShare:
             return [used / self._tau for used in self._used]
 
     def held(self) -> set[int]:
-        """The cameras above an equal share of the engine's time among those sending (none with one)."""
+        """The cameras above an equal share of the engine's time among those sending (none with one; a camera
+        held counts as sending: its frames are only left waiting)."""
         with self._lock:
             self._decay()
             now = self._clock()
-            sending = sum(now - t <= self._active for t in self._arrived)
-            if sending <= 1:
-                return set()
-            return {c for c, used in enumerate(self._used) if used / self._tau > 1.0 / sending}
+            sending = sum(now - t <= self._active or c in self._held for c, t in enumerate(self._arrived))
+            held = (
+                set()
+                if sending <= 1
+                else {c for c, u in enumerate(self._used) if u / self._tau > 1.0 / sending}
+            )
+            self._held = held
+            return held
 
     def _decay(self) -> None:
         now = self._clock()
