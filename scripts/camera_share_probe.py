@@ -5,7 +5,8 @@ frames are answered, and their latency, with one camera sending large frames as 
         [--big 7680x4320] [--no-big] [--out out/probe.json]
 
 Two "good" cameras send --frames frames at --good-rate Hz; the "big" camera sends --big frames flat out until they
-are done. Prints and writes, per camera: frames sent, answered, the node's latency p50 and its engine share.
+are done. Prints and writes, per camera: frames sent, answered, received / skipped / lost by the node, its latency
+p50 and its engine share.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
                     "size": big if i == 2 else good,
                     "sent": sent[i] if i < 2 else int(values.get("frames_received", 0)),
                     "answered": len(clients[i].detections),
+                    "received": int(values.get("frames_received", 0)),
+                    "skipped": int(values.get("frames_skipped", 0)),
+                    "lost": int(values.get("frames_lost", 0)),
                     "latency_ms_p50": float(values.get("latency_ms_p50", "nan")),
                     "engine_share": float(values.get("engine_share", "nan")),
                 }
@@ -90,7 +94,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = probe(args.good, args.good_rate, args.frames, None if args.no_big else args.big, Path(tmp))
     for topic, row in result.items():
-        print(f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered, latency p50 "
+        print(f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received, "
+              f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
               f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")  # fmt: skip
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
