@@ -32,6 +32,7 @@ from tiled_detector.pipeline.decode import (
     PaddedDecoded,
     anchor_points,
     detect_layout,
+    main_output,
     yolox_decoded,
 )
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
@@ -121,7 +122,7 @@ def _yolox_head(config: DetectorConfig, engine: Engine) -> tuple[OutputLayout, i
     already in pixels, YOLOv5's rows) and its class count, found by one run on a grey image. ValueError (one
     line) when its rows are not YOLOX's anchor points."""
     shapes = {o.name: o.shape for o in engine.outputs}
-    name = next(iter(shapes)) if len(shapes) == 1 else next(n for n, s in shapes.items() if len(s) == 3)
+    name = main_output(shapes)
     rows, columns = shapes[name][1:3] if len(shapes[name]) == 3 else (-1, -1)
     expected = anchor_points(engine.input_hw)
     if rows != expected or columns <= 5:

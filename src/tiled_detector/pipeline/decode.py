@@ -119,7 +119,7 @@ def _efficient_nms_names(names: Iterable[str]) -> dict[str, str] | None:
     return found if len(found) == len(_EFFICIENT_NMS_KEYS) else None
 
 
-def _main_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str:
+def main_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str:
     """Name of the detection head output: the only output, else the first rank-3 one (e.g. not seg protos)."""
     if len(outputs) == 1:
         return next(iter(outputs))
@@ -150,7 +150,7 @@ def detect_layout(
         return chosen
     if len(outputs) == 4 and _efficient_nms_names(outputs) is not None:
         return OutputLayout.EFFICIENT_NMS
-    name = _main_output(outputs)
+    name = main_output(outputs)
     shape = _shape(outputs[name])
     hint = (
         "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, end2end, efficient_nms)"
@@ -383,7 +383,7 @@ def decode_padded(
             class_filter,
             thresholds,
         )
-    head = outputs[_main_output(outputs)]
+    head = outputs[main_output(outputs)]
     if chosen is OutputLayout.END2END:
         return _decode_nms_done(
             head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter, thresholds
