@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.harness import bags, recording
+from tiled_detector.tools.synthetic import MotionStyle, make_sequence
 from tiled_detector.harness.replay import ReplayOptions, Thresholds, replay_bag
 from tiled_detector.harness.report import (
     FrameRecord,
@@ -29,6 +30,7 @@ from tiled_detector.harness.report import (
 )
 from tiled_detector.tools.scoring import box_iou
 
+ROBOT = MotionStyle(pan=2.0, rotate=0.2, shake=1.0)  # a robot's camera: panning, turning, shaking
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
 
 
@@ -268,7 +270,7 @@ def test_ctrl_c_ends_replay_with_one_line_and_no_orphan(camera_bag: Path) -> Non
 @pytest.fixture(scope="module")
 def moving_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return recording.make_synthetic_bag(
-        tmp_path_factory.mktemp("moving") / "bag", 12, 5, 960, 540, rate=30.0, motion=True, pan=2.0
+        tmp_path_factory.mktemp("moving") / "bag", 12, 5, 960, 540, rate=30.0, camera=ROBOT
     )
 
 
@@ -284,9 +286,18 @@ def test_a_moving_bag_carries_identities_and_is_the_same_every_time(moving_bag: 
     ids = [set(msg_ids(m).tolist()) for m in truth]
     assert len(truth) == 12 and all(i and min(i) >= 1 for i in ids)
     assert len(ids[0] & ids[-1]) >= 0.5 * len(ids[0])  # the same objects, moved
-    again = recording.make_synthetic_bag(tmp_path / "again", 12, 5, 960, 540, rate=30.0, motion=True, pan=2.0)
-    first = [m.data for m in bags.read_messages(moving_bag, [bags.GROUND_TRUTH_TOPIC])]
-    assert first == [m.data for m in bags.read_messages(again, [bags.GROUND_TRUTH_TOPIC])]
+    again = recording.make_synthetic_bag(tmp_path / "again", 12, 5, 960, 540, rate=30.0, camera=ROBOT)
+    topics = [bags.GROUND_TRUTH_TOPIC, bags.CAMERA_MOTION_TOPIC]
+    first = [m.data for m in bags.read_messages(moving_bag, topics)]
+    assert first == [m.data for m in bags.read_messages(again, topics)]
+    # the true camera motion of every frame, as the scene was rendered
+    stored = [bags.deserialize(m.data, bags.CAMERA_MOTION).data.reshape(2, 3)
+              for m in bags.read_messages(moving_bag, [bags.CAMERA_MOTION_TOPIC])]  # fmt: skip
+    rendered = [scene.camera for scene in make_sequence(5, 12, 960, 540, ROBOT)]
+    assert len(stored) == 12 and np.allclose(stored, rendered)
+    assert np.allclose(stored[0], np.eye(3)[:2]) and not np.allclose(stored[5], np.eye(3)[:2])
+    assert {k: bags.bag_info(moving_bag).custom_data[k] for k in ("pan", "rotate", "shake")} == {
+        "pan": "2.0", "rotate": "0.2", "shake": "1.0"}
 
 
 @pytest.mark.ros

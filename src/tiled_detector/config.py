@@ -43,6 +43,7 @@ from tiled_detector.pipeline.policy import read_mask
 from tiled_detector.pipeline.preprocess import InputFormat
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
 from tiled_detector.tracking.bytetrack import TrackerKind, TrackerSettings
+from tiled_detector.tracking.motion import MotionCompensation
 
 
 class Applies(Option):
@@ -255,6 +256,14 @@ class DetectorConfig:
         4,
         "with tile_budget: every tile runs at least once in this many frames (the latest a new object is found)",
         kind=Number(1, 1000, integer=True),
+        applies=Applies.HOST,
+    )
+    motion_compensation: MotionCompensation = _setting(
+        MotionCompensation.IMAGE,
+        "with tracker or tile_budget: the camera's own motion between frames, estimated from each frame on the "
+        "engine's device, moves the tracks, the budget's claims, carried boxes and marks the view that entered the "
+        "frame (image); none: the camera is assumed still",
+        kind=Choice(option=MotionCompensation),
         applies=Applies.HOST,
     )
     layout: OutputLayout = _setting(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +373,7 @@ class TiledDetector:
         slots: Sequence[int] | None = None,
         cameras: Sequence[str | None] | None = None,
         tiles: Sequence[np.ndarray | None] | None = None,
+        on_device: Callable[[list[torch.Tensor]], None] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
@@ -383,7 +384,8 @@ class TiledDetector:
         no frame in a batch. `cameras` names each frame's camera, for its ignore mask (`ignore_mask`; None: the
         mask for every camera). `tiles` gives, per frame, the indices of the tiles of its plan (`plan_for`) to run
         (a tile budget; None: every tile); the full-frame view always runs. A captured program is keyed by how
-        many tiles each frame runs, not which."""
+        many tiles each frame runs, not which. `on_device` is called with the frames on the engine's device (H, W, C
+        each), before the frame program is queued behind its work (the stream's camera-motion estimate)."""
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
@@ -398,6 +400,8 @@ class TiledDetector:
             for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
         clock.mark("upload")
+        if on_device is not None:
+            on_device(uploaded)
         return self._detect(uploaded, encodings, cameras, clock, tiles)
 
     def detect_device(

@@ -5,11 +5,22 @@ in tiles not run this frame, reported from what was seen before. The node, `eval
 Per camera, state and its bounds (all of it follows the camera's tiles and live objects, not the stream's length):
 - the tracks (`tracking.tracks.CameraTracks`, with `tracker` on);
 - with `tile_budget` on: each tile's age (frames since it last ran) for the frame plan in use, and the boxes reported
-  on the last frame (they claim tiles when there is no tracker, and are carried over, see below).
+  on the last frame (they claim tiles when there is no tracker, and are carried over, see below);
+- with `motion_compensation: image` (and a tracker or a budget): the camera's motion (`tracking.motion.CameraMotion`:
+  the last thumbnail and estimate) and, per tile, the fraction of it that is view the camera brought in since it last
+  ran.
 
 Reset rules (the camera starts over: every tile runs on its next frame): the frame plan changes (frame size,
 `tile_size`, `overlap`, `full_frame`, `roi`, its ignore mask); the stamps go back or jump by more than
-`lost_track_buffer`; `tracker`, a tracker setting or a tile setting changes (every camera); `reset()`.
+`lost_track_buffer`; `tracker`, a tracker setting, a tile setting or `motion_compensation` changes (every camera);
+`reset()`.
+
+Camera motion (`motion_compensation: image`): each frame's motion since the camera's previous frame is estimated on
+the engine's device as soon as the frame is there (`TiledDetector.detect_many`'s `on_device`) and read after the
+frame's one download. Before association the tracks are moved by it (`ByteTrack.warp`), and so are the boxes carried
+without a tracker; the schedule, which picks a frame's tiles before its motion is measured, moves the claiming boxes
+by the motion predicted from the previous frame and runs first the tiles the camera brought into view
+(`tracking.schedule`). A failed estimate is the identity for that frame (`StreamResult.motion.fallback`).
 
 With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`: those due under
 `max_tile_age`, then those the tracks' predicted boxes claim, then the stalest) plus the full-frame view. An object
@@ -33,7 +44,15 @@ import numpy as np
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
-from tiled_detector.tracking.schedule import TENTATIVE_WEIGHT, claims, schedule, smallest_budget
+from tiled_detector.tracking.motion import CameraMotion, Measured, MotionCompensation, move_boxes, new_view
+from tiled_detector.tracking.schedule import (
+    TENTATIVE_WEIGHT,
+    ScheduleKind,
+    alternative,
+    claims,
+    schedule,
+    smallest_budget,
+)
 from tiled_detector.tracking.tracks import CameraTracks, broken
 from tiled_detector.types import Detections
 
@@ -58,8 +77,8 @@ def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
 class StreamResult:
     """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame: `seen_ns`
     below the frame's stamp), their track ids (None without a tracker), the stamp each was last detected in, the
-    engine views run for the frame (tiles + full-frame view) and notes for the caller (e.g. why the budget did not
-    apply)."""
+    engine views run for the frame (tiles + full-frame view), notes for the caller (e.g. why the budget did not
+    apply) and the camera's motion since its previous frame (None: not compensated)."""
 
     stamp_ns: int
     detections: Detections
@@ -67,6 +86,7 @@ class StreamResult:
     seen_ns: np.ndarray
     views: int
     notes: tuple[str, ...] = ()
+    motion: Measured | None = None
 
     @property
     def predicted(self) -> int:
@@ -87,13 +107,16 @@ class _Camera:
     class_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     seen_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames each was carried
+    fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per tile: new view since it last ran
 
 
 class Stream:
     """The detector over time (module docstring). Not thread-safe: one caller feeds it."""
 
-    def __init__(self, detector: Any) -> None:
+    def __init__(self, detector: Any, kind: ScheduleKind = ScheduleKind.TRACKS) -> None:
         self.detector = detector  # a `TiledDetector`
+        self._kind = kind  # the budget's schedule, or an alternative to compare it with (`eval --budgets`)
+        self._motion = CameraMotion()
         self._cameras: dict[str, _Camera] = {}
         self._tracks: CameraTracks | None = None
         self._key: Any = None
@@ -102,13 +125,15 @@ class Stream:
     def reset(self) -> None:
         """Every camera starts over (its track ids keep counting up)."""
         self._cameras.clear()
+        self._motion.reset()
         if self._tracks is not None:
             self._tracks.reset()
 
     def _follow_settings(self) -> None:
         """A change of the tracker, its settings or the tiles ends every camera's tracks and schedule."""
         config = self.detector.config
-        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame)
+        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame,
+               config.motion_compensation)  # fmt: skip
         if key == self._key:
             return
         if self._key is not None:
@@ -119,6 +144,7 @@ class Stream:
         else:
             self._tracks.reset(config.tracker_settings())
         self._cameras.clear()
+        self._motion.reset()
 
     def _say(self, level: int, cause: tuple[Any, ...], text: str) -> None:
         if cause not in self._said:
@@ -158,6 +184,7 @@ class Stream:
         self._follow_settings()
         config = self.detector.config
         masks = [None] * len(frames) if mask_cameras is None else list(mask_cameras)
+        compensate = self._compensating()
         states, plans, chosen, notes = [], [], [], []
         for frame, stamp, name, mask in zip(frames, stamps_ns, names, masks, strict=True):
             plan = self.detector.plan_for(frame.shape[0], frame.shape[1], mask)
@@ -167,19 +194,47 @@ class Stream:
             if budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
-                picked = schedule(state.ages, self._claims(name, state, plan), budget, config.max_tile_age)
+                picked = self._pick(name, state, plan, budget, compensate)
                 picked = None if len(picked) == plan.num_tiles else picked  # every tile: as without a budget
             states.append(state)
             plans.append(plan)
             chosen.append(picked)
             notes.append(note)
-        found = self.detector.detect_many(frames, encodings, slots, mask_cameras, chosen)
+
+        def observe(on_device: list[Any]) -> None:
+            for name, stamp, frame in zip(names, stamps_ns, on_device, strict=True):
+                self._motion.observe(name, frame, stamp, config.lost_track_buffer)
+
+        found = self.detector.detect_many(
+            frames, encodings, slots, mask_cameras, chosen, observe if compensate else None
+        )
+        motions = [self._motion.measured(name) if compensate else None for name in names]
         return [
-            self._report(name, stamp, state, plan, picked, detections, note)
-            for name, stamp, state, plan, picked, detections, note in zip(
-                names, stamps_ns, states, plans, chosen, found, notes, strict=True
+            self._report(name, stamp, state, plan, picked, detections, note, motion)
+            for name, stamp, state, plan, picked, detections, note, motion in zip(
+                names, stamps_ns, states, plans, chosen, found, notes, motions, strict=True
             )
         ]
+
+    def _compensating(self) -> bool:
+        """Whether the camera's motion is estimated: `motion_compensation: image` and something that uses it (the
+        tracker or the tile budget)."""
+        config = self.detector.config
+        return config.motion_compensation is MotionCompensation.IMAGE and (
+            self._tracking() or config.tile_budget > 0
+        )
+
+    def _pick(self, name: str, state: _Camera, plan: TilePlan, budget: int, compensate: bool) -> np.ndarray:
+        """The tiles a frame with history runs under the budget: the schedule (claims and new view moved by the
+        camera's predicted motion), or the alternative this stream compares it with."""
+        if self._kind is not ScheduleKind.TRACKS:
+            return alternative(self._kind, state.frames, plan.num_tiles, budget)
+        predicted = self._motion.predicted(name) if compensate else None
+        fresh = None
+        if predicted is not None and len(state.fresh) == plan.num_tiles:
+            fresh = 1 - (1 - state.fresh) * (1 - new_view(plan.tiles, predicted, plan.frame_hw))
+        claimed = self._claims(name, state, plan, predicted)
+        return schedule(state.ages, claimed, budget, self.detector.config.max_tile_age, fresh)
 
     def _tracking(self) -> bool:
         return self.detector.config.tracker is not TrackerKind.NONE
@@ -189,12 +244,15 @@ class Stream:
         know their motion), else one."""
         return 2 if self._tracking() else 1
 
-    def _claims(self, name: str, state: _Camera, plan: TilePlan) -> np.ndarray:
+    def _claims(
+        self, name: str, state: _Camera, plan: TilePlan, motion: np.ndarray | None = None
+    ) -> np.ndarray:
         """How much each tile is claimed: by the tracks' predicted boxes (tentative ones weigh more), or without a
-        tracker by the last reported boxes."""
+        tracker by the last reported boxes; moved by the camera's predicted `motion` where given."""
         if not self._tracking():
-            return claims(plan.tiles, state.boxes)
+            return claims(plan.tiles, state.boxes if motion is None else move_boxes(motion, state.boxes))
         boxes, tentative = self._tracks.predicted(name)  # type: ignore[union-attr]
+        boxes = boxes if motion is None else move_boxes(motion, boxes)
         return claims(plan.tiles, boxes, np.where(tentative, TENTATIVE_WEIGHT, 1))
 
     def _camera(self, name: str, plan: TilePlan, stamp: int) -> _Camera:
@@ -217,8 +275,10 @@ class Stream:
         picked: np.ndarray | None,
         found: Detections,
         notes: tuple[str, ...],
+        motion: Measured | None = None,
     ) -> StreamResult:
-        """Update the camera's state with a frame's detections and make its `StreamResult`."""
+        """Update the camera's state with a frame's detections (and the camera's `motion` since its previous frame)
+        and make its `StreamResult`."""
         config = self.detector.config
         observed = None if picked is None else plan.tiles[picked].astype(np.float64)
         views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
@@ -229,17 +289,31 @@ class Stream:
         state.frames += 1
         state.last_ns = stamp
         track_ids = None
+        moved = motion.matrix if motion is not None and motion.estimated else None
+        if motion is not None:
+            self._fresh(state, plan, picked, motion.matrix)
         if self._tracking():
-            found, tracked = self._tracks.track(name, stamp, found, observed)  # type: ignore[union-attr]
+            found, tracked = self._tracks.track(name, stamp, found, observed, moved)  # type: ignore[union-attr]
             track_ids, seen = tracked.track_ids, tracked.seen_ns
             carried = np.zeros(len(found), np.int64)
         else:
             seen, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
             if observed is not None:
+                if moved is not None:
+                    state.boxes = move_boxes(moved, state.boxes).astype(np.float32)
                 found, seen, carried = self._carry(state, found, seen, observed, config.max_tile_age)
         state.boxes, state.scores, state.class_ids = found.boxes, found.scores, found.class_ids
         state.seen_ns, state.unseen = seen, carried
-        return StreamResult(stamp, found, track_ids, seen, views, notes)
+        return StreamResult(stamp, found, track_ids, seen, views, notes, motion)
+
+    @staticmethod
+    def _fresh(state: _Camera, plan: TilePlan, picked: np.ndarray | None, motion: np.ndarray) -> None:
+        """Per tile, the view the camera brought in since the tile last ran: what this frame's motion brought into
+        each tile accumulates; the tiles run see it."""
+        if len(state.fresh) != plan.num_tiles:
+            state.fresh = np.zeros(plan.num_tiles)
+        state.fresh = 1 - (1 - state.fresh) * (1 - new_view(plan.tiles, motion, plan.frame_hw))
+        state.fresh[slice(None) if picked is None else picked] = 0.0
 
     @staticmethod
     def _carry(

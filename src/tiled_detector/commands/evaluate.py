@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
 from tiled_detector.commands.settings import add_settings, flag_parameters, parameter_values
 from tiled_detector.config import settings
 from tiled_detector.tools.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
@@ -31,11 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--motion", action="store_true",
                         help="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
                              "otherwise): IDF1, MOTA and identity switches too")  # fmt: skip
-    parser.add_argument("--pan", type=float, default=0.0, metavar="PIXELS_PER_FRAME",
-                        help="with --motion: the camera pans this many pixels per frame (default 0)")  # fmt: skip
+    add_camera_arguments(parser)
     parser.add_argument("--budgets", type=int, nargs="+", default=[], metavar="N",
-                        help="with --motion: compare these tile_budget values (and every tile, 0) side by side: "
-                             "views per frame, frames/s, new-object latency; the chart plots them")  # fmt: skip
+                        help="with --motion: compare these tile_budget values (and every tile, 0) side by side, "
+                             "each beside what a user could do instead at the same tiles per frame (interval N: "
+                             "every tile on one frame in k; round_robin N: the tiles in turn): views per frame, "
+                             "frames/s, new-object latency; the chart plots them")  # fmt: skip
     parser.add_argument("--precision", nargs="+", default=None, choices=settings()["precision"].kind.choices,
                         help="engine precision; several (e.g. fp32 int8) evaluate each side by side, rows named "
                              "'CONFIG PRECISION'; int8 without --calibration calibrates on the bundled synthetic "
@@ -52,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.budgets and (not args.motion or min(args.budgets) < 0):
         print("--budgets takes tile budgets >= 0 (0: every tile) and needs --motion", file=sys.stderr)
+        return 2
+    try:
+        camera = camera_motion(args)
+    except ValueError as error:
+        print(error, file=sys.stderr)
         return 2
     values = parameter_values(args)
     if args.motion and "tracker" not in flag_parameters(args):
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     for precision, each in detectors.items():
         found = evaluate(
             each, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion,
-            pan=args.pan, budgets=args.budgets,
+            camera=camera, budgets=args.budgets,
         )  # fmt: skip
         results.update(
             {f"{name} {precision}" if len(detectors) > 1 else name: row for name, row in found.items()}
@@ -92,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         "frames": args.frames,
         "motion": args.motion,
         "tracker": detector.config.tracker.value,
-        "pan": args.pan,
+        **{k: getattr(args, k) for k in ("pan", "rotate", "zoom", "shake")},
+        "motion_compensation": detector.config.motion_compensation.value,
         "max_tile_age": detector.config.max_tile_age,
         "seed": args.seed,
         "frame_size": f"{args.width}x{args.height}",

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
+
 EPILOG = """examples:
   tiled-detector make-bag out/sample_bag --frames 30  # 30 synthetic 1920x1080 frames + ground truth
   tiled-detector make-bag out/cam_bag --video drive.mp4 --frames 300 --storage mcap
   tiled-detector make-bag out/jpeg_bag --images shots/ --compressed --rate 10
   tiled-detector make-bag out/moving --motion --frames 60 --pan 2   # moving objects, ids in the ground truth
+  tiled-detector make-bag out/robot --motion --pan 4 --rotate 0.1 --shake 2   # a robot's camera; true motion kept
 Synthetic frame i uses seed S+i, so the same command always writes the same bag."""
 
 
@@ -37,8 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--motion", action="store_true",
                         help="synthetic: one moving scene (objects with their own velocities, crossing, occluded, "
                              "entering and leaving); the ground truth carries each object's id")  # fmt: skip
-    parser.add_argument("--pan", type=float, default=0.0, metavar="PIXELS_PER_FRAME",
-                        help="with --motion: the camera pans this many pixels per frame (default 0)")  # fmt: skip
+    add_camera_arguments(parser)
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--images", type=Path, help="a folder of images (sorted by name) instead of synthetic"
@@ -64,10 +66,9 @@ def run(args: argparse.Namespace) -> int:
         "frame_id": args.frame_id,
         "force": args.force,
     }
-    if (args.motion or args.pan) and (args.images is not None or args.video is not None):
-        raise ValueError("--motion and --pan make synthetic frames: not with --images or --video")
-    if args.pan and not args.motion:
-        raise ValueError("--pan needs --motion")
+    camera = camera_motion(args)
+    if args.motion and (args.images is not None or args.video is not None):
+        raise ValueError("--motion makes synthetic frames: not with --images or --video")
     if args.images is not None:
         if args.frames is not None:
             raise ValueError("--frames cannot be used with --images (every image is written)")
@@ -90,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
             args.width,
             args.height,
             **common,
-            motion=args.motion,
-            pan=args.pan,
+            camera=camera,
         )
     info = bags.bag_info(path)
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")

@@ -39,6 +39,10 @@ DETECTIONS = "vision_msgs/msg/Detection2DArray"
 CLOCK = "rosgraph_msgs/msg/Clock"
 IMAGE_TYPES = (IMAGE, COMPRESSED_IMAGE)
 GROUND_TRUTH_TOPIC = "/ground_truth"
+# the true camera motion of a moving synthetic scene per frame: the previous frame's pixels -> this frame's, a 2 x 3
+# matrix row by row (`tools.synthetic.frame_motion`)
+CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
+CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag
 _VISION_MSGS = (
     "Point2D",
@@ -172,6 +176,14 @@ def image_message(image: np.ndarray, stamp: int, frame_id: str, compressed: bool
         step=width * 3,
         data=image.reshape(-1),
     )
+
+
+def camera_motion_message(matrix: np.ndarray) -> Any:
+    """std_msgs/Float64MultiArray of a (2, 3) camera motion (`CAMERA_MOTION_TOPIC`)."""
+    dims = [new_message("std_msgs/msg/MultiArrayDimension", label=label, size=size, stride=stride)
+            for label, size, stride in (("rows", 2, 6), ("columns", 3, 3))]  # fmt: skip
+    layout = new_message("std_msgs/msg/MultiArrayLayout", dim=dims, data_offset=0)
+    return new_message(CAMERA_MOTION, layout=layout, data=np.asarray(matrix, np.float64).reshape(6))
 
 
 def detections_message(

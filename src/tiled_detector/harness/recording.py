@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tiled_detector.harness.bags import (
+    CAMERA_MOTION,
+    CAMERA_MOTION_TOPIC,
     COMPRESSED_IMAGE,
     DETECTIONS,
     GROUND_TRUTH_TOPIC,
@@ -15,10 +18,14 @@ from tiled_detector.harness.bags import (
     START_NS,
     BagWriter,
     Storage,
+    camera_motion_message,
     detections_message,
     image_message,
 )
 from tiled_detector.tools.frames import Frame, motion_frames, synthetic_frames
+
+if TYPE_CHECKING:
+    from tiled_detector.tools.synthetic import MotionStyle
 
 # bag metadata key: "true" when the ground truth's Detection2D.id is each object's identity across frames
 IDENTITIES = "ground_truth_ids"
@@ -44,7 +51,8 @@ def write_image_bag(
 ) -> Path:
     """Write `frames` as Image (or CompressedImage) messages stamped at `rate` Hz, with ground truth as
     Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0; Detection2D.id = the object's
-    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it."""
+    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it, and
+    the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one."""
     if not rate > 0:
         raise ValueError(f"rate must be > 0 Hz, got {rate}")
     msgtype = COMPRESSED_IMAGE if compressed else IMAGE
@@ -59,6 +67,8 @@ def write_image_bag(
                     frame.boxes, scores, frame.class_ids, stamp, frame_id, labels, track_ids=frame.ids
                 )
                 writer.write(GROUND_TRUTH_TOPIC, DETECTIONS, stamp, truth)
+            if frame.camera is not None:
+                writer.write(CAMERA_MOTION_TOPIC, CAMERA_MOTION, stamp, camera_motion_message(frame.camera))
             count += 1
         if count == 0:
             raise ValueError("no frames to write")
@@ -78,21 +88,23 @@ def make_synthetic_bag(
     topic: str = "/camera/image_raw",
     frame_id: str = "camera",
     force: bool = False,
-    motion: bool = False,
-    pan: float = 0.0,
+    camera: MotionStyle | None = None,
 ) -> Path:
     """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`); with
-    `motion`, one moving scene (the camera panning `pan` pixels per frame) whose ground truth carries identities."""
+    `camera`, one moving scene (objects and the camera moving as it says) whose ground truth carries identities
+    and the true camera motion of each frame (`CAMERA_MOTION_TOPIC`)."""
     from tiled_detector.tools.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
     source = (
-        motion_frames(frames, seed, width, height, pan)
-        if motion
+        motion_frames(frames, seed, width, height, camera)
+        if camera is not None
         else synthetic_frames(frames, seed, width, height)
     )
-    extra = {IDENTITIES: "true", "pan": str(pan)} if motion else {}
+    extra = {} if camera is None else {
+        IDENTITIES: "true", **{k: str(getattr(camera, k)) for k in ("pan", "rotate", "zoom", "shake")}
+    }  # fmt: skip
     return write_image_bag(
         out,
         source,

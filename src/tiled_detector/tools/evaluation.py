@@ -11,7 +11,12 @@ detector's `tracker` (one camera, 30 Hz stamps) through the same `Stream` as the
 switches (py-motmetrics), views per frame (mean, max), frames per second (wall time of the whole stream step:
 schedule, detection, tracking), the boxes reported from an earlier frame (`predicted_boxes`) and the new-object
 latency are added. `budgets` runs the default tiling once per `tile_budget` instead of the tiling configurations
-(`budget_name`; 0 = every tile every frame).
+(`budget_name`; 0 = every tile every frame), and beside each budget what a user could do instead at the same mean
+tiles per frame (`tracking.schedule.alternative`): every tile on one frame in k ("interval N") and the tiles in turn
+("round_robin N"). The camera moves as `MotionStyle` says (pan, rotation, zoom, shake); where the stream estimates
+its motion (`motion_compensation: image`), the estimate's error (`motion_error_px`: the mean distance of the frame's
+corners moved by the estimate and by the true motion) and the frames it fell back to the identity
+(`motion_fallbacks`) are added.
 
 New-object latency: for each object that appears after the first frame and that full tiling (every tile, every
 frame, same run) detects at some frame, the frames from its first ground-truth appearance to the first frame in
@@ -35,6 +40,8 @@ from tiled_detector.pipeline.merge import MergeMethod
 from tiled_detector.stream import Stream
 from tiled_detector.tools.scoring import box_iou, coco_stats, mot_metrics
 from tiled_detector.tools.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
+from tiled_detector.tracking.motion import corner_error
+from tiled_detector.tracking.schedule import ScheduleKind
 from tiled_detector.types import Detections
 
 DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, never from make_scene
@@ -42,20 +49,28 @@ METRICS = ("AP", "AP50", "AP_small", "recall", "duplicate_rate", "ms_per_frame")
 MOT_METRICS = ("IDF1", "MOTA", "id_switches")
 LATENCY_METRICS = ("latency_p50", "latency_p95", "latency_max", "latency_vs_full_p95", "latency_vs_full_max")
 STREAM_METRICS = ("views_per_frame", "views_per_frame_max", "frames_per_second", "predicted_boxes",
-                  *LATENCY_METRICS)  # fmt: skip
+                  *LATENCY_METRICS, "motion_error_px", "motion_fallbacks")  # fmt: skip
 FRAME_NS = 33_333_333  # stamps of an evaluated sequence: 30 Hz
 MERGES = tuple(method.value for method in MergeMethod)  # every merge method, so a new one is evaluated too
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", *(f"tiles+full/{m}" for m in MERGES))
 
 
-def budget_name(budget: int) -> str:
-    """The configuration name of a tile budget."""
-    return "every tile" if budget == 0 else f"tile_budget {budget}"
+def budget_name(budget: int, kind: ScheduleKind = ScheduleKind.TRACKS) -> str:
+    """The configuration name of a tile budget (or of an alternative at the same mean tiles per frame)."""
+    if budget == 0:
+        return "every tile"
+    return f"tile_budget {budget}" if kind is ScheduleKind.TRACKS else f"{kind.value} {budget}"
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    """The schedule a configuration's stream runs."""
+    first = name.split(maxsplit=1)[0]
+    return ScheduleKind(first) if first in {k.value for k in ScheduleKind} else ScheduleKind.TRACKS
 
 
 def config_changes(name: str, width: int, height: int) -> dict[str, Any]:
     """Detector settings that turn the default detector into configuration `name`."""
-    if name.startswith("tile_budget "):
+    if schedule_kind(name) is not ScheduleKind.TRACKS or name.startswith("tile_budget "):
         return {"tile_budget": int(name.split()[1])}
     if name == "every tile":
         return {"tile_budget": 0}
@@ -110,6 +125,8 @@ class _Tally:
     views: list[int] = field(default_factory=list)
     predicted: int = 0
     wall_s: float = 0.0
+    motion_errors: list[float] = field(default_factory=list)  # per frame with a motion estimate
+    fallbacks: int = 0
 
 
 def first_detections(
@@ -160,11 +177,11 @@ def evaluate(
     configs: Sequence[str] = CONFIGS,
     progress: Callable[[int, int], None] | None = None,
     motion: bool = False,
-    pan: float = 0.0,
+    camera: MotionStyle | None = None,
     budgets: Sequence[int] = (),
 ) -> dict[str, dict[str, float]]:
     """Metrics per configuration on `frames` scenes of `make_scene` (or one moving scene: `motion`, the camera
-    panning `pan` pixels per frame; see the module docstring), or per tile budget (`budgets`, with `motion`).
+    moving as `camera` says; see the module docstring), or per tile budget (`budgets`, with `motion`).
 
     `detector` is a `TiledDetector`; each configuration is `detector.with_config(...)`, and configurations
     that end up equal (e.g. "tiles+full" and "tiles+full/nms" by default) are run once.
@@ -172,19 +189,20 @@ def evaluate(
     if budgets:
         if not motion:
             raise ValueError("tile budgets are compared on a moving scene: give motion (eval --motion)")
-        configs = [budget_name(b) for b in dict.fromkeys([0, *budgets])]  # full tiling first: the reference
+        configs = ["every tile"] + [budget_name(b, k) for b in dict.fromkeys(budgets) if b for k in ScheduleKind]
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     distinct: dict[str, str] = {}  # config name -> name of the first equal config
     for name, variant in variants.items():
-        distinct[name] = next(n for n in variants if variants[n].config == variant.config)
+        distinct[name] = next(n for n in variants if (variants[n].config, schedule_kind(n)) == (variant.config,
+                              schedule_kind(name)))  # fmt: skip
     tallies = {
-        name: _Tally([], stream=Stream(variants[name]) if motion else None, ids=[] if motion else None,
-                     fresh=[] if motion else None)
+        name: _Tally([], stream=Stream(variants[name], schedule_kind(name)) if motion else None,
+                     ids=[] if motion else None, fresh=[] if motion else None)
         for name in configs if distinct[name] == name
     }  # fmt: skip
     truth: list[tuple[np.ndarray, np.ndarray]] = []
     identities: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    scenes = (make_sequence(seed, frames, width, height, MotionStyle(pan=pan)) if motion
+    scenes = (make_sequence(seed, frames, width, height, camera or MotionStyle()) if motion
               else (make_scene(scene_seed(seed, index), width, height) for index in range(frames)))  # fmt: skip
     for index, scene in enumerate(scenes):
         truth.append((scene.boxes, scene.class_ids))
@@ -204,6 +222,9 @@ def evaluate(
                 tally.fresh.append(result.seen_ns == result.stamp_ns)  # type: ignore[union-attr]
                 tally.views.append(result.views)
                 tally.predicted += result.predicted
+                if result.motion is not None and result.motion.estimated:
+                    tally.motion_errors.append(corner_error(result.motion.matrix, scene.camera, (height, width)))
+                    tally.fallbacks += result.motion.fallback
             tally.detections.append(found)
             tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
         if progress is not None:
@@ -233,17 +254,24 @@ def evaluate(
                 predicted_boxes=tally.predicted,
                 **new_object_latency(identities, firsts[name], reference),
             )  # fmt: skip
+            if tally.motion_errors:
+                computed[name].update(motion_error_px=float(np.mean(tally.motion_errors)),
+                                      motion_fallbacks=tally.fallbacks)  # fmt: skip
     return {name: dict(computed[distinct[name]]) for name in configs}
 
 
-_COUNTS = {"id_switches", "views_per_frame_max", "predicted_boxes", "latency_max", "latency_vs_full_max"}
+_COUNTS = {"id_switches", "views_per_frame_max", "predicted_boxes", "latency_max", "latency_vs_full_max",
+           "motion_fallbacks"}  # fmt: skip
 _ONE_DECIMAL = {"ms_per_frame", "frames_per_second", "views_per_frame", "latency_p50", "latency_p95",
                 "latency_vs_full_p95"}  # fmt: skip
+_TWO_DECIMALS = {"motion_error_px"}
 
 
 def _cell(metric: str, value: float) -> str:
     if metric in _COUNTS:
         return f"{value:g}"
+    if metric in _TWO_DECIMALS:
+        return f"{value:.2f}"
     return f"{value:.1f}" if metric in _ONE_DECIMAL else f"{value:.3f}"
 
 
@@ -292,21 +320,27 @@ def budget_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = sorted(results, key=lambda n: results[n]["views_per_frame"])
-    views = [results[n]["views_per_frame"] for n in names]
-    fig, quality = plt.subplots(figsize=(7.0, 4.0))
-    for metric, marker in (("AP50", "o"), ("IDF1", "s")):
-        if all(metric in results[n] for n in names):
-            quality.plot(views, [results[n][metric] for n in names], marker=marker, label=metric)
+    fig, quality = plt.subplots(figsize=(7.5, 4.5))
+    speed = quality.twinx()
+    for kind, style in zip(ScheduleKind, ("-", ":", "-."), strict=True):  # the budget's schedule and the others
+        series = [n for n in names if schedule_kind(n) is kind or n == "every tile"]
+        views = [results[n]["views_per_frame"] for n in series]
+        label = "" if kind is ScheduleKind.TRACKS else f" ({kind.value})"
+        for metric, marker in (("AP50", "o"), ("IDF1", "s")):
+            if all(metric in results[n] for n in series):
+                quality.plot(views, [results[n][metric] for n in series], style, marker=marker,
+                             label=metric + label)  # fmt: skip
+        if kind is ScheduleKind.TRACKS:
+            speed.plot(views, [results[n]["frames_per_second"] for n in series], "k--", marker="^",
+                       label="frames/s")  # fmt: skip
+            for name, x in zip(series, views, strict=True):
+                quality.annotate(name, (x, 0.05), rotation=90, fontsize="x-small", ha="center")
     quality.set_ylim(0, 1.05)
     quality.set_xlabel("engine views per frame (tiles run + full-frame view)")
     quality.set_ylabel("AP50 / IDF1")
-    speed = quality.twinx()
-    speed.plot(views, [results[n]["frames_per_second"] for n in names], "k--", marker="^", label="frames/s")
     speed.set_ylabel("frames per second")
-    for name, x in zip(names, views, strict=True):
-        quality.annotate(name, (x, 0.05), rotation=90, fontsize="x-small", ha="center")
     lines = quality.get_legend_handles_labels()[0] + speed.get_legend_handles_labels()[0]
-    quality.legend(lines, [line.get_label() for line in lines], loc="center left", fontsize="small")
+    quality.legend(lines, [line.get_label() for line in lines], loc="center left", fontsize="x-small")
     quality.set_title("Tile budget: quality and speed against engine views per frame")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

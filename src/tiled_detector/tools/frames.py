@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tiled_detector.tools.synthetic import MotionStyle
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
 
@@ -24,6 +27,7 @@ class Frame:
     class_ids: np.ndarray | None = None
     encoding: str = "rgb8"
     ids: np.ndarray | None = None
+    camera: np.ndarray | None = None  # moving scenes: the true camera motion since the previous frame (2, 3)
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):
@@ -39,12 +43,15 @@ def synthetic_frames(frames: int, seed: int, width: int, height: int) -> Iterato
         yield Frame(scene.image, scene.boxes, scene.class_ids)
 
 
-def motion_frames(frames: int, seed: int, width: int, height: int, pan: float = 0.0) -> Iterator[Frame]:
-    """Frames of a moving synthetic scene (`synthetic.make_sequence`) with ground truth and object identities."""
-    from tiled_detector.tools.synthetic import MotionStyle, make_sequence
+def motion_frames(
+    frames: int, seed: int, width: int, height: int, camera: MotionStyle | None = None
+) -> Iterator[Frame]:
+    """Frames of a moving synthetic scene (`synthetic.make_sequence`, the camera moving as `camera` says) with
+    ground truth, object identities and the true camera motion."""
+    from tiled_detector.tools.synthetic import make_sequence
 
-    for scene in make_sequence(seed, frames, width, height, MotionStyle(pan=pan)):
-        yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids)
+    for scene in make_sequence(seed, frames, width, height, camera):
+        yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids, camera=scene.camera)
 
 
 def image_paths(folder: str | Path) -> list[Path]:

@@ -343,17 +343,21 @@ def make_crop(seed: int, size: int = 640, style: SceneStyle | None = None) -> Sc
 @dataclass(frozen=True)
 class TrackedScene(Scene):
     """A frame of a moving sequence: `Scene` plus `ids` (N,) int64, each labelled object's identity (>= 1, the
-    same in every frame of the sequence)."""
+    same in every frame of the sequence) and `camera`, the true camera motion."""
 
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the camera's motion since the previous frame, (2, 3) its pixels -> this frame's (`frame_motion`)
+    camera: np.ndarray = field(default_factory=lambda: np.eye(3)[:2])
 
 
 @dataclass(frozen=True)
 class MotionStyle:
     """How a sequence moves: object speeds (pixels per frame, log-uniform), pairs of objects set on crossing
     paths, static occluders objects pass behind, objects that enter the frame mid-sequence (per megapixel: from
-    outside one of its edges, between 15 % and 70 % of the sequence), and the camera's pan (pixels per frame, to
-    the right)."""
+    outside one of its edges, between 15 % and 70 % of the sequence), and the camera's motion, as a robot's camera
+    moves: `pan` (pixels per frame, to the right), `rotate` (degrees per frame about the view's centre), `zoom`
+    (scale per frame about the centre; above 1: driving forward) and `shake` (each frame's view offset by a uniform
+    random jitter of this many pixels at most, per axis)."""
 
     min_speed: float = 0.5
     max_speed: float = 6.0
@@ -361,6 +365,62 @@ class MotionStyle:
     occluders: int = 4
     arrivals_per_mpix: float = 2.0
     pan: float = 0.0
+    rotate: float = 0.0
+    zoom: float = 1.0
+    shake: float = 0.0
+
+    def __post_init__(self) -> None:
+        problem = camera_motion_problem(self.rotate, self.zoom, self.shake)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def still(self) -> bool:
+        """Whether the camera only pans (whole pixels a frame: each view is a crop of the world)."""
+        return not self.rotate and self.zoom == 1.0 and not self.shake
+
+
+MAX_ROTATE, ZOOM_RANGE = 5.0, (0.8, 1.25)  # per frame: degrees, scale
+
+
+def camera_motion_problem(rotate: float, zoom: float, shake: float) -> str | None:
+    """Why a camera motion cannot be rendered (naming the setting), or None."""
+    if not abs(rotate) <= MAX_ROTATE:
+        return f"--rotate must be within +-{MAX_ROTATE} degrees per frame, got {rotate}"
+    if not ZOOM_RANGE[0] <= zoom <= ZOOM_RANGE[1]:
+        return f"--zoom must be a scale per frame in [{ZOOM_RANGE[0]}, {ZOOM_RANGE[1]}] (1: none), got {zoom}"
+    if not 0 <= shake <= 100:
+        return f"--shake must be an amplitude in pixels in [0, 100], got {shake}"
+    return None
+
+
+def camera_views(motion: MotionStyle, frames: int, width: int, height: int, seed: int) -> np.ndarray:
+    """(frames, 3, 3): each frame's world -> view transform. The world is frame 0's view extended; frame t's view
+    is the world translated by the pan (and the frame's jitter), rotated by `rotate` x t and scaled by `zoom` ** t
+    about the view's centre."""
+    jitter = np.random.default_rng([int(seed), width, height, 6]).uniform(-1, 1, (frames, 2)) * motion.shake
+    centre = np.array([width / 2, height / 2])
+    views = np.empty((frames, 3, 3))
+    for t in range(frames):
+        shift = np.array([round(motion.pan * t) if motion.still else motion.pan * t, 0.0]) + jitter[t]
+        angle, scale = math.radians(motion.rotate * t), motion.zoom**t
+        rotation = scale * np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+        views[t] = np.eye(3)
+        views[t, :2, :2] = rotation
+        views[t, :2, 2] = centre - rotation @ (centre + shift)
+    return views
+
+
+def frame_motion(views: np.ndarray) -> np.ndarray:
+    """(frames, 2, 3): the camera motion of each frame, previous view's pixels -> this view's (identity first)."""
+    steps = np.repeat(np.eye(3)[None], len(views), axis=0)
+    steps[1:] = views[1:] @ np.linalg.inv(views[:-1])
+    return steps[:, :2]
+
+
+def _apply(view: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(N, 2) points through a 3 x 3 transform."""
+    return points @ view[:2, :2].T + view[:2, 2]
 
 
 def make_sequence(
@@ -377,8 +437,14 @@ def make_sequence(
             f"a sequence needs at least 16x16 pixels and 1 frame, got {width}x{height}, {frames}"
         )
     rng = np.random.default_rng([int(seed), width, height, 2])
-    world = width + math.ceil(abs(motion.pan) * frames)
-    background = _background(rng, height, world)
+    views = camera_views(motion, frames, width, height, seed)
+    corners = np.array([[0.0, 0.0], [width, 0.0], [0.0, height], [width, height]])
+    seen = np.concatenate([_apply(np.linalg.inv(view), corners) for view in views])  # every view's footprint
+    lo = np.minimum(np.floor(seen.min(axis=0)), 0).astype(int)  # the world's extent
+    hi = np.maximum(np.ceil(seen.max(axis=0)), (width + math.ceil(abs(motion.pan) * frames), height)).astype(
+        int
+    )
+    background = _background(rng, int(hi[1] - lo[1]), int(hi[0] - lo[0]))
     mpix = width * height / 1e6
     n_obj = int(rng.poisson(style.objects_per_mpix * mpix)) + 2 * motion.crossing_pairs
     n_dis = int(rng.poisson(style.distractors_per_mpix * mpix))
@@ -387,49 +453,65 @@ def make_sequence(
     speed = np.exp(rng.uniform(math.log(motion.min_speed), math.log(motion.max_speed), n_obj + n_dis))
     heading = rng.uniform(0, 2 * math.pi, n_obj + n_dis)
     velocity = np.stack([speed * np.cos(heading), speed * np.sin(heading)], axis=1)
-    start = np.stack([rng.uniform(0, world, n_obj + n_dis), rng.uniform(0, height, n_obj + n_dis)], axis=1)
+    start = np.stack(
+        [rng.uniform(lo[0], hi[0], n_obj + n_dis), rng.uniform(0, height, n_obj + n_dis)], axis=1
+    )
     middle = frames / 2
     for pair in range(motion.crossing_pairs):  # two objects at the same point half way through
-        meet = np.array([rng.uniform(0.2, 0.8) * width + motion.pan * middle, rng.uniform(0.2, 0.8) * height])
+        seen_at = np.array([[rng.uniform(0.2, 0.8) * width, rng.uniform(0.2, 0.8) * height]])
+        meet = _apply(np.linalg.inv(views[min(int(middle), frames - 1)]), seen_at)[0]
         for k in (2 * pair, 2 * pair + 1):
             start[k] = meet - velocity[k] * middle
         velocity[2 * pair + 1] = -velocity[2 * pair]  # head on
         start[2 * pair + 1] = meet - velocity[2 * pair + 1] * middle
-    _arrive(np.random.default_rng([int(seed), width, height, 5]), start, velocity, motion, frames, (width, height),
-            range(2 * motion.crossing_pairs, n_obj))  # fmt: skip
+    _arrive(np.random.default_rng([int(seed), width, height, 5]), start, velocity, views, frames, (width, height),
+            range(2 * motion.crossing_pairs, n_obj), motion.arrivals_per_mpix)  # fmt: skip
     order = rng.permutation(n_obj + n_dis)
-    occluders = [(rng.uniform(0, world), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
+    occluders = [(rng.uniform(lo[0], hi[0]), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
                  for _ in range(motion.occluders)]  # fmt: skip
     finish_seed = [int(seed), width, height, 3]
-    for t in range(frames):
-        x0 = round(motion.pan * t)
-        image = background[:, x0 : x0 + width].copy()
+    steps = frame_motion(views)
+    for t, view in enumerate(views):
+        if motion.still:  # a crop of the world
+            x0 = int(-view[0, 2]) - lo[0]
+            image = background[:, x0 : x0 + width].copy()
+        else:
+            from_background = view @ np.array([[1.0, 0.0, lo[0]], [0.0, 1.0, lo[1]], [0.0, 0.0, 1.0]])
+            image = cv2.warpAffine(background, from_background[:2], (width, height), flags=cv2.INTER_LINEAR,
+                                   borderMode=cv2.BORDER_REFLECT)  # fmt: skip
+        scale, turn = math.sqrt(abs(np.linalg.det(view[:2, :2]))), math.atan2(view[1, 0], view[0, 0])
         owner = np.full((height, width), -1, np.int16)
         full_area = np.zeros(n_obj, np.int64)
         regions: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * n_obj
+        centres = _apply(view, start + velocity * t)
         for k in order:
-            cx, cy = start[k] + velocity[k] * t - (x0, 0)
+            size, angle, shape, colour = looks[k]
             shade = np.random.default_rng([int(seed), int(k), 4])  # the same shading in every frame
-            area, region = _paint(shade, image, owner, k if k < n_obj else -1, looks[k], cx, cy)
+            area, region = _paint(shade, image, owner, k if k < n_obj else -1, (size * scale, angle + turn, shape,
+                                  colour), *centres[k])  # fmt: skip
             if k < n_obj:
                 full_area[k], regions[k] = area, region or (0, 0, 0, 0)
         for ox, oy, ax, ay in occluders:  # background-coloured blobs in front of everything
-            centre = (int(ox - x0), int(oy))
-            colour = tuple(int(c) for c in background[int(oy), min(int(ox), world - 1)])
-            cv2.ellipse(image, centre, (int(ax), int(ay)), 0, 0, 360, colour, -1, cv2.LINE_8)
-            cv2.ellipse(owner, centre, (int(ax), int(ay)), 0, 0, 360, -1, -1, cv2.LINE_8)
+            centre = tuple(int(c) for c in _apply(view, np.array([[ox, oy]]))[0])
+            axes = (int(ax * scale), int(ay * scale))
+            colour = tuple(
+                int(c) for c in background[int(oy - lo[1]), min(int(ox - lo[0]), background.shape[1] - 1)]
+            )
+            cv2.ellipse(image, centre, axes, math.degrees(turn), 0, 360, colour, -1, cv2.LINE_8)
+            cv2.ellipse(owner, centre, axes, math.degrees(turn), 0, 360, -1, -1, cv2.LINE_8)
         boxes, labels, ids = _visible_boxes(owner, regions, full_area, class_ids, style, with_ids=True)
-        yield TrackedScene(_finish(np.random.default_rng(finish_seed), image), boxes, labels, ids + 1)
+        image = _finish(np.random.default_rng(finish_seed), image)
+        yield TrackedScene(image, boxes, labels, ids + 1, steps[t])
 
 
 def _arrive(
-    rng: np.random.Generator, start: np.ndarray, velocity: np.ndarray, motion: MotionStyle, frames: int,
-    size: tuple[int, int], candidates: range,
+    rng: np.random.Generator, start: np.ndarray, velocity: np.ndarray, views: np.ndarray, frames: int,
+    size: tuple[int, int], candidates: range, arrivals_per_mpix: float,
 ) -> None:  # fmt: skip
     """Turn some of the `candidates` objects into arrivals (`MotionStyle.arrivals_per_mpix`): each starts outside a
     random edge and crosses it, heading inwards, at a random frame (its path set in `start` / `velocity`)."""
     width, height = size
-    count = min(len(candidates), int(rng.poisson(motion.arrivals_per_mpix * width * height / 1e6)))
+    count = min(len(candidates), int(rng.poisson(arrivals_per_mpix * width * height / 1e6)))
     for k in rng.choice(np.asarray(candidates, np.int64), count, replace=False) if count else ():
         enter = rng.uniform(0.15, 0.7) * frames
         edge = int(rng.integers(4))  # left, top, right, bottom
@@ -439,7 +521,8 @@ def _arrive(
         inward = [0.0, 0.5 * math.pi, math.pi, 1.5 * math.pi][edge] + rng.uniform(-0.8, 0.8)
         speed = max(float(np.hypot(*velocity[k])), 60.0 / max(frames, 1), 1.5)
         velocity[k] = speed * np.array([math.cos(inward), math.sin(inward)])
-        start[k] = np.array([point[0] + motion.pan * enter, point[1]]) - velocity[k] * enter
+        at = _apply(np.linalg.inv(views[min(int(enter), frames - 1)]), np.array([point]))[0]  # in the world
+        start[k] = at - velocity[k] * enter
 
 
 def coco_ground_truth(

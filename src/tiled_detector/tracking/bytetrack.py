@@ -24,6 +24,7 @@ Without `observed` every step is ByteTrack's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -274,6 +275,28 @@ class ByteTrack:
         t[:, _PV] -= gain_p * pv
         t[:, _PP] -= gain_p * pp
         self.table[rows] = t
+
+    def warp(self, matrix: np.ndarray) -> None:
+        """Move every track into the next frame's pixels by the camera's motion, a (2, 3) similarity (BoT-SORT's
+        camera-motion compensation): centres and their velocities through it, heights and their velocities scaled,
+        the variances of x and y through its squared entries (the filter keeps no x-y covariance: a small
+        rotation's), those of h scaled by its square; the last measured boxes move too."""
+        t = self.table
+        if not len(t):
+            return
+        linear = np.asarray(matrix[:, :2], np.float64)
+        scale = math.sqrt(abs(np.linalg.det(linear)))
+        t[:, 0:2] = t[:, 0:2] @ linear.T + matrix[:, 2]
+        t[:, 4:6] = t[:, 4:6] @ linear.T
+        t[:, [3, 7]] *= scale
+        measured = t[:, _MEASURED]
+        measured[:, 0:2] = measured[:, 0:2] @ linear.T + matrix[:, 2]
+        measured[:, 3] *= scale
+        t[:, _MEASURED] = measured
+        blocks = t[:, _VAR].reshape(-1, 4, 3)  # x, y, a, h blocks of (pp, pv, vv)
+        mixed = np.einsum("ij,njk->nik", linear**2, blocks[:, :2])
+        blocks[:, :2], blocks[:, 3] = mixed, blocks[:, 3] * scale**2
+        t[:, _VAR] = blocks.reshape(-1, 12)
 
     def tentative(self) -> np.ndarray:
         """(N,) bool: the live tracks not confirmed yet (one match so far)."""

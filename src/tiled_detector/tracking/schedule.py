@@ -14,18 +14,35 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
    `MIN_MARGIN_PX`: how far an object may move or its box grow between frames) overlaps; a box on a seam claims
    every tile it touches. The most claimed first (a tentative track, seen once, weighs `TENTATIVE_WEIGHT`: its
    second look confirms it and gives its motion), then the oldest.
-3. *stalest*: the rest of the budget on the oldest tiles.
+3. *new view* (with camera-motion compensation): tiles of which at least `NEW_VIEW` is view the camera has turned
+   or moved to since they last ran (`tracking.motion.new_view`), before the claimed ones;
+4. *stalest*: the rest of the budget on the oldest tiles.
 
 Ties go to the lower tile index, so the same inputs give the same set.
+
+What a user could do instead, for comparison (`eval --motion --budgets`): every tile on one frame in k and none
+between (`ScheduleKind.INTERVAL`, DeepStream's `interval`), or the tiles in turn (`ScheduleKind.ROUND_ROBIN`), at the
+same mean tiles per frame (`alternative`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tiled_detector.options import Option
+
 CLAIM_MARGIN = 0.5  # a claiming box grows by this fraction of its width / height on every side
 MIN_MARGIN_PX = 8.0
 TENTATIVE_WEIGHT = 16  # a tentative track's claim counts as this many confirmed ones
+NEW_VIEW = 0.1  # a tile this much of which the camera has brought into view since it last ran comes first
+
+
+class ScheduleKind(Option):
+    """How a stream picks the tiles a budget runs: the schedule above, or one of the alternatives."""
+
+    TRACKS = "tracks"
+    INTERVAL = "interval"
+    ROUND_ROBIN = "round_robin"
 
 
 def smallest_budget(tiles: int, max_age: int) -> int:
@@ -62,10 +79,12 @@ def due(ages: np.ndarray, budget: int, max_age: int) -> np.ndarray:
     return order[: int(max(0, (within - later).max(initial=0)))]
 
 
-def schedule(ages: np.ndarray, claimed: np.ndarray, budget: int, max_age: int) -> np.ndarray:
+def schedule(
+    ages: np.ndarray, claimed: np.ndarray, budget: int, max_age: int, fresh: np.ndarray | None = None
+) -> np.ndarray:
     """The sorted indices of the tiles to run this frame: at most `budget` of the N tiles (ages (N,) int,
-    claimed (N,) int: `claims`), in the order of the module docstring. Raises ValueError when the tiles due now
-    exceed the budget (a budget below `smallest_budget`)."""
+    claimed (N,) int: `claims`, fresh (N,): the fraction of each that is new view), in the order of the module
+    docstring. Raises ValueError when the tiles due now exceed the budget (a budget below `smallest_budget`)."""
     ages, claimed = np.asarray(ages, np.int64), np.asarray(claimed, np.int64)
     if budget < 1 or max_age < 1:
         raise ValueError(f"the tile budget and the tile age must be at least 1, got {budget} and {max_age}")
@@ -78,8 +97,21 @@ def schedule(ages: np.ndarray, claimed: np.ndarray, budget: int, max_age: int) -
             f"the smallest that can is {smallest_budget(len(ages), max_age)}"
         )
     index = np.arange(len(ages))
-    rank = np.full(len(ages), 2)  # 0: due, 1: claimed, 2: the rest
-    rank[claimed > 0] = 1
+    rank = np.full(len(ages), 3)  # 0: due, 1: new view, 2: claimed, 3: the rest
+    rank[claimed > 0] = 2
+    if fresh is not None:
+        rank[np.asarray(fresh) >= NEW_VIEW] = 1
     rank[must] = 0
     order = np.lexsort((index, -ages, -claimed, rank))
     return np.sort(order[:budget])
+
+
+def alternative(kind: ScheduleKind, frame: int, tiles: int, budget: int) -> np.ndarray:
+    """The tiles the alternative `kind` runs on a camera's `frame`-th frame: every tile on one frame in k =
+    round(tiles / budget) and none between (interval), or `budget` tiles in turn (round robin)."""
+    if kind is ScheduleKind.INTERVAL:
+        every = max(1, round(tiles / budget))
+        return np.arange(tiles) if frame % every == 0 else np.zeros(0, np.int64)
+    if kind is ScheduleKind.ROUND_ROBIN:
+        return np.sort((frame * budget + np.arange(min(budget, tiles))) % tiles)
+    raise ValueError(f"{kind.value} is the track-driven schedule, not an alternative")

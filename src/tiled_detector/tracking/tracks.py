@@ -71,9 +71,11 @@ class CameraTracks:
         scores: np.ndarray,
         class_ids: np.ndarray,
         observed: np.ndarray | None = None,
+        motion: np.ndarray | None = None,
     ) -> Tracked:
         """Feed one frame of `camera` (its header stamp; `observed`: the regions it was looked at in, None: all of
-        it, see `ByteTrack.update`) and return its confirmed tracks."""
+        it, see `ByteTrack.update`; `motion`: the camera's motion since its previous frame, a (2, 3) similarity
+        the tracks are moved by first) and return its confirmed tracks."""
         state = self._cameras.get(camera)
         if state is not None and broken(state.last_ns, stamp_ns, self.settings.buffer_s):
             if stamp_ns < state.last_ns:  # type: ignore[operator]
@@ -89,6 +91,8 @@ class CameraTracks:
         period = statistics.median(state.intervals) if state.intervals else 0.0
         step = dt_s / period if period > 0 else 1.0
         state.last_ns = stamp_ns
+        if motion is not None:
+            state.tracker.warp(motion)
         found = state.tracker.update(
             boxes, scores, class_ids, dt_s, step, observed, float(stamp_ns - state.origin_ns)
         )
@@ -99,12 +103,13 @@ class CameraTracks:
         )  # fmt: skip
 
     def track(
-        self, camera: str, stamp_ns: int, detections: Detections, observed: np.ndarray | None = None
-    ) -> tuple[Detections, Tracked]:
+        self, camera: str, stamp_ns: int, detections: Detections, observed: np.ndarray | None = None,
+        motion: np.ndarray | None = None,
+    ) -> tuple[Detections, Tracked]:  # fmt: skip
         """`update` with a frame's `Detections`: the reported tracks as `Detections` (the frame's timings kept), and
         all of `Tracked` (ids, when each was last seen)."""
         found = self.update(
-            camera, stamp_ns, detections.boxes, detections.scores, detections.class_ids, observed
+            camera, stamp_ns, detections.boxes, detections.scores, detections.class_ids, observed, motion
         )
         return Detections(found.boxes, found.scores, found.class_ids, detections.timings), found
 

@@ -1,0 +1,292 @@
+"""Camera motion between a camera's consecutive frames (global motion compensation, as BoT-SORT's GMC), estimated
+from the frames themselves on the engine's device, and the geometry that moves boxes and tiles by it.
+
+The estimate (`estimate`): each frame becomes a small grey thumbnail (one channel, average-pooled to about
+`THUMB_PX` on its long side: `thumbnail`); the previous and the current thumbnail are cut into a grid of `PATCH` x
+`PATCH` patches, each patch's shift is found by phase correlation (one batched FFT; sub-pixel by a parabola through
+the peak), and a similarity (scale, rotation, translation) is fitted to the patch shifts by weighted least squares,
+reweighted `REFITS` times to set aside the patches that disagree (objects that move on their own). Fixed shapes and
+no branch on the data: the same kernels every frame, and no host sync until the caller reads the result (the
+stream reads it after the frame's one download, when the device has finished).
+
+A frame's estimate falls back to the identity (and is counted) when fewer than `MIN_PATCHES` patches have a clear
+peak (low texture, a cut to another scene, a covered lens), when fewer than half of those agree with the fit, or
+when the motion is implausible for one frame (scale outside `SCALE_RANGE`, rotation above `MAX_ROTATION_DEG`, a
+shift above `MAX_SHIFT` of the frame).
+
+State (`CameraMotion`): per camera, the last thumbnail and its frame size, and the last estimate (the motion the
+next frame is predicted to have: the schedule plans a frame before its own motion is measured). Reset rules: a
+frame of another size, stamps that go back or jump by more than `lost_track_buffer` (a restarted camera, a looped
+bag: one INFO line each), `reset()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tiled_detector.options import Option
+
+LOG = logging.getLogger(__name__)
+THUMB_PX = 480  # the thumbnail's long side, about
+PATCH = 64  # phase-correlation patches (thumbnail pixels); a patch follows shifts up to half of it
+MIN_PEAK = 0.06  # a patch's correlation peak (of 1) above which it counts as textured
+MIN_PATCHES = 6
+REFITS = 2
+INLIER_PX = 1.5  # thumbnail pixels: a patch's shift within this of the fit agrees with it
+SCALE_RANGE = (0.8, 1.25)
+MAX_ROTATION_DEG = 10.0
+MAX_SHIFT = 0.25  # of the frame's long side, per frame
+
+
+class MotionCompensation(Option):
+    """Whether the stream compensates the camera's own motion."""
+
+    NONE = "none"
+    IMAGE = "image"
+
+
+IDENTITY = np.eye(3)[:2]
+
+
+def thumbnail(frame: torch.Tensor) -> torch.Tensor:
+    """(h, w) float32 on the frame's device: one channel of an (H, W, C) frame (the second, green in RGB / BGR),
+    every other pixel, average-pooled to about `THUMB_PX` on the long side (`thumb_factor`)."""
+    factor = thumb_factor(frame.shape[0], frame.shape[1])
+    step = 2 if factor % 2 == 0 else 1
+    height, width = frame.shape[0] // factor * factor, frame.shape[1] // factor * factor
+    channel = frame[:height:step, :width:step, min(1, frame.shape[2] - 1)].float()
+    pooled = torch.nn.functional.avg_pool2d(channel[None, None], factor // step)[0, 0]
+    return pooled
+
+
+def thumb_factor(height: int, width: int) -> int:
+    """Frame pixels per thumbnail pixel."""
+    return max(1, round(max(height, width) / THUMB_PX))
+
+
+def _hann(size: int, device: torch.device) -> torch.Tensor:
+    window = torch.hann_window(size, periodic=False, device=device)
+    return window[:, None] * window[None, :]
+
+
+def _patches(thumb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The thumbnail's patches (K, PATCH, PATCH), half-overlapping, centred on the thumbnail, and their centres
+    (K, 2) x, y."""
+    stride = PATCH // 2
+    rows, cols = (thumb.shape[0] - PATCH) // stride + 1, (thumb.shape[1] - PATCH) // stride + 1
+    top = (thumb.shape[0] - (rows - 1) * stride - PATCH) // 2
+    left = (thumb.shape[1] - (cols - 1) * stride - PATCH) // 2
+    patches = thumb[top:, left:].unfold(0, PATCH, stride).unfold(1, PATCH, stride)[:rows, :cols]
+    ys, xs = torch.meshgrid(torch.arange(rows, device=thumb.device), torch.arange(cols, device=thumb.device),
+                            indexing="ij")  # fmt: skip
+    centres = torch.stack([left + xs * stride + PATCH / 2, top + ys * stride + PATCH / 2], dim=-1)
+    return patches.reshape(-1, PATCH, PATCH), centres.reshape(-1, 2).float()
+
+
+def patch_shifts(
+    previous: torch.Tensor, current: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per patch of the two thumbnails: its centre (K, 2), the shift of its content from `previous` to `current`
+    (K, 2) x, y in thumbnail pixels (phase correlation, sub-pixel) and the correlation peak (K,) (0..1)."""
+    before, centres = _patches(previous)
+    after, _ = _patches(current)
+    window = _hann(PATCH, previous.device)
+
+    def spectrum(patches: torch.Tensor) -> torch.Tensor:
+        centred = patches - patches.mean(dim=(1, 2), keepdim=True)
+        return torch.fft.rfft2(centred * window)
+
+    cross = spectrum(after) * spectrum(before).conj()
+    surface = torch.fft.irfft2(cross / cross.abs().clamp_min(1e-6), s=(PATCH, PATCH))  # (K, P, P)
+    flat = surface.reshape(len(surface), -1)
+    peak, where = flat.max(dim=1)
+    y, x = where // PATCH, where % PATCH
+    rows = torch.arange(len(surface), device=surface.device)
+
+    def offset(minus: torch.Tensor, plus: torch.Tensor) -> torch.Tensor:
+        """The peak's sub-pixel offset from its neighbours, for phase correlation's sinc-shaped peak (Foroosh,
+        Zerubia and Berthod, 2002): p / (p + peak) towards the larger neighbour p."""
+        minus, plus = minus.clamp_min(0), plus.clamp_min(0)
+        return torch.where(plus >= minus, plus / (plus + peak), -minus / (minus + peak))
+
+    dx = offset(surface[rows, y, (x - 1) % PATCH], surface[rows, y, (x + 1) % PATCH])
+    dy = offset(surface[rows, (y - 1) % PATCH, x], surface[rows, (y + 1) % PATCH, x])
+    wrap = lambda v: (v + PATCH // 2) % PATCH - PATCH // 2  # noqa: E731 - shifts past half a patch are negative
+    shifts = torch.stack([wrap(x).float() + dx, wrap(y).float() + dy], dim=1)
+    return centres, shifts, peak
+
+
+def fit_similarity(
+    centres: torch.Tensor, shifts: torch.Tensor, peak: torch.Tensor, size_hw: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The similarity (2, 3) (thumbnail pixels, float64) that moves `centres` by `shifts`, by least squares weighted
+    by the peaks of the textured patches and reweighted `REFITS` times (patches off the fit by more than
+    `INLIER_PX` set aside), and whether it passes the checks of the module docstring (a 0-d bool tensor)."""
+    origin = torch.tensor([size_hw[1] / 2, size_hw[0] / 2], dtype=torch.float64, device=centres.device)
+    x, y = (centres.double() - origin).unbind(1)
+    one, zero = torch.ones_like(x), torch.zeros_like(x)
+    # shift = [[s - 1, -r], [r, s - 1]] (x, y) + (tx, ty): linear in (s - 1, r, tx, ty)
+    design = torch.stack(
+        [torch.stack([x, -y, one, zero], 1), torch.stack([y, x, zero, one], 1)], 1
+    )  # (K, 2, 4)
+    target = shifts.double()
+    textured = (peak > MIN_PEAK).double()
+    weight = textured * peak.double()
+    for _ in range(REFITS + 1):
+        w = weight[:, None, None]
+        normal = (design.transpose(1, 2) @ (w * design)).sum(0) + 1e-9 * torch.eye(4, device=x.device,
+                                                                                   dtype=torch.float64)  # fmt: skip
+        rhs = (design.transpose(1, 2) @ (w * target[:, :, None])).sum(0)
+        params = torch.linalg.solve_ex(normal, rhs)[0][:, 0]
+        error = (target - (design @ params)).norm(dim=1)
+        agree = (error < INLIER_PX).double()
+        weight = textured * peak.double() * agree
+    a, b, tx, ty = 1 + params[0], params[1], params[2], params[3]
+    linear = torch.stack([torch.stack([a, -b]), torch.stack([b, a])])
+    offset = torch.stack([tx, ty]) + origin - linear @ origin
+    matrix = torch.cat([linear, offset[:, None]], dim=1)
+    scale, angle = torch.sqrt(a * a + b * b), torch.atan2(b, a).abs()
+    confident = textured.sum()
+    ok = (
+        (confident >= MIN_PATCHES)
+        & ((textured * agree).sum() >= 0.5 * confident)
+        & (scale >= SCALE_RANGE[0]) & (scale <= SCALE_RANGE[1])
+        & (angle <= math.radians(MAX_ROTATION_DEG))
+        & (torch.stack([tx, ty]).abs().max() <= MAX_SHIFT * max(size_hw))
+    )  # fmt: skip
+    return matrix, ok
+
+
+def estimate(previous: torch.Tensor, current: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The camera motion from the previous thumbnail's frame to the current one's, as a (2, 3) float64 similarity
+    in frame pixels (a thumbnail pixel is `factor` frame pixels), and whether it passed the checks (a 0-d bool
+    tensor); both on the thumbnails' device, nothing read back."""
+    centres, shifts, peak = patch_shifts(previous, current)
+    matrix, ok = fit_similarity(centres, shifts, peak, (previous.shape[0], previous.shape[1]))
+    # frame pixel p = factor x (thumbnail pixel q + 1/2) - 1/2: conjugate the thumbnail's similarity into frames
+    half = (factor - 1) / 2
+    linear = matrix[:, :2]
+    offset = factor * matrix[:, 2] + half - linear @ torch.full_like(matrix[:, 2], half)
+    return torch.cat([linear, offset[:, None]], dim=1), ok
+
+
+def compose(first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """The (2, 3) transform that applies `first`, then `then`."""
+    return (np.vstack([then, [0, 0, 1]]) @ np.vstack([first, [0, 0, 1]]))[:2]
+
+
+def move_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(N, 2) points through a (2, 3) transform."""
+    return np.asarray(points, np.float64) @ matrix[:, :2].T + matrix[:, 2]
+
+
+def move_boxes(matrix: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """(N, 4) x1, y1, x2, y2 boxes moved by the similarity: each box's centre moved, its width and height scaled
+    (an upright box stays the object's box under a small rotation)."""
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    centres = move_points(matrix, (boxes[:, :2] + boxes[:, 2:]) / 2)
+    half = (boxes[:, 2:] - boxes[:, :2]) / 2 * similarity_scale(matrix)
+    return np.concatenate([centres - half, centres + half], axis=1)
+
+
+def similarity_scale(matrix: np.ndarray) -> float:
+    """The scale of a (2, 3) similarity."""
+    return float(math.sqrt(abs(np.linalg.det(matrix[:, :2]))))
+
+
+def corner_error(estimated: np.ndarray, true: np.ndarray, size_hw: tuple[int, int]) -> float:
+    """Mean distance in pixels between the frame's four corners moved by the two transforms."""
+    h, w = size_hw
+    corners = np.array([[0.0, 0.0], [w, 0.0], [0.0, h], [w, h]])
+    return float(np.linalg.norm(move_points(estimated, corners) - move_points(true, corners), axis=1).mean())
+
+
+def new_view(tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
+    """(N,) the fraction of each tile (N, 4) that the previous frame did not show: the part of the tile that the
+    inverse motion maps outside the previous frame (on a 9 x 9 grid of points per tile)."""
+    inverse = np.linalg.inv(np.vstack([matrix, [0, 0, 1]]))[:2]
+    steps = (np.arange(9) + 0.5) / 9
+    gx = tiles[:, 0, None] + steps[None] * (tiles[:, 2] - tiles[:, 0])[:, None]  # (N, 9)
+    gy = tiles[:, 1, None] + steps[None] * (tiles[:, 3] - tiles[:, 1])[:, None]
+    points = np.stack(np.broadcast_arrays(gx[:, None, :], gy[:, :, None]), axis=-1).reshape(-1, 2)
+    before = move_points(inverse, points).reshape(len(tiles), -1, 2)
+    h, w = size_hw
+    outside = (before[..., 0] < 0) | (before[..., 0] > w) | (before[..., 1] < 0) | (before[..., 1] > h)
+    return outside.mean(axis=1)
+
+
+@dataclass
+class _Camera:
+    thumb: torch.Tensor
+    frame_hw: tuple[int, int]
+    last_ns: int
+    motion: np.ndarray  # the last estimate (identity after a fallback)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A frame's camera motion: (2, 3) previous frame's pixels -> this frame's, whether it was estimated (False: the
+    first frame of a camera, or after a reset) and whether the estimate failed its checks (the identity is used)."""
+
+    matrix: np.ndarray
+    estimated: bool
+    fallback: bool
+
+
+class CameraMotion:
+    """Per camera, the motion between its consecutive frames (module docstring: state and reset rules)."""
+
+    def __init__(self) -> None:
+        self._cameras: dict[str, _Camera] = {}
+        self._pending: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
+
+    def reset(self) -> None:
+        """Forget every camera."""
+        self._cameras.clear()
+        self._pending.clear()
+
+    def predicted(self, camera: str) -> np.ndarray:
+        """The motion `camera`'s next frame is expected to have: its last one (identity before any)."""
+        state = self._cameras.get(camera)
+        return IDENTITY if state is None else state.motion
+
+    def observe(self, camera: str, frame: torch.Tensor, stamp_ns: int, buffer_s: float) -> None:
+        """Start estimating the motion of `camera`'s `frame` (H, W, C, on the engine's device) against its previous
+        frame, on the device; `measured` reads it."""
+        thumb = thumbnail(frame)
+        hw = (int(frame.shape[0]), int(frame.shape[1]))
+        state = self._cameras.get(camera)
+        if state is not None and state.frame_hw != hw:
+            LOG.info(
+                "frames of %s changed size to %dx%d: its camera motion starts over", camera, hw[1], hw[0]
+            )
+            state = None
+        elif state is not None and not 0 <= (stamp_ns - state.last_ns) / 1e9 <= buffer_s:
+            LOG.info("stamps of %s went back or jumped (a restarted camera, a looped bag): its camera motion "
+                     "starts over", camera)  # fmt: skip
+            state = None
+        if state is None:
+            self._cameras[camera] = _Camera(thumb, hw, stamp_ns, IDENTITY)
+            self._pending[camera] = None
+            return
+        self._pending[camera] = estimate(state.thumb, thumb, thumb_factor(*hw))
+        state.thumb, state.last_ns = thumb, stamp_ns
+
+    def measured(self, camera: str) -> Measured:
+        """The motion of the frame `observe` last took from `camera` (read back from the device)."""
+        pending = self._pending.pop(camera, None)
+        state = self._cameras[camera]
+        if pending is None:
+            state.motion = IDENTITY
+            return Measured(IDENTITY, False, False)
+        matrix, ok = pending
+        if not bool(ok.item()):
+            state.motion = IDENTITY
+            return Measured(IDENTITY, True, True)
+        state.motion = matrix.cpu().numpy()
+        return Measured(state.motion, True, False)
