@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.harness import bags, recording
-from tiled_detector.tools.synthetic import MotionStyle, make_sequence
 from tiled_detector.harness.replay import ReplayOptions, Thresholds, replay_bag
 from tiled_detector.harness.report import (
     FrameRecord,
@@ -29,6 +28,7 @@ from tiled_detector.harness.report import (
     true_positives,
 )
 from tiled_detector.tools.scoring import box_iou
+from tiled_detector.tools.synthetic import MotionStyle, make_sequence
 
 ROBOT = MotionStyle(pan=2.0, rotate=0.2, shake=1.0)  # a robot's camera: panning, turning, shaking
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
@@ -297,7 +297,10 @@ def test_a_moving_bag_carries_identities_and_is_the_same_every_time(moving_bag: 
     assert len(stored) == 12 and np.allclose(stored, rendered)
     assert np.allclose(stored[0], np.eye(3)[:2]) and not np.allclose(stored[5], np.eye(3)[:2])
     assert {k: bags.bag_info(moving_bag).custom_data[k] for k in ("pan", "rotate", "shake")} == {
-        "pan": "2.0", "rotate": "0.2", "shake": "1.0"}
+        "pan": "2.0",
+        "rotate": "0.2",
+        "shake": "1.0",
+    }
 
 
 @pytest.mark.ros

@@ -189,7 +189,9 @@ def evaluate(
     if budgets:
         if not motion:
             raise ValueError("tile budgets are compared on a moving scene: give motion (eval --motion)")
-        configs = ["every tile"] + [budget_name(b, k) for b in dict.fromkeys(budgets) if b for k in ScheduleKind]
+        configs = ["every tile"] + [
+            budget_name(b, k) for b in dict.fromkeys(budgets) if b for k in ScheduleKind
+        ]
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     distinct: dict[str, str] = {}  # config name -> name of the first equal config
     for name, variant in variants.items():
@@ -223,7 +225,9 @@ def evaluate(
                 tally.views.append(result.views)
                 tally.predicted += result.predicted
                 if result.motion is not None and result.motion.estimated:
-                    tally.motion_errors.append(corner_error(result.motion.matrix, scene.camera, (height, width)))
+                    tally.motion_errors.append(
+                        corner_error(result.motion.matrix, scene.camera, (height, width))
+                    )
                     tally.fallbacks += result.motion.fallback
             tally.detections.append(found)
             tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
@@ -322,7 +326,9 @@ def budget_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     names = sorted(results, key=lambda n: results[n]["views_per_frame"])
     fig, quality = plt.subplots(figsize=(7.5, 4.5))
     speed = quality.twinx()
-    for kind, style in zip(ScheduleKind, ("-", ":", "-."), strict=True):  # the budget's schedule and the others
+    for kind, style in zip(
+        ScheduleKind, ("-", ":", "-."), strict=True
+    ):  # the budget's schedule and the others
         series = [n for n in names if schedule_kind(n) is kind or n == "every tile"]
         views = [results[n]["views_per_frame"] for n in series]
         label = "" if kind is ScheduleKind.TRACKS else f" ({kind.value})"
