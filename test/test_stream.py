@@ -29,9 +29,9 @@ def _spy(stream: Stream, monkeypatch: pytest.MonkeyPatch) -> list:
     """The tiles each frame asked the detector for (None: every tile)."""
     asked, detect_many = [], stream.detector.detect_many
 
-    def spied(frames, encodings, slots, cameras, tiles):
+    def spied(frames, encodings, slots, cameras, tiles, on_device=None):
         asked.append(tiles[0])
-        return detect_many(frames, encodings, slots, cameras, tiles)
+        return detect_many(frames, encodings, slots, cameras, tiles, on_device)
 
     monkeypatch.setattr(stream.detector, "detect_many", spied)
     return asked
@@ -126,3 +126,72 @@ def test_budgets_that_cannot_keep_the_age_or_exceed_the_tiles_are_said_once(dete
     clamped = [r for r in caplog.records if "every tile runs" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
     assert len(clamped) == 1 and clamped[0].levelno == logging.INFO
+
+
+def _run(stream: Stream, scenes: list) -> list:
+    return [stream.process([s.image], [i * FRAME_NS], ["cam"])[0] for i, s in enumerate(scenes)]
+
+
+def test_a_moving_camera_keeps_its_identities_with_motion_compensation(detector):
+    """The camera pans, turns and shakes: moved by the estimated motion, the tracks keep their objects (fewer
+    identity switches than without, and within 2x of the still camera's); every frame's motion is estimated."""
+    from tiled_detector.tools.scoring import mot_metrics
+    from tiled_detector.tools.synthetic import MotionStyle
+
+    moving = list(make_sequence(4, 16, 1280, 720, MotionStyle(pan=12.0, rotate=0.3, shake=3.0)))
+    still = list(make_sequence(4, 16, 1280, 720))
+
+    def switches(scenes: list, compensation: str) -> tuple[int, list]:
+        results = _run(
+            Stream(detector.with_config(tracker="bytetrack", motion_compensation=compensation)), scenes
+        )
+        truth = [(s.boxes, s.ids) for s in scenes]
+        return mot_metrics(truth, [(r.detections.boxes, r.track_ids) for r in results])[
+            "id_switches"
+        ], results
+
+    compensated, results = switches(moving, "image")
+    uncompensated, plain = switches(moving, "none")
+    assert compensated < uncompensated and compensated <= 2 * max(switches(still, "image")[0], 1)
+    assert (
+        all(r.motion.estimated and not r.motion.fallback for r in results[1:])
+        and not results[0].motion.estimated
+    )
+    assert all(r.motion is None for r in plain)
+
+
+def test_a_still_camera_gives_the_same_output_with_and_without_compensation(detector, sequence):
+    for tracker, budget in (("bytetrack", 0), ("none", 2)):
+        changes = {"tracker": tracker, "tile_budget": budget, "max_tile_age": 3}
+        image = _run(Stream(detector.with_config(motion_compensation="image", **changes)), sequence)
+        none = _run(Stream(detector.with_config(motion_compensation="none", **changes)), sequence)
+        for a, b in zip(image, none, strict=True):
+            np.testing.assert_array_equal(a.detections.boxes, b.detections.boxes)
+            assert a.views == b.views
+
+
+def test_a_frame_the_motion_cannot_be_estimated_in_is_counted_and_the_stream_goes_on(detector, sequence):
+    """A flat frame (a covered lens) between moving ones: its motion falls back to the identity (counted by the
+    node), the stream answers every frame, and the next frames are estimated again."""
+    frames = (
+        [s.image for s in sequence[:3]]
+        + [np.full_like(sequence[0].image, 80)]
+        + [s.image for s in sequence[3:6]]
+    )
+    stream = Stream(detector.with_config(tracker="bytetrack", tile_budget=3, max_tile_age=4))
+    results = [stream.process([f], [i * FRAME_NS], ["cam"])[0] for i, f in enumerate(frames)]
+    assert [r.motion.fallback for r in results] == [False, False, False, True, True, False, False]
+    assert all(len(r.detections.boxes) for i, r in enumerate(results) if i != 3)
+
+
+def test_without_a_tracker_or_a_budget_no_motion_is_estimated(detector, sequence, monkeypatch):
+    asked = []
+    detect_many = detector.detect_many
+
+    def spied(*args):
+        asked.append(args[5])
+        return detect_many(*args)
+
+    monkeypatch.setattr(detector, "detect_many", spied)
+    results = _run(Stream(detector), sequence[:2])
+    assert asked == [None, None] and all(r.motion is None for r in results)

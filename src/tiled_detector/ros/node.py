@@ -396,6 +396,8 @@ class DetectorNodeBase(NodeParameters):
                 drawn = annotate(image, detections, self.labels, plan=plan, track_ids=track_ids)
                 camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
                 self._count(camera, "annotated")
+            if found.motion is not None and found.motion.fallback:
+                self._count(camera, "motion_fallback")
             latency_ms = (time.monotonic() - received) * 1e3
             camera.stats.record(latency_ms, detections.timings, found.views, found.predicted)
             if camera.stats is not self.stats:

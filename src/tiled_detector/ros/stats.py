@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 # frames ... : received, processed, dropped (a newer one replaced it), lost (the middleware's message-lost events),
-# malformed, failed, cpu_decoded (compressed frames the GPU decoder did not take), annotated (debug images drawn)
+# malformed, failed, cpu_decoded (compressed frames the GPU decoder did not take), annotated (debug images drawn),
+# motion_fallback (frames whose camera-motion estimate failed its checks: the identity was used)
 COUNTERS = (
     "received",
     "processed",
@@ -22,6 +23,7 @@ COUNTERS = (
     "failed",
     "cpu_decoded",
     "annotated",
+    "motion_fallback",
 )
 
 

@@ -149,8 +149,11 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     return image
 
 
-def _finish(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
-    """Global lighting field, blur and sensor noise."""
+def _finish(
+    rng: np.random.Generator, image: np.ndarray, noise: np.random.Generator | None = None
+) -> np.ndarray:
+    """Global lighting field, blur and sensor noise (drawn from `noise` where given: a sequence's frames share their
+    lighting, blur and noise level, not their noise)."""
     height, width = image.shape[:2]
     light = rng.uniform(0.55, 1.25, (rng.integers(2, 5), rng.integers(2, 5))).astype(np.float32)
     light = cv2.resize(light, (width, height), interpolation=cv2.INTER_CUBIC)
@@ -159,7 +162,7 @@ def _finish(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
     sigma = float(rng.uniform(0.3, 1.3))
     image = cv2.GaussianBlur(image, (0, 0), sigma)
     amplitude = int(rng.integers(4, 24))
-    noise = np.frombuffer(rng.bytes(height * width), np.uint8).reshape(height, width) % amplitude
+    noise = np.frombuffer((noise or rng).bytes(height * width), np.uint8).reshape(height, width) % amplitude
     noise = cv2.cvtColor(noise, cv2.COLOR_GRAY2RGB)
     shift = np.clip(np.arange(256) - amplitude // 2, 0, 255).astype(np.uint8)
     return cv2.LUT(cv2.add(image, noise), shift)
@@ -500,7 +503,7 @@ def make_sequence(
             cv2.ellipse(image, centre, axes, math.degrees(turn), 0, 360, colour, -1, cv2.LINE_8)
             cv2.ellipse(owner, centre, axes, math.degrees(turn), 0, 360, -1, -1, cv2.LINE_8)
         boxes, labels, ids = _visible_boxes(owner, regions, full_area, class_ids, style, with_ids=True)
-        image = _finish(np.random.default_rng(finish_seed), image)
+        image = _finish(np.random.default_rng(finish_seed), image, np.random.default_rng([*finish_seed, t]))
         yield TrackedScene(image, boxes, labels, ids + 1, steps[t])
 
 

@@ -12,7 +12,9 @@ stream reads it after the frame's one download, when the device has finished).
 A frame's estimate falls back to the identity (and is counted) when fewer than `MIN_PATCHES` patches have a clear
 peak (low texture, a cut to another scene, a covered lens), when fewer than half of those agree with the fit, or
 when the motion is implausible for one frame (scale outside `SCALE_RANGE`, rotation above `MAX_ROTATION_DEG`, a
-shift above `MAX_SHIFT` of the frame).
+shift above `MAX_SHIFT` of the frame). An estimate that moves the frame's corners by `STILL_PX` or less (mean) is the
+identity (a still camera's estimate is noise of ~0.2 px: with it, a still camera's output is the same as without
+compensation).
 
 State (`CameraMotion`): per camera, the last thumbnail and its frame size, and the last estimate (the motion the
 next frame is predicted to have: the schedule plans a frame before its own motion is measured). Reset rules: a
@@ -41,6 +43,7 @@ INLIER_PX = 1.5  # thumbnail pixels: a patch's shift within this of the fit agre
 SCALE_RANGE = (0.8, 1.25)
 MAX_ROTATION_DEG = 10.0
 MAX_SHIFT = 0.25  # of the frame's long side, per frame
+STILL_PX = 0.5  # an estimate that moves no frame corner further than this is a still camera (its noise: ~0.2 px)
 
 
 class MotionCompensation(Option):
@@ -288,5 +291,6 @@ class CameraMotion:
         if not bool(ok.item()):
             state.motion = IDENTITY
             return Measured(IDENTITY, True, True)
-        state.motion = matrix.cpu().numpy()
+        matrix = matrix.cpu().numpy()
+        state.motion = IDENTITY if corner_error(matrix, IDENTITY, state.frame_hw) <= STILL_PX else matrix
         return Measured(state.motion, True, False)
