@@ -165,6 +165,36 @@ def test_eval_motion_tracks_one_moving_scene_and_adds_the_mot_metrics(tmp_path, 
     assert main([*args, "--json", "--configs", "tiles+full", "--tracker", "none"]) == 0
     untracked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["configs"]["tiles+full"]
     assert untracked["IDF1"] < values["IDF1"] and untracked["AP50"] == pytest.approx(values["AP50"], abs=0.05)
+    assert values["motion_error_px"] == 0 and values["motion_fallbacks"] == 0  # a still camera: the identity
+
+
+def test_eval_motion_moves_the_camera_and_scores_the_estimate(tmp_path, capsys) -> None:
+    """A robot's camera (pan, rotation, zoom, shake): the estimate's error beside the scores; bad flags are one
+    line naming the flag."""
+    from tiled_detector.cli import main
+
+    args = ["eval", "--motion", "--frames", "6", "--width", "960", "--height", "540", "--out", str(tmp_path)]
+    robot = ["--pan", "4", "--rotate", "0.1", "--zoom", "1.002", "--shake", "2"]
+    assert main([*args, *robot, "--json", "--configs", "tiles+full"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    values = report["configs"]["tiles+full"]
+    assert (report["pan"], report["rotate"], report["zoom"], report["shake"]) == (4, 0.1, 1.002, 2)
+    assert report["motion_compensation"] == "image" and values["motion_fallbacks"] == 0
+    assert 0 < values["motion_error_px"] < 1.0 and values["IDF1"] > 0.7
+    assert "motion_error_px" in (tmp_path / "eval.md").read_text()
+    for bad, flag in (
+        (["--zoom", "-1"], "--zoom"),
+        (["--rotate", "20"], "--rotate"),
+        (["--shake", "-2"], "--shake"),
+    ):
+        assert main([*args, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err, err
+    assert main(["eval", "--rotate", "0.1", "--out", str(tmp_path)]) == 2
+    assert "need --motion" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--motion-compensation", "gyro"])
+    assert "--motion-compensation: invalid choice: 'gyro'" in capsys.readouterr().err
 
 
 def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> None:
@@ -194,6 +224,14 @@ def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> Non
     assert (tmp_path / "eval.png").stat().st_size > 0 and "tile_budget 2" in (
         tmp_path / "eval.md"
     ).read_text()
+    # beside each budget what a user could do instead, at the same mean views per frame: every tile on one frame
+    # in k = 8 / 2 = 4 (the full view alone between), and 2 tiles in turn
+    interval, turns = report["configs"]["interval 2"], report["configs"]["round_robin 2"]
+    assert (
+        interval["views_per_frame"] == pytest.approx((3 * 9 + 3 * 1) / 6)
+        and interval["views_per_frame_max"] == 9
+    )
+    assert turns["views_per_frame"] == two["views_per_frame"] and "round_robin 4" in report["configs"]
     # a budget that cannot keep the age bound for the frame's 8 tiles is refused with the smallest that can
     assert main([*args, "--budgets", "1", "--max-tile-age", "4"]) == 1
     assert "the smallest that can is 2" in capsys.readouterr().err

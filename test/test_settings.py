@@ -84,6 +84,7 @@ def test_frame_settings_are_built_from_the_table() -> None:
         "track_matching_threshold",
         "tile_budget",
         "max_tile_age",
+        "motion_compensation",
     }
 
 
