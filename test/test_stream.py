@@ -133,26 +133,27 @@ def _run(stream: Stream, scenes: list) -> list:
 
 
 def test_a_moving_camera_keeps_its_identities_with_motion_compensation(detector):
-    """The camera pans, turns and shakes: moved by the estimated motion, the tracks keep their objects (fewer
-    identity switches than without, and within 2x of the still camera's); every frame's motion is estimated."""
+    """The camera turns fast (a robot turning on the spot): moved by the estimated motion, the tracks keep their
+    objects (IDF1 above, identity switches at most, those without compensation; switches within 2x of the still
+    camera's); every frame's motion is estimated."""
     from tiled_detector.tools.scoring import mot_metrics
     from tiled_detector.tools.synthetic import MotionStyle
 
-    moving = list(make_sequence(4, 16, 1280, 720, MotionStyle(pan=12.0, rotate=0.3, shake=3.0)))
+    moving = list(make_sequence(4, 16, 1280, 720, MotionStyle(pan=30.0, rotate=1.0, shake=4.0)))
     still = list(make_sequence(4, 16, 1280, 720))
 
-    def switches(scenes: list, compensation: str) -> tuple[int, list]:
+    def scores(scenes: list, compensation: str) -> tuple[dict, list]:
         results = _run(
             Stream(detector.with_config(tracker="bytetrack", motion_compensation=compensation)), scenes
         )
         truth = [(s.boxes, s.ids) for s in scenes]
-        return mot_metrics(truth, [(r.detections.boxes, r.track_ids) for r in results])[
-            "id_switches"
-        ], results
+        return mot_metrics(truth, [(r.detections.boxes, r.track_ids) for r in results]), results
 
-    compensated, results = switches(moving, "image")
-    uncompensated, plain = switches(moving, "none")
-    assert compensated < uncompensated and compensated <= 2 * max(switches(still, "image")[0], 1)
+    compensated, results = scores(moving, "image")
+    uncompensated, plain = scores(moving, "none")
+    assert compensated["IDF1"] > uncompensated["IDF1"] + 0.05, (compensated, uncompensated)
+    assert compensated["id_switches"] <= uncompensated["id_switches"]
+    assert compensated["id_switches"] <= 2 * max(scores(still, "image")[0]["id_switches"], 1)
     assert (
         all(r.motion.estimated and not r.motion.fallback for r in results[1:])
         and not results[0].motion.estimated

@@ -292,6 +292,8 @@ class Stream:
         moved = motion.matrix if motion is not None and motion.estimated else None
         if motion is not None:
             self._fresh(state, plan, picked, motion.matrix)
+        if observed is not None:
+            found = self._looked_at(found, observed)
         if self._tracking():
             found, tracked = self._tracks.track(name, stamp, found, observed, moved)  # type: ignore[union-attr]
             track_ids, seen = tracked.track_ids, tracked.seen_ns
@@ -305,6 +307,14 @@ class Stream:
         state.boxes, state.scores, state.class_ids = found.boxes, found.scores, found.class_ids
         state.seen_ns, state.unseen = seen, carried
         return StreamResult(stamp, found, track_ids, seen, views, notes, motion)
+
+    @staticmethod
+    def _looked_at(found: Detections, observed: np.ndarray) -> Detections:
+        """Under a budget, the detections a tile run holds whole: one that no tile run holds is cut by the edge of a
+        tile not run (its other part unseen) or seen only by the coarse full-frame view; either would move a track
+        from where it is, so the track of that object waits for its tile instead."""
+        keep = inside_any(found.boxes.astype(np.float64), observed)
+        return Detections(found.boxes[keep], found.scores[keep], found.class_ids[keep], found.timings)
 
     @staticmethod
     def _fresh(state: _Camera, plan: TilePlan, picked: np.ndarray | None, motion: np.ndarray) -> None:

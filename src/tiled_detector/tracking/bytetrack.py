@@ -5,11 +5,14 @@ The algorithm is the paper's, as ByteTrack's reference code and supervision's po
 Kalman filter on (centre x, centre y, aspect, height); per frame, (1) high-score detections (> `activation`) are
 matched to the tracked and lost tracks by IoU (fused with the score), (2) the tracked tracks left over to the
 low-score detections (`LOW_SCORE` .. `activation`), (3) tracks born on the previous frame (unconfirmed) to the high
-detections left over; unmatched tracked tracks become lost, unmatched unconfirmed ones are dropped, high detections
-left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once on the first frame, else at their
+detections left over, (4, ours) the confirmed tracks left over to the high detections left over, by the distance
+of the centres (`_by_distance`: small fast objects); unmatched tracked tracks become lost, unmatched unconfirmed
+ones are dropped, high detections left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once on the first frame, else at their
 second match), lost tracks unseen for longer than `buffer_s` are dropped. Matches never cross classes.
 
-Differences from the per-object reference implementations: the time step is the stamps' (a frame that was
+Differences from the per-object reference implementations: the fourth association, buffered IoU (below) for a
+track missed on the previous frame, the camera's motion applied to every track first (`warp`, BoT-SORT's GMC), the
+time step is the stamps' (a frame that was
 dropped upstream is a longer step, not a missed detection), the lost-track buffer is in seconds, and the cost is
 bounded: only boxes that overlap are compared (a sweep, not an N x M matrix) and only the rows and columns that
 compete for a match go to the assignment solver (`tiled-detector bench` measures the cost per frame).
@@ -39,6 +42,10 @@ SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
 BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU of tracks not looked for (`ByteTrack._overlaps`)
 PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
+DISTANCE_GATE, MAX_DISTANCE_GATE = (
+    1.0,
+    2.0,
+)  # the last association: centre distance in sides, per frame unseen
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
 _SMALLEST = np.array([1e-3, 1.0])  # the least aspect and height (pixels) a prediction keeps
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
@@ -357,11 +364,15 @@ class ByteTrack:
         # (2) tracked tracks left over and the low-score detections
         pick = (free_track & confirmed & (t[:, _STATE] == TRACKED))[i] & ~high[j]
         t2, d2 = assign(i[pick], j[pick], cost[pick], 1.0 - SECOND_MATCH_IOU)
+        free_track[t2] = False
         # (3) unconfirmed tracks and the high-score detections left over
         pick = ~confirmed[i] & free_det[j]
         t3, d3 = assign(i[pick], j[pick], fused[pick], UNCONFIRMED_MATCH)
         free_det[d3] = False
-        tracks, dets = np.concatenate([t1, t2, t3]), np.concatenate([d1, d2, d3])
+        # (4) confirmed tracks unseen for frames and the high-score detections left over, by centre distance
+        t4, d4 = self._by_distance(predicted, boxes, class_ids, free_track & confirmed, free_det)
+        free_det[d4] = False
+        tracks, dets = np.concatenate([t1, t2, t3, t4]), np.concatenate([d1, d2, d3, d4])
         xyah = _to_xyah(boxes)
         self._correct(tracks, xyah[dets])
         self._observed_motion(tracks, xyah[dets])
@@ -410,6 +421,29 @@ class ByteTrack:
             rows[:, _SEEN],
         )
 
+    def _by_distance(
+        self, predicted: np.ndarray, boxes: np.ndarray, class_ids: np.ndarray, tracks: np.ndarray,
+        detections: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Matches of the `tracks` (bool: confirmed, left unmatched) with the `detections` (bool: high-score, left
+        over) of their class, by the distance of the centres in units of the larger box's longer side, below
+        `DISTANCE_GATE` per frame since the track's last match (at most `MAX_DISTANCE_GATE`): a small object that
+        moved about its own size since (a fast one, one not looked for) shares too few pixels with its prediction
+        for IoU, and without this would start a new track (an identity switch)."""
+        t = self.table
+        rows, cols = np.flatnonzero(tracks), np.flatnonzero(detections)
+        if not len(rows) or not len(cols):
+            return rows[:0], cols[:0]
+        same = t[rows, _CLASS][:, None] == class_ids[cols][None, :]
+        i, j = np.nonzero(same)
+        i, j = rows[i], cols[j]
+        a, b = predicted[i], boxes[j]
+        centre = np.hypot(*((a[:, :2] + a[:, 2:] - b[:, :2] - b[:, 2:]) / 2).T)
+        side = np.maximum((a[:, 2:] - a[:, :2]).max(axis=1), (b[:, 2:] - b[:, :2]).max(axis=1))
+        gate = np.minimum(t[i, _PERIODS] * DISTANCE_GATE, MAX_DISTANCE_GATE)
+        distance = centre / np.maximum(side, 1.0)
+        return assign(i, j, distance / gate, 1.0)
+
     def _observed_motion(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
         """Tracks `rows` matched again after frames they were not looked for (a tile budget): they are where they
         were measured, moving as their two last measurements show (what OC-SORT's observation-centric re-update,
@@ -427,11 +461,12 @@ class ByteTrack:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (track `predicted` box, detection) pairs of the same class that overlap and their IoU, detections
         `useful` only.
-        A track not looked for on the frames before (a tile budget) is compared by buffered IoU (C-BIoU, Yang et
-        al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per such frame (at most
-        `MAX_BUFFER`) on every side, as its motion since its last match is less certain."""
+        A track not matched on the previous frame (missed, or not looked for under a tile budget) is compared by
+        buffered IoU (C-BIoU, Yang et al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per
+        frame since its last match beyond the first (at most `MAX_BUFFER`) on every side, as its motion since is
+        less certain."""
         t = self.table
-        buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
+        buffer = np.minimum(np.maximum(t[:, _PERIODS] - 1, 0) * BUFFER_PER_FRAME, MAX_BUFFER)
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou

@@ -43,7 +43,9 @@ INLIER_PX = 1.5  # thumbnail pixels: a patch's shift within this of the fit agre
 SCALE_RANGE = (0.8, 1.25)
 MAX_ROTATION_DEG = 10.0
 MAX_SHIFT = 0.25  # of the frame's long side, per frame
-STILL_PX = 0.5  # an estimate that moves no frame corner further than this is a still camera (its noise: ~0.2 px)
+STILL_PX = (
+    0.5  # an estimate that moves no frame corner further than this is a still camera (its noise: ~0.2 px)
+)
 
 
 class MotionCompensation(Option):

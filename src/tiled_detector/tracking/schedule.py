@@ -102,7 +102,9 @@ def schedule(
     if fresh is not None:
         rank[np.asarray(fresh) >= NEW_VIEW] = 1
     rank[must] = 0
-    order = np.lexsort((index, -ages, -claimed, rank))
+    # claimed tiles by their claims x age squared: a tile's objects drift further from their predictions the
+    # longer it is not run (their position's uncertainty grows with the square of the frames unseen)
+    order = np.lexsort((index, -ages, -claimed * np.square(ages), rank))
     return np.sort(order[:budget])
 
 
