@@ -40,12 +40,10 @@ LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
-BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU of tracks not looked for (`ByteTrack._overlaps`)
+BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU after frames without a match (`ByteTrack._overlaps`)
 PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
-DISTANCE_GATE, MAX_DISTANCE_GATE = (
-    1.0,
-    2.0,
-)  # the last association: centre distance in sides, per frame unseen
+DISTANCE_GATE = 1.0  # the last association: centre distance in sides per frame since the track's last match
+MAX_DISTANCE_GATE = 2.0  # ... and at most this many sides
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
 _SMALLEST = np.array([1e-3, 1.0])  # the least aspect and height (pixels) a prediction keeps
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
