@@ -13,6 +13,9 @@
 #   budget   the tile budget on the GPU: the chosen-tiles CUDA test, captures per view count over a stream, bench
 #            rows (bundled and ultralytics' yolov8n, fp16, every tile vs tile_budget 8 at 4K / 2 at 1080p)
 #   budget_eval  eval --motion --budgets at 1080p and 4K (panning at 4K), torch fp16
+#   motion   camera-motion compensation on the GPU: the CUDA tests (estimate on the GPU == on the CPU), the estimate's
+#            cost per 1080p and 4K frame (eager, and replayed as a captured graph), eval --motion at 4K torch fp16:
+#            every tile and tile_budget 12 (max_tile_age 8) with its alternatives, still and moving camera
 #   families every ultralytics family (v5u, v8, v10, 11, 26, RT-DETR) exported at its defaults there (TorchScript;
 #            ONNX with its batch fixed at 1), loaded with no options (scripts/check_families.py)
 #   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
@@ -156,4 +159,61 @@ fi
 if [[ " $what " == *" families "* ]]; then
   (cd /tmp && python3 "$OLDPWD/scripts/check_families.py" --out /tmp/families) >"$out/families.txt" 2>&1
   grep -E "^(family|yolo|rtdetr|ALL|[0-9]+ FAILED)" "$out/families.txt"
+fi
+
+if [[ " $what " == *" motion "* ]]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_motion.py >"$out/pytest_motion.txt" 2>&1
+  tail -2 "$out/pytest_motion.txt"
+  python3 - <<'PY' 2>&1 | tee "$out/motion_cost.txt"
+import torch
+from tiled_detector.tools.synthetic import MotionStyle, make_sequence
+from tiled_detector.tracking import motion
+for w, h in ((1920, 1080), (3840, 2160)):
+    scenes = list(make_sequence(3, 2, w, h, MotionStyle(pan=4, rotate=0.1, shake=2)))
+    frames = [torch.from_numpy(s.image).cuda() for s in scenes]
+    factor = motion.thumb_factor(h, w)
+    previous = motion.thumbnail(frames[0])
+    def step():
+        return motion.estimate(previous, motion.thumbnail(frames[1]), factor)
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(100):
+        matrix, ok = step()
+    end.record(); torch.cuda.synchronize()
+    eager = start.elapsed_time(end) / 100
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(); side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        captured = step()
+    start.record()
+    for _ in range(100):
+        graph.replay()
+    end.record(); torch.cuda.synchronize()
+    replay = start.elapsed_time(end) / 100
+    error = motion.corner_error(matrix.cpu().numpy(), scenes[1].camera, (h, w))
+    print(f"{w}x{h}: motion estimate {eager:.3f} ms eager, {replay:.3f} ms as a captured graph; ok={bool(ok)}, "
+          f"error {error:.2f} px; {torch.cuda.get_device_name()}")
+PY
+  gpu=(--backend torch --device cuda --precision fp16 --motion --frames 60 --width 3840 --height 2160)
+  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --json --out "$out/eval_still" 2>/dev/null | tail -1 >"$out/eval_still.json"
+  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --pan 4 --rotate 0.1 --shake 2 --json --out "$out/eval_moving" \
+    2>/dev/null | tail -1 >"$out/eval_moving.json"
+  td bench --backend torch --device cuda --precision fp16 --size 3840x2160 --tracker bytetrack --runs 30 --warmup 5 \
+    --out "$out/bench_motion" 2>&1 | grep -v "bench \[" | tail -3
+  td bench --backend torch --device cuda --precision fp16 --size 3840x2160 --tracker bytetrack --runs 30 --warmup 5 \
+    --motion-compensation none --out "$out/bench_nomotion" 2>&1 | grep -v "bench \[" | tail -3
+  python3 -c "
+import json
+for name in ('still', 'moving'):
+    d = json.load(open('$out/eval_' + name + '.json'))
+    for k, v in d['configs'].items():
+        print(name, k, *(f'{m}={v[m]:.3f}' for m in ('AP50', 'IDF1', 'id_switches', 'views_per_frame', 'frames_per_second', 'latency_p95')))
+"
 fi

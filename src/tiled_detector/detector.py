@@ -402,6 +402,7 @@ class TiledDetector:
         clock.mark("upload")
         if on_device is not None:
             on_device(uploaded)
+            clock.mark("motion")
         return self._detect(uploaded, encodings, cameras, clock, tiles)
 
     def detect_device(

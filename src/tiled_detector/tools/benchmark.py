@@ -34,6 +34,7 @@ from tiled_detector.pipeline.program import cuda_graph
 from tiled_detector.stream import Stream
 from tiled_detector.tools.peers import model_family, yolox_sahi_model
 from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tracking.bytetrack import TrackerKind
 
 T = TypeVar("T")
 
@@ -147,15 +148,18 @@ def measure(
     """Alternate the pipeline and the model alone `runs` times after `warmup` rounds; fill `row`. A torch `frame`
     on the engine's device is timed from there (no host-to-device copy: GPU-decoded or zero-copy sources).
 
-    With `tile_budget` the frame is a stream (the same frame every 33 ms, through `Stream`: schedule and tracks
-    included in the time); views per frame are those of the timed runs, and the model alone runs that many
-    views (the warm-up runs every tile on the stream's first frames)."""
+    With `tile_budget` or `tracker` the frame is a stream (the same frame every 33 ms, through `Stream`: schedule,
+    camera-motion estimate and tracks included in the time, the estimate as the stage `motion`); views per frame
+    are those of the timed runs, and the model alone runs that many views (the warm-up runs every tile on the
+    stream's first frames)."""
     device = detector.engine.device
     plan = detector.plan_for(*frame.shape[:2])
     stream, counted = Stream(detector), []
 
+    streaming = detector.config.tile_budget or detector.config.tracker is not TrackerKind.NONE
+
     def step() -> None:
-        if not detector.config.tile_budget:
+        if not streaming:
             stages.append(detector.detect(frame).timings)
             counted.append(plan.batch_size)
             return
