@@ -202,13 +202,21 @@ for w, h in ((1920, 1080), (3840, 2160)):
           f"error {error:.2f} px; {torch.cuda.get_device_name()}")
 PY
   gpu=(--backend torch --device cuda --precision fp16 --motion --frames 60 --width 3840 --height 2160)
-  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --json --out "$out/eval_still" 2>/dev/null | tail -1 >"$out/eval_still.json"
-  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --pan 4 --rotate 0.1 --shake 2 --json --out "$out/eval_moving" \
-    2>/dev/null | tail -1 >"$out/eval_moving.json"
+  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --json --out /tmp/eval_still 2>"$out/eval_still.err" | tail -1 \
+    >"$out/eval_still.json"
+  td eval "${gpu[@]}" --budgets 12 --max-tile-age 8 --pan 4 --rotate 0.1 --shake 2 --json --out /tmp/eval_moving \
+    2>"$out/eval_moving.err" | tail -1 >"$out/eval_moving.json"
+  tail -3 "$out/eval_still.err"
   td bench --backend torch --device cuda --precision fp16 --size 3840x2160 --tracker bytetrack --runs 30 --warmup 5 \
-    --out "$out/bench_motion" 2>&1 | grep -v "bench \[" | tail -3
+    --out /tmp/bench_motion 2>&1 | grep -v "bench \[" | tail -3
   td bench --backend torch --device cuda --precision fp16 --size 3840x2160 --tracker bytetrack --runs 30 --warmup 5 \
-    --motion-compensation none --out "$out/bench_nomotion" 2>&1 | grep -v "bench \[" | tail -3
+    --motion-compensation none --out /tmp/bench_nomotion 2>&1 | grep -v "bench \[" | tail -3
+  python3 -c "
+import csv
+for name in ('motion', 'nomotion'):
+    row = next(csv.DictReader(open('/tmp/bench_' + name + '/bench.csv')))
+    print(name, {k: v for k, v in row.items() if k.endswith('_ms') and not k.endswith('p95_ms')})
+" | tee "$out/bench_motion.txt"
   python3 -c "
 import json
 for name in ('still', 'moving'):

@@ -186,8 +186,29 @@ def test_the_alternatives_run_the_same_tiles_per_frame() -> None:
 
 @pytest.mark.gpu
 def test_the_estimate_on_the_gpu_equals_the_cpu() -> None:
-    scenes = list(make_sequence(3, 2, 1920, 1080, ROBOT))
-    thumbs = {d: [motion.thumbnail(torch.from_numpy(s.image).to(d)) for s in scenes] for d in ("cpu", "cuda")}
-    cpu = motion.estimate(*thumbs["cpu"], motion.thumb_factor(1080, 1920))
-    gpu = motion.estimate(*thumbs["cuda"], motion.thumb_factor(1080, 1920))
-    assert torch.allclose(cpu[0], gpu[0].cpu(), atol=0.05) and bool(cpu[1]) == bool(gpu[1].cpu())
+    """The same motion on both devices, eager and replayed from its captured graph (per thumbnail shape and scale:
+    1080p and 4K frames give thumbnails of one shape), for two cameras in turn."""
+    for size in ((1920, 1080), (3840, 2160)):
+        scenes = list(make_sequence(3, 3, *size, ROBOT))
+        thumbs = {
+            d: [motion.thumbnail(torch.from_numpy(s.image).to(d)) for s in scenes] for d in ("cpu", "cuda")
+        }
+        factor = motion.thumb_factor(size[1], size[0])
+        cpu = motion.estimate(*thumbs["cpu"][:2], factor)
+        gpu = motion.estimate(*thumbs["cuda"][:2], factor)
+        assert torch.allclose(cpu[0], gpu[0].cpu(), atol=0.05) and bool(cpu[1]) == bool(gpu[1].cpu())
+        trackers = {d: motion.CameraMotion() for d in ("cpu", "cuda")}
+        for t, scene in enumerate(scenes):
+            for device, tracker in trackers.items():
+                for camera in ("a", "b"):
+                    frame = torch.from_numpy(scene.image if camera == "a" else scene.image[::-1].copy()).to(
+                        device
+                    )
+                    tracker.observe(camera, frame, t * 33_000_000, 1.0)
+            for camera in ("a", "b"):
+                on_cpu, on_gpu = (trackers[d].measured(camera) for d in ("cpu", "cuda"))
+                assert (
+                    np.allclose(on_cpu.matrix, on_gpu.matrix, atol=0.05)
+                    and on_cpu.fallback == on_gpu.fallback
+                )
+        assert len(trackers["cuda"]._captured) == 1

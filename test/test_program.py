@@ -10,9 +10,9 @@ import torch
 
 from tiled_detector.config import Applies, DetectorConfig, settings
 from tiled_detector.detector import TiledDetector
+from tiled_detector.devices import cuda_graph
 from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
 from tiled_detector.pipeline.postprocess import Limits
-from tiled_detector.pipeline.program import cuda_graph
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import batch_plan, make_plan
 from tiled_detector.tools.synthetic import make_scene
@@ -408,7 +408,7 @@ def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
     from types import SimpleNamespace
 
     from tiled_detector.detector import default_capture
-    from tiled_detector.pipeline.program import cuda_graph
+    from tiled_detector.devices import cuda_graph
 
     config = DetectorConfig()
     assert config.cuda_graph  # on by default

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
+from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.models import COCO, coco_labels, load_labels
 from tiled_detector.pipeline.decode import (
@@ -45,7 +46,6 @@ from tiled_detector.pipeline.program import (
     Compiler,
     FrameProgram,
     Runner,
-    cuda_graph,
     fused,
     no_mark,
 )

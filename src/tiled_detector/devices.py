@@ -1,8 +1,13 @@
-"""torch devices: concrete indices, compatibility, and the check that CUDA is really there."""
+"""torch devices: concrete indices, compatibility, the check that CUDA is really there, and CUDA graph capture."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
+
+T = TypeVar("T")
 
 
 def concrete_device(device: str | torch.device) -> torch.device:
@@ -34,3 +39,17 @@ def require_cuda(device: torch.device | str, why: str) -> None:
 def same_device(have: torch.device, want: torch.device) -> bool:
     """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
     return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
+
+
+def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
+    """Capture `function` as one `torch.cuda.CUDAGraph` (after a warm-up run on a side stream, which lets
+    libraries allocate their workspaces): (replay, outputs), replay() recomputing `outputs` in place."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = function()
+    return graph.replay, outputs

@@ -53,20 +53,6 @@ def no_mark(stage: str) -> None:
     """Stage boundaries are not timed inside a capture."""
 
 
-def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
-    """Capture `function` as one `torch.cuda.CUDAGraph` (after a warm-up run on a side stream, which lets
-    libraries allocate their workspaces): (replay, outputs), replay() recomputing `outputs` in place."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        function()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = function()
-    return graph.replay, outputs
-
-
 # compiled variants kept per stage function: one per frame size and sync-free `Limits` (each limit doubles up to
 # its maximum: at most 18 per frame size). torch's default (8) silently ran a 4K candidate flood uncompiled after
 # the limits had grown at 1080p and 4K in one process.

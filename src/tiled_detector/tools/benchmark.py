@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from tiled_detector.detector import TiledDetector
+from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
 from tiled_detector.models import coco_labels
 from tiled_detector.pipeline.decode import OutputLayout
-from tiled_detector.pipeline.program import cuda_graph
 from tiled_detector.stream import Stream
 from tiled_detector.tools.peers import model_family, yolox_sahi_model
 from tiled_detector.tools.synthetic import make_scene

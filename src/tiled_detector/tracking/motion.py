@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tiled_detector.devices import cuda_graph
 from tiled_detector.options import Option
 
 LOG = logging.getLogger(__name__)
@@ -132,8 +133,11 @@ def fit_similarity(
     """The similarity (2, 3) (thumbnail pixels, float64) that moves `centres` by `shifts`, by least squares weighted
     by the peaks of the textured patches and reweighted `REFITS` times (patches off the fit by more than
     `INLIER_PX` set aside), and whether it passes the checks of the module docstring (a 0-d bool tensor)."""
-    origin = torch.tensor([size_hw[1] / 2, size_hw[0] / 2], dtype=torch.float64, device=centres.device)
-    x, y = (centres.double() - origin).unbind(1)
+    ox, oy = (
+        size_hw[1] / 2,
+        size_hw[0] / 2,
+    )  # python numbers: no host-to-device copy (the estimate is captured)
+    x, y = centres[:, 0].double() - ox, centres[:, 1].double() - oy
     one, zero = torch.ones_like(x), torch.zeros_like(x)
     # shift = [[s - 1, -r], [r, s - 1]] (x, y) + (tx, ty): linear in (s - 1, r, tx, ty)
     design = torch.stack(
@@ -153,7 +157,7 @@ def fit_similarity(
         weight = textured * peak.double() * agree
     a, b, tx, ty = 1 + params[0], params[1], params[2], params[3]
     linear = torch.stack([torch.stack([a, -b]), torch.stack([b, a])])
-    offset = torch.stack([tx, ty]) + origin - linear @ origin
+    offset = torch.stack([tx + ox - (a * ox - b * oy), ty + oy - (b * ox + a * oy)])
     matrix = torch.cat([linear, offset[:, None]], dim=1)
     scale, angle = torch.sqrt(a * a + b * b), torch.atan2(b, a).abs()
     confident = textured.sum()
@@ -225,6 +229,22 @@ def new_view(tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]) ->
     return outside.mean(axis=1)
 
 
+class _Captured:
+    """`estimate` for thumbnails of one shape on a CUDA device, captured once as a CUDA graph and replayed (about a
+    hundred small kernels: launched one by one they cost the host more than the device)."""
+
+    def __init__(self, shape: tuple[int, int], device: torch.device, factor: int) -> None:
+        self.previous = torch.zeros(shape, device=device)
+        self.current = torch.zeros(shape, device=device)
+        self.replay, self.outputs = cuda_graph(lambda: estimate(self.previous, self.current, factor))
+
+    def __call__(self, previous: torch.Tensor, current: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.previous.copy_(previous)
+        self.current.copy_(current)
+        self.replay()
+        return self.outputs[0].clone(), self.outputs[1].clone()  # the next camera's replay overwrites them
+
+
 @dataclass
 class _Camera:
     thumb: torch.Tensor
@@ -249,9 +269,11 @@ class CameraMotion:
     def __init__(self) -> None:
         self._cameras: dict[str, _Camera] = {}
         self._pending: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
+        # one per thumbnail shape and scale (1080p and 4K frames both give 480 x 270 thumbnails)
+        self._captured: dict[tuple[tuple[int, int], torch.device, int], _Captured] = {}
 
     def reset(self) -> None:
-        """Forget every camera."""
+        """Forget every camera (the captured estimates stay: they depend on the thumbnail's shape only)."""
         self._cameras.clear()
         self._pending.clear()
 
@@ -279,8 +301,19 @@ class CameraMotion:
             self._cameras[camera] = _Camera(thumb, hw, stamp_ns, IDENTITY)
             self._pending[camera] = None
             return
-        self._pending[camera] = estimate(state.thumb, thumb, thumb_factor(*hw))
+        self._pending[camera] = self._estimate(state.thumb, thumb, thumb_factor(*hw))
         state.thumb, state.last_ns = thumb, stamp_ns
+
+    def _estimate(
+        self, previous: torch.Tensor, current: torch.Tensor, factor: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`estimate`, replayed from a captured graph on a CUDA device."""
+        if current.device.type != "cuda":
+            return estimate(previous, current, factor)
+        key = ((int(current.shape[0]), int(current.shape[1])), current.device, factor)
+        if key not in self._captured:
+            self._captured[key] = _Captured(key[0], current.device, factor)
+        return self._captured[key](previous, current)
 
     def measured(self, camera: str) -> Measured:
         """The motion of the frame `observe` last took from `camera` (read back from the device)."""
