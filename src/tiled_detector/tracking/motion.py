@@ -323,9 +323,10 @@ class CameraMotion:
             state.motion = IDENTITY
             return Measured(IDENTITY, False, False)
         matrix, ok = pending
-        if not bool(ok.item()):
+        both = torch.cat([matrix.reshape(-1), ok.reshape(1).to(matrix.dtype)]).cpu().numpy()  # one read
+        if not both[6]:
             state.motion = IDENTITY
             return Measured(IDENTITY, True, True)
-        matrix = matrix.cpu().numpy()
+        matrix = both[:6].reshape(2, 3)
         state.motion = IDENTITY if corner_error(matrix, IDENTITY, state.frame_hw) <= STILL_PX else matrix
         return Measured(state.motion, True, False)
