@@ -10,13 +10,13 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
    must run than the budget holds (earliest deadline first: for every horizon d = 1..A, the tiles due within d
    frames, less what the d - 1 frames after this one can run, run now). Any budget of at least
    `smallest_budget(N, A)` = ceil(N / A) tiles keeps the bound for ever from a frame where every tile ran.
-2. *claimed*: tiles that a claiming box (grown by `CLAIM_MARGIN` of its size on every side, at least
-   `MIN_MARGIN_PX`: how far an object may move or its box grow between frames) overlaps; a box on a seam claims
-   every tile it touches. The most claimed first (a tentative track, seen once, weighs `TENTATIVE_WEIGHT`: its
-   second look confirms it and gives its motion), then the oldest.
-3. *new view* (with camera-motion compensation): tiles of which at least `NEW_VIEW` is view the camera has turned
-   or moved to since they last ran (`tracking.motion.new_view`), before the claimed ones;
-4. *stalest*: the rest of the budget on the oldest tiles.
+2. *new view* (with camera-motion compensation): tiles of which at least `NEW_VIEW` is view the camera has turned
+   or moved to since they last ran (`tracking.motion.new_view`);
+3. *by need*: the rest by (claims + 1) x age squared, claims from the boxes that claim the tile (grown by
+   `CLAIM_MARGIN` of their size on every side, at least `MIN_MARGIN_PX`: how far an object may move or its box grow
+   between frames; a box on a seam claims every tile it touches; a tentative track, seen once, weighs
+   `TENTATIVE_WEIGHT`: its second look confirms it and gives its motion): a tile's objects drift from their
+   predictions the longer it waits, and a tile without tracks may hold an object not found yet.
 
 Ties go to the lower tile index, so the same inputs give the same set.
 
@@ -97,14 +97,14 @@ def schedule(
             f"the smallest that can is {smallest_budget(len(ages), max_age)}"
         )
     index = np.arange(len(ages))
-    rank = np.full(len(ages), 3)  # 0: due, 1: new view, 2: claimed, 3: the rest
-    rank[claimed > 0] = 2
+    rank = np.full(len(ages), 2)  # 0: due, 1: new view, 2: the rest
     if fresh is not None:
         rank[np.asarray(fresh) >= NEW_VIEW] = 1
     rank[must] = 0
-    # claimed tiles by their claims x age squared: a tile's objects drift further from their predictions the
-    # longer it is not run (their position's uncertainty grows with the square of the frames unseen)
-    order = np.lexsort((index, -ages, -claimed * np.square(ages), rank))
+    # the rest by (claims + 1) x age squared: the objects of a tile not run drift from their predictions, more the
+    # longer it waits (their position's uncertainty grows with the square of the frames unseen), and a tile with
+    # no track may hold an object not found yet
+    order = np.lexsort((index, -ages, -(claimed + 1) * np.square(ages), rank))
     return np.sort(order[:budget])
 
 
