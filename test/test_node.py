@@ -799,6 +799,64 @@ def test_one_node_answers_every_camera_with_its_own_detections(tmp_path: Path) -
     assert "Traceback" not in node.log_text()
 
 
+def test_a_costly_camera_runs_in_parts_between_the_other_cameras_frames(tmp_path: Path) -> None:
+    """Two 640x480 cameras (2 views a frame) and a 3840x2160 one (33 views: parts of at most 16): the 4K frame
+    runs in parts between the cheap cameras' frames, so they are answered while it runs, not after it; its own
+    answer finds what detecting it whole finds, and /diagnostics counts the views its parts ran."""
+    from tiled_detector.tools.scoring import box_iou
+
+    small = [make_scene(930 + i, 640, 480).image for i in range(2)]
+    big = make_scene(932, 3840, 2160).image
+    whole = TiledDetector(conf_threshold=0.4).detect(big)
+    domain = pick_domain_id()
+    params = _write_params(tmp_path / "params.yaml", cameras=list(CAMERAS), conf_threshold=0.4,
+                           diagnostics_period=0.5)  # fmt: skip
+    with NodeProcess(params, domain_id=domain) as node:
+        clients = [DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"cost_{i}")
+                   for i, topic in enumerate(CAMERAS)]  # fmt: skip
+        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            for client in clients:
+                assert client.wait_for_node(timeout=60), node.log_text()
+            for i in (0, 1):  # the cheap cameras' sizes are known before the costly frame comes
+                _send(clients[i], _image(small[i], i), _stamp(i))
+            clients[2].publish(_image(big, 50))
+            sent = time.monotonic()
+            index = 100
+            while _stamp(50) not in clients[2].detections and time.monotonic() - sent < 60:
+                for i in (0, 1):
+                    clients[i].publish(_image(small[i], index + i))
+                index += 2
+                time.sleep(0.05)
+            reply = clients[2].wait_for_stamp(_stamp(50), timeout=5.0)
+            if reply is None:  # the best-effort 4K frame was lost right after discovery: send it again
+                reply = _send(clients[2], _image(big, 50), _stamp(50))
+            done = clients[2].arrivals[_stamp(50)]
+            answered_while = [
+                t for c in clients[:2] for k, t in c.arrivals.items() if k >= _stamp(100) and t < done
+            ]
+            assert len(answered_while) >= 2, (len(answered_while), done - sent)
+            boxes, _, class_ids = msg_to_detections(reply, list(CLASSES))
+            iou = box_iou(whole.boxes.astype(np.float64), boxes.astype(np.float64))
+            same = np.where(whole.class_ids[:, None] == class_ids[None, :], iou, 0)
+            assert (same.max(axis=1) >= 0.7).mean() >= 0.95 and abs(len(boxes) - len(whole.boxes)) <= 3
+
+            def counted() -> bool:
+                status = _camera_statuses(diagnostics).get(CAMERAS[2], DiagnosticStatus())
+                return int({kv.key: kv.value for kv in status.values}.get("frames_processed", 0)) >= 1
+
+            assert clients[0].wait_until(counted, timeout=30)
+            values = {kv.key: kv.value for kv in _camera_statuses(diagnostics)[CAMERAS[2]].values}
+            assert (
+                float(values["views_per_frame_max"]) == 32 + 3
+            )  # 32 tiles in 3 parts, each with the full view
+        finally:
+            for client in clients:
+                client.close()
+    assert node.returncode == 0, node.log_text()
+    assert "Traceback" not in node.log_text()
+
+
 # --- the managed (lifecycle) node -------------------------------------------------------------------------
 
 LIFECYCLE_NODE = (sys.executable, "-m", "tiled_detector.ros.lifecycle")

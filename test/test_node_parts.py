@@ -117,6 +117,19 @@ def test_each_sending_camera_gets_an_equal_share_of_the_engine() -> None:
     assert share.held() == set()
 
 
+def test_a_frame_costing_many_times_the_cheapest_cameras_runs_in_parts() -> None:
+    """Parts of at most 4x the cheapest camera's views (at least 16): an 8K frame (105 views) among 720p ones (5)
+    runs in parts of 20; 1080p (9) among 480p (2) runs whole; one camera alone never in parts."""
+    from tiled_detector.ros.share import view_cap
+
+    assert (
+        view_cap([5, 5, 105]) == 20
+        and view_cap([2, 5, 9]) == 16
+        and view_cap([105]) == 0
+        and view_cap([]) == 0
+    )
+
+
 def test_a_closed_gate_leaves_a_cameras_messages_in_the_middleware() -> None:
     """The executor builds its wait set from the subscriptions whose callback group can execute: a held camera's
     (closed gate) is left out, so its messages are neither taken nor converted."""
@@ -230,11 +243,11 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
         calls: list[int] = []
         real = node._process
 
-        def flaky(items: list) -> None:
+        def flaky(items: list, parts: list) -> None:
             calls.append(1)
             if len(calls) == 1:
                 raise KeyError("something nobody expected")
-            real(items)
+            real(items, parts)
 
         node._process = flaky  # type: ignore[method-assign]
         frame = array_to_imgmsg(np.zeros((64, 96, 3), np.uint8), "rgb8")
@@ -293,9 +306,11 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call(tmp_path) -> 
         calls: list[tuple[int, list[int], list[str]]] = []
         detect_many = node._detector.detect_many
 
-        def counted(frames, encodings, slots, cameras, tiles=None):
+        def counted(frames, encodings, slots, cameras, tiles=None, on_device=None):
             calls.append((len(frames), list(slots), list(cameras)))
-            return detect_many(frames, encodings, slots=slots, cameras=cameras, tiles=tiles)
+            return detect_many(
+                frames, encodings, slots=slots, cameras=cameras, tiles=tiles, on_device=on_device
+            )
 
         node._detector.detect_many = counted
         published: list[tuple[str, str]] = []
@@ -360,9 +375,11 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
         frames: list[tuple[str, object]] = []
         detect_many = node._detector.detect_many
 
-        def recorded(images, encodings, slots, cameras, tiles=None):
+        def recorded(images, encodings, slots, cameras, tiles=None, on_device=None):
             frames.extend(zip(encodings, images, strict=True))
-            return detect_many(images, encodings, slots=slots, cameras=cameras, tiles=tiles)
+            return detect_many(
+                images, encodings, slots=slots, cameras=cameras, tiles=tiles, on_device=on_device
+            )
 
         node._detector.detect_many = recorded
         scene = make_scene(4, 320, 240).image

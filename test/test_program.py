@@ -173,7 +173,7 @@ ALTERNATES = {
     "class_thresholds": ["red_disc:0.9", "3:0.8"], "roi": (0.0, 0.5, 1.0, 1.0), "min_box_size": 40.0,
     "max_box_size": 30.0, "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
     "tracker": "bytetrack", "track_activation_threshold": 0.5, "lost_track_buffer": 3.0,
-    "track_matching_threshold": 0.5, "tile_budget": 3, "max_tile_age": 2,
+    "track_matching_threshold": 0.5, "tile_budget": 3, "max_tile_age": 2, "motion_compensation": "none",
 }  # fmt: skip
 SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
 

@@ -196,3 +196,29 @@ def test_without_a_tracker_or_a_budget_no_motion_is_estimated(detector, sequence
     monkeypatch.setattr(detector, "detect_many", spied)
     results = _run(Stream(detector), sequence[:2])
     assert asked == [None, None] and all(r.motion is None for r in results)
+
+
+def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does(detector):
+    """view_cap 4 on a 1080p frame (8 tiles + the full view): three parts (3 + 3 + 2 tiles, each with the full
+    view), None until the last; the merged parts find what one run finds; a small camera in the same calls is
+    answered every time; a new frame of the camera gives up the half-run one."""
+    from tiled_detector.tools.scoring import box_iou
+
+    big, small = make_scene(21, 1920, 1080).image, make_scene(22, 640, 480).image
+    whole = detector.detect(big)
+    stream = Stream(detector)
+    answers = [stream.process([big, small], [5, 5], ["big", "small"], view_cap=4) for _ in range(3)]
+    assert [a[0] is None for a in answers] == [True, True, False] and all(a[1] is not None for a in answers)
+    assert not stream.in_parts("big") and stream.in_parts("small") is False
+    parts = answers[-1][0]
+    assert parts.views == 3 + 1 + 3 + 1 + 2 + 1 and parts.notes == ("run in 3 parts of at most 4 views",)
+    iou = box_iou(whole.boxes.astype(np.float64), parts.detections.boxes.astype(np.float64))
+    same_class = whole.class_ids[:, None] == parts.detections.class_ids[None, :]
+    found = (np.where(same_class, iou, 0).max(axis=1) >= 0.7).mean()
+    assert (
+        found >= 0.95 and abs(len(parts.detections.boxes) - len(whole.boxes)) <= 0.05 * len(whole.boxes) + 2
+    )
+    assert stream.process([big], [5], ["big"], view_cap=4) == [None] and stream.in_parts("big")
+    assert stream.process([big], [6], ["big"], view_cap=4) == [None]  # a newer frame starts over
+    stream.give_up("big")
+    assert not stream.in_parts("big") and stream.process([big], [7], ["big"])[0].views == 9

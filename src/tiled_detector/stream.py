@@ -34,6 +34,7 @@ that no tile run holds whole is kept as it was (with its score), unless a detect
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.pipeline.encodings import Encoding
+from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
 from tiled_detector.tracking.motion import CameraMotion, Measured, MotionCompensation, move_boxes, new_view
@@ -95,6 +97,22 @@ class StreamResult:
 
 
 @dataclass
+class _Parts:
+    """A frame run in parts (`Stream.process`'s `view_cap`): its stamp, the tiles still to run and what the parts
+    run so far found."""
+
+    stamp_ns: int
+    left: np.ndarray
+    found: list[Detections] = field(default_factory=list)
+    views: int = 0
+
+    def next_tiles(self, tiles: int) -> np.ndarray:
+        """The next `tiles` tiles to run (taken off those left)."""
+        chosen, self.left = self.left[:tiles], self.left[tiles:]
+        return chosen
+
+
+@dataclass
 class _Camera:
     """One camera's schedule state (module docstring)."""
 
@@ -118,6 +136,7 @@ class Stream:
         self._kind = kind  # the budget's schedule, or an alternative to compare it with (`eval --budgets`)
         self._motion = CameraMotion()
         self._cameras: dict[str, _Camera] = {}
+        self._parts: dict[str, _Parts] = {}  # per camera, the frame it is running in parts
         self._tracks: CameraTracks | None = None
         self._key: Any = None
         self._said: set[tuple[Any, ...]] = set()  # one log line per cause
@@ -125,6 +144,7 @@ class Stream:
     def reset(self) -> None:
         """Every camera starts over (its track ids keep counting up)."""
         self._cameras.clear()
+        self._parts.clear()
         self._motion.reset()
         if self._tracks is not None:
             self._tracks.reset()
@@ -144,6 +164,7 @@ class Stream:
         else:
             self._tracks.reset(config.tracker_settings())
         self._cameras.clear()
+        self._parts.clear()
         self._motion.reset()
 
     def _say(self, level: int, cause: tuple[Any, ...], text: str) -> None:
@@ -178,20 +199,30 @@ class Stream:
         encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
         slots: Sequence[int] | None = None,
         mask_cameras: Sequence[str | None] | None = None,
-    ) -> list[StreamResult]:
+        view_cap: int = 0,
+    ) -> list[StreamResult | None]:
         """Detect one frame of each camera `names[k]` (its header stamp `stamps_ns[k]`; `mask_cameras`: the name
-        its ignore mask is given for, see `TiledDetector.detect_many`) and report each as a `StreamResult`."""
+        its ignore mask is given for, see `TiledDetector.detect_many`) and report each as a `StreamResult`.
+
+        `view_cap` (0: none) runs a frame of more views than that in parts of at most `view_cap` views (its tiles
+        in order, each part with the full-frame view; the tile budget does not apply): its entry is None until the
+        call that runs its last part, and the caller gives the same frame with the same stamp again until then.
+        The parts' detections are merged by the merge rule and go to the tracker as one frame's."""
         self._follow_settings()
         config = self.detector.config
         masks = [None] * len(frames) if mask_cameras is None else list(mask_cameras)
         compensate = self._compensating()
-        states, plans, chosen, notes = [], [], [], []
+        states, plans, chosen, notes, parted = [], [], [], [], []
         for frame, stamp, name, mask in zip(frames, stamps_ns, names, masks, strict=True):
             plan = self.detector.plan_for(frame.shape[0], frame.shape[1], mask)
             state = self._camera(name, plan, stamp)
             budget = self.budget_for(plan)
             picked, note = None, ()
-            if budget and state.frames < self._history():
+            parts = self._parts_for(name, stamp, plan, view_cap)
+            if parts is not None:
+                picked = parts.next_tiles(view_cap - int(plan.full_frame))
+                parts.views += len(picked) + int(plan.full_frame)
+            elif budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
                 picked = self._pick(name, state, plan, budget, compensate)
@@ -200,21 +231,64 @@ class Stream:
             plans.append(plan)
             chosen.append(picked)
             notes.append(note)
+            parted.append(parts)
 
         def observe(on_device: list[Any]) -> None:
-            for name, stamp, frame in zip(names, stamps_ns, on_device, strict=True):
-                self._motion.observe(name, frame, stamp, config.lost_track_buffer)
+            for name, stamp, frame, parts in zip(names, stamps_ns, on_device, parted, strict=True):
+                if parts is None:  # a frame in parts is not compensated (its estimate starts over after it)
+                    self._motion.observe(name, frame, stamp, config.lost_track_buffer)
 
         found = self.detector.detect_many(
             frames, encodings, slots, mask_cameras, chosen, observe if compensate else None
         )
-        motions = [self._motion.measured(name) if compensate else None for name in names]
-        return [
-            self._report(name, stamp, state, plan, picked, detections, note, motion)
-            for name, stamp, state, plan, picked, detections, note, motion in zip(
-                names, stamps_ns, states, plans, chosen, found, notes, motions, strict=True
-            )
-        ]
+        results: list[StreamResult | None] = []
+        for name, stamp, state, plan, picked, detections, note, parts in zip(
+            names, stamps_ns, states, plans, chosen, found, notes, parted, strict=True
+        ):
+            if parts is None:
+                motion = self._motion.measured(name) if compensate else None
+                results.append(self._report(name, stamp, state, plan, picked, detections, note, motion))
+                continue
+            parts.found.append(detections)
+            if len(parts.left):
+                results.append(None)
+                continue
+            del self._parts[name]
+            whole = self._report(name, stamp, state, plan, None, self._merged(parts.found), note)
+            results.append(dataclasses.replace(whole, views=parts.views, notes=(
+                f"run in {len(parts.found)} parts of at most {view_cap} views",)))  # fmt: skip
+        return results
+
+    def in_parts(self, name: str) -> bool:
+        """Whether camera `name` has a frame left half run (`process`'s `view_cap`)."""
+        return name in self._parts
+
+    def give_up(self, name: str) -> None:
+        """Forget camera `name`'s frame in parts (it failed)."""
+        self._parts.pop(name, None)
+
+    def _parts_for(self, name: str, stamp: int, plan: TilePlan, view_cap: int) -> _Parts | None:
+        """The parts of this frame: continued (the same stamp), started (more views than `view_cap`), or None."""
+        parts = self._parts.get(name)
+        if parts is not None and parts.stamp_ns == stamp:
+            return parts
+        self._parts.pop(name, None)  # a new frame instead: the half-run one is given up
+        if not view_cap or plan.batch_size <= view_cap or view_cap <= int(plan.full_frame):
+            return None
+        parts = self._parts[name] = _Parts(stamp, np.arange(plan.num_tiles))
+        return parts
+
+    def _merged(self, found: list[Detections]) -> Detections:
+        """The parts' detections merged as the frame program merges views, the best `max_detections` kept."""
+        config = self.detector.config
+        boxes, scores, class_ids = merge_detections(
+            np.concatenate([f.boxes for f in found]), np.concatenate([f.scores for f in found]),
+            np.concatenate([f.class_ids for f in found]), config.merge, config.match_metric,
+            config.merge_threshold, config.class_agnostic,
+        )  # fmt: skip
+        best = np.argsort(-scores, kind="stable")[: config.max_detections]
+        timings = {k: sum(f.timings.get(k, 0.0) for f in found) for k in found[-1].timings}
+        return Detections(boxes[best], scores[best], class_ids[best], timings)
 
     def _compensating(self) -> bool:
         """Whether the camera's motion is estimated: `motion_compensation: image` and something that uses it (the

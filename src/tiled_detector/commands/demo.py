@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     """Make the sample bag, replay it lock-step through the node, report."""
     from tiled_detector.harness.recording import make_synthetic_bag
     from tiled_detector.harness.replay import ReplayError, ReplayOptions, replay_bag
+    from tiled_detector.tools.synthetic import MotionStyle
 
     if args.frames < 1:
         raise SystemExit("--frames must be at least 1")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         args.width,
         args.height,
         force=True,
-        motion=args.motion,
+        camera=MotionStyle() if args.motion else None,
     )
     say(
         f"sample bag: {bag} ({args.frames} frames {args.width}x{args.height}, {time.monotonic() - started:.1f} s)"

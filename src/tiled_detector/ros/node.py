@@ -47,7 +47,7 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
-from tiled_detector.ros.share import EngineShare
+from tiled_detector.ros.share import EngineShare, view_cap
 from tiled_detector.ros.stats import FrameSlots, LostFrames, SkippedFrames, Stats
 from tiled_detector.stream import Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
@@ -215,6 +215,7 @@ class DetectorNodeBase(NodeParameters):
             )
             camera.last_frame = time.monotonic()
         self._slots = FrameSlots(len(self.cameras))
+        self._in_parts: dict[int, tuple] = {}  # camera index -> the batch entry of its frame run in parts
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
@@ -323,13 +324,15 @@ class DetectorNodeBase(NodeParameters):
     def _run(self) -> None:
         while not self._stop.is_set():
             held = self._share.held()
-            self._gate(held)
-            items = self._slots.take(timeout=0.1, held=held)
-            if not items:
+            self._gate(held | set(self._in_parts))
+            parts = [entry for index, entry in self._in_parts.items() if index not in held]
+            items = self._slots.take(timeout=0.0 if parts else 0.1, held=held | set(self._in_parts))
+            if not items and not parts:
                 continue
             try:
-                self._process(items)
+                self._process(items, parts)
             except Exception:
+                self._in_parts.clear()
                 for index, _ in items:
                     self._count(self.cameras[index], "failed")
                 self.get_logger().error(
@@ -347,9 +350,12 @@ class DetectorNodeBase(NodeParameters):
         if opened and self.executor is not None:
             self.executor.wake()
 
-    def _process(self, items: list[tuple[int, tuple[Image | CompressedImage, float]]]) -> None:
+    def _process(
+        self, items: list[tuple[int, tuple[Image | CompressedImage, float]]], parts: list[tuple] = ()
+    ) -> None:  # fmt: skip
         """Convert the newest frame of each camera in `items` ((camera index, (message, arrival time))), detect
-        them in one batch and publish each camera's detections with its frame's header."""
+        them in one batch with the next part of each frame run in parts (`parts`: their batch entries) and publish
+        each camera's detections with its frame's header (a frame in parts: after its last part)."""
         config, values = self._current()
         detector = self._detector
         if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
@@ -365,13 +371,24 @@ class DetectorNodeBase(NodeParameters):
                 )
                 continue
             batch.append((index, msg, received, frame, encoding))
+        batch.extend(parts)
         self._largest_batch = max(self._largest_batch, len(batch))
         labels = self.labels if values["output_format"] == "labels" else None
         start = time.monotonic()
-        results = self._detect(batch)
-        self._share.charge([(b[0], r.views) for b, r in zip(batch, results, strict=True) if r is not None],
+        view_cap = self._view_cap(batch)
+        results = self._detect(batch, view_cap)
+        self._share.charge([(b[0], view_cap if r is None else r.views) for b, r in zip(batch, results, strict=True)],
                            time.monotonic() - start)  # fmt: skip
-        for (index, msg, received, frame, encoding), found in zip(batch, results, strict=True):
+        for entry, found in zip(batch, results, strict=True):
+            index, msg, received, frame, encoding = entry
+            if (
+                found is None
+                and self._stream is not None
+                and self._stream.in_parts(self.cameras[index].topics.name)
+            ):
+                self._in_parts[index] = entry  # its next part runs in the next batch the share allows
+                continue
+            self._in_parts.pop(index, None)
             if found is None:
                 continue
             detections = found.detections
@@ -425,10 +442,25 @@ class DetectorNodeBase(NodeParameters):
             self._count(self.cameras[index], "cpu_decoded")
         return self._convert(msg)
 
-    def _detect(self, batch: list[tuple[int, Any, float, Any, str]]) -> list[StreamResult | None]:
+    def _view_cap(self, batch: list[tuple[int, Any, float, Any, str]]) -> int:
+        """The most views a frame runs in one batch (`ros.share.view_cap`) from the views of every camera's
+        frames (their last size, or the size in this batch)."""
+        if len(self.cameras) < 2 or self._detector is None:
+            return 0
+        sizes = {
+            index: camera.last_hw for index, camera in enumerate(self.cameras) if camera.last_hw is not None
+        }
+        sizes.update({b[0]: b[3].shape[:2] for b in batch})
+        return view_cap([self._detector.plan_for(h, w, self._mask_camera(i)).batch_size
+                         for i, (h, w) in sizes.items()])  # fmt: skip
+
+    def _detect(
+        self, batch: list[tuple[int, Any, float, Any, str]], view_cap: int = 0
+    ) -> list[StreamResult | None]:  # fmt: skip
         """The reported detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one
-        batch (through the stream: tile budget, tracks); when that fails, each frame alone, so that one bad frame
-        costs only its own camera (None: failed, counted)."""
+        batch (through the stream: tile budget, tracks, frames of more than `view_cap` views in parts); when that
+        fails, each frame alone, so that one bad frame costs only its own camera (None: failed, counted, or a
+        frame with parts still to run: `Stream.in_parts`)."""
         if not batch:
             return []
         assert self._stream is not None
@@ -437,16 +469,18 @@ class DetectorNodeBase(NodeParameters):
                 [b[3] for b in batch], [stamp_ns(b[1].header.stamp) for b in batch],
                 [self.cameras[b[0]].topics.name for b in batch], [b[4] for b in batch],
                 slots=[b[0] for b in batch], mask_cameras=[self._mask_camera(b[0]) for b in batch],
+                view_cap=view_cap,
             ))  # fmt: skip
         except (RuntimeError, ValueError) as error:
             if len(batch) == 1:
+                self._stream.give_up(self.cameras[batch[0][0]].topics.name)  # a frame in parts: no retry
                 self._count(self.cameras[batch[0][0]], "failed")
                 self.get_logger().error(
                     f"detection failed for one frame{self._on_topic(batch[0][0])}: {error}",
                     throttle_duration_sec=2.0,
                 )
                 return [None]
-        return [self._detect([item])[0] for item in batch]
+        return [self._detect([item], view_cap)[0] for item in batch]
 
     def _mask_camera(self, index: int) -> str | None:
         """The camera name `ignore_mask` entries use: the topic as `cameras` lists it (one camera: None)."""

@@ -12,6 +12,10 @@ engine time: converting a flood of 8K messages costs the node's executor about 0
 nothing is held. Holding is not work-conserving on purpose: the engine may idle briefly rather than start a frame
 that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
 camera, reset with the node's cameras.
+
+A costly frame also runs in parts (`view_cap`: at most four times the cheapest camera's views per batch, the stream's
+frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's share
+allows, so the others wait for a part, never for a whole 8K frame.
 """
 
 from __future__ import annotations
@@ -23,6 +27,18 @@ from collections.abc import Callable, Iterable
 
 TAU_S = 2.0  # time constant of the decayed engine time
 ACTIVE_S = 1.0  # a camera that sent a frame this recently counts among those sharing
+PART_FACTOR = 4  # a frame of more views than this many times the cheapest camera's runs in parts of that many
+MIN_PART_VIEWS = 16
+
+
+def view_cap(views: list[int]) -> int:
+    """The most views one camera's frame runs in one batch, from the views of each camera's frames: `PART_FACTOR`
+    times the cheapest camera's (at least `MIN_PART_VIEWS`), so a costly frame (an 8K camera among 720p ones) runs
+    in parts between the others' frames instead of making each of them wait for all of it; 0 (no parts) with
+    fewer than two cameras known."""
+    if len(views) < 2:
+        return 0
+    return max(PART_FACTOR * min(views), MIN_PART_VIEWS)
 
 
 class EngineShare:
