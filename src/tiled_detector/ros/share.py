@@ -13,7 +13,7 @@ nothing is held. Holding is not work-conserving on purpose: the engine may idle 
 that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
 camera, reset with the node's cameras.
 
-A costly frame also runs in parts (`view_cap`: at most four times the cheapest camera's views per batch, the stream's
+A costly frame also runs in parts (`view_cap`: at most twice the cheapest camera's views per batch, the stream's
 frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's share
 allows, so the others wait for a part, never for a whole 8K frame.
 """
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable
 
 TAU_S = 2.0  # time constant of the decayed engine time
 ACTIVE_S = 1.0  # a camera that sent a frame this recently counts among those sharing
-PART_FACTOR = 4  # a frame of more views than this many times the cheapest camera's runs in parts of that many
-MIN_PART_VIEWS = 16
+PART_FACTOR = 2  # a frame of more views than this many times the cheapest camera's runs in parts of that many
+MIN_PART_VIEWS = 10
 
 
 def view_cap(views: list[int]) -> int:
