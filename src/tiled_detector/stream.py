@@ -364,7 +364,7 @@ class Stream:
         state.last_ns = stamp
         track_ids = None
         moved = motion.matrix if motion is not None and motion.estimated else None
-        if motion is not None:
+        if motion is not None and config.tile_budget:  # the new view is the schedule's
             self._fresh(state, plan, picked, motion.matrix)
         if observed is not None:
             found = self._looked_at(found, observed)
