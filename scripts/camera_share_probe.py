@@ -98,8 +98,9 @@ def main() -> int:
               f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
               f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")  # fmt: skip
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        from tiled_detector.engines.cache import atomic_write
+
+        atomic_write(args.out, (json.dumps(result, indent=2) + "\n").encode())
     return 0
 
 

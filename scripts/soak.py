@@ -96,8 +96,9 @@ def main() -> int:
         result = soak(args.frames, args.rate, args.size, args.hogs, Path(tmp))
     print(json.dumps(result))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        from tiled_detector.engines.cache import atomic_write
+
+        atomic_write(args.out, (json.dumps(result, indent=2) + "\n").encode())
     return 0
 
 

@@ -263,6 +263,43 @@ def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
         rclpy.try_shutdown(context=context)
 
 
+def test_a_frame_whose_camera_motion_cannot_be_estimated_is_counted_and_answered() -> None:
+    """With the tracker on, a flat frame (a covered lens) between textured ones: its motion falls back to the
+    identity, counted as frames_motion_fallback in the node's /diagnostics values, and every frame is answered."""
+    import numpy as np
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.messages.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+    from tiled_detector.tools.synthetic import make_scene
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(context=context)
+    try:
+        assert node.set_parameters([Parameter("tracker", value="bytetrack")])[0].successful
+        scene = make_scene(5, 640, 480).image
+        frames = [scene, np.full_like(scene, 90), scene]
+        for index, image in enumerate(frames):
+            msg = array_to_imgmsg(image, "rgb8")
+            msg.header.stamp.sec, msg.header.stamp.nanosec = 100, index * 33_000_000
+            node._on_image(msg)
+            deadline = time.monotonic() + 30
+            while node.stats.counts["processed"] < index + 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert node.stats.counts["processed"] == 3
+        assert node.stats.counts["motion_fallback"] == 2  # flat after textured, textured after flat
+        assert node.stats.snapshot()["frames_motion_fallback"] == 2
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
 def test_camera_topics_map_each_camera_to_its_namespace() -> None:
     from tiled_detector.ros.cameras import CameraTopics, camera_topics
 
