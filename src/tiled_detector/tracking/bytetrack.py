@@ -27,7 +27,6 @@ Without `observed` every step is ByteTrack's.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -35,6 +34,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tiled_detector.options import Option
+from tiled_detector.tracking.motion import similarity_scale
 
 LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
@@ -290,7 +290,7 @@ class ByteTrack:
         if not len(t):
             return
         linear = np.asarray(matrix[:, :2], np.float64)
-        scale = math.sqrt(abs(np.linalg.det(linear)))
+        scale = similarity_scale(matrix)
         t[:, 0:2] = t[:, 0:2] @ linear.T + matrix[:, 2]
         t[:, 4:6] = t[:, 4:6] @ linear.T
         t[:, [3, 7]] *= scale

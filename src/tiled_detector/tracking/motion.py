@@ -184,11 +184,6 @@ def estimate(previous: torch.Tensor, current: torch.Tensor, factor: int) -> tupl
     return torch.cat([linear, offset[:, None]], dim=1), ok
 
 
-def compose(first: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """The (2, 3) transform that applies `first`, then `then`."""
-    return (np.vstack([then, [0, 0, 1]]) @ np.vstack([first, [0, 0, 1]]))[:2]
-
-
 def move_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
     """(N, 2) points through a (2, 3) transform."""
     return np.asarray(points, np.float64) @ matrix[:, :2].T + matrix[:, 2]
