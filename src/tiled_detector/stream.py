@@ -46,7 +46,13 @@ from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
-from tiled_detector.tracking.motion import CameraMotion, Measured, MotionCompensation, move_boxes, new_view
+from tiled_detector.tracking.motion import (
+    CameraMotion,
+    Measured,
+    MotionCompensation,
+    move_boxes,
+    with_new_view,
+)
 from tiled_detector.tracking.schedule import (
     TENTATIVE_WEIGHT,
     ScheduleKind,
@@ -104,7 +110,6 @@ class _Parts:
     stamp_ns: int
     left: np.ndarray
     found: list[Detections] = field(default_factory=list)
-    views: int = 0
 
     def next_tiles(self, tiles: int) -> np.ndarray:
         """The next `tiles` tiles to run (taken off those left)."""
@@ -221,7 +226,6 @@ class Stream:
             parts = self._parts_for(name, stamp, plan, view_cap)
             if parts is not None:
                 picked = parts.next_tiles(view_cap - int(plan.full_frame))
-                parts.views += len(picked) + int(plan.full_frame)
             elif budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
@@ -255,8 +259,9 @@ class Stream:
                 continue
             del self._parts[name]
             whole = self._report(name, stamp, state, plan, None, self._merged(parts.found), note)
-            results.append(dataclasses.replace(whole, views=parts.views, notes=(
-                f"run in {len(parts.found)} parts of at most {view_cap} views",)))  # fmt: skip
+            count = len(parts.found)  # every tile once, and the full-frame view with each part
+            results.append(dataclasses.replace(whole, views=plan.num_tiles + count * int(plan.full_frame), notes=(
+                f"run in {count} parts of at most {view_cap} views",)))  # fmt: skip
         return results
 
     def in_parts(self, name: str) -> bool:
@@ -306,7 +311,7 @@ class Stream:
         predicted = self._motion.predicted(name) if compensate else None
         fresh = None
         if predicted is not None and len(state.fresh) == plan.num_tiles:
-            fresh = 1 - (1 - state.fresh) * (1 - new_view(plan.tiles, predicted, plan.frame_hw))
+            fresh = with_new_view(state.fresh, plan.tiles, predicted, plan.frame_hw)
         claimed = self._claims(name, state, plan, predicted)
         return schedule(state.ages, claimed, budget, self.detector.config.max_tile_age, fresh)
 
@@ -396,7 +401,7 @@ class Stream:
         each tile accumulates; the tiles run see it."""
         if len(state.fresh) != plan.num_tiles:
             state.fresh = np.zeros(plan.num_tiles)
-        state.fresh = 1 - (1 - state.fresh) * (1 - new_view(plan.tiles, motion, plan.frame_hw))
+        state.fresh = with_new_view(state.fresh, plan.tiles, motion, plan.frame_hw)
         state.fresh[slice(None) if picked is None else picked] = 0.0
 
     @staticmethod

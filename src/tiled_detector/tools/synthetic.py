@@ -19,6 +19,7 @@ import numpy as np
 
 from tiled_detector.pipeline.tiling import plan_tiles
 from tiled_detector.tools import scoring
+from tiled_detector.tracking.motion import move_points
 
 CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
 
@@ -378,8 +379,8 @@ class MotionStyle:
             raise ValueError(problem)
 
     @property
-    def still(self) -> bool:
-        """Whether the camera only pans (whole pixels a frame: each view is a crop of the world)."""
+    def pan_only(self) -> bool:
+        """Whether the camera only pans (by whole pixels a frame: each view is a crop of the world)."""
         return not self.rotate and self.zoom == 1.0 and not self.shake
 
 
@@ -405,7 +406,7 @@ def camera_views(motion: MotionStyle, frames: int, width: int, height: int, seed
     centre = np.array([width / 2, height / 2])
     views = np.empty((frames, 3, 3))
     for t in range(frames):
-        shift = np.array([round(motion.pan * t) if motion.still else motion.pan * t, 0.0]) + jitter[t]
+        shift = np.array([round(motion.pan * t) if motion.pan_only else motion.pan * t, 0.0]) + jitter[t]
         angle, scale = math.radians(motion.rotate * t), motion.zoom**t
         rotation = scale * np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
         views[t] = np.eye(3)
@@ -419,11 +420,6 @@ def frame_motion(views: np.ndarray) -> np.ndarray:
     steps = np.repeat(np.eye(3)[None], len(views), axis=0)
     steps[1:] = views[1:] @ np.linalg.inv(views[:-1])
     return steps[:, :2]
-
-
-def _apply(view: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """(N, 2) points through a 3 x 3 transform."""
-    return points @ view[:2, :2].T + view[:2, 2]
 
 
 def make_sequence(
@@ -442,7 +438,8 @@ def make_sequence(
     rng = np.random.default_rng([int(seed), width, height, 2])
     views = camera_views(motion, frames, width, height, seed)
     corners = np.array([[0.0, 0.0], [width, 0.0], [0.0, height], [width, height]])
-    seen = np.concatenate([_apply(np.linalg.inv(view), corners) for view in views])  # every view's footprint
+    # every view's footprint
+    seen = np.concatenate([move_points(np.linalg.inv(view)[:2], corners) for view in views])
     lo = np.minimum(np.floor(seen.min(axis=0)), 0).astype(int)  # the world's extent
     hi = np.maximum(np.ceil(seen.max(axis=0)), (width + math.ceil(abs(motion.pan) * frames), height)).astype(
         int
@@ -462,7 +459,7 @@ def make_sequence(
     middle = frames / 2
     for pair in range(motion.crossing_pairs):  # two objects at the same point half way through
         seen_at = np.array([[rng.uniform(0.2, 0.8) * width, rng.uniform(0.2, 0.8) * height]])
-        meet = _apply(np.linalg.inv(views[min(int(middle), frames - 1)]), seen_at)[0]
+        meet = move_points(np.linalg.inv(views[min(int(middle), frames - 1)])[:2], seen_at)[0]
         for k in (2 * pair, 2 * pair + 1):
             start[k] = meet - velocity[k] * middle
         velocity[2 * pair + 1] = -velocity[2 * pair]  # head on
@@ -475,7 +472,7 @@ def make_sequence(
     finish_seed = [int(seed), width, height, 3]
     steps = frame_motion(views)
     for t, view in enumerate(views):
-        if motion.still:  # a crop of the world
+        if motion.pan_only:  # a crop of the world
             x0 = int(-view[0, 2]) - lo[0]
             image = background[:, x0 : x0 + width].copy()
         else:
@@ -486,7 +483,7 @@ def make_sequence(
         owner = np.full((height, width), -1, np.int16)
         full_area = np.zeros(n_obj, np.int64)
         regions: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * n_obj
-        centres = _apply(view, start + velocity * t)
+        centres = move_points(view[:2], start + velocity * t)
         for k in order:
             size, angle, shape, colour = looks[k]
             shade = np.random.default_rng([int(seed), int(k), 4])  # the same shading in every frame
@@ -495,7 +492,7 @@ def make_sequence(
             if k < n_obj:
                 full_area[k], regions[k] = area, region or (0, 0, 0, 0)
         for ox, oy, ax, ay in occluders:  # background-coloured blobs in front of everything
-            centre = tuple(int(c) for c in _apply(view, np.array([[ox, oy]]))[0])
+            centre = tuple(int(c) for c in move_points(view[:2], np.array([[ox, oy]]))[0])
             axes = (int(ax * scale), int(ay * scale))
             colour = tuple(
                 int(c) for c in background[int(oy - lo[1]), min(int(ox - lo[0]), background.shape[1] - 1)]
@@ -524,7 +521,9 @@ def _arrive(
         inward = [0.0, 0.5 * math.pi, math.pi, 1.5 * math.pi][edge] + rng.uniform(-0.8, 0.8)
         speed = max(float(np.hypot(*velocity[k])), 60.0 / max(frames, 1), 1.5)
         velocity[k] = speed * np.array([math.cos(inward), math.sin(inward)])
-        at = _apply(np.linalg.inv(views[min(int(enter), frames - 1)]), np.array([point]))[0]  # in the world
+        at = move_points(np.linalg.inv(views[min(int(enter), frames - 1)])[:2], np.array([point]))[
+            0
+        ]  # in the world
         start[k] = at - velocity[k] * enter
 
 

@@ -44,9 +44,8 @@ INLIER_PX = 1.5  # thumbnail pixels: a patch's shift within this of the fit agre
 SCALE_RANGE = (0.8, 1.25)
 MAX_ROTATION_DEG = 10.0
 MAX_SHIFT = 0.25  # of the frame's long side, per frame
-STILL_PX = (
-    0.5  # an estimate that moves no frame corner further than this is a still camera (its noise: ~0.2 px)
-)
+# an estimate that moves the frame's corners by this or less (mean) is a still camera (its noise: ~0.2 px)
+STILL_PX = 0.5
 
 
 class MotionCompensation(Option):
@@ -66,8 +65,7 @@ def thumbnail(frame: torch.Tensor) -> torch.Tensor:
     step = 2 if factor % 2 == 0 else 1
     height, width = frame.shape[0] // factor * factor, frame.shape[1] // factor * factor
     channel = frame[:height:step, :width:step, min(1, frame.shape[2] - 1)].float()
-    pooled = torch.nn.functional.avg_pool2d(channel[None, None], factor // step)[0, 0]
-    return pooled
+    return torch.nn.functional.avg_pool2d(channel[None, None], factor // step)[0, 0]
 
 
 def thumb_factor(height: int, width: int) -> int:
@@ -133,10 +131,8 @@ def fit_similarity(
     """The similarity (2, 3) (thumbnail pixels, float64) that moves `centres` by `shifts`, by least squares weighted
     by the peaks of the textured patches and reweighted `REFITS` times (patches off the fit by more than
     `INLIER_PX` set aside), and whether it passes the checks of the module docstring (a 0-d bool tensor)."""
-    ox, oy = (
-        size_hw[1] / 2,
-        size_hw[0] / 2,
-    )  # python numbers: no host-to-device copy (the estimate is captured)
+    # the centre as python numbers: no host-to-device copy (the estimate is captured as a CUDA graph)
+    ox, oy = size_hw[1] / 2, size_hw[0] / 2
     x, y = centres[:, 0].double() - ox, centres[:, 1].double() - oy
     one, zero = torch.ones_like(x), torch.zeros_like(x)
     # shift = [[s - 1, -r], [r, s - 1]] (x, y) + (tx, ty): linear in (s - 1, r, tx, ty)
@@ -222,6 +218,13 @@ def new_view(tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]) ->
     h, w = size_hw
     outside = (before[..., 0] < 0) | (before[..., 0] > w) | (before[..., 1] < 0) | (before[..., 1] > h)
     return outside.mean(axis=1)
+
+
+def with_new_view(
+    fresh: np.ndarray, tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]
+) -> np.ndarray:
+    """(N,) each tile's fraction of new view `fresh` after one more frame of motion `matrix` (`new_view`)."""
+    return 1 - (1 - fresh) * (1 - new_view(tiles, matrix, size_hw))
 
 
 class _Captured:
