@@ -176,11 +176,13 @@ def test_new_view_runs_after_the_due_tiles_and_before_the_claimed() -> None:
 
 
 def test_the_alternatives_run_the_same_tiles_per_frame() -> None:
-    """Every tile on one frame in k, none between; round robin visits every tile in turn; both at the budget's mean
-    tiles per frame."""
+    """Every tile on one frame in k, none between (k = 32 / 12 = 2.67: gaps of 2 and 3 frames); round robin visits
+    every tile in turn; both at the budget's mean tiles per frame."""
     tiles, budget = 32, 8
     interval = [alternative(ScheduleKind.INTERVAL, f, tiles, budget) for f in range(8)]
-    assert [len(x) for x in interval] == [32, 0, 0, 0, 32, 0, 0, 0]
+    assert [len(x) for x in interval] == [0, 0, 0, 32, 0, 0, 0, 32]
+    uneven = [len(alternative(ScheduleKind.INTERVAL, f, tiles, 12)) for f in range(8)]
+    assert uneven == [0, 0, 32, 0, 0, 32, 0, 32] and sum(uneven) == 8 * 12
     rounds = [alternative(ScheduleKind.ROUND_ROBIN, f, tiles, budget) for f in range(4)]
     assert all(len(r) == budget for r in rounds) and sorted(np.concatenate(rounds).tolist()) == list(
         range(32)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from tiled_detector import TiledDetector
-from tiled_detector.stream import Stream, budget_problem
+from tiled_detector.stream import Stream, budget_problem, looked_at_regions
 from tiled_detector.tools.synthetic import make_scene, make_sequence
+from tiled_detector.tracking.bytetrack import inside_any
+from tiled_detector.types import Detections
 
 FRAME_NS = 33_333_333
 
@@ -74,6 +76,46 @@ def test_a_budget_runs_its_tiles_after_the_history_and_keeps_the_age_bound(
         # boxes from tiles not run carry the stamp they were seen at; the rest this frame's
         assert set(np.unique(result.seen_ns)) <= {i * FRAME_NS for i in range(index + 1)}
     assert result.predicted > 0
+
+
+def test_a_box_at_an_inner_edge_of_a_tile_run_is_not_seen_whole(detector):
+    """Under a budget a box is seen whole inside a tile run less the seam margin along its inner edges (there it may
+    be the part of an object that goes on in a tile not run); along the frame's edges there is no margin."""
+    plan = detector.plan_for(720, 1280)
+    x1, y1, x2, y2 = plan.tiles[0].tolist()
+    assert (x1, y1) == (0, 0) and x2 < 1280 and y2 < 720
+    boxes = np.array([[x2 - 30, 100, x2 - 1, 130], [100, y2 - 30, 130, y2 - 2], [x2 - 40, 100, x2 - 10, 130],
+                      [0, 0, 30, 30]], float)  # fmt: skip
+    assert inside_any(boxes, looked_at_regions(plan, np.array([0]))).tolist() == [False, False, True, True]
+    assert inside_any(boxes, plan.tiles[:1].astype(float)).all()  # the tile itself holds all four
+
+
+def test_a_box_cut_by_the_edge_of_a_tile_run_does_not_reach_the_tracker(detector, sequence, monkeypatch):
+    """A box touching the inner edge of the one tile run (the part of an object whose rest is in a tile not run) is
+    left out of the frame's answer; the same box clear of that edge is reported (a new track, confirmed at once)."""
+    stream = Stream(detector.with_config(tracker="bytetrack", tile_budget=1, max_tile_age=6))
+    plan, detect_many, added = detector.plan_for(720, 1280), stream.detector.detect_many, []
+
+    def with_box(frames, encodings, slots, cameras, tiles, on_device=None):
+        found = detect_many(frames, encodings, slots, cameras, tiles, on_device)
+        if tiles[0] is None:
+            return found
+        x1, y1, x2, _ = plan.tiles[tiles[0][0]].tolist()
+        clear = 20 * len(added)  # the first box touches a seam of the tile, the second stands clear of it
+        seam = (
+            x2 - 1 - clear if x2 < 1280 else x1 + 24 + clear
+        )  # its right edge: at the tile's right seam or left
+        added.append(np.array([seam - 23, y1 + 200, seam, y1 + 230], np.float32))
+        return [Detections(np.concatenate([f.boxes, added[-1][None]]), np.append(f.scores, np.float32(0.95)),
+                           np.append(f.class_ids, 0), f.timings) for f in found]  # fmt: skip
+
+    monkeypatch.setattr(stream.detector, "detect_many", with_box)
+    for index, scene in enumerate(sequence[:4]):
+        result = stream.process([scene.image], [index * FRAME_NS], ["cam"])[0]
+        if index < 2:
+            continue
+        reported = np.abs(result.detections.boxes - added[-1]).max(axis=1) < 1.0
+        assert reported.any() == (index == 3), index
 
 
 def test_without_a_tracker_a_box_in_a_tile_not_run_is_carried_with_its_stamp(detector):

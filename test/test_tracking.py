@@ -224,6 +224,21 @@ def test_a_shrinking_track_not_looked_for_never_turns_inside_out():
         assert out.scores[0] < 0.9  # decayed while not looked for
 
 
+def test_under_a_budget_a_look_that_misses_a_track_makes_it_lost_as_in_bytetrack():
+    """Not looked for, a track is shown from its prediction; a look that misses it makes it lost: no longer shown,
+    also on frames it is not looked for; found again, it keeps its id."""
+    tracker = ByteTrack(TrackerSettings())
+    box, nothing = np.array([_box(100, 100, 30)]), (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+    first = tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30).track_ids.tolist()
+    tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30)
+    everywhere, nowhere = np.array([[0.0, 0.0, 640.0, 640.0]]), np.zeros((0, 4))
+    shown = [len(tracker.update(*nothing, 1 / 30, observed=nowhere).boxes)]  # not looked for: shown
+    shown.append(len(tracker.update(*nothing, 1 / 30, observed=everywhere).boxes))  # looked for, missed: lost
+    shown.append(len(tracker.update(*nothing, 1 / 30, observed=nowhere).boxes))  # lost and not looked for
+    again = tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30, observed=everywhere)
+    assert shown == [1, 0, 0] and again.track_ids.tolist() == first
+
+
 def test_a_small_fast_object_keeps_its_id_where_iou_alone_loses_it():
     """An 8-px object moving 7 px a frame, missed on one frame: its prediction and its next detection barely
     overlap; the last association (centre distance within a side per frame unseen) keeps its id, while a

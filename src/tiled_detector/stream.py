@@ -25,8 +25,9 @@ by the motion predicted from the previous frame and runs first the tiles the cam
 With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`: those due under
 `max_tile_age`, then those the tracks' predicted boxes claim, then the stalest) plus the full-frame view. An object
 in a tile not run is reported from what was seen before, with the stamp of the frame it was last detected in
-(`seen_ns`; the node puts it in that Detection2D's header): with the tracker, a confirmed track whose predicted
-box no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
+(`seen_ns`; the node puts it in that Detection2D's header). A tile run holds a box whole when the box lies in it
+clear of its inner edges by the seam margin (`looked_at_regions`); only the detections tiles run hold whole are
+reported or tracked. With the tracker, a confirmed track whose predicted box no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
 looked for again: at most `max_tile_age` frames, every tile runs that often); without it, the last reported box
 that no tile run holds whole is kept as it was (with its score), unless a detection of its class overlaps it
 (IoU >= 0.5), for at most `max_tile_age` frames.
@@ -66,6 +67,7 @@ from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
 CARRIED_IOU = 0.5  # a carried box gives way to a detection of its class overlapping it this much
+SEAM_MARGIN_PX = 4.0  # as the seam rule's (`pipeline.seams.truncated_sides`)
 
 
 def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
@@ -79,6 +81,16 @@ def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
         f"{plan.frame_hw[0]} frame at least once every {max_age} frames (max_tile_age): the smallest that can is "
         f"{least}"
     )
+
+
+def looked_at_regions(plan: TilePlan, picked: np.ndarray) -> np.ndarray:
+    """(K, 4) float64: the regions of the tiles `picked` in which a box is seen whole: each tile less a seam margin
+    (`SEAM_MARGIN_PX` model-input pixels, in frame pixels) along its inner edges. A box in that margin may be the
+    part of an object that goes on in a tile not run; the seam rule drops it only when the neighbour ran."""
+    tiles = plan.tiles[picked].astype(np.float64)
+    margin = SEAM_MARGIN_PX * max(float(plan.scales[0]), 1.0)
+    inner = plan.inner_edges[picked]
+    return tiles + margin * np.where(inner, [1.0, 1.0, -1.0, -1.0], 0.0)
 
 
 @dataclass(frozen=True)
@@ -359,7 +371,7 @@ class Stream:
         """Update the camera's state with a frame's detections (and the camera's `motion` since its previous frame)
         and make its `StreamResult`."""
         config = self.detector.config
-        observed = None if picked is None else plan.tiles[picked].astype(np.float64)
+        observed = None if picked is None else looked_at_regions(plan, picked)
         views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
         state.ages = np.ones(plan.num_tiles, np.int64) if picked is None else state.ages + 1
         if picked is not None:

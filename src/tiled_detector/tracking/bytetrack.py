@@ -20,8 +20,9 @@ compete for a match go to the assignment solver (`tiled-detector bench` measures
 Under a tile budget (`update`'s `observed`: the regions looked at) a track that no region holds whole was not
 looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
 `PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU) and then placed where
-it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); it is lost at its
-second missed look (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is confirmed at once.
+it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); as in ByteTrack
+a look that misses it makes it lost (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is
+confirmed at once.
 Without `observed` every step is ByteTrack's.
 """
 
@@ -60,10 +61,10 @@ _VAR = slice(8, 20)  # the covariance as four 2 x 2 blocks (ByteTrack's Kalman f
 _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
 # seconds since the last match, track id, class, TRACKED or LOST, confirmed (1) or not (0), the score of the last
 # match, when it was (the caller's clock, `update`'s `now`), the frames it was not looked for since, the frame
-# periods since, the frames it was looked for and missed since, and the measured x, y, a, h of that match
-_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS, _MISSES = range(20, 30)
-_MEASURED = slice(30, 34)
-_COLUMNS = 34
+# periods since, and the measured x, y, a, h of that match
+_UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS = range(20, 29)
+_MEASURED = slice(29, 33)
+_COLUMNS = 33
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -381,7 +382,6 @@ class ByteTrack:
         t[tracks, _SEEN] = now
         t[tracks, _HIDDEN] = 0.0
         t[tracks, _PERIODS] = 0.0
-        t[tracks, _MISSES] = 0.0
         t[tracks, _MEASURED] = xyah[dets]
         # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone; unless not looked for
         unmatched = np.ones(len(t), bool)
@@ -390,15 +390,11 @@ class ByteTrack:
         if observed is not None:  # a track is looked for where a region run holds all of its box
             hidden[unmatched] = ~inside_any(predicted[unmatched], observed)  # unmatched: not corrected
         t[hidden, _HIDDEN] += 1.0
-        looked = unmatched & ~hidden
-        t[looked, _MISSES] += 1.0
-        # lost (a tentative track: dropped) at the first look that misses it; under a tile budget (looks are
-        # rarer) at the second
-        missed = looked & (t[:, _MISSES] >= (1 if observed is None else 2))
+        missed = unmatched & ~hidden  # looked for and not found: lost (a tentative track: dropped)
         t[missed & confirmed, _STATE] = LOST
         keep = ~((missed & ~confirmed) | (unmatched & (t[:, _UNSEEN] > s.buffer_s)))
-        # every match is confirmed now; a confirmed track not looked for is shown until a look misses it twice
-        shown = ~unmatched | hidden & confirmed & (t[:, _MISSES] <= 1)
+        # every match is confirmed now; a tracked track not looked for is shown (from its prediction)
+        shown = ~unmatched | hidden & confirmed & (t[:, _STATE] == TRACKED)
         if not keep.all():
             self.table = t[keep]
             shown = shown[keep]

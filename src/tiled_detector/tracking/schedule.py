@@ -20,8 +20,8 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
 
 Ties go to the lower tile index, so the same inputs give the same set.
 
-What a user could do instead, for comparison (`eval --motion --budgets`): every tile on one frame in k and none
-between (`ScheduleKind.INTERVAL`, DeepStream's `interval`), or the tiles in turn (`ScheduleKind.ROUND_ROBIN`), at the
+What a user could do instead, for comparison (`eval --motion --budgets`): every tile on one frame in k (on
+average) and none between (`ScheduleKind.INTERVAL`, DeepStream's `interval`), or the tiles in turn (`ScheduleKind.ROUND_ROBIN`), at the
 same mean tiles per frame (`alternative`).
 """
 
@@ -110,10 +110,11 @@ def schedule(
 
 def alternative(kind: ScheduleKind, frame: int, tiles: int, budget: int) -> np.ndarray:
     """The tiles the alternative `kind` runs on a camera's `frame`-th frame: every tile on one frame in k =
-    round(tiles / budget) and none between (interval), or `budget` tiles in turn (round robin)."""
+    tiles / budget and none between (interval; where k is not a whole number the gaps are floor(k) and ceil(k)
+    frames, so that the mean is `budget` tiles a frame), or `budget` tiles in turn (round robin)."""
     if kind is ScheduleKind.INTERVAL:
-        every = max(1, round(tiles / budget))
-        return np.arange(tiles) if frame % every == 0 else np.zeros(0, np.int64)
+        runs = (frame + 1) * budget // tiles > frame * budget // tiles
+        return np.arange(tiles) if runs else np.zeros(0, np.int64)
     if kind is ScheduleKind.ROUND_ROBIN:
         return np.sort((frame * budget + np.arange(min(budget, tiles))) % tiles)
     raise ValueError(f"{kind.value} is the track-driven schedule, not an alternative")
