@@ -62,7 +62,8 @@ from tiled_detector.tracking.schedule import (
     schedule,
     smallest_budget,
 )
-from tiled_detector.tracking.tracks import CameraTracks, broken
+from tiled_detector.tracking.stamps import broken
+from tiled_detector.tracking.tracks import CameraTracks
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)

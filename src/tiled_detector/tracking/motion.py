@@ -33,6 +33,7 @@ import torch
 
 from tiled_detector.devices import cuda_graph
 from tiled_detector.options import Option
+from tiled_detector.tracking.stamps import broken
 
 LOG = logging.getLogger(__name__)
 THUMB_PX = 480  # the thumbnail's long side, about
@@ -291,7 +292,7 @@ class CameraMotion:
                 "frames of %s changed size to %dx%d: its camera motion starts over", camera, hw[1], hw[0]
             )
             state = None
-        elif state is not None and not 0 <= (stamp_ns - state.last_ns) / 1e9 <= buffer_s:
+        elif state is not None and broken(state.last_ns, stamp_ns, buffer_s):
             LOG.info("stamps of %s went back or jumped (a restarted camera, a looped bag): its camera motion "
                      "starts over", camera)  # fmt: skip
             state = None

@@ -21,16 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings
+from tiled_detector.tracking.stamps import broken
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
 PERIODS = 30  # frame intervals kept per camera to estimate its frame period
-
-
-def broken(last_ns: int | None, stamp_ns: int, buffer_s: float) -> bool:
-    """Whether a camera's frame at `stamp_ns` cannot continue its stream after `last_ns` (None: no frame yet): the
-    stamps went back, or jumped by more than `buffer_s` (the reset rules of the module docstring)."""
-    return last_ns is not None and not 0 <= (stamp_ns - last_ns) / 1e9 <= buffer_s
 
 
 @dataclass
