@@ -80,14 +80,16 @@ def test_a_budget_runs_its_tiles_after_the_history_and_keeps_the_age_bound(
 
 def test_a_box_at_an_inner_edge_of_a_tile_run_is_not_seen_whole(detector):
     """Under a budget a box is seen whole inside a tile run less the seam margin along its inner edges (there it may
-    be the part of an object that goes on in a tile not run); along the frame's edges there is no margin."""
+    be the part of an object that goes on in a tile not run); along the frame's edges there is no margin, and a box
+    (a track's prediction) reaching out of the frame is seen by the tile its visible part is in."""
     plan = detector.plan_for(720, 1280)
     x1, y1, x2, y2 = plan.tiles[0].tolist()
     assert (x1, y1) == (0, 0) and x2 < 1280 and y2 < 720
     boxes = np.array([[x2 - 30, 100, x2 - 1, 130], [100, y2 - 30, 130, y2 - 2], [x2 - 40, 100, x2 - 10, 130],
-                      [0, 0, 30, 30]], float)  # fmt: skip
-    assert inside_any(boxes, looked_at_regions(plan, np.array([0]))).tolist() == [False, False, True, True]
-    assert inside_any(boxes, plan.tiles[:1].astype(float)).all()  # the tile itself holds all four
+                      [0, 0, 30, 30], [-12, 100, 18, 130]], float)  # fmt: skip
+    regions = looked_at_regions(plan, np.array([0]))
+    assert inside_any(boxes, regions).tolist() == [False, False, True, True, True]
+    assert inside_any(boxes, plan.tiles[:1].astype(float)).tolist() == [True] * 4 + [False]
 
 
 def test_a_box_cut_by_the_edge_of_a_tile_run_does_not_reach_the_tracker(detector, sequence, monkeypatch):

@@ -86,12 +86,15 @@ def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
 
 def looked_at_regions(plan: TilePlan, picked: np.ndarray) -> np.ndarray:
     """(K, 4) float64: the regions of the tiles `picked` in which a box is seen whole: each tile less a seam margin
-    (`SEAM_MARGIN_PX` model-input pixels, in frame pixels) along its inner edges. A box in that margin may be the
-    part of an object that goes on in a tile not run; the seam rule drops it only when the neighbour ran."""
+    (`SEAM_MARGIN_PX` model-input pixels, in frame pixels) along its inner edges, and unbounded beyond the frame's
+    edges. A box in that margin may be the part of an object that goes on in a tile not run (the seam rule drops it
+    only when the neighbour ran); a track predicted partly out of the frame is looked for by the tile its visible
+    part is in (else it would never be, and would be reported from its prediction after it left)."""
     tiles = plan.tiles[picked].astype(np.float64)
     margin = SEAM_MARGIN_PX * max(float(plan.scales[0]), 1.0)
     inner = plan.inner_edges[picked]
-    return tiles + margin * np.where(inner, [1.0, 1.0, -1.0, -1.0], 0.0)
+    outward = np.array([-np.inf, -np.inf, np.inf, np.inf])
+    return np.where(inner, tiles + margin * np.array([1.0, 1.0, -1.0, -1.0]), outward)
 
 
 @dataclass(frozen=True)
