@@ -34,8 +34,8 @@ def test_the_age_bound_always_holds_and_the_rest_goes_by_need(stream):
         assert set(np.flatnonzero(ages >= max_age)) <= set(chosen.tolist())  # a tile at the bound runs now
         must = set(due(ages, budget, max_age).tolist())
         assert must <= set(chosen.tolist())
-        # beyond the due tiles, the budget goes to the tiles of most need: (claims + 1) x age squared
-        need = (claimed + 1) * ages**2
+        # beyond the due tiles, the budget goes to the tiles of most need: claims x age squared, then age
+        need = claimed * ages**2 * (max_age + 1) + ages
         rest = np.array(sorted(set(chosen.tolist()) - must), np.int64)
         left = np.setdiff1d(np.arange(tiles), chosen)
         if len(rest) and len(left):
@@ -62,8 +62,13 @@ def test_claims_count_the_tiles_a_grown_box_touches_and_a_seam_box_claims_both()
 
 
 def test_tiles_go_by_claims_and_age():
-    """(claims + 1) x age squared: [1, 3, 9, 4, 1, 2] here: an old tile without tracks before a fresh one with two."""
+    """Claims x age squared ([0, 2, 0, 0, 0, 1] here; [0, 2, 3, 0, 0, 1] with one more claim on the old tile 2),
+    then tiles without claims by age: the claimed tiles first, an old tile with a claim before a fresh one with
+    two, then the oldest tile without tracks."""
     ages = np.array([1, 1, 3, 2, 1, 1])
     claimed = np.array([0, 2, 0, 0, 0, 1])
-    assert schedule(ages, claimed, 3, 10).tolist() == [1, 2, 3]
+    assert schedule(ages, claimed, 2, 10).tolist() == [1, 5]
+    assert schedule(ages, claimed, 3, 10).tolist() == [1, 2, 5]
     assert schedule(ages, claimed, 4, 10).tolist() == [1, 2, 3, 5]
+    claimed[2] = 1
+    assert schedule(ages, claimed, 1, 10).tolist() == [2]

@@ -12,11 +12,14 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
    `smallest_budget(N, A)` = ceil(N / A) tiles keeps the bound for ever from a frame where every tile ran.
 2. *new view* (with camera-motion compensation): tiles of which at least `NEW_VIEW` is view the camera has turned
    or moved to since they last ran (`tracking.motion.new_view`);
-3. *by need*: the rest by (claims + 1) x age squared, claims from the boxes that claim the tile (grown by
+3. *by need*: the rest by claims x age squared (then by age: tiles without claims, oldest first), claims from the boxes that claim the tile (grown by
    `CLAIM_MARGIN` of their size on every side, at least `MIN_MARGIN_PX`: how far an object may move or its box grow
    between frames; a box on a seam claims every tile it touches; a tentative track, seen once, weighs
    `TENTATIVE_WEIGHT`: its second look confirms it and gives its motion): a tile's objects drift from their
-   predictions the longer it waits, and a tile without tracks may hold an object not found yet.
+   predictions the longer it waits; a tile without tracks is looked at for objects not found yet when the budget
+   has room, and at the latest when the age bound makes it due (measured against a tile without claims weighing
+   as one claim, `eval --motion` at 4K, seeds 7-9, still and moving: AP50 +0.000 to +0.004, IDF1 -0.001 to
+   +0.002, the same new-object latency).
 
 Ties go to the lower tile index, so the same inputs give the same set.
 
@@ -101,10 +104,9 @@ def schedule(
     if fresh is not None:
         rank[np.asarray(fresh) >= NEW_VIEW] = 1
     rank[must] = 0
-    # the rest by (claims + 1) x age squared: the objects of a tile not run drift from their predictions, more the
-    # longer it waits (their position's uncertainty grows with the square of the frames unseen), and a tile with
-    # no track may hold an object not found yet
-    order = np.lexsort((index, -ages, -(claimed + 1) * np.square(ages), rank))
+    # the rest by claims x age squared: the objects of a tile not run drift from their predictions, more the longer
+    # it waits (their position's uncertainty grows with the square of the frames unseen); then by age
+    order = np.lexsort((index, -ages, -claimed * np.square(ages), rank))
     return np.sort(order[:budget])
 
 
