@@ -23,11 +23,12 @@ by the motion predicted from the previous frame and runs first the tiles the cam
 (`tracking.schedule`). A failed estimate is the identity for that frame (`StreamResult.motion.fallback`).
 
 With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`: those due under
-`max_tile_age`, then those the tracks' predicted boxes claim, then the stalest) plus the full-frame view. An object
-in a tile not run is reported from what was seen before, with the stamp of the frame it was last detected in
-(`seen_ns`; the node puts it in that Detection2D's header). A tile run holds a box whole when the box lies in it
-clear of its inner edges by the seam margin (`looked_at_regions`); only the detections tiles run hold whole are
-reported or tracked. With the tracker, a confirmed track whose predicted box no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
+`max_tile_age`, those the camera brought new view into, then by the claims of the tracks' predicted boxes and age)
+plus the full-frame view. An object in a tile not run is reported from what was seen before, with the stamp of the
+frame it was last detected in (`seen_ns`; the node puts it in that Detection2D's header). A tile run holds a box
+whole when the box lies in it clear of its inner edges by the seam margin (`looked_at_regions`); only the
+detections tiles run hold whole are reported or tracked. With the tracker, a confirmed track whose predicted box
+no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
 looked for again: at most `max_tile_age` frames, every tile runs that often); without it, the last reported box
 that no tile run holds whole is kept as it was (with its score), unless a detection of its class overlaps it
 (IoU >= 0.5), for at most `max_tile_age` frames.

@@ -7,15 +7,16 @@ matched to the tracked and lost tracks by IoU (fused with the score), (2) the tr
 low-score detections (`LOW_SCORE` .. `activation`), (3) tracks born on the previous frame (unconfirmed) to the high
 detections left over, (4, ours) the confirmed tracks left over to the high detections left over, by the distance
 of the centres (`_by_distance`: small fast objects); unmatched tracked tracks become lost, unmatched unconfirmed
-ones are dropped, high detections left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once on the first frame, else at their
-second match), lost tracks unseen for longer than `buffer_s` are dropped. Matches never cross classes.
+ones are dropped, high detections left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once
+on the first frame, else at their second match), lost tracks unseen for longer than `buffer_s` are dropped.
+Matches never cross classes.
 
 Differences from the per-object reference implementations: the fourth association, buffered IoU (below) for a
 track missed on the previous frame, the camera's motion applied to every track first (`warp`, BoT-SORT's GMC), the
-time step is the stamps' (a frame that was
-dropped upstream is a longer step, not a missed detection), the lost-track buffer is in seconds, and the cost is
-bounded: only boxes that overlap are compared (a sweep, not an N x M matrix) and only the rows and columns that
-compete for a match go to the assignment solver (`tiled-detector bench` measures the cost per frame).
+time step is the stamps' (a frame that was dropped upstream is a longer step, not a missed detection), the
+lost-track buffer is in seconds, and the cost is bounded: only boxes that overlap are compared (a sweep, not an
+N x M matrix) and only the rows and columns that compete for a match go to the assignment solver
+(`tiled-detector bench` measures the cost per frame).
 
 Under a tile budget (`update`'s `observed`: the regions looked at) a track that no region holds whole was not
 looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
