@@ -15,6 +15,7 @@ from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.pipeline.decode import OutputLayout
+from tiled_detector.pipeline.depth import DepthError, DepthImage, Intrinsics
 from tiled_detector.pipeline.merge import MatchMetric, MergeMethod
 from tiled_detector.pipeline.postprocess import Limits
 from tiled_detector.pipeline.zero_copy import ZeroCopyError
@@ -396,3 +397,23 @@ def test_a_candidate_flood_is_cut_to_the_best_before_the_pairwise_merge(square_o
     capped = det.detect(frame)
     assert 0 < len(capped) <= 4 < len(everything)
     np.testing.assert_array_equal(capped.scores, everything.scores[: len(capped)])  # the best ones survive
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_a_depth_image_adds_positions_and_leaves_the_2d_detections_bit_identical(square_onnx, sync_free):
+    det = TiledDetector(square_onnx, tile_size=SQUARE_INPUT_HW, overlap=0.25, conf_threshold=0.5)
+    det._sync_free = sync_free  # the accelerator's fixed-size path, or the exact one
+    frames = [_scene(3)[0], _scene(4)[0]]
+    camera = Intrinsics(200.0, 200.0, 103.5, 75.5)
+    depth = DepthImage(np.full((76, 104), 7500, np.uint16), camera)  # half size, 7.5 m in millimetres
+    without = det.detect_many(frames)
+    located = det.detect_many(frames, depths=[depth, None])
+    for plain, with_depth in zip(without, located, strict=True):
+        for name in ("boxes", "scores", "class_ids"):
+            a, b = getattr(plain, name), getattr(with_depth, name)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    assert without[0].positions is None and located[1].positions is None  # no depth: no positions
+    assert located[0].positions.shape == (6, 3) and np.allclose(located[0].positions[:, 2], 7.5)
+    assert np.allclose(located[0].sizes[:, :2], SQUARE_CELL * 7.5 / 200.0)
+    with pytest.raises(DepthError, match="another aspect ratio"):
+        det.detect(frames[0], depth=DepthImage(np.ones((100, 100), np.float32), camera))

@@ -11,6 +11,7 @@ import torch
 from tiled_detector.config import Applies, DetectorConfig, settings
 from tiled_detector.detector import TiledDetector
 from tiled_detector.devices import cuda_graph
+from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
 from tiled_detector.pipeline.postprocess import Limits
 from tiled_detector.pipeline.seams import suppress_truncated
@@ -174,21 +175,25 @@ ALTERNATES = {
     "max_box_size": 30.0, "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
     "tracker": "bytetrack", "track_activation_threshold": 0.5, "lost_track_buffer": 3.0,
     "track_matching_threshold": 0.5, "tile_budget": 3, "max_tile_age": 2, "motion_compensation": "none",
+    "depth_scale": 0.002, "depth_sync_tolerance": 0.5, "depth_min": 20.0, "depth_max": 5.0,
 }  # fmt: skip
 SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
+# the scene's depth (every frame of the settings test has it): 10 m in millimetres, a half-size 16UC1 image
+SETTINGS_DEPTH = DepthImage(np.full((360, 640), 10000, np.uint16), Intrinsics(900.0, 900.0, 639.5, 359.5))
 
 
 def _equal(a, b) -> bool:
-    return all(
-        np.array_equal(x, y)
-        for x, y in ((a.boxes, b.boxes), (a.scores, b.scores), (a.class_ids, b.class_ids))
-    )
+    pairs = [(a.boxes, b.boxes), (a.scores, b.scores), (a.class_ids, b.class_ids)]
+    if a.positions is not None or b.positions is not None:
+        pairs += [(a.positions, b.positions), (a.sizes, b.sizes)]
+    return all(x is not None and y is not None and np.array_equal(x, y, equal_nan=True) for x, y in pairs)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_path):
-    """Each runtime setting changed between two captured frames: the second frame follows it (equals an
-    uncaptured detector with that setting), and a setting the frame program reads captures a new program."""
+    """Each runtime setting changed between two captured frames (with a depth image): the second frame follows it
+    (equals an uncaptured detector with that setting), and a setting the frame program reads captures a new
+    program."""
     assert set(ALTERNATES) == {name for name, setting in settings().items() if setting.runtime}
     mask = np.zeros((9, 16), np.uint8)
     mask[:, :8] = 255
@@ -202,13 +207,14 @@ def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_pa
     )
     captured._sync_free = True  # the fixed-size path a capture runs (the CPU's default is the exact path)
     frame = make_scene(*SETTINGS_SCENE).image
-    before = captured.detect(frame)
-    _same(before, eager.detect(frame))
+    before = captured.detect(frame, depth=SETTINGS_DEPTH)
+    _same(before, eager.detect(frame, depth=SETTINGS_DEPTH))
+    assert _equal(before, eager.detect(frame, depth=SETTINGS_DEPTH)) and np.isfinite(before.positions).all()
     for name, value in alternates.items():
         captures, read = log.count("capture"), (captured.frame_settings, captured.plan_for(*frame.shape[:2]))
         captured.update(**{name: value})
-        got = captured.detect(frame)
-        want = eager.with_config(**{name: value}).detect(frame)
+        got = captured.detect(frame, depth=SETTINGS_DEPTH)
+        want = eager.with_config(**{name: value}).detect(frame, depth=SETTINGS_DEPTH)
         assert _equal(got, want), (name, len(got), len(want))
         now = (captured.frame_settings, captured.plan_for(*frame.shape[:2]))
         applies = settings()[name].applies

@@ -85,6 +85,7 @@ def test_frame_settings_are_built_from_the_table() -> None:
         "tile_budget",
         "max_tile_age",
         "motion_compensation",
+        "depth_sync_tolerance",
     }
 
 

@@ -266,6 +266,35 @@ class DetectorConfig:
         kind=Choice(option=MotionCompensation),
         applies=Applies.HOST,
     )
+    depth: bool = _setting(
+        False,
+        "3D positions from an aligned depth image: the node subscribes depth_image (16UC1 or 32FC1, registered to "
+        "the colour camera) and camera_info beside each camera's image and publishes detections_3d",
+        kind=Flag(),
+        applies=Applies.DETECTOR,
+    )
+    depth_scale: float = _setting(
+        0.001,
+        "metres per unit of a 16UC1 depth image (millimetres: 0.001); 32FC1 is in metres",
+        kind=Number(1e-6, 1.0),
+    )
+    depth_sync_tolerance: float = _setting(
+        0.02,
+        "seconds between a colour frame's stamp and its depth image's stamp (matched by stamp, the nearest)",
+        kind=Number(0.0, 10.0),
+        applies=Applies.HOST,
+    )
+    depth_min: float = _setting(
+        0.1,
+        "nearest valid depth in metres (below: a hole or an invalid code)",
+        kind=Number(0.0, 1000.0),
+    )
+    depth_max: float = _setting(
+        65.0,
+        "farthest valid depth in metres (beyond: invalid; the default is below 16UC1's largest value at 0.001, "
+        "which drivers use for saturated pixels)",
+        kind=Number(0.0, 1000.0),
+    )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,
         "model output layout; auto detects it from the output shapes",
@@ -374,6 +403,10 @@ class DetectorConfig:
             raise ValueError(
                 f"min_box_size ({self.min_box_size:g}) must not exceed max_box_size ({self.max_box_size:g}); "
                 "0 = no limit"
+            )
+        if not self.depth_min < self.depth_max:
+            raise ValueError(
+                f"depth_min ({self.depth_min:g}) must be less than depth_max ({self.depth_max:g}), metres"
             )
         if self.model is None:
             model = _bundled_model(self.backend)

@@ -36,10 +36,11 @@ from tiled_detector.pipeline.decode import (
     main_output,
     yolox_decoded,
 )
+from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
-from tiled_detector.pipeline.postprocess import Limits, postprocess, unpack
+from tiled_detector.pipeline.postprocess import COLUMNS, Limits, postprocess, unpack
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.program import (
     Capture,
@@ -269,6 +270,7 @@ class TiledDetector:
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         self._uploader = Uploader(engine.device)
+        self._depth_uploader = Uploader(engine.device)  # depth images, one slot per frame slot
         self._masks = IgnoreMasks()  # the ignore masks scaled to the frame sizes seen (bounded)
         self._program = FrameProgram(
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
@@ -361,10 +363,14 @@ class TiledDetector:
         frame: np.ndarray | torch.Tensor,
         encoding: str | Encoding = Encoding.RGB8,
         camera: str | None = None,
+        depth: DepthImage | None = None,
     ) -> Detections:
         """Detect objects in an (H, W, C) frame (numpy or torch, any device) from `camera` (which ignore mask
-        applies: `ignore_mask`); boxes in frame pixels."""
-        return self.detect_many([frame], [encoding], cameras=[camera])[0]
+        applies: `ignore_mask`); boxes in frame pixels. With `depth` (its aligned depth image and camera matrix)
+        each detection's position and size too (`Detections.positions`, `sizes`)."""
+        return self.detect_many(
+            [frame], [encoding], cameras=[camera], depths=None if depth is None else [depth]
+        )[0]
 
     def detect_many(
         self,
@@ -374,6 +380,7 @@ class TiledDetector:
         cameras: Sequence[str | None] | None = None,
         tiles: Sequence[np.ndarray | None] | None = None,
         on_device: Callable[[list[torch.Tensor]], None] | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
@@ -385,7 +392,13 @@ class TiledDetector:
         mask for every camera). `tiles` gives, per frame, the indices of the tiles of its plan (`plan_for`) to run
         (a tile budget; None: every tile); the full-frame view always runs. A captured program is keyed by how
         many tiles each frame runs, not which. `on_device` is called with the frames on the engine's device (H, W, C
-        each), before the frame program is queued behind its work (the stream's camera-motion estimate)."""
+        each), before the frame program is queued behind its work (the stream's camera-motion estimate).
+
+        `depths` gives each frame its aligned depth image and camera matrix (`pipeline.depth.DepthImage`; None for a
+        frame without one): each is uploaded beside its frame, and the frame program adds every detection's
+        position (`Detections.positions`, `sizes`; the boxes, scores and classes are what they are without it).
+        A depth image of another aspect ratio than its frame, or a camera matrix that fits neither, raises
+        `DepthError` (a ValueError) before anything runs."""
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
@@ -393,17 +406,29 @@ class TiledDetector:
         cameras = [None] * len(frames) if cameras is None else list(cameras)
         if len(cameras) != len(frames):
             raise ValueError(f"got {len(frames)} frames but {len(cameras)} cameras")
+        if depths is not None and len(depths) != len(frames):
+            raise ValueError(f"got {len(frames)} frames but {len(depths)} depth images")
+        checked = None  # each depth as a tensor, with the camera matrix for its frame's size
+        if depths is not None:
+            checked = [
+                None if d is None else aligned(d, f.shape[:2]) for f, d in zip(frames, depths, strict=True)
+            ]
         clock = _StageClock(self._engine.device, self._config.profile)
         static = self._runner.captures  # a captured program reads the same device frames every time
         uploaded = [
             self._uploader.upload(f, e, slot, static)
             for slot, f, e in zip(slots, frames, encodings, strict=True)
         ]
+        if checked is not None:
+            checked = [
+                None if d is None else d._replace(image=self._depth_uploader.place(d.image, slot, static))
+                for slot, d in zip(slots, checked, strict=True)
+            ]
         clock.mark("upload")
         if on_device is not None:
             on_device(uploaded)
             clock.mark("motion")
-        return self._detect(uploaded, encodings, cameras, clock, tiles)
+        return self._detect(uploaded, encodings, cameras, clock, tiles, checked)
 
     def detect_device(
         self, frame: Any, encoding: str | Encoding = Encoding.RGB8, camera: str | None = None
@@ -434,6 +459,7 @@ class TiledDetector:
     def _detect(
         self, frames: list[torch.Tensor], encodings: list[Encoding], cameras: Sequence[str | None],
         clock: _StageClock, tiles: Sequence[np.ndarray | None] | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
     ) -> list[Detections]:  # fmt: skip
         if not frames:
             return []
@@ -450,7 +476,7 @@ class TiledDetector:
         if self._exact_batches:
             self._exact_batches -= 1
         elif self._sync_free:
-            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen)
+            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen, depths)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             if found is None:
                 found = self._program.candidates(
@@ -458,12 +484,21 @@ class TiledDetector:
                 )
             packed = postprocess(found, plan, self._frame_settings, None)
             clock.mark("merge")
+            if depths is not None:
+                packed = self._program.positions(packed, plan, self._frame_settings, depths, exact=True)
+                clock.mark("positions")
             host = packed.cpu().numpy()
             clock.mark("download")
         timings = clock.timings()
+        located = [(None, None)] * plan.num_frames
+        if depths is not None:
+            located = [
+                (None, None) if d is None else p
+                for d, p in zip(depths, unpack_positions(host, COLUMNS, plan.num_frames), strict=True)
+            ]
         return [
-            Detections(rows[:, :4], rows[:, 4], rows[:, 5].astype(np.int64), dict(timings))
-            for rows in unpack(host, plan.num_frames)
+            Detections(rows[:, :4], rows[:, 4], rows[:, 5].astype(np.int64), dict(timings), *at)
+            for rows, at in zip(unpack(host, plan.num_frames), located, strict=True)
         ]
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
@@ -489,7 +524,7 @@ class TiledDetector:
 
     def _sync_free_pass(
         self, frames: list[torch.Tensor], encodings: list[Encoding], plan: BatchPlan, clock: _StageClock,
-        chosen: ViewSelection | None = None,
+        chosen: ViewSelection | None = None, depths: Sequence[DepthImage | None] | None = None,
     ) -> tuple[np.ndarray | None, PaddedDecoded]:  # fmt: skip
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
@@ -497,14 +532,20 @@ class TiledDetector:
         # the capture key: everything the frame program reads (frame buffers, plan, how many views of each frame
         # run and the buffer naming them, settings, limits)
         views = None if chosen is None else (chosen.counts, chosen.views.data_ptr())
-        key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), views, settings, limits)
+        located = None
+        if depths is not None:  # each depth image's buffer, size, type and camera matrix
+            located = tuple(
+                None if d is None else (d.image.data_ptr(), tuple(d.image.shape), d.image.dtype, d.intrinsics)
+                for d in depths
+            )
+        key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), views, settings, limits, located)
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         program = self._program
         packed, found = self._runner.run(
             key,
-            lambda: program(frames, encodings, plan, settings, limits, mark, chosen),
+            lambda: program(frames, encodings, plan, settings, limits, mark, chosen, depths),
             lambda: (
-                program.split(frames, encodings, plan, settings, limits, chosen)
+                program.split(frames, encodings, plan, settings, limits, chosen, depths)
                 if program.can_split
                 else None
             ),

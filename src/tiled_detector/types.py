@@ -12,13 +12,17 @@ class Detections:
     """Detections of one frame as a struct of arrays, in frame pixel coordinates.
 
     boxes: (N, 4) float32 x1, y1, x2, y2; scores: (N,) float32 in [0, 1]; class_ids: (N,) int64;
-    timings: stage name -> milliseconds for the call that produced them.
+    timings: stage name -> milliseconds for the call that produced them. With a depth image: positions (N, 3)
+    and sizes (N, 3) float32, each object's centre and extent in metres in the colour camera's optical frame (x
+    right, y down, z forward), NaN rows where it has no valid depth; None without one.
     """
 
     boxes: np.ndarray
     scores: np.ndarray
     class_ids: np.ndarray
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    positions: np.ndarray | None = field(default=None, compare=False)
+    sizes: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
@@ -32,6 +36,15 @@ class Detections:
         object.__setattr__(self, "boxes", boxes)
         object.__setattr__(self, "scores", scores)
         object.__setattr__(self, "class_ids", class_ids)
+        for name in ("positions", "sizes"):
+            value = getattr(self, name)
+            if value is not None:
+                value = np.asarray(value, dtype=np.float32).reshape(-1, 3)
+                if len(value) != len(scores):
+                    raise ValueError(
+                        f"Detections need one row of {name} per box, got {len(value)} for {len(scores)}"
+                    )
+                object.__setattr__(self, name, value)
 
     @classmethod
     def empty(cls) -> Detections:
@@ -42,5 +55,12 @@ class Detections:
         return len(self.scores)
 
     def __getitem__(self, index: np.ndarray | slice) -> Detections:
-        """Select detections by boolean mask, index array or slice (timings are kept)."""
-        return Detections(self.boxes[index], self.scores[index], self.class_ids[index], dict(self.timings))
+        """Select detections by boolean mask, index array or slice (timings, positions and sizes are kept)."""
+        return Detections(
+            self.boxes[index],
+            self.scores[index],
+            self.class_ids[index],
+            dict(self.timings),
+            None if self.positions is None else self.positions[index],
+            None if self.sizes is None else self.sizes[index],
+        )

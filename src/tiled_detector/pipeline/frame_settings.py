@@ -14,8 +14,8 @@ from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
 
 @dataclass(frozen=True)
 class FrameSettings:
-    """Decoding (thresholds, top-k, class filter), the seam rule, the merge, the box size limits and the
-    per-frame cut."""
+    """Decoding (thresholds, top-k, class filter), the seam rule, the merge, the box size limits, the
+    per-frame cut and the depth's scale and valid range."""
 
     conf_threshold: float
     class_thresholds: tuple[tuple[int, float], ...]
@@ -29,6 +29,9 @@ class FrameSettings:
     seam_suppression: bool
     min_box_size: float
     max_box_size: float
+    depth_scale: float
+    depth_min: float
+    depth_max: float
 
     @property
     def merge_rule(self) -> MergeRule:

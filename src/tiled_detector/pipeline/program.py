@@ -21,6 +21,8 @@ import torch
 
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, decode_padded
+from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
+from tiled_detector.pipeline.depth import DepthImage, locate
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.postprocess import Limits, postprocess
@@ -196,6 +198,7 @@ class FrameProgram:
         # data-dependent shapes stay with `postprocess` itself, in the detector)
         self.decode = compiler(decode_padded) if compiler else decode_padded
         self.postprocess = compiler(postprocess) if compiler else postprocess
+        self.locate = compiler(locate) if compiler else locate
 
     def candidates(
         self,
@@ -270,6 +273,7 @@ class FrameProgram:
         settings: FrameSettings,
         limits: Limits | None,
         chosen: ViewSelection | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
     ) -> SplitProgram:
         """The same program in three parts for an engine whose calls cannot be captured (`Runner`): every view
         into a batch of the whole plan, the engine's calls (eager) with their outputs copied into buffers of the
@@ -294,7 +298,9 @@ class FrameProgram:
             _, outputs = state
             found = _joined([self._decode({n: o[a:b] for n, o in outputs.items()}, a, settings, chosen)
                              for a, b in self._chunks(plan, chosen)])  # fmt: skip
-            return self.postprocess(found, plan, settings, limits), found
+            return self.positions(
+                self.postprocess(found, plan, settings, limits), plan, settings, depths
+            ), found
 
         return SplitProgram(before, engine, after)
 
@@ -307,12 +313,44 @@ class FrameProgram:
         limits: Limits | None,
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
     ) -> tuple[torch.Tensor, PaddedDecoded]:
-        """The packed result rows + status row (see `postprocess`), and the candidates (for an exact redo)."""
+        """The packed result rows + status row (see `postprocess`; with `depths`, each row's position after its
+        columns: `positions`), and the candidates (for an exact redo)."""
         found = self.candidates(frames, encodings, plan, settings, mark, chosen)
         packed = self.postprocess(found, plan, settings, limits)
         mark("merge")
+        if depths is not None:
+            packed = self.positions(packed, plan, settings, depths)
+            mark("positions")
         return packed, found
+
+    def positions(
+        self,
+        packed: torch.Tensor,
+        plan: BatchPlan,
+        settings: FrameSettings,
+        depths: Sequence[DepthImage | None] | None,
+        exact: bool = False,
+    ) -> torch.Tensor:
+        """`packed` with each row's position (`depth.locate`: x, y, z, sizes, valid) in columns after its own,
+        from its frame's depth image on the device (None: `packed` as it is). `exact` (the exact path, where host
+        reads are free) locates the result rows only."""
+        if depths is None:
+            return packed
+        frames_hw = [p.frame_hw for p in plan.plans]
+        kept = (packed[:, 6] > 0).nonzero()[:, 0] if exact else None
+        located = self.locate(
+            packed if kept is None else packed[kept],
+            frames_hw,
+            depths,
+            settings.depth_scale,
+            settings.depth_min,
+            settings.depth_max,
+        )
+        if kept is not None:
+            located = packed.new_zeros((len(packed), DEPTH_COLUMNS)).index_copy_(0, kept, located)
+        return torch.cat([packed, located], dim=1)
 
 
 def _joined(parts: list[PaddedDecoded]) -> PaddedDecoded:

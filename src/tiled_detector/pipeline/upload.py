@@ -24,7 +24,8 @@ class _Slot(NamedTuple):
 
 
 class Uploader:
-    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers)."""
+    """Host frames -> (H, W, C) tensors on `device` (not thread-safe: it owns reused buffers); any other host
+    tensor through `place`."""
 
     def __init__(self, device: str | torch.device) -> None:
         self.device = concrete_device(device)
@@ -40,7 +41,11 @@ class Uploader:
         """The frame as an (H, W, C) tensor on the device: one host-to-device copy (into slot `slot`'s static
         device frame), none when it is already there. `static` copies it into the slot's device frame even when
         it is already on the device (a captured frame program reads the same memory every time)."""
-        tensor = as_frame_tensor(frame, encoding)
+        return self.place(as_frame_tensor(frame, encoding), slot, static)
+
+    def place(self, tensor: torch.Tensor, slot: int = 0, static: bool = False) -> torch.Tensor:
+        """`upload` of a tensor already checked for what it holds (a frame, a depth image): on the device, copied
+        once into slot `slot`'s device buffer where needed."""
         staging = self.device.type == "cuda" and tensor.device.type == "cpu"
         if not static and not staging:
             return tensor if tensor.device == self.device else tensor.to(self.device)
