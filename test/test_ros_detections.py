@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import Header
-from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose
+from vision_msgs.msg import Detection2D, Detection2DArray, Detection3DArray, ObjectHypothesisWithPose
 
-from tiled_detector.messages.detections import detections_to_msg, msg_to_detections
+from tiled_detector.messages.detections import (
+    detections_3d_to_msg,
+    detections_to_msg,
+    msg_to_detections,
+    msg_to_positions,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM_4X_HASH = "RIHS01_214274120007f4a683866481336b70310268cfa107aebe9d594a6acf75bda968"
@@ -275,3 +280,113 @@ def test_vendored_msg_definitions_hash_to_upstream_4x() -> None:
         types.update(get_types_from_msg(path.read_text(), f"vision_msgs/msg/{path.stem}"))
     store.register(types)
     assert store.hash_rihs01("vision_msgs/msg/Detection2DArray") == UPSTREAM_4X_HASH
+
+
+# --- Detection3DArray: the objects with a position --------------------------------------------------------
+
+POSITIONS = np.array([[0.5, -0.25, 12.0], [np.nan] * 3, [-3.0, 1.0, 40.5]], np.float32)
+SIZES = np.array([[0.4, 0.8, 0.1], [np.nan] * 3, [2.0, 1.5, 0.7]], np.float32)
+
+
+@dataclass
+class Point:
+    x: float = 0.0
+    y: float = 0.0
+    z: float = 0.0
+
+
+@dataclass
+class Quaternion:
+    x: float = 0.0
+    y: float = 0.0
+    z: float = 0.0
+    w: float = 0.0
+
+
+@dataclass
+class Pose:
+    position: Point = field(default_factory=Point)
+    orientation: Quaternion = field(default_factory=Quaternion)
+
+
+@dataclass
+class BoundingBox3D:
+    center: Pose = field(default_factory=Pose)
+    size: Point = field(default_factory=Point)
+
+
+@dataclass
+class Detection3D3:
+    header: object = None
+    results: list = field(default_factory=list)
+    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
+    id: str = ""
+
+
+@dataclass
+class Detection3D2:  # Foxy: no id, tracking fields and the source cloud instead
+    header: object = None
+    results: list = field(default_factory=list)
+    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
+    source_cloud: object = None
+    is_tracking: bool = False
+    tracking_id: str = ""
+
+
+FAKES_3D = {
+    "3.x": SimpleNamespace(
+        Detection3DArray=Detection2DArrayFake,
+        Detection3D=Detection3D3,
+        ObjectHypothesisWithPose=ObjectHypothesisWithPose3,
+    ),
+    "2.x": SimpleNamespace(
+        Detection3DArray=Detection2DArrayFake,
+        Detection3D=Detection3D2,
+        ObjectHypothesisWithPose=ObjectHypothesisWithPose2,
+    ),
+}
+
+
+def test_3d_messages_hold_the_objects_with_a_position_under_their_2d_ids() -> None:
+    header = image_header()
+    wire = serialize_message(detections_3d_to_msg(POSITIONS, SIZES, SCORES, CLASS_IDS, header, LABELS))
+    msg = deserialize_message(wire, Detection3DArray)
+    assert msg.header == header and all(d.header == header for d in msg.detections)
+    ids, positions, sizes = msg_to_positions(msg)
+    assert ids == ["0", "2"]  # the second object has no valid depth: left out, the others keep their 2D index
+    np.testing.assert_allclose(positions, POSITIONS[[0, 2]])
+    np.testing.assert_allclose(sizes, SIZES[[0, 2]])
+    assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["person", "7"]
+    assert [d.results[0].hypothesis.score for d in msg.detections] == [pytest.approx(0.9), 0.0]
+    assert all(d.bbox.center.orientation.w == 1.0 for d in msg.detections)
+
+
+def test_3d_ids_are_track_ids_and_carried_objects_keep_their_stamp() -> None:
+    header = image_header()
+    seen = [1700000000_123456789, 1700000000_000000000, 1699999999_500000000]
+    msg = detections_3d_to_msg(
+        POSITIONS, SIZES, SCORES, CLASS_IDS, header, LABELS, track_ids=[7, 8, 9], seen_ns=seen
+    )
+    assert [d.id for d in msg.detections] == ["7", "9"]
+    assert msg.detections[0].header is header
+    assert (msg.detections[1].header.stamp.sec, msg.detections[1].header.stamp.nanosec) == (
+        1699999999,
+        500000000,
+    )
+    assert msg.detections[1].header.frame_id == "camera_optical"
+    with pytest.raises(ValueError, match="one track id per detection"):
+        detections_3d_to_msg(POSITIONS, SIZES, SCORES, CLASS_IDS, header, track_ids=[1])
+
+
+@pytest.mark.parametrize("layout", sorted(FAKES_3D))
+def test_3d_older_layouts_by_feature_detection(layout: str) -> None:
+    msg = detections_3d_to_msg(
+        POSITIONS, SIZES, SCORES, CLASS_IDS, image_header(), LABELS, msg_types=FAKES_3D[layout]
+    )
+    first = msg.detections[0]
+    assert (first.bbox.center.position.z, first.bbox.size.x) == (12.0, pytest.approx(0.4))
+    result = first.results[0]
+    if layout == "2.x":
+        assert (result.id, first.tracking_id) == ("person", "")
+    else:
+        assert (result.hypothesis.class_id, first.id) == ("person", "0")

@@ -1,4 +1,5 @@
-"""Detection arrays <-> vision_msgs/Detection2DArray for vision_msgs 2.x, 3.x and 4.x.
+"""Detection arrays <-> vision_msgs/Detection2DArray (and positions -> Detection3DArray) for vision_msgs 2.x, 3.x
+and 4.x.
 
 The message layout is found by feature detection on message instances, not by distro name:
 - 4.x (Humble+): bbox.center.position.x/y (vision_msgs/Pose2D), results[].hypothesis.class_id/score;
@@ -10,7 +11,8 @@ its array ("0", "1", ...; the node publishes them best score first): stable for 
 within the array, not an identity across frames; with track ids given (the node's `tracker` on) it is the track id
 instead ("17"): the same string for the same object in every frame of its track. A detection reported from an
 earlier frame (a tile budget's tile not run in this one: `seen_ns`) carries that frame's stamp in its own header;
-every other detection carries the array's header.
+every other detection carries the array's header. A Detection3DArray holds the objects that have a position
+(`detections_3d_to_msg`), each with the results and the id (index or track id) of its Detection2D.
 """
 
 from __future__ import annotations
@@ -92,35 +94,104 @@ def detections_to_msg(
     tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
     if tags is not None and len(tags) != len(class_names):
         raise ValueError(f"need one track id per detection, got {len(tags)} for {len(class_names)}")
-    frame_ns = int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
-    seen = (
-        [frame_ns] * len(class_names)
-        if seen_ns is None
-        else np.asarray(seen_ns, np.int64).reshape(-1).tolist()
-    )
-    if len(seen) != len(class_names):
-        raise ValueError(f"need one seen stamp per detection, got {len(seen)} for {len(class_names)}")
+    headers = _headers(header, seen_ns, len(class_names))
     detections = []
     for rank, ((cx, cy), (width, height), score, name) in enumerate(
         zip(centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
     ):
         detection = msg_types.Detection2D()
-        detection.header = header if seen[rank] == frame_ns else _at(header, seen[rank])
+        detection.header = headers[rank]
         if hasattr(detection, "id"):  # vision_msgs >= 3
             detection.id = str(rank) if tags is None else tags[rank]
         center = _center(detection.bbox)
         center.x, center.y = cx, cy
         detection.bbox.size_x, detection.bbox.size_y = width, height
-        result = msg_types.ObjectHypothesisWithPose()
-        hypothesis, id_field = _hypothesis(result)
-        setattr(hypothesis, id_field, name)
-        hypothesis.score = score
-        detection.results = [result]
+        detection.results = [_result(msg_types, name, score)]
         detections.append(detection)
     array_msg = msg_types.Detection2DArray()
     array_msg.header = header
     array_msg.detections = detections
     return array_msg
+
+
+def _headers(header: Any, seen_ns: Any, count: int) -> list[Any]:
+    """Each detection's header: the array's, or a copy at the stamp it was last seen at (`seen_ns`)."""
+    frame_ns = int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+    seen = [frame_ns] * count if seen_ns is None else np.asarray(seen_ns, np.int64).reshape(-1).tolist()
+    if len(seen) != count:
+        raise ValueError(f"need one seen stamp per detection, got {len(seen)} for {count}")
+    return [header if stamp == frame_ns else _at(header, stamp) for stamp in seen]
+
+
+def _result(msg_types: Any, name: str, score: float) -> Any:
+    """An ObjectHypothesisWithPose of class `name` with `score`."""
+    result = msg_types.ObjectHypothesisWithPose()
+    hypothesis, id_field = _hypothesis(result)
+    setattr(hypothesis, id_field, name)
+    hypothesis.score = score
+    return result
+
+
+def detections_3d_to_msg(
+    positions: Any,
+    sizes: Any,
+    scores: Any,
+    class_ids: Any,
+    header: Any,
+    labels: Labels | None = None,
+    *,
+    track_ids: Any = None,
+    seen_ns: Any = None,
+    msg_types: Any = None,
+) -> Any:
+    """Positions and sizes (N, 3) in metres in the header's frame (the colour camera's optical frame), scores and
+    class ids -> Detection3DArray of the objects whose position is finite (the others have no valid depth).
+
+    Each Detection3D has the results of its Detection2D (`detections_to_msg` with the same arguments) and its id:
+    the index in the 2D array, or the track id; `seen_ns` gives a carried object its own header as there. The box
+    is axis-aligned in that frame (identity orientation). `msg_types` is a namespace with Detection3DArray,
+    Detection3D and ObjectHypothesisWithPose (default: vision_msgs.msg).
+    """
+    if msg_types is None:
+        import vision_msgs.msg as msg_types
+    positions = np.asarray(positions, np.float64).reshape(-1, 3)
+    sizes = np.asarray(sizes, np.float64).reshape(-1, 3)
+    scores = np.clip(np.asarray(scores, np.float64).reshape(-1), 0.0, 1.0)
+    ids = np.asarray(class_ids).reshape(-1).astype(np.int64)
+    if not len(positions) == len(sizes) == len(scores) == len(ids):
+        counts = f"{len(sizes)}, {len(scores)} and {len(ids)} for {len(positions)}"
+        raise ValueError(f"need one size, score and class per position, got {counts}")
+    tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
+    if tags is not None and len(tags) != len(ids):
+        raise ValueError(f"need one track id per detection, got {len(tags)} for {len(ids)}")
+    names = _label_map(labels)
+    headers = _headers(header, seen_ns, len(ids))
+    detections = []
+    for index in np.flatnonzero(np.isfinite(positions).all(axis=1) & np.isfinite(sizes).all(axis=1)).tolist():
+        detection = msg_types.Detection3D()
+        detection.header = headers[index]
+        if hasattr(detection, "id"):  # vision_msgs >= 3
+            detection.id = str(index) if tags is None else tags[index]
+        point, size = detection.bbox.center.position, detection.bbox.size
+        point.x, point.y, point.z = positions[index].tolist()
+        size.x, size.y, size.z = sizes[index].tolist()
+        detection.bbox.center.orientation.w = 1.0
+        class_id = int(ids[index])
+        detection.results = [_result(msg_types, names.get(class_id, str(class_id)), float(scores[index]))]
+        detections.append(detection)
+    array_msg = msg_types.Detection3DArray()
+    array_msg.header = header
+    array_msg.detections = detections
+    return array_msg
+
+
+def msg_to_positions(msg: Any) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Detection3DArray -> (the detections' ids, positions (N, 3) float64, sizes (N, 3) float64)."""
+    ids = [str(getattr(d, "id", "")) for d in msg.detections]
+    points = [d.bbox.center.position for d in msg.detections]
+    positions = [(p.x, p.y, p.z) for p in points]
+    sizes = [(d.bbox.size.x, d.bbox.size.y, d.bbox.size.z) for d in msg.detections]
+    return ids, np.asarray(positions, np.float64).reshape(-1, 3), np.asarray(sizes, np.float64).reshape(-1, 3)
 
 
 def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
