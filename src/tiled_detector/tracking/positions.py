@@ -1,0 +1,151 @@
+"""3D positions through the stream, per camera: each reported box gets the position measured with it, or, when it
+is carried from an earlier frame (a tile not run under `tile_budget`; a track reported from its prediction), the
+position it was last reported with, which belongs to the stamp it was seen at (`seen_ns`).
+
+The stream's stages (the tiles looked at, the tracker, the boxes carried without one) report boxes, not the rows
+they came from, so a reported box is found again: one seen in this frame among the frame's measured detections
+(same class, most overlap, the same score first: the tracker reports a match's own score), one carried among the
+camera's previous report (by track id, or without a tracker by class, overlap and the same `seen_ns`). State: the
+previous report of each camera (bounded by its boxes); a frame without depth reports no positions and leaves its
+boxes without one for the frames that carry them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiled_detector.tracking.bytetrack import assign, overlapping
+from tiled_detector.types import Detections
+
+
+@dataclass(frozen=True)
+class _Report:
+    """A camera's reported boxes with their positions (NaN: none)."""
+
+    boxes: np.ndarray
+    class_ids: np.ndarray
+    track_ids: np.ndarray | None
+    seen_ns: np.ndarray
+    positions: np.ndarray
+    sizes: np.ndarray
+
+
+def _found_again(
+    boxes: np.ndarray,
+    classes: np.ndarray,
+    keys: np.ndarray,
+    among: np.ndarray,
+    among_classes: np.ndarray,
+    among_keys: np.ndarray,
+) -> np.ndarray:
+    """For each box, the index of the box `among` it is (-1: none): the same class and overlapping, one to one at
+    the least cost, preferring the same key (a score, a stamp)."""
+    found = np.full(len(boxes), -1, np.int64)
+    i, j, iou = overlapping(boxes.astype(np.float64), among.astype(np.float64), classes, among_classes)
+    cost = (1.0 - iou) / 2 + 0.5 * (keys[i] != among_keys[j])
+    rows, cols = assign(i, j, cost, 1.0)
+    found[rows] = cols
+    return found
+
+
+def _nan(count: int) -> np.ndarray:
+    return np.full((count, 3), np.nan, np.float32)
+
+
+class CameraPositions:
+    """The positions of every camera's reported boxes (module docstring). Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Report] = {}
+
+    def reset(self) -> None:
+        """Forget every camera's previous report."""
+        self._last.clear()
+
+    def attach(
+        self,
+        camera: str,
+        stamp_ns: int,
+        measured: Detections,
+        reported: Detections,
+        track_ids: np.ndarray | None,
+        seen_ns: np.ndarray,
+    ) -> Detections:
+        """`reported` (a frame's boxes as the stream reports them, detected in it or carried: `seen_ns` before
+        `stamp_ns`) with their positions and sizes, from `measured` (the frame's detections, positions included)
+        and the camera's previous report; as it is (no positions) when the frame had no depth."""
+        count = len(reported)
+        positions, sizes = _nan(count), _nan(count)
+        if measured.positions is not None:
+            fresh = seen_ns == stamp_ns
+            if fresh.any():
+                at = _found_again(
+                    reported.boxes[fresh],
+                    reported.class_ids[fresh],
+                    reported.scores[fresh],
+                    measured.boxes,
+                    measured.class_ids,
+                    measured.scores,
+                )
+                positions[fresh] = _taken(measured.positions, at)
+                sizes[fresh] = _taken(measured.sizes, at)
+            last = self._last.get(camera)
+            if last is not None and (~fresh).any():
+                at = self._carried(last, reported, track_ids, seen_ns, ~fresh)
+                positions[~fresh], sizes[~fresh] = _taken(last.positions, at), _taken(last.sizes, at)
+        self._last[camera] = _Report(reported.boxes, reported.class_ids, track_ids, seen_ns, positions, sizes)
+        if measured.positions is None:
+            return reported
+        return Detections(
+            reported.boxes, reported.scores, reported.class_ids, reported.timings, positions, sizes
+        )
+
+    @staticmethod
+    def _carried(
+        last: _Report,
+        reported: Detections,
+        track_ids: np.ndarray | None,
+        seen_ns: np.ndarray,
+        carried: np.ndarray,
+    ) -> np.ndarray:
+        """For each carried box, the index of the box it was in the previous report (-1: none)."""
+        if track_ids is not None and last.track_ids is not None:
+            if not len(last.track_ids):
+                return np.full(int(carried.sum()), -1, np.int64)
+            order = np.argsort(last.track_ids, kind="stable")
+            known = last.track_ids[order]
+            wanted = track_ids[carried]
+            at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
+            return np.where(known[at] == wanted, order[at], -1)
+        return _found_again(
+            reported.boxes[carried],
+            reported.class_ids[carried],
+            seen_ns[carried],
+            last.boxes,
+            last.class_ids,
+            last.seen_ns,
+        )
+
+
+def _taken(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """values[at] with NaN rows where `at` is -1."""
+    if not len(values):
+        return _nan(len(at))
+    return np.where((at >= 0)[:, None], values[np.maximum(at, 0)], np.nan).astype(np.float32)
+
+
+def joined(found: list[Detections]) -> Detections:
+    """Several detections of one frame (its parts) as one, positions included where every part has them."""
+    positions = [f.positions for f in found]
+    sizes = [f.sizes for f in found]
+    located = all(p is not None for p in positions)
+    return Detections(
+        np.concatenate([f.boxes for f in found]),
+        np.concatenate([f.scores for f in found]),
+        np.concatenate([f.class_ids for f in found]),
+        {},
+        np.concatenate(positions) if located else None,
+        np.concatenate(sizes) if located else None,
+    )
