@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tiled_detector import TiledDetector
+from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 from tiled_detector.stream import Stream, budget_problem, looked_at_regions
 from tiled_detector.tools.synthetic import make_scene, make_sequence
 from tiled_detector.tracking.bytetrack import inside_any
@@ -266,3 +267,25 @@ def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does
     assert stream.process([big], [6], ["big"], view_cap=4) == [None]  # a newer frame starts over
     stream.give_up("big")
     assert not stream.in_parts("big") and stream.process([big], [7], ["big"])[0].views == 9
+
+
+@pytest.mark.parametrize("tracker", ["none", "bytetrack"])
+def test_boxes_carry_the_position_of_the_frame_they_were_seen_in(detector, sequence, tracker):
+    """Each frame's depth is one distance (10 m + the frame's index): a box detected in a frame is at that frame's
+    distance, a box carried under the tile budget at the distance of the frame it was seen in (its seen_ns)."""
+    stream = Stream(detector.with_config(tracker=tracker, tile_budget=2, max_tile_age=3))
+    camera = Intrinsics(1000.0, 1000.0, 639.5, 359.5)
+    carried = 0
+    for index, scene in enumerate(sequence):
+        depth = DepthImage(np.full((360, 640), 10.0 + index, np.float32), camera)
+        result = stream.process([scene.image], [index * FRAME_NS], ["cam"], depths=[depth])[0]
+        found = result.detections
+        assert found.positions is not None and len(found.positions) == len(found)
+        seen_at = 10.0 + result.seen_ns / FRAME_NS
+        located = np.isfinite(found.positions[:, 2])
+        np.testing.assert_allclose(found.positions[located, 2], seen_at[located], rtol=1e-5)
+        assert located[result.seen_ns == result.stamp_ns].all()  # every box detected in the frame has one
+        carried += int(np.count_nonzero(located & (result.seen_ns != result.stamp_ns)))
+    assert carried > 0
+    plain = Stream(detector.with_config(tracker=tracker)).process([sequence[0].image], [0], ["cam"])[0]
+    assert plain.detections.positions is None  # no depth: no positions

@@ -55,6 +55,7 @@ from tiled_detector.tracking.motion import (
     move_boxes,
     with_new_view,
 )
+from tiled_detector.tracking.positions import CameraPositions, joined
 from tiled_detector.tracking.schedule import (
     TENTATIVE_WEIGHT,
     ScheduleKind,
@@ -162,12 +163,14 @@ class Stream:
         self._tracks: CameraTracks | None = None
         self._key: Any = None
         self._said: set[tuple[Any, ...]] = set()  # one log line per cause
+        self._positions = CameraPositions()  # 3D positions: each camera's last reported ones
 
     def reset(self) -> None:
         """Every camera starts over (its track ids keep counting up)."""
         self._cameras.clear()
         self._parts.clear()
         self._motion.reset()
+        self._positions.reset()
         if self._tracks is not None:
             self._tracks.reset()
 
@@ -222,6 +225,7 @@ class Stream:
         slots: Sequence[int] | None = None,
         mask_cameras: Sequence[str | None] | None = None,
         view_cap: int = 0,
+        depths: Sequence[Any] | None = None,
     ) -> list[StreamResult | None]:
         """Detect one frame of each camera `names[k]` (its header stamp `stamps_ns[k]`; `mask_cameras`: the name
         its ignore mask is given for, see `TiledDetector.detect_many`) and report each as a `StreamResult`.
@@ -229,7 +233,10 @@ class Stream:
         `view_cap` (0: none) runs a frame of more views than that in parts of at most `view_cap` views (its tiles
         in order, each part with the full-frame view; the tile budget does not apply): its entry is None until the
         call that runs its last part, and the caller gives the same frame with the same stamp again until then.
-        The parts' detections are merged by the merge rule and go to the tracker as one frame's."""
+        The parts' detections are merged by the merge rule and go to the tracker as one frame's.
+
+        `depths` (per frame a `pipeline.depth.DepthImage` or None; see `TiledDetector.detect_many`) gives the
+        reported boxes their 3D positions (`tracking.positions`: a carried box keeps the one it was seen with)."""
         self._follow_settings()
         config = self.detector.config
         masks = [None] * len(frames) if mask_cameras is None else list(mask_cameras)
@@ -259,8 +266,9 @@ class Stream:
                 if parts is None:  # a frame in parts is not compensated (its estimate starts over after it)
                     self._motion.observe(name, frame, stamp, config.lost_track_buffer)
 
+        located = {} if depths is None else {"depths": depths}
         found = self.detector.detect_many(
-            frames, encodings, slots, mask_cameras, chosen, observe if compensate else None
+            frames, encodings, slots, mask_cameras, chosen, observe if compensate else None, **located
         )
         results: list[StreamResult | None] = []
         for name, stamp, state, plan, picked, detections, note, parts in zip(
@@ -268,7 +276,8 @@ class Stream:
         ):
             if parts is None:
                 motion = self._motion.measured(name) if compensate else None
-                results.append(self._report(name, stamp, state, plan, picked, detections, note, motion))
+                reported = self._report(name, stamp, state, plan, picked, detections, note, motion)
+                results.append(self._located(name, detections, reported))
                 continue
             parts.found.append(detections)
             if len(parts.left):
@@ -277,9 +286,17 @@ class Stream:
             del self._parts[name]
             whole = self._report(name, stamp, state, plan, None, self._merged(parts.found), note)
             count = len(parts.found)  # every tile once, and the full-frame view with each part
+            whole = self._located(name, joined(parts.found), whole)
             results.append(dataclasses.replace(whole, views=plan.num_tiles + count * int(plan.full_frame), notes=(
                 f"run in {count} parts of at most {view_cap} views",)))  # fmt: skip
         return results
+
+    def _located(self, name: str, measured: Detections, result: StreamResult) -> StreamResult:
+        """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections."""
+        located = self._positions.attach(
+            name, result.stamp_ns, measured, result.detections, result.track_ids, result.seen_ns
+        )
+        return dataclasses.replace(result, detections=located)
 
     def in_parts(self, name: str) -> bool:
         """Whether camera `name` has a frame left half run (`process`'s `view_cap`)."""
