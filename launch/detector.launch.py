@@ -7,6 +7,8 @@ Several cameras, one node and one engine (their tiles batched together):
 `ros2 launch tiled_detector detector.launch.py "cameras:=[/front/image_raw, /rear/image_raw]"`; each camera's
 detections go to its topic's namespace (`/front/detections`, `/rear/detections`). Or one node per camera, each
 with its own `namespace` and `image` topic (`namespace:=front image:=/front/image_raw`).
+3D positions from an aligned depth image: `depth:=true depth_image:=/camera/camera/aligned_depth_to_color/image_raw
+camera_info:=/camera/camera/color/camera_info` (the node publishes `detections_3d` beside `detections`).
 `lifecycle:=true` starts the managed node instead (unconfigured; configure loads the engine, activate subscribes).
 """
 
@@ -25,6 +27,10 @@ SHARE = FindPackageShare("tiled_detector")
 
 ARGUMENTS = (
     ("image", "image", "input sensor_msgs/Image topic (its /compressed sibling with transport:=compressed)"),
+    ("depth_image", "depth_image", "with depth:=true: the depth image aligned to `image` (16UC1 or 32FC1), e.g. "
+     "/camera/camera/aligned_depth_to_color/image_raw"),
+    ("camera_info", "camera_info", "with depth:=true: the colour camera's sensor_msgs/CameraInfo, e.g. "
+     "/camera/camera/color/camera_info"),
     ("params_file", PathJoinSubstitution([SHARE, "config", "detector.yaml"]), "parameters YAML file"),
     ("namespace", "", "namespace of the node and its topics (one per camera)"),
     ("use_sim_time", "false", "use /clock (true when replaying bags)"),
@@ -85,6 +91,7 @@ def _detector_node(context: LaunchContext) -> list[Node]:
         if text:
             overrides[param.name] = _typed(param.name, text)
     image = arg["image"].perform(context)
+    depth, info = arg["depth_image"].perform(context), arg["camera_info"].perform(context)
     managed = _typed_flag("lifecycle", arg["lifecycle"].perform(context))
     action = LifecycleNode if managed else Node
     return [
@@ -96,7 +103,12 @@ def _detector_node(context: LaunchContext) -> list[Node]:
             output="screen",
             emulate_tty=True,
             parameters=[arg["params_file"], overrides],
-            remappings=[("image", image), ("image/compressed", f"{image}/compressed")],
+            remappings=[
+                ("image", image),
+                ("image/compressed", f"{image}/compressed"),
+                ("depth_image", depth),
+                ("camera_info", info),
+            ],
             arguments=["--ros-args", "--log-level", arg["log_level"]],
         )
     ]

@@ -66,6 +66,8 @@ def _node_for(description: Any, **configurations: str) -> Any:
 
     defaults = {
         "image": "image",
+        "depth_image": "depth_image",
+        "camera_info": "camera_info",
         "use_sim_time": "false",
         "lifecycle": "false",
         **{p.name: "" for p in PARAMS},
@@ -85,6 +87,8 @@ def test_launch_arguments(launch_description: Any) -> None:
     # every node parameter is a launch argument too (empty default: the params file's value)
     assert set(declared) == {
         "image",
+        "depth_image",
+        "camera_info",
         "params_file",
         "namespace",
         "use_sim_time",
@@ -107,13 +111,19 @@ def test_launch_sets_the_large_image_dds_profile(launch_description: Any) -> Non
 
 
 def test_launch_node_action(launch_description: Any) -> None:
-    node = _node_for(launch_description, image="/front/image_raw", use_sim_time="true")
+    node = _node_for(
+        launch_description,
+        image="/front/image_raw",
+        use_sim_time="true",
+        camera_info="/front/color/camera_info",
+    )
     assert node.kwargs["package"] == "tiled_detector"
     assert node.kwargs["executable"] == "detector_node"
     assert node.kwargs["name"] == "tiled_detector"
     assert node.kwargs["namespace"].args == ("namespace",)
     assert node.kwargs["remappings"] == [
         ("image", "/front/image_raw"), ("image/compressed", "/front/image_raw/compressed"),
+        ("depth_image", "depth_image"), ("camera_info", "/front/color/camera_info"),
     ]  # fmt: skip
     params_file, overrides = node.kwargs["parameters"]
     assert params_file.args == ("params_file",)

@@ -917,3 +917,84 @@ def test_managed_node_configure_fails_with_the_reason(tmp_path: Path) -> None:
             client.close()
     assert node.returncode == 0, node.log_text()
     assert "Traceback" not in node.log_text()
+
+
+def _depth_image(depth: np.ndarray, index: int, encoding: str = "16UC1") -> Image:
+    """A depth image message (little-endian rows) stamped as frame `index`."""
+    height, width = depth.shape
+    msg = Image(
+        height=height, width=width, encoding=encoding, step=width * depth.itemsize, data=depth.tobytes()
+    )
+    msg.header.frame_id = "cam_optical"
+    msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + index, 250
+    return msg
+
+
+@pytest.mark.parametrize(
+    "node_and_client",
+    [{"depth": True, "image_reliability": "reliable", "diagnostics_period": 0.1, "max_detections": 40}],
+    indirect=True,
+)
+def test_depth_positions_over_dds_and_each_bad_input_said_once(
+    node_and_client: Any, scenes: list[Any]
+) -> None:
+    """`depth: true`: a frame with its aligned depth image and camera info gets a Detection3DArray (its stamp and
+    frame_id) with what the ROS-free detector computes, and a 2D message bit-identical to a frame without depth;
+    no camera info yet, another aspect ratio, an unknown encoding, a zero focal length and stamps out of the
+    tolerance each give 2D only, one WARN line per cause, counted in frames_without_depth."""
+    from sensor_msgs.msg import CameraInfo
+    from vision_msgs.msg import Detection3DArray
+
+    from tiled_detector.harness.client import reliable_qos
+    from tiled_detector.messages.detections import msg_to_positions
+    from tiled_detector.pipeline.depth import DepthImage, Intrinsics
+
+    node, client = node_and_client
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+    located = client.subscribe(Detection3DArray, "detections_3d")
+    depth_pub = client.node.create_publisher(Image, "depth_image", reliable_qos(10))
+    info_pub = client.node.create_publisher(CameraInfo, "camera_info", reliable_qos(1))
+    assert client.wait_until(
+        lambda: depth_pub.get_subscription_count() and info_pub.get_subscription_count(), 30
+    )
+    frame = scenes[0].image
+    depth = np.full((360, 640), 8000, np.uint16)  # half size: 8 m in millimetres
+    depth[::7, ::5] = 0  # holes
+    info = CameraInfo(width=1280, height=720, k=[900.0, 0.0, 639.5, 0.0, 900.0, 359.5, 0.0, 0.0, 1.0])
+
+    def send(index: int, depth_msg: Image | None = None, camera: CameraInfo | None = None) -> Any:
+        if camera is not None:
+            info_pub.publish(camera)
+        if depth_msg is not None:
+            depth_pub.publish(depth_msg)
+        return _send(client, _image(frame, index), _stamp(index))
+
+    plain = send(0, _depth_image(depth, 0))  # no camera info yet
+    good = send(1, _depth_image(depth, 1), info)
+    assert client.wait_until(lambda: len(located) == 1, 10)
+    (answer,) = located
+    assert (answer.header.stamp.sec, answer.header.frame_id) == (1001, "cam_optical")
+    camera = Intrinsics(900.0, 900.0, 639.5, 359.5)
+    reference = TiledDetector(max_detections=40).detect(frame, depth=DepthImage(depth, camera))
+    ids, positions, _ = msg_to_positions(answer)
+    np.testing.assert_allclose(positions, reference.positions[[int(i) for i in ids]], atol=1e-4)
+    assert len(ids) == len(reference) > 0 and np.allclose(positions[:, 2], 8.0)
+    assert [(d.bbox, d.results) for d in good.detections] == [(d.bbox, d.results) for d in plain.detections]
+    send(2, _depth_image(np.full((300, 300), 8000, np.uint16), 2))  # another aspect ratio
+    send(3, _depth_image(depth.astype(np.int16), 3, "16SC1"))  # an unknown encoding
+    send(4, _depth_image(depth, 4), CameraInfo(width=1280, height=720))  # no focal length
+    send(5, _depth_image(depth, 0), info)  # a depth stamp 5 s away
+    send(6, _depth_image(depth, 0))  # (the same cause again: said once)
+    assert client.wait_until(lambda: _counter(diagnostics, "frames_processed") == 7, 10)
+    assert _counter(diagnostics, "frames_without_depth") == 6.0 and len(located) == 1
+    assert _counter(diagnostics, "objects_without_depth") == 0.0
+    log = node.log_text()
+    causes = (
+        "no camera info has arrived yet",
+        "another aspect ratio",
+        "unknown depth encoding '16SC1'",
+        "zero or negative focal length",
+        "nearest depth image is",
+    )
+    for cause in causes:
+        assert log.count(cause) == 1, (cause, log)

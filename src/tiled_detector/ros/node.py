@@ -43,6 +43,7 @@ from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder
 from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.ros.cameras import CameraTopics, camera_topics, check_mask_cameras
+from tiled_detector.ros.depth import DepthInputs
 from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
@@ -136,6 +137,7 @@ class DetectorNodeBase(NodeParameters):
     _stream: Stream | None = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
     _skips_counted = True  # False once the middleware is found to give no sequence numbers
+    _depth: DepthInputs | None = None  # `depth: true`: the depth inputs and detections_3d (ros/depth.py)
 
     def _configure(self) -> None:
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
@@ -176,6 +178,7 @@ class DetectorNodeBase(NodeParameters):
             camera.image_topic = self.resolve_topic_name(camera.topics.image)
             camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
             camera.debug_pub = self.create_publisher(Image, camera.topics.debug_image, 1)
+        self._depth = DepthInputs(self, [c.topics for c in self.cameras]) if detector.config.depth else None
         self._convert = compressed_to_array if compressed else imgmsg_to_array
         self._gpu_jpeg = GpuJpegDecoder(detector.engine.device) if compressed else None
         if (
@@ -214,6 +217,8 @@ class DetectorNodeBase(NodeParameters):
                 ),
             )
             camera.last_frame = time.monotonic()
+        if self._depth is not None:
+            self._depth.subscribe(image_qos(values["image_reliability"]))
         self._slots = FrameSlots(len(self.cameras))
         self._in_parts: dict[int, tuple] = {}  # camera index -> the batch entry of its frame run in parts
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
@@ -234,6 +239,8 @@ class DetectorNodeBase(NodeParameters):
             if camera.subscription is not None:
                 self.destroy_subscription(camera.subscription)
                 camera.subscription = None
+        if self._depth is not None:
+            self._depth.unsubscribe()
         if self._worker is not None:
             self._stop.set()
             self._slots.close()
@@ -247,6 +254,9 @@ class DetectorNodeBase(NodeParameters):
                 if publisher is not None:
                     self.destroy_publisher(publisher)
         self.cameras = []
+        if self._depth is not None:
+            self._depth.destroy()
+            self._depth = None
         for name in ("diagnostics_pub", "vision_info_pub"):
             if getattr(self, name) is not None:
                 self.destroy_publisher(getattr(self, name))
@@ -407,6 +417,8 @@ class DetectorNodeBase(NodeParameters):
                     track_ids=track_ids, seen_ns=found.seen_ns,
                 )
             )  # fmt: skip
+            if self._depth is not None:
+                self._depth.publish(index, found, msg.header, labels)
             if camera.debug_pub.get_subscription_count() > 0:
                 plan = detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
                 image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
@@ -464,12 +476,17 @@ class DetectorNodeBase(NodeParameters):
         if not batch:
             return []
         assert self._stream is not None
+        stamps = [stamp_ns(b[1].header.stamp) for b in batch]
+        depths = None  # each frame's depth image, paired by stamp (ros/depth.py)
+        if self._depth is not None:
+            frames = [(b[0], stamp, b[3].shape[:2]) for b, stamp in zip(batch, stamps, strict=True)]
+            depths = self._depth.depths(frames, self._current()[0].depth_sync_tolerance)
         try:
             return list(self._stream.process(
-                [b[3] for b in batch], [stamp_ns(b[1].header.stamp) for b in batch],
+                [b[3] for b in batch], stamps,
                 [self.cameras[b[0]].topics.name for b in batch], [b[4] for b in batch],
                 slots=[b[0] for b in batch], mask_cameras=[self._mask_camera(b[0]) for b in batch],
-                view_cap=view_cap,
+                view_cap=view_cap, depths=depths,
             ))  # fmt: skip
         except (RuntimeError, ValueError) as error:
             if len(batch) == 1:
@@ -533,6 +550,7 @@ class DetectorNodeBase(NodeParameters):
                 info.update(cameras=len(self.cameras), largest_batch_frames=self._largest_batch)
             info["batch_size"] = sum(p.batch_size for p in plans)
         values, name = self._counted(self.stats.snapshot()), self.get_fully_qualified_name()
+        values.update(self._depth.counts() if self._depth is not None else {})
         found = problems(values) + [s for s in silent if s]
         statuses = [status(f"{name}: pipeline", {**values, **info}, found, str(engine.device))]
         if len(self.cameras) > 1:
@@ -540,6 +558,7 @@ class DetectorNodeBase(NodeParameters):
             for camera_index, (camera, count, problem) in enumerate(zip(self.cameras, publishers, silent,
                                                                         strict=True)):  # fmt: skip
                 own = self._counted(camera.stats.snapshot())
+                own.update(self._depth.counts(camera_index) if self._depth is not None else {})
                 own.update(image_topic=camera.image_topic, input_publishers=count,
                            detections_topic=camera.detections_pub.topic_name,
                            engine_share=shares[camera_index] if shares else 0.0)  # fmt: skip
