@@ -32,6 +32,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cv2.imwrite(str(folder / "ok.png"), image)
     (folder / "cut.png").write_bytes((folder / "ok.png").read_bytes()[:-12])  # the IEND chunk missing
     (folder / "corrupt.onnx").write_bytes(Path(MODEL).read_bytes()[:3000])
+    depth = np.full((120, 160), 2500, np.uint16)  # 2.5 m in millimetres, holes at the right
+    depth[:, 120:] = 0
+    cv2.imwrite(str(folder / "depth.png"), depth)
+    (folder / "info.yaml").write_text(
+        "image_width: 160\nimage_height: 120\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [100.0, 0.0, 79.5, 0.0, 100.0, 59.5, 0.0, 0.0, 1.0]}\n"
+    )
     return folder
 
 
@@ -62,6 +69,20 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expect
         (
             ["--min-box-size", "9", "--max-box-size", "3"],
             ["min_box_size (9) must not exceed max_box_size (3)"],
+        ),
+        (["--depth-scale", "0"], ["depth_scale must be in [1e-06, 1.0], got 0.0"]),
+        (["--depth-min", "5", "--depth-max", "5"], ["depth_min (5) must be less than depth_max (5)"]),
+        (["--depth-sync-tolerance", "-0.1"], ["depth_sync_tolerance must be in [0.0, 10.0], got -0.1"]),
+        (["--depth", "{dir}/depth.png"], ["--depth needs --camera-info INFO.yaml"]),
+        (["--camera-info", "{dir}/info.yaml"], ["--camera-info is for --depth"]),
+        (
+            ["--depth", "{dir}/depth.png", "{dir}/depth.png", "--camera-info", "{dir}/info.yaml"],
+            ["--depth needs one depth image per IMAGE: got 2 for 1"],
+        ),
+        (["--depth", "{dir}/depth.png", "--camera-info", "{dir}/ok.png"], ["ok.png: cannot read a camera"]),
+        (
+            ["--depth", "{dir}/depth.png", "--camera-info", "{dir}/none.yaml"],
+            ["none.yaml: cannot read a camera"],
         ),
     ],
 )
@@ -171,3 +192,50 @@ def test_detect_ignores_a_tile_budget_on_still_images_with_a_note(capsys, files:
     assert main(["detect", str(files / "ok.jpg"), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert plain["notes"] == [] and plain["images"][0]["detections"] == with_budget["images"][0]["detections"]
+
+
+def test_detect_with_depth_prints_positions_and_json_keys(capsys, files: Path) -> None:
+    depth = ["--depth", str(files / "depth.png"), "--camera-info", str(files / "info.yaml")]
+    argv = [
+        "detect",
+        str(files / "ok.png"),
+        *depth,
+        "--tile-size",
+        "160",
+        "120",
+        "--no-full-frame",
+        "--conf",
+        "0.01",
+    ]
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    detections = report["images"][0]["detections"]
+    located = [d for d in detections if "position" in d]
+    assert detections and located, detections
+    for d in located:  # x, y, z from the box centre at 2.5 m through fx = fy = 100, cx 79.5, cy 59.5
+        (x1, y1, x2, y2), (x, y, z) = d["box"], d["position"]
+        assert z == pytest.approx(2.5) and d["size"][0] == pytest.approx((x2 - x1) * 0.025, abs=1e-3)
+        assert x == pytest.approx(((x1 + x2) / 2 - 80) * 0.025, abs=1e-3)
+        assert y == pytest.approx(((y1 + y2) / 2 - 60) * 0.025, abs=1e-3)
+    assert all("size" not in d for d in detections if "position" not in d)
+    assert main(argv) == 0
+    assert " at x " in capsys.readouterr().out
+
+
+def test_detect_with_a_depth_image_that_is_not_aligned_fails_that_image(
+    capsys, files: Path, tmp_path: Path
+) -> None:
+    cv2.imwrite(str(tmp_path / "square.png"), np.full((100, 100), 1000, np.uint16))
+    np.save(tmp_path / "grey.npy", np.zeros((120, 160, 3), np.float32))
+    for depth, said in (("square.png", "another aspect ratio"), ("grey.npy", "one channel")):
+        argv = [
+            "detect",
+            str(files / "ok.png"),
+            "--depth",
+            str(tmp_path / depth),
+            "--camera-info",
+            str(files / "info.yaml"),
+        ]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"{depth}: no depth: " in err and said in err, err

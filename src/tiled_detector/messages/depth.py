@@ -1,5 +1,6 @@
 """Depth images and camera calibrations -> what the frame program takes (`pipeline.depth`): a sensor_msgs/Image
-of depth -> an (H, W) array, a sensor_msgs/CameraInfo or a camera_calibration YAML file -> the camera matrix.
+of depth or a depth file -> an (H, W) array, a sensor_msgs/CameraInfo or a camera_calibration YAML file -> the
+camera matrix.
 
 Depth encodings (REP 118): `16UC1` (and `mono16`) hold unsigned integers in units of `depth_scale` metres
 (millimetres from RealSense, ZED, Kinect drivers), `32FC1` holds metres; 0 and NaN are holes. The camera matrix is
@@ -94,7 +95,7 @@ def read_camera_calibration(path: str | Path) -> Intrinsics:
     path = Path(path)
     try:
         text = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise DepthError(f"{path}: cannot read a camera calibration: {str(error).splitlines()[0]}") from None
     if not isinstance(text, dict) or "camera_matrix" not in text:
         raise DepthError(f"{path}: not a camera_calibration YAML (no camera_matrix)")
@@ -109,3 +110,29 @@ def read_camera_calibration(path: str | Path) -> Intrinsics:
             f"{path}: image_width and image_height must be pixel counts, got {width!r}, {height!r}"
         )
     return intrinsics(data("camera_matrix"), data("projection_matrix"), width, height, str(path))
+
+
+def read_depth_file(path: str | Path) -> np.ndarray:
+    """A depth image file as `depth_to_array` gives a message: a 16-bit PNG (or TIFF) -> uint16 in units of
+    depth_scale (millimetres), a 32-bit float TIFF -> float32 metres, a .npy of either. DepthError (one line naming
+    the file) for anything else."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".npy":
+            image = np.load(path, allow_pickle=False)
+        else:
+            import cv2
+
+            image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED | cv2.IMREAD_ANYDEPTH)
+    except (OSError, ValueError) as error:
+        raise DepthError(f"{path}: cannot read a depth image: {str(error).splitlines()[0]}") from None
+    if image is None:
+        raise DepthError(f"{path}: cannot read a depth image (a 16-bit PNG, a 32-bit float TIFF or a .npy)")
+    if image.dtype == np.float64:
+        image = image.astype(np.float32)
+    if image.ndim != 2 or image.dtype not in (np.uint16, np.float32):
+        raise DepthError(
+            f"{path}: a depth image must hold one channel of 16-bit integers (millimetres) or 32-bit floats "
+            f"(metres), got shape {image.shape} of {image.dtype}"
+        )
+    return image
