@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
 from tiled_detector.commands.settings import add_settings, flag_parameters, parameter_values
@@ -72,6 +74,15 @@ def run(args: argparse.Namespace) -> int:
         if done % 10 == 0 or done == total:
             print(f"eval: {done}/{total} frames", file=sys.stderr, flush=True)
 
+    if detector.config.depth:  # the 3D positions on synthetic depth scenes, the detector as configured
+        if args.motion or args.budgets:
+            print(
+                "--depth evaluates 3D positions on still scenes: not with --motion or --budgets",
+                file=sys.stderr,
+            )
+            return 2
+        return _depth_report(args, detector, progress)
+
     start = time.perf_counter()
     from tiled_detector.stream import budget_problem
 
@@ -112,4 +123,32 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**meta, "configs": results}))
     else:
         print(markdown_table(results), end="")
+    return 0
+
+
+def _depth_report(args: argparse.Namespace, detector: Any, progress: Callable[[int, int], None]) -> int:
+    """`eval --depth`: position errors on synthetic depth scenes (`tools.depth_evaluation`), printed and written to
+    OUT/eval_depth.json."""
+    from tiled_detector.tools.depth_evaluation import MIN_SIZE, evaluate_depth
+
+    start = time.perf_counter()
+    found = evaluate_depth(detector, args.frames, args.seed, args.width, args.height, progress)
+    meta = {
+        "model": str(detector.config.model),
+        "device": detector.config.device,
+        "frames": args.frames,
+        "seed": args.seed,
+        "frame_size": f"{args.width}x{args.height}",
+        "min_size_px": MIN_SIZE,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    temporary = args.out / ".eval_depth.json.tmp"
+    temporary.write_text(json.dumps({**meta, "depth": found}, indent=2) + "\n")
+    temporary.replace(args.out / "eval_depth.json")
+    if args.json:
+        print(json.dumps({**meta, "depth": found}))
+    else:
+        print("| " + " | ".join(found) + " |\n|" + "---:|" * len(found))
+        print("| " + " | ".join("n/a" if v is None else f"{v:.4g}" for v in found.values()) + " |")
     return 0

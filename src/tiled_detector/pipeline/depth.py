@@ -26,6 +26,10 @@ import torch
 SAMPLES = 16  # depths per side of the grid over a box's inner part
 INNER = 0.5  # the sampled part of a box: this fraction of its width and height, about its centre
 BIN = 0.02  # the depth histogram's bins: each this fraction of its depth wide (log-spaced)
+BINNED = (
+    0.01  # metres: the histogram starts here (or at depth_min), nearer valid depths fall in its first bin
+)
+HOLE = 1e-6  # metres: depths at or below are holes whatever depth_min is
 NEIGHBOURS = 1  # bins within this many of an occupied one belong to its cluster: jumps of about 4 % or more
 # (two bins and more empty between) separate two surfaces
 SHARE = 0.2  # the object: the nearest cluster holding at least this fraction of the box's valid depths
@@ -199,10 +203,10 @@ def robust_depth(
     it has one (module docstring), from a histogram of log depths in bins `BIN` wide (sorting rows is slow on a
     CPU; a histogram is one scatter)."""
     count = len(samples)
-    valid = torch.isfinite(samples) & (samples > 0) & (samples >= depth_min) & (samples <= depth_max)
-    step = math.log1p(BIN)
-    bins = math.floor(math.log(depth_max / depth_min) / step) + 1
-    at = ((torch.where(valid, samples, depth_min) / depth_min).log() / step).floor().long().clamp(0, bins - 1)
+    valid = (samples >= max(depth_min, HOLE)) & (samples <= depth_max)  # (NaN compares false)
+    origin, step = max(depth_min, BINNED), math.log1p(BIN)
+    bins = math.floor(math.log(depth_max / origin) / step) + 1
+    at = ((samples.clamp(origin, depth_max).log() - math.log(origin)) * (1.0 / step)).long()
     at = torch.where(valid, at, bins)  # invalid samples into a last bin that is dropped
     hist = torch.zeros((count, bins + 1), dtype=torch.float32, device=samples.device)
     hist = hist.scatter_add_(1, at, torch.ones_like(samples))[:, :bins]
@@ -215,8 +219,8 @@ def robust_depth(
     members = hist.new_zeros((count, bins + 1)).scatter_add_(1, run, hist)
     # (run 0 gathers the bins outside every cluster: empty, never dense)
     dense = members >= torch.clamp(SHARE * valid_count, min=1)[:, None]
-    chosen = dense.int().argmax(dim=1)
-    ok = dense.any(dim=1) & (valid_count >= MIN_VALID * samples.shape[1])
+    chosen = dense.byte().argmax(dim=1)  # the first dense run (0 when there is none, which is not dense)
+    ok = dense.gather(1, chosen[:, None])[:, 0] & (valid_count >= MIN_VALID * samples.shape[1])
     inside = run == chosen[:, None]  # (R, bins): the bins of the chosen cluster
     picked = valid & inside.gather(1, at.clamp(max=bins - 1))
     taken = picked.sum(dim=1).clamp(min=1)

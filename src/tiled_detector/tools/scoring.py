@@ -1,4 +1,5 @@
-"""Scoring detections against ground truth: box IoU and COCO metrics (pycocotools), for `eval` and `replay`."""
+"""Scoring detections against ground truth: box IoU, COCO metrics (pycocotools), MOT metrics and 3D position
+errors, for `eval` and `replay`."""
 
 from __future__ import annotations
 
@@ -122,3 +123,44 @@ def mot_metrics(
     summary = motmetrics.metrics.create().compute(accumulator, metrics=["idf1", "mota", "num_switches"])
     row = summary.iloc[0]
     return {"IDF1": float(row["idf1"]), "MOTA": float(row["mota"]), "id_switches": int(row["num_switches"])}
+
+
+def matched(predicted: Arrays, truth: tuple[np.ndarray, np.ndarray], iou: float = 0.5) -> np.ndarray:
+    """(M,) for each truth box the prediction matched to it (-1: none): one to one, same class, IoU >= `iou`,
+    highest score first (COCO's greedy matching)."""
+    boxes, scores, classes = predicted
+    truth_boxes, truth_classes = truth
+    found = np.full(len(truth_boxes), -1, np.int64)
+    if not len(boxes) or not len(truth_boxes):
+        return found
+    overlaps = box_iou(boxes, truth_boxes)
+    overlaps[np.asarray(classes)[:, None] != np.asarray(truth_classes)[None, :]] = 0.0
+    for row in np.argsort(-np.asarray(scores), kind="stable"):
+        candidates = np.where(found < 0, overlaps[row], 0.0)
+        best = int(np.argmax(candidates))
+        if candidates[best] >= iou:
+            found[best] = row
+    return found
+
+
+def position_errors(
+    predicted: Arrays,
+    positions: np.ndarray,
+    truth: tuple[np.ndarray, np.ndarray],
+    true_positions: np.ndarray,
+    min_size: float = 0.0,
+) -> np.ndarray:
+    """The relative position errors |p - p_true| / |p_true| of the truth objects of at least `min_size` px (the
+    longer side of their box) that a prediction with a finite position matched (`matched`)."""
+    found = matched(predicted, truth)
+    boxes = np.asarray(truth[0], np.float64).reshape(-1, 4)
+    big = (
+        (boxes[:, 2:] - boxes[:, :2]).max(axis=1, initial=0.0) >= min_size
+        if len(boxes)
+        else np.zeros(0, bool)
+    )
+    chosen = np.flatnonzero((found >= 0) & big)
+    estimate = np.asarray(positions, np.float64).reshape(-1, 3)[found[chosen]]
+    true = np.asarray(true_positions, np.float64).reshape(-1, 3)[chosen]
+    keep = np.isfinite(estimate).all(axis=1)
+    return np.linalg.norm(estimate[keep] - true[keep], axis=1) / np.linalg.norm(true[keep], axis=1)
