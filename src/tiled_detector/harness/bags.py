@@ -44,6 +44,7 @@ GROUND_TRUTH_TOPIC = "/ground_truth"
 CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
 CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag
+DEPTH_TOPIC_KEY = "depth_topic"  # bag metadata: the topic of the depth images aligned to the image topic
 _VISION_MSGS = (
     "Point2D",
     "Pose2D",
@@ -53,6 +54,9 @@ _VISION_MSGS = (
     "Detection2D",
     "Detection2DArray",
     "VisionInfo",
+    "BoundingBox3D",
+    "Detection3D",
+    "Detection3DArray",
 )  # dependency order
 _DTYPES = {
     "bool": np.bool_,
@@ -198,11 +202,32 @@ def detections_message(
     """vision_msgs/Detection2DArray (rosbags type), built by the same converter the node uses."""
     from tiled_detector.messages.detections import detections_to_msg
 
-    factories = SimpleNamespace(
-        **{name: functools.partial(new_message, f"vision_msgs/msg/{name}") for name in _VISION_MSGS}
-    )
     return detections_to_msg(
-        boxes, scores, class_ids, header(stamp, frame_id), labels, track_ids=track_ids, msg_types=factories
+        boxes, scores, class_ids, header(stamp, frame_id), labels, track_ids=track_ids, msg_types=_factories()
+    )
+
+
+def detections_3d_message(
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    scores: np.ndarray,
+    class_ids: np.ndarray,
+    stamp: int,
+    frame_id: str,
+    labels: Sequence[str],
+) -> Any:
+    """vision_msgs/Detection3DArray (rosbags type), built by the same converter the node uses."""
+    from tiled_detector.messages.detections import detections_3d_to_msg
+
+    return detections_3d_to_msg(
+        positions, sizes, scores, class_ids, header(stamp, frame_id), labels, msg_types=_factories()
+    )
+
+
+def _factories() -> SimpleNamespace:
+    """The vision_msgs message types as factories of rosbags messages."""
+    return SimpleNamespace(
+        **{name: functools.partial(new_message, f"vision_msgs/msg/{name}") for name in _VISION_MSGS}
     )
 
 
@@ -330,8 +355,12 @@ class BagInfo:
     custom_data: dict[str, str]
 
     def image_topic(self, topic: str | None = None) -> str:
-        """`topic` if it holds images, else the bag's only image topic (ValueError when ambiguous or none)."""
-        images = [name for name, (msgtype, _) in self.topics.items() if msgtype in IMAGE_TYPES]
+        """`topic` if it holds images, else the bag's only image topic besides its depth images (ValueError when
+        ambiguous or none)."""
+        depth = self.custom_data.get(DEPTH_TOPIC_KEY)  # a depth image topic goes with the colour one
+        images = [
+            name for name, (msgtype, _) in self.topics.items() if msgtype in IMAGE_TYPES and name != depth
+        ]
         if topic is not None:
             if topic not in images:
                 raise ValueError(f"{topic} is not an image topic of {self.path}; image topics: {images}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,11 +48,13 @@ def write_image_bag(
     labels: Sequence[str] = (),
     force: bool = False,
     custom_data: Mapping[str, str] | None = None,
+    extra: Callable[[int, int], Iterable[tuple[str, str, Any]]] | None = None,
 ) -> Path:
     """Write `frames` as Image (or CompressedImage) messages stamped at `rate` Hz, with ground truth as
     Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0; Detection2D.id = the object's
     identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it, and
-    the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one."""
+    the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one. `extra(index, stamp)` gives more
+    (topic, type, message) of each frame, written just before its image (a depth image, its camera info)."""
     if not rate > 0:
         raise ValueError(f"rate must be > 0 Hz, got {rate}")
     msgtype = COMPRESSED_IMAGE if compressed else IMAGE
@@ -60,6 +62,8 @@ def write_image_bag(
     with BagWriter(path, storage, force, {"rate_hz": str(rate), **(custom_data or {})}) as writer:
         for index, frame in enumerate(frames):
             stamp = frame_stamp(index, rate)
+            for other, other_type, message in extra(index, stamp) if extra is not None else ():
+                writer.write(other, other_type, stamp - 1, message)  # before the image in bag time
             writer.write(topic, msgtype, stamp, image_message(frame.image, stamp, frame_id, compressed))
             if frame.boxes is not None and frame.class_ids is not None:
                 scores = np.ones(len(frame.class_ids), np.float32)
