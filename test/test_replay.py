@@ -317,3 +317,21 @@ def test_replay_scores_identities_and_gates_on_idf1(moving_bag: Path, capsys: py
     untracked = json.loads(lines[-1])
     assert untracked["IDF1"] < 0.7 and untracked["id_switches"] > tracked["id_switches"]
     assert any(line.startswith("FAILED: IDF1 ") for line in lines)
+
+
+@pytest.mark.ros
+def test_an_rgbd_bag_replays_its_depth_and_scores_the_positions(tmp_path: Path, capsys) -> None:
+    """make-bag --depth writes depth images, camera infos and the true 3D positions; replay --depth plays them into
+    the node's depth_image and camera_info and scores its detections_3d (a bag without depth: no depth keys)."""
+    from tiled_detector.cli import main
+    from tiled_detector.harness.depth_recording import GROUND_TRUTH_3D_TOPIC
+
+    bag = tmp_path / "rgbd"
+    assert main(["make-bag", str(bag), "--depth", "--frames", "3", "--width", "960", "--height", "540"]) == 0
+    info = bags.bag_info(bag)
+    assert info.image_topic() == "/camera/image_raw" and info.topics[GROUND_TRUTH_3D_TOPIC][1] == 3
+    assert main(["replay", str(bag), "--depth", "--json", "--timeout", "60"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames_answered"] == 3 and summary["objects_3d"] > 0, summary
+    assert summary["depth_error_median"] <= 0.01 and summary["depth_error_p95"] <= 0.03, summary
+    assert ReplayReport("lockstep", 1, 1, None, None, None, None, None).summary()["objects_3d"] is None

@@ -22,6 +22,10 @@ EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 
   views_per_frame (mean, max) are the engine views the node ran per frame (tiles + full-frame view, from its
   /diagnostics); predicted_boxes counts detections reported from an earlier frame (tile_budget: tiles not run);
   frames_skipped the frames sent that the node never took (its /diagnostics; null where not counted).
+  An RGB-D bag (make-bag --depth) plays its depth images and camera infos into the node too: with --depth the node
+  answers detections_3d, and the report adds depth_error_median, depth_error_p95 (|p - p_true| / |p_true| of the
+  matched objects of 12 px and more) and objects_3d:
+    tiled-detector make-bag bags/rgbd --depth --frames 10 && tiled-detector replay bags/rgbd --depth --json
   Scores use the bag's /ground_truth (vision_msgs/Detection2DArray, class_id = label name) over the answered
   frames; frames without an answer count as dropped (gate them with --max-drop-rate).
   lockstep (default) sends a frame, waits for its detections (matched by header stamp), then the next: it
@@ -152,4 +156,11 @@ def _describe(summary: dict[str, object]) -> str:
         + f"\nviews per frame {number(summary['views_per_frame'], '.1f')} (max {summary['views_per_frame_max']}), "
         f"{number(summary['frames_per_second'], '.2f')} frames/s, {summary['predicted_boxes']} boxes reported "
         f"from an earlier frame, {summary['frames_skipped']} frames skipped"
+        + (
+            ""
+            if summary.get("objects_3d") is None
+            else f"\n3D: {summary['objects_3d']} objects with a position, error median "
+            f"{number(summary['depth_error_median'], '.4f')}, p95 {number(summary['depth_error_p95'], '.4f')} of "
+            "the true distance (objects of 12 px and more)"
+        )
     )

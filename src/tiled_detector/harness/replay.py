@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.harness import bags
+from tiled_detector.harness.depth_replay import DepthPlay, depth_scores, truth_positions
 from tiled_detector.harness.recording import IDENTITIES
 from tiled_detector.harness.report import FrameRecord, Mode, ReplayReport, class_names, summarize, to_arrays
 from tiled_detector.messages.detections import msg_carried, msg_ids
@@ -161,8 +162,11 @@ def _prime(client: Any, frame: bags.BagMessage, timeout: float) -> float:
             return sent
 
 
-def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, options: ReplayOptions) -> _Played:
-    """Start (or attach to) the node, play `frames` into it and collect its answers."""
+def _play(
+    frames: Iterable[bags.BagMessage], compressed: bool, topic: str, options: ReplayOptions, depth: DepthPlay
+) -> _Played:
+    """Start (or attach to) the node, play `frames` into it (with the bag's `depth` side) and collect its
+    answers."""
     from builtin_interfaces.msg import Time
     from diagnostic_msgs.msg import DiagnosticArray
     from rosgraph_msgs.msg import Clock
@@ -179,7 +183,7 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
             parameters = {**options.parameters, **({"transport": "compressed"} if compressed else {})}
             if realtime:
                 parameters["use_sim_time"] = True
-            remaps = {"image/compressed" if compressed else "image": topic}
+            remaps = {"image/compressed" if compressed else "image": topic, **depth.remaps()}
             node = stack.enter_context(
                 NodeProcess(
                     options.params_file, parameters, remaps, domain, program=options.program or DETECTOR_NODE
@@ -194,6 +198,7 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
             node_name="tiled_detector_replay",
         )
         stack.callback(client.close)
+        depth.start(client)
         if not _wait_for_node(client, node, options.startup_timeout):
             log = node.log_text()[-3000:] if node is not None else ""
             why = (
@@ -205,11 +210,12 @@ def _play(frames: Iterable[bags.BagMessage], compressed: bool, topic: str, optio
                 )
             )
             raise ReplayError(f"{why}{':' if log else ''}\n{log}".rstrip())
+        depth.wait(client, options.startup_timeout)
         played.detections_topic = client.detections_subscription.topic_name
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
         clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
         start, first_time = 0.0, 0
-        for index, frame in enumerate(_unique_stamps(frames)):
+        for index, frame in enumerate(_unique_stamps(depth.frames(frames))):
             assert frame.stamp_ns is not None
             if clock is not None:
                 if index:
@@ -268,7 +274,8 @@ def replay_bag(
             m.stamp_ns: bags.deserialize(m.data, bags.DETECTIONS)
             for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])
         }
-    played = _play(bags.read_messages(bag, [topic]), compressed, topic, options)
+    depth = DepthPlay(info)
+    played = _play(bags.read_messages(bag, [topic, *depth.topics]), compressed, topic, options, depth)
     labels = class_names([*truth_messages.values(), *played.answers.values()])
     answers = to_arrays(played.answers, labels)
     truth = {
@@ -305,6 +312,11 @@ def replay_bag(
     report = dataclasses.replace(
         summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking, work=work
     )
+    if depth.topics:  # an RGB-D bag: the positions of the node's detections_3d against the true ones
+        located = depth.answers(stamp for stamp, _ in played.sent)
+        truth_3d = truth_positions(bag) if depth.truth else {}
+        scores = depth_scores(answers, played.answers, located, truth, truth_3d)
+        report = dataclasses.replace(report, depth=scores)
     if output is not None:
         _record(Path(output), played, info.storage, report, records, labels)
     return report

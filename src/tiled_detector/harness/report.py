@@ -17,6 +17,7 @@ import numpy as np
 from tiled_detector.options import Option
 from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
+DEPTH_KEYS = ("depth_error_median", "depth_error_p95", "objects_3d")
 WORK_KEYS = (
     "views_per_frame",
     "views_per_frame_max",
@@ -73,6 +74,8 @@ class ReplayReport:
     # frame: a tile budget's tiles not run), frames_skipped (frames sent that the node never took, from its
     # /diagnostics; None where the middleware gives no sequence numbers)
     work: dict[str, float | int | None] | None = None
+    # a bag with depth (`harness.depth_replay`): depth_error_median, depth_error_p95 (relative), objects_3d
+    depth: dict[str, float | int | None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -97,6 +100,7 @@ class ReplayReport:
             "latency_ms_p95": self.latency_ms_p95,
             **{key: (self.tracking or {}).get(key) for key in ("IDF1", "MOTA", "id_switches")},
             **{key: (self.work or {}).get(key) for key in WORK_KEYS},
+            **{key: (self.depth or {}).get(key) for key in DEPTH_KEYS},
         }
 
 
