@@ -21,6 +21,10 @@
 #   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
 #            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
 #            at 1080p and 4K with 416 tiles against SAHI on the same weights (YOLOX's own pre/post-processing)
+#   depth    3D positions on the GPU: the CUDA tests of the positions stage and of the captured frame program with
+#            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
+#            captured graph and a whole frame with and without its depth (scripts/depth_cost.py: the target is <= 0.3
+#            ms at 4K, 300 objects), eval --depth at 4K on the GPU (torch fp16)
 set -uo pipefail
 what="${1:-checks exports}"
 out="${OUT:-out/device}"
@@ -36,6 +40,17 @@ if [[ " $what " == *" checks "* ]]; then
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
   python3 scripts/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
+fi
+
+if [[ " $what " == *" depth "* ]]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_depth.py test/test_program.py >"$out/pytest_depth_gpu.txt" 2>&1
+  grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_depth_gpu.txt" | tail -20
+  for size in 3840x2160 1920x1080; do
+    python3 scripts/depth_cost.py --device cuda --size "$size" --objects 300 --runs 500 --frame-runs 30 \
+      --backend torch --precision fp16 2>"$out/depth_cost_$size.log" | tee "$out/depth_cost_$size.jsonl"
+  done
+  td eval --depth --device cuda --backend torch --precision fp16 --width 3840 --height 2160 --frames 20 \
+    --out "$out/eval_depth_4k" --json 2>"$out/eval_depth_4k.log" | tail -1 | tee "$out/eval_depth_4k.json"
 fi
 
 if [[ " $what " == *" exports "* ]]; then

@@ -138,7 +138,9 @@ def test_make_bag_existing_and_unwritable_targets(capsys, tmp_path: Path) -> Non
 
 
 def test_make_bag_depth_is_for_synthetic_still_scenes(capsys, tmp_path: Path) -> None:
-    _one_line_error(capsys, ["make-bag", str(tmp_path / "bag"), "--depth", "--motion"], "--depth makes synthetic")
+    _one_line_error(
+        capsys, ["make-bag", str(tmp_path / "bag"), "--depth", "--motion"], "--depth makes synthetic"
+    )
 
 
 def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -192,3 +192,26 @@ def test_robust_depth_picks_the_nearest_dense_cluster_not_the_largest() -> None:
     samples = torch.tensor([[5.0] * 30 + [20.0] * 70 + [0.0] * 28])  # 30 % at 5 m, 70 % background, holes
     z, _, ok = robust_depth(samples, 0.1, 65.0)
     assert ok.item() and z.item() == pytest.approx(5.0)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_stage_equals_the_cpus_and_replays_as_one_captured_graph() -> None:
+    from tiled_detector.devices import cuda_graph
+
+    rng = np.random.default_rng(5)
+    depth = _noisy(rng, np.full((150, 200), 9.0, np.float32))
+    depth[rng.random(depth.shape) < 0.1] = 0.0
+    rows = _rows((20, 20, 60, 50), (100, 80, 112, 92), (0, 0, 200, 150))
+    on_cpu = locate(rows, [(150, 200)], [DepthImage(torch.from_numpy(depth), CAMERA)], *SETTINGS)
+    image = torch.from_numpy(depth).cuda()
+    cuda_rows = rows.cuda()
+
+    def step() -> torch.Tensor:
+        return locate(cuda_rows, [(150, 200)], [DepthImage(image, CAMERA)], *SETTINGS)
+
+    torch.testing.assert_close(step().cpu(), on_cpu, atol=1e-4, rtol=1e-5)
+    replay, outputs = cuda_graph(step)
+    image.mul_(2.0)  # the next frame's depth, written into the same buffer
+    replay()
+    torch.testing.assert_close(outputs, step())
+    assert outputs[0, 2].item() == pytest.approx(18.0, rel=0.01)
