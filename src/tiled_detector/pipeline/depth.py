@@ -30,8 +30,8 @@ BINNED = (
     0.01  # metres: the histogram starts here (or at depth_min), nearer valid depths fall in its first bin
 )
 HOLE = 1e-6  # metres: depths at or below are holes whatever depth_min is
-NEIGHBOURS = 1  # bins within this many of an occupied one belong to its cluster: jumps of about 4 % or more
-# (two bins and more empty between) separate two surfaces
+NEIGHBOURS = 1  # bins within this many of an occupied one belong to its cluster: up to two empty bins are
+# bridged, three or more (a jump of 6-8 % of the depth) separate two surfaces
 SHARE = 0.2  # the object: the nearest cluster holding at least this fraction of the box's valid depths
 MIN_VALID = 0.1  # a box needs at least this fraction of its samples valid
 EXTENT = math.sqrt(12.0)  # depth extent per standard deviation: that of depths spread evenly over the extent
