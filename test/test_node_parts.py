@@ -445,3 +445,55 @@ def test_mask_entries_must_name_a_camera_of_the_node() -> None:
         check_mask_cameras([("/side/image_raw", Path("s.png"))], ["/front/image_raw"])
     with pytest.raises(ValueError, match="the node has one input: give the mask's path alone"):
         check_mask_cameras([("/front/image_raw", Path("f.png"))], [])
+
+
+def test_several_cameras_pair_their_own_depth_and_publish_their_own_detections_3d() -> None:
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import CameraInfo, Image
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.messages.detections import msg_to_positions
+    from tiled_detector.messages.images import array_to_imgmsg
+    from tiled_detector.ros.depth import depth_topics
+    from tiled_detector.ros.node import DetectorNode
+    from tiled_detector.tools.synthetic import make_scene
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    cameras = ["/a/image", "/b/image", "/c/image"]
+    overrides = [Parameter("cameras", value=cameras), Parameter("depth", value=True)]
+    node = DetectorNode(context=context, parameter_overrides=overrides)
+    try:
+        node.shutdown()  # no worker: this test hands the frames over itself
+        topics = [depth_topics(c.topics) for c in node.cameras]
+        assert topics[0] == ("/a/depth_image", "/a/camera_info", "/a/detections_3d")
+        published: list[tuple[str, object]] = []
+        for publisher in node._depth.publishers:
+            publisher.publish = lambda msg, t=publisher.topic_name: published.append((t, msg))
+        frame = make_scene(5, 320, 240).image
+        messages = []
+        for index, metres in enumerate((4.0, 9.0, 6.0)):
+            msg = array_to_imgmsg(frame, "rgb8")
+            msg.header.stamp.sec = 10 + index
+            messages.append((index, (msg, 0.0)))
+            depth = Image(height=120, width=160, encoding="32FC1", step=640)
+            depth.data = np.full((120, 160), metres, np.float32).tobytes()
+            depth.header.stamp.sec = 10 + index
+            node._depth._on_depth(depth, index=index)
+            if index < 2:  # camera c has no camera info yet: 2D only, counted for it alone
+                info = CameraInfo(width=320, height=240, k=[300.0, 0, 159.5, 0, 300.0, 119.5, 0, 0, 1])
+                node._depth._on_info(info, index=index)
+        node._process(messages)
+        assert [t for t, _ in published] == ["/a/detections_3d", "/b/detections_3d"]
+        for (_, msg), metres in zip(published, (4.0, 9.0), strict=True):
+            _, positions, _ = msg_to_positions(msg)
+            assert len(positions) and np.allclose(positions[:, 2], metres)
+        assert node._depth.counts(2) == {"frames_without_depth": 1, "objects_without_depth": 0}
+        assert node._depth.counts() == {"frames_without_depth": 1, "objects_without_depth": 0}
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
