@@ -16,6 +16,7 @@ metres. A box with fewer than `MIN_VALID` of its samples valid, or no such clust
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -105,7 +106,11 @@ class DepthImage(NamedTuple):
 def depth_tensor(depth: np.ndarray | torch.Tensor) -> torch.Tensor:
     """A depth image as an (H, W) uint16 or float32 tensor (a view where possible); DepthError for anything
     else."""
-    tensor = torch.from_numpy(np.ascontiguousarray(depth)) if isinstance(depth, np.ndarray) else depth
+    tensor = depth
+    if isinstance(depth, np.ndarray):
+        with warnings.catch_warnings():  # a read-only buffer (a message's) is only read here
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.from_numpy(np.ascontiguousarray(depth))
     if not isinstance(tensor, torch.Tensor):
         raise DepthError(f"a depth image must be a numpy array or a torch tensor, got {type(depth).__name__}")
     if tensor.dim() == 3 and tensor.shape[2] == 1:
