@@ -468,10 +468,10 @@ class TiledDetector:
         )
         chosen = self._selection(plan, tiles)
         if not (plan if chosen is None else chosen).batch_size:  # no view to run (full_frame off)
-            nothing = Detections(
-                np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), {}
-            )
-            return [nothing] * len(frames)
+            located = [None if d is None else np.zeros((0, 3)) for d in depths or [None] * len(frames)]
+            return [
+                Detections(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), {}, p, p) for p in located
+            ]
         host = found = None
         if self._exact_batches:
             self._exact_batches -= 1
