@@ -555,12 +555,18 @@ def test_the_frame_program_runs_its_decoding_and_post_processing_through_the_com
     monkeypatch.setattr(detector_module, "default_compiler", lambda config, engine: stand_in)
     detector = TiledDetector(square_torchscript, compile=True, **options)
     detector._sync_free = True  # the fixed-size path, where the compiled post-processing runs
-    assert compiled == ["decode_padded", "postprocess"]
+    assert compiled == ["decode_padded", "postprocess", "locate"]
     for seed in (0, 1):
         frame, _, _ = _scene(seed)
         _same(eager.detect(frame), detector.detect(frame))
     calls = -(-detector.plan_for(*frame.shape[:2]).batch_size // detector.engine.max_batch)  # engine calls
     assert called.count("postprocess") == 2 and called.count("decode_padded") == 2 * calls
+    assert "locate" not in called  # positions only with a depth image
+    depth = DepthImage(np.ones(frame.shape[:2], np.float32), Intrinsics(100.0, 100.0, 50.0, 50.0))
+    np.testing.assert_array_equal(
+        eager.detect(frame, depth=depth).positions, detector.detect(frame, depth=depth).positions
+    )
+    assert called.count("locate") == 1
 
 
 @pytest.mark.gpu

@@ -340,7 +340,8 @@ class FrameProgram:
             return packed
         frames_hw = [p.frame_hw for p in plan.plans]
         kept = (packed[:, 6] > 0).nonzero()[:, 0] if exact else None
-        located = self.locate(
+        # (the exact path's row counts vary: uncompiled there, as `postprocess` is)
+        located = (locate if exact else self.locate)(
             packed if kept is None else packed[kept],
             frames_hw,
             depths,
