@@ -20,7 +20,7 @@ from tiled_detector.harness import bags
 from tiled_detector.harness.depth_recording import CAMERA_INFO_KEY, DETECTIONS_3D, GROUND_TRUTH_3D_TOPIC
 from tiled_detector.messages.detections import msg_ids, msg_to_positions
 from tiled_detector.messages.images import stamp_ns
-from tiled_detector.tools.depth_evaluation import MIN_SIZE
+from tiled_detector.tools.depth_evaluation import MIN_SIZE, error_percentiles
 from tiled_detector.tools.scoring import Arrays, position_errors
 
 
@@ -97,8 +97,7 @@ def depth_scores(
             continue
         positions = _aligned(msg_ids(answer_messages[stamp]), answers_3d.get(stamp))
         errors.append(position_errors(arrays, positions, truth[stamp], true_positions[stamp], MIN_SIZE))
-    values = np.concatenate(errors) if errors else np.zeros(0)
-    median, p95 = (float(v) for v in np.percentile(values, [50, 95])) if len(values) else (None, None)
+    median, p95 = error_percentiles(errors)
     return {
         "depth_error_median": median,
         "depth_error_p95": p95,

@@ -22,7 +22,8 @@ from tiled_detector.tools.scoring import position_errors
 MIN_SIZE = 12.0  # px: the objects the position targets are stated for
 
 
-def _percentiles(errors: list[np.ndarray]) -> tuple[float | None, float | None]:
+def error_percentiles(errors: list[np.ndarray]) -> tuple[float | None, float | None]:
+    """The median and 95th percentile of the errors of several frames (None, None: none)."""
     values = np.concatenate(errors) if errors else np.zeros(0)
     if not len(values):
         return None, None
@@ -56,8 +57,8 @@ def evaluate_depth(
         timings.append(found.timings.get("positions", 0.0))
         if progress is not None:
             progress(index + 1, frames)
-    median, p95 = _percentiles(big)
-    median_all, p95_all = _percentiles(every)
+    median, p95 = error_percentiles(big)
+    median_all, p95_all = error_percentiles(every)
     return {
         "objects": objects,
         "objects_3d": located,
