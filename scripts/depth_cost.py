@@ -61,7 +61,15 @@ def _timed_locate(device: str, width: int, height: int, objects: int, runs: int)
             start = time.perf_counter()
             step()
             times.append((time.perf_counter() - start) * 1e3)
-        return {"row": "locate", "device": device, "objects": objects, "host_ms": statistics.median(times)}
+        return {
+            "row": "locate",
+            "device": device,
+            "objects": objects,
+            "size": f"{width}x{height}",
+            "threads": torch.get_num_threads(),
+            "host_ms": statistics.median(times),
+            "host_ms_min": min(times),
+        }
     from tiled_detector.devices import cuda_graph
 
     def event_ms(function) -> float:

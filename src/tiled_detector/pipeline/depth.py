@@ -6,11 +6,12 @@ relative position; it may have another size, but not another aspect ratio). Per 
 depths on a grid over the inner part of the box (`INNER` of its width and height about its centre, scaled to the
 depth image); holes (0, NaN) and depths outside [depth_min, depth_max] are invalid. The valid depths go into a
 histogram of log depth (`BIN` wide bins) whose runs of occupied bins are clusters: a surface's depths are dense,
-while the background beside a small object, or an occluder before it, is a jump away. The object is the nearest
-cluster holding at least `SHARE` of the valid depths: its depth the mean of that cluster's depths, its depth extent
-`EXTENT` standard deviations of them (the extent of depths spread evenly: a surface receding from the camera). Its centre and its width and height back-project with the
-camera matrix: X = (u - cx) Z / fx, Y = (v - cy) Z / fy, in the optical frame (x right, y down, z forward),
-metres. A box with fewer than `MIN_VALID` of its samples valid, or no such cluster, has no position.
+while the background beside a small object, or an occluder before it, is a jump away (an empty bin). The object
+is the nearest cluster holding at least `SHARE` of the valid depths: its depth the mean of that cluster's depths,
+its depth extent `EXTENT` standard deviations of them (the extent of depths spread evenly: a surface receding
+from the camera). Its centre and its width and height back-project with the camera matrix:
+X = (u - cx) Z / fx, Y = (v - cy) Z / fy, in the optical frame (x right, y down, z forward), metres. A box with
+fewer than `MIN_VALID` of its samples valid, or no such cluster, has no position.
 """
 
 from __future__ import annotations
@@ -24,15 +25,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-SAMPLES = 16  # depths per side of the grid over a box's inner part
+SAMPLES = 12  # depths per side of the grid over a box's inner part
 INNER = 0.5  # the sampled part of a box: this fraction of its width and height, about its centre
-BIN = 0.02  # the depth histogram's bins: each this fraction of its depth wide (log-spaced)
-BINNED = (
-    0.01  # metres: the histogram starts here (or at depth_min), nearer valid depths fall in its first bin
-)
+BIN = 0.04  # the depth histogram's bins: each this fraction of its depth wide (log-spaced); a run of occupied
+# bins is one surface, an empty bin between two separates them (a jump of 4-8 % of the depth)
+BINNED = 0.01  # metres: the histogram starts here (or at depth_min); nearer valid depths are in its first bin
 HOLE = 1e-6  # metres: depths at or below are holes whatever depth_min is
-NEIGHBOURS = 1  # bins within this many of an occupied one belong to its cluster: up to two empty bins are
-# bridged, three or more (a jump of 6-8 % of the depth) separate two surfaces
 SHARE = 0.2  # the object: the nearest cluster holding at least this fraction of the box's valid depths
 MIN_VALID = 0.1  # a box needs at least this fraction of its samples valid
 EXTENT = math.sqrt(12.0)  # depth extent per standard deviation: that of depths spread evenly over the extent
@@ -216,9 +214,7 @@ def robust_depth(
     hist = torch.zeros((count, bins + 1), dtype=torch.float32, device=samples.device)
     hist = hist.scatter_add_(1, at, torch.ones_like(samples))[:, :bins]
     valid_count = valid.sum(dim=1)
-    # a cluster: a run of bins that each have an occupied bin within `NEIGHBOURS` of them (numbered from the
-    # nearest)
-    near = torch.nn.functional.max_pool1d(hist[:, None], 2 * NEIGHBOURS + 1, 1, NEIGHBOURS)[:, 0] > 0
+    near = hist > 0  # a cluster: a run of occupied bins (numbered from the nearest)
     starts = near & ~torch.cat([near.new_zeros((count, 1)), near[:, :-1]], dim=1)
     run = torch.where(near, starts.long().cumsum(dim=1), 0)
     members = hist.new_zeros((count, bins + 1)).scatter_add_(1, run, hist)
