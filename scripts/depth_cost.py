@@ -108,7 +108,7 @@ def _timed_frames(
     if detector._runner.captures:  # count the captures the runner makes (each frame after the first replays)
         original = detector._runner._capture
         detector._runner._capture = lambda function: (captures.append(1), original(function))[1]
-    with_depth, without, identical = [], [], True
+    with_depth, without, stage, identical = [], [], [], True
     for index in range(runs + 3):
         start = time.perf_counter()
         plain = detector.detect(scene.scene.image)
@@ -120,6 +120,7 @@ def _timed_frames(
         if index >= 3:
             without.append((middle - start) * 1e3)
             with_depth.append((end - middle) * 1e3)
+            stage.append(located.timings.get("positions", 0.0))
     return {
         "row": "frame",
         "device": device,
@@ -130,7 +131,7 @@ def _timed_frames(
         "with_depth_ms": statistics.median(with_depth),
         "without_depth_ms": statistics.median(without),
         "added_ms": statistics.median(with_depth) - statistics.median(without),
-        "positions_stage_ms": located.timings.get("positions"),
+        "positions_stage_ms": statistics.median(stage),
         "captures": len(captures),
         "2d_bit_identical": bool(identical),
     }

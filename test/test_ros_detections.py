@@ -284,6 +284,16 @@ def test_vendored_msg_definitions_hash_to_upstream_4x() -> None:
 
 # --- Detection3DArray: the objects with a position --------------------------------------------------------
 
+
+def test_the_3d_messages_hash_alike_in_rosidl_and_in_bags() -> None:
+    from tiled_detector.harness.bags import typestore
+
+    described = json.loads((ROOT / ".venv/share/vision_msgs/msg/Detection3DArray.json").read_text())
+    hashes = {entry["type_name"]: entry["hash_string"] for entry in described["type_hashes"]}
+    for name in ("Detection3DArray", "Detection3D", "BoundingBox3D"):
+        assert typestore().hash_rihs01(f"vision_msgs/msg/{name}") == hashes[f"vision_msgs/msg/{name}"]
+
+
 POSITIONS = np.array([[0.5, -0.25, 12.0], [np.nan] * 3, [-3.0, 1.0, 40.5]], np.float32)
 SIZES = np.array([[0.4, 0.8, 0.1], [np.nan] * 3, [2.0, 1.5, 0.7]], np.float32)
 
