@@ -7,7 +7,8 @@ and a whole frame of the detector with and without its depth image.
 Rows printed as JSON, one per measurement (medians over --runs, after warm-up):
 - `locate`: the stage alone on `--objects` result rows and a depth image of the frame's size (16UC1); on CUDA
   replayed as a captured graph and timed with CUDA events (`graph_ms`), and eager (`eager_ms`); on the CPU, host
-  time. Its input is what the frame program hands it (fixed shapes on CUDA: max_detections rows, valid or not).
+  wall time (median and least) and the CPU time of the calling thread (`thread_cpu_ms`: with OMP_NUM_THREADS=1 all
+  of the step's work, whatever else loads the machine). Its input is what the frame program hands it (fixed shapes on CUDA: max_detections rows, valid or not).
 - `frame`: `TiledDetector.detect` on a synthetic depth scene with and without its depth (the frame program
   captured on CUDA as in the node), the difference being the whole 3D step with its upload; the 2D outputs are
   checked bit-identical, and on CUDA that every frame replays one captured graph.
@@ -56,11 +57,12 @@ def _timed_locate(device: str, width: int, height: int, objects: int, runs: int)
     for _ in range(5):
         step()
     if device == "cpu":
-        times = []
+        times, cpu = [], []  # wall time, and this thread's CPU time (what the step costs whatever else runs)
         for _ in range(runs):
-            start = time.perf_counter()
+            start, started = time.perf_counter(), time.thread_time()
             step()
             times.append((time.perf_counter() - start) * 1e3)
+            cpu.append((time.thread_time() - started) * 1e3)
         return {
             "row": "locate",
             "device": device,
@@ -69,6 +71,7 @@ def _timed_locate(device: str, width: int, height: int, objects: int, runs: int)
             "threads": torch.get_num_threads(),
             "host_ms": statistics.median(times),
             "host_ms_min": min(times),
+            "thread_cpu_ms": statistics.median(cpu),
         }
     from tiled_detector.devices import cuda_graph
 
