@@ -1,9 +1,7 @@
 """Tests for tracking/: ByteTrack on arrays (association against dense references, ids through a crossing and an
-occlusion), per-camera state and its reset rules, bounded memory, and the MOT metrics."""
+occlusion), a camera's tracks and their ids, bounded memory, and the MOT metrics."""
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 import pytest
@@ -11,9 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
+from support.transforms import similarity
 from tiled_detector.tools.scoring import box_iou, mot_metrics
-from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings, assign, overlapping
-from tiled_detector.tracking.tracks import CameraTracks
+from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings, assign
+from tiled_detector.tracking.geometry import move_points, overlapping
+from tiled_detector.tracking.looks import Looks
+from tiled_detector.tracking.tracks import Tracks
+from tiled_detector.types import Detections
 
 SECOND = 1_000_000_000
 FRAME_NS = SECOND // 30
@@ -119,33 +121,36 @@ def test_boxes_are_the_filters_estimate_and_new_tracks_wait_for_a_second_frame()
     assert tracker.update(np.array([_box(56, 90)]), np.array([0.9]), np.array([1]), 1 / 30)[3].tolist() == []
 
 
-def test_cameras_have_their_own_tracks_and_ids():
-    tracks = CameraTracks(TrackerSettings())
-    a = tracks.update("/front", 0, np.array([_box(10, 10)]), np.array([0.9]), np.array([0]))
-    b = tracks.update(
-        "/rear", 0, np.array([_box(10, 10), _box(90, 90)]), np.array([0.9, 0.9]), np.array([0, 0])
+def _found(boxes: list, scores: list | None = None) -> Detections:
+    boxes = np.array(boxes, np.float64).reshape(-1, 4)
+    return Detections(
+        boxes,
+        np.full(len(boxes), 0.9) if scores is None else np.array(scores),
+        np.zeros(len(boxes), np.int64),
     )
-    assert a.track_ids.tolist() == [1] and b.track_ids.tolist() == [1, 2]
-    a = tracks.update("/front", FRAME_NS, np.array([_box(11, 10)]), np.array([0.9]), np.array([0]))
-    assert a.track_ids.tolist() == [1] and tracks.live_tracks() == 3
 
 
-def test_reset_rules(caplog: pytest.LogCaptureFixture):
-    tracks = CameraTracks(TrackerSettings(buffer_s=0.5))
-    one = (np.array([_box(10, 10)]), np.array([0.9]), np.array([0]))
-    assert tracks.update("/c", 10 * SECOND, *one).track_ids.tolist() == [1]
-    assert tracks.update("/c", 10 * SECOND + FRAME_NS, *one).track_ids.tolist() == [1]
-    with caplog.at_level(logging.INFO, logger="tiled_detector.tracking.tracks"):
-        assert tracks.update("/c", 5 * SECOND, *one).track_ids.tolist() == [2]  # stamps went back: start over
-    assert "stamps went back 5.033 s on /c" in caplog.text
-    assert tracks.update("/c", 5 * SECOND + FRAME_NS, *one).track_ids.tolist() == [2]
-    assert tracks.update("/c", 7 * SECOND, *one).track_ids.tolist() == [3]  # a gap longer than the buffer
-    tracks.reset()  # a tracker or tile setting changed: the ids keep counting up
-    assert tracks.update("/c", 7 * SECOND + FRAME_NS, *one).track_ids.tolist() == [4]
+def test_a_cameras_tracks_continue_the_ids_they_are_given_and_stamp_what_they_saw():
+    tracks = Tracks(TrackerSettings(), first_id=7)  # a camera started over: its ids continue upwards
+    a = tracks.update(10 * SECOND, _found([_box(10, 10), _box(90, 90)]))
+    assert a.track_ids.tolist() == [7, 8] and tracks.next_id == 9
+    b = tracks.update(10 * SECOND + FRAME_NS, _found([_box(11, 10)]))
+    assert b.track_ids.tolist() == [7] and b.seen_ns.tolist() == [10 * SECOND + FRAME_NS] and len(tracks) == 2
+
+
+def test_a_repeated_stamp_is_a_step_of_no_time_without_a_warning():
+    import warnings
+
+    tracks = Tracks(TrackerSettings())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for stamp in (0, FRAME_NS, FRAME_NS, 2 * FRAME_NS):
+            out = tracks.update(stamp, _found([_box(10 + stamp / FRAME_NS, 10)]))
+    assert out.track_ids.tolist() == [1]
 
 
 def test_a_long_stream_of_objects_coming_and_going_holds_bounded_state():
-    tracks = CameraTracks(TrackerSettings(buffer_s=0.5))
+    tracks = Tracks(TrackerSettings(buffer_s=0.5))
     rng = np.random.default_rng(3)
     most = 0
     for frame in range(3_000):
@@ -154,8 +159,8 @@ def test_a_long_stream_of_objects_coming_and_going_holds_bounded_state():
         centres = np.random.default_rng(generation).uniform(50, 1800, (20, 2)) + (frame % 90) * 1.5
         boxes = np.array([_box(x, y) for x, y in centres])
         scores = rng.uniform(0.5, 1.0, 20)
-        tracks.update("/c", frame * FRAME_NS, boxes, scores, np.zeros(20, np.int64))
-        most = max(most, tracks.live_tracks())
+        tracks.update(frame * FRAME_NS, Detections(boxes, scores, np.zeros(20, np.int64)))
+        most = max(most, len(tracks))
     assert most <= 40  # the live objects and the lost ones of the last half second, not the stream's 670
 
 
@@ -217,9 +222,11 @@ def test_a_shrinking_track_not_looked_for_never_turns_inside_out():
     tracker = ByteTrack(TrackerSettings())
     for size in (60.0, 45.0, 30.0):  # shrinking fast: its height's velocity is negative
         tracker.update(np.array([_box(100, 100, size)]), np.array([0.9]), np.array([0]), 1 / 30)
-    nowhere = np.zeros((0, 4))  # a tile budget ran no tile holding it: reported from its prediction
+    nowhere = Looks(
+        np.zeros((0, 4)), np.zeros((0, 4), bool), 4.0
+    )  # no tile run held it: reported as predicted
     for _ in range(8):
-        out = tracker.update(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), 1 / 30, observed=nowhere)
+        out = tracker.update(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), 1 / 30, looks=nowhere)
         assert len(out.boxes) == 1 and (out.boxes[:, 2:] >= out.boxes[:, :2]).all()
         assert out.scores[0] < 0.9  # decayed while not looked for
 
@@ -231,11 +238,12 @@ def test_under_a_budget_a_look_that_misses_a_track_makes_it_lost_as_in_bytetrack
     box, nothing = np.array([_box(100, 100, 30)]), (np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
     first = tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30).track_ids.tolist()
     tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30)
-    everywhere, nowhere = np.array([[0.0, 0.0, 640.0, 640.0]]), np.zeros((0, 4))
-    shown = [len(tracker.update(*nothing, 1 / 30, observed=nowhere).boxes)]  # not looked for: shown
-    shown.append(len(tracker.update(*nothing, 1 / 30, observed=everywhere).boxes))  # looked for, missed: lost
-    shown.append(len(tracker.update(*nothing, 1 / 30, observed=nowhere).boxes))  # lost and not looked for
-    again = tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30, observed=everywhere)
+    nowhere = Looks(np.zeros((0, 4)), np.zeros((0, 4), bool), 4.0)
+    everywhere = Looks(np.array([[0.0, 0.0, 640.0, 640.0]]), np.zeros((1, 4), bool), 4.0)
+    shown = [len(tracker.update(*nothing, 1 / 30, looks=nowhere).boxes)]  # not looked for: shown
+    shown.append(len(tracker.update(*nothing, 1 / 30, looks=everywhere).boxes))  # looked for, missed: lost
+    shown.append(len(tracker.update(*nothing, 1 / 30, looks=nowhere).boxes))  # lost and not looked for
+    again = tracker.update(box, np.array([0.9]), np.array([0]), 1 / 30, looks=everywhere)
     assert shown == [1, 0, 0] and again.track_ids.tolist() == first
 
 
@@ -257,3 +265,26 @@ def test_a_small_fast_object_keeps_its_id_where_iou_alone_loses_it():
     far = tracker.update(np.array([[400.0, 50.0, 408.0, 58.0], [156.0, 50.0, 164.0, 58.0]]), np.array([0.9, 0.9]),
                          np.array([0, 1]), 1 / 30)  # fmt: skip
     assert 1 not in far.track_ids.tolist()
+
+
+def test_the_tracker_moves_with_the_camera() -> None:
+    """A track warped by the camera's motion lands where the object is in the new frame's pixels; its velocity
+    turns with it, its height and variances scale."""
+    tracker = ByteTrack(TrackerSettings())
+    box = np.array([[100.0, 200.0, 140.0, 260.0]])
+    for step in range(3):
+        tracker.update(box + np.array([5.0, 0, 5.0, 0]) * step, np.array([0.9]), np.array([0]), 1 / 30)
+    before = tracker.table.copy()
+    turn = similarity(1.1, 90.0, 10.0, -20.0)
+    tracker.warp(turn)
+    after = tracker.table
+    assert np.allclose(after[0, :2], move_points(turn, before[:, :2])[0])
+    assert np.allclose(after[0, 4:6], before[0, 4:6] @ turn[:, :2].T)
+    assert np.isclose(after[0, 3], before[0, 3] * 1.1) and np.isclose(after[0, 2], before[0, 2])
+    # a quarter turn swaps the variances of x and y (and scales them)
+    assert np.isclose(after[0, 11], before[0, 8] * 1.21) and np.isclose(after[0, 8], before[0, 11] * 1.21)
+    still = ByteTrack(TrackerSettings())
+    still.update(box, np.array([0.9]), np.array([0]), 1 / 30)
+    kept = still.table.copy()
+    still.warp(np.eye(3)[:2])
+    assert np.array_equal(still.table, kept)

@@ -18,13 +18,13 @@ lost-track buffer is in seconds, and the cost is bounded: only boxes that overla
 N x M matrix) and only the rows and columns that compete for a match go to the assignment solver
 (`tiled-detector bench` measures the cost per frame).
 
-Under a tile budget (`update`'s `observed`: the regions looked at) a track that no region holds whole was not
+Under a tile budget (`update`'s `looks`: what the views run saw, `tracking.looks`) a track not seen whole was not
 looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
 `PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU) and then placed where
 it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); as in ByteTrack
 a look that misses it makes it lost (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is
 confirmed at once.
-Without `observed` every step is ByteTrack's.
+Without `looks` every step is ByteTrack's.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tiled_detector.options import Option
-from tiled_detector.tracking.motion import similarity_scale
+from tiled_detector.tracking.geometry import grown, overlapping, similarity_scale
+from tiled_detector.tracking.looks import Looks
 
 LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
@@ -132,40 +133,6 @@ def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
     return out
 
 
-def overlapping(
-    a: np.ndarray, b: np.ndarray, a_groups: np.ndarray | None = None, b_groups: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs (i, j) of x1, y1, x2, y2 boxes a[i], b[j] that intersect (and, given groups (non-negative
-    integers), are in the same group), and their IoU: a sweep over b sorted by (group, x1) finds each a[i]'s
-    candidates, so the work follows the pairs, not N x M."""
-    empty = np.zeros(0, np.int64)
-    if not len(a) or not len(b):
-        return empty, empty, np.zeros(0)
-    ax1, ay1, ax2, ay2 = a.T
-    a_start, a_end, b_key = ax1, ax2, b[:, 0]
-    if a_groups is not None and b_groups is not None:  # each group on its own stretch of the sweep's axis
-        low = min(float(ax1.min()), float(b_key.min()))
-        span = max(float(ax2.max()), float(b[:, 2].max())) - low + 1.0
-        a_shift = a_groups * span - low
-        a_start, a_end, b_key = ax1 + a_shift, ax2 + a_shift, b_key + (b_groups * span - low)
-    order = np.argsort(b_key, kind="stable")
-    keys = b_key[order]
-    bx1, by1, bx2, by2 = b[order].T
-    lo = np.searchsorted(keys, a_start - float(np.max(bx2 - bx1)), side="left")  # b.x2 may reach a.x1
-    hi = np.searchsorted(keys, a_end, side="left")  # b.x1 < a.x2
-    counts = np.maximum(hi - lo, 0)
-    i = np.repeat(np.arange(len(a)), counts)
-    k = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())  # positions in sorted b
-    width = np.minimum(ax2[i], bx2[k]) - np.maximum(ax1[i], bx1[k])
-    wide = width > 0
-    i, k, width = i[wide], k[wide], width[wide]
-    height = np.minimum(ay2[i], by2[k]) - np.maximum(ay1[i], by1[k])
-    hit = height > 0
-    i, k, inter = i[hit], k[hit], width[hit] * height[hit]
-    union = (ax2[i] - ax1[i]) * (ay2[i] - ay1[i]) + (bx2[k] - bx1[k]) * (by2[k] - by1[k]) - inter
-    return i, order[k], inter / np.maximum(union, 1e-12)
-
-
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct non-negative integers of `values`, ascending, and each value's position among them (what
     `np.unique(values, return_inverse=True)` gives, without its sort)."""
@@ -209,21 +176,6 @@ class Output(NamedTuple):
     class_ids: np.ndarray
     track_ids: np.ndarray
     seen: np.ndarray
-
-
-def _grown(boxes: np.ndarray, ratio: np.ndarray) -> np.ndarray:
-    """x1, y1, x2, y2 boxes grown on every side by `ratio` (per box) of their width and height."""
-    margin = (boxes[:, 2:] - boxes[:, :2]) * ratio[:, None]
-    return np.concatenate([boxes[:, :2] - margin, boxes[:, 2:] + margin], axis=1)
-
-
-def inside_any(boxes: np.ndarray, rects: np.ndarray) -> np.ndarray:
-    """(N,) bool: whether each of the (N, 4) x1, y1, x2, y2 boxes lies wholly in at least one of the (K, 4)
-    rectangles."""
-    if not len(rects) or not len(boxes):
-        return np.zeros(len(boxes), bool)
-    b, r = boxes[:, None, :], rects[None, :, :]
-    return ((b[..., :2] >= r[..., :2]).all(axis=2) & (b[..., 2:] <= r[..., 2:]).all(axis=2)).any(axis=1)
 
 
 class ByteTrack:
@@ -324,14 +276,14 @@ class ByteTrack:
         class_ids: np.ndarray,
         dt_s: float,
         step: float = 1.0,
-        observed: np.ndarray | None = None,
+        looks: Looks | None = None,
         now: float = 0.0,
     ) -> Output:
         """Take one frame's detections, `dt_s` seconds after the previous one (`step`: that time in frame
         periods, the Kalman filter's time step; `now`: the frame's time on any clock, returned as `seen`).
 
-        `observed` (K, 4) x1, y1, x2, y2: the frame regions the detections were looked for in (None: all of it).
-        A track whose predicted box no region holds whole was not looked for: unmatched, it is neither lost nor
+        `looks`: what the frame's views looked at (None: all of it). A track whose predicted box they did not see
+        whole was not looked for: unmatched, it is neither lost nor
         dropped (until `buffer_s` without a match) and, when confirmed and tracked, reported from its prediction.
         Returns the confirmed tracks matched in this frame and those reported from their prediction: their boxes
         (the filter's estimate), scores and classes (of their last match), track ids, and `seen`: the `now` of
@@ -388,8 +340,8 @@ class ByteTrack:
         unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
         hidden = np.zeros(len(t), bool)
-        if observed is not None:  # a track is looked for where a region run holds all of its box
-            hidden[unmatched] = ~inside_any(predicted[unmatched], observed)  # unmatched: not corrected
+        if looks is not None:  # a track is looked for where the views run see its box whole
+            hidden[unmatched] = ~looks.seen(predicted[unmatched])  # unmatched: not corrected
         t[hidden, _HIDDEN] += 1.0
         missed = unmatched & ~hidden  # looked for and not found: lost (a tentative track: dropped)
         t[missed & confirmed, _STATE] = LOST
@@ -403,7 +355,7 @@ class ByteTrack:
         # frame, and under a tile budget (their second look may be frames away) from a score of CONFIRM_AT_ONCE
         born = np.flatnonzero(free_det & (scores > s.activation + NEW_TRACK_MARGIN))
         at_once = np.full(len(born), self._frames == 1)
-        if observed is not None:
+        if looks is not None:
             at_once |= scores[born] >= CONFIRM_AT_ONCE
         self._start(xyah[born], class_ids[born], scores[born], now, at_once)
         rows = self.table[np.flatnonzero(np.concatenate([shown, at_once]))]
@@ -465,11 +417,11 @@ class ByteTrack:
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou
-        grown = _grown(predicted, buffer)
-        i, j, _ = overlapping(grown, _grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
+        wide = grown(predicted, buffer)
+        i, j, _ = overlapping(wide, grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
                               class_ids[useful])  # fmt: skip
         j = useful[j]
-        a, b = _grown(predicted[i], buffer[i]), _grown(boxes[j], buffer[i])
+        a, b = grown(predicted[i], buffer[i]), grown(boxes[j], buffer[i])
         inter = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None).prod(axis=1)
         union = np.prod(a[:, 2:] - a[:, :2], axis=1) + np.prod(b[:, 2:] - b[:, :2], axis=1) - inter
         iou = inter / np.maximum(union, 1e-12)
