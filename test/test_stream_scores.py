@@ -21,9 +21,8 @@ STAMPS = [index * FRAME_NS for index in range(COUNT)]  # eval --motion's
 
 @pytest.fixture(scope="module")
 def detector() -> TiledDetector:
-    return TiledDetector.from_config(
-        DetectorConfig(tracker="bytetrack", full_frame=False)
-    )  # one view a frame)
+    """The bundled model with the tracker, one view a frame (no full-frame view: the frames are one tile)."""
+    return TiledDetector.from_config(DetectorConfig(tracker="bytetrack", full_frame=False))
 
 
 @pytest.fixture(scope="module")
