@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tiled_detector.commands.make_bag import add_truth_arguments
 from tiled_detector.commands.settings import add_settings, default_params_file, parameter_values
 from tiled_detector.harness.recording import frame_stamp
 from tiled_detector.parameters import build_detector
@@ -35,12 +36,12 @@ def scores(argv: Sequence[str] | None = None) -> dict[str, float | int | None]:
     source.add_argument("--images", type=Path, help="a folder of images (sorted by name)")
     source.add_argument("--video", type=Path, help="a video file")
     parser.add_argument("--frames", type=int, default=None, help="with --video: at most this many frames")
-    parser.add_argument("--truth", type=Path, required=True, help="a MOTChallenge gt.txt or a COCO file")
-    parser.add_argument("--truth-format", default=None, help="mot or coco (default from the suffix)")
-    parser.add_argument("--truth-class", required=True, help="the detector's class the truth's objects are")
-    parser.add_argument("--rate", type=float, default=30.0, help="frame rate of the stamps in Hz (default 30)")
+    parser.add_argument("--rate", type=float, default=30.0, help="the bag's frame rate in Hz (default 30)")
+    add_truth_arguments(parser)
     add_settings(parser, params_file_help="the node's params file (default config/detector.yaml)")
     args = parser.parse_args(argv)
+    if args.truth is None or args.truth_class is None:
+        parser.error("--truth FILE and --truth-class NAME are needed: the recording's ground truth")
     args.params_file = args.params_file or default_params_file()
     frames, _ = recording_frames(
         args.images, args.video, args.frames, args.truth, args.truth_format, args.truth_class

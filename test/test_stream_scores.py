@@ -60,6 +60,8 @@ def test_without_identities_or_boxes_the_scores_that_need_them_are_none(
     boxes_only = score_stream(detector, [dataclasses.replace(f, ids=None) for f in frames], STAMPS, CLASSES)
     assert boxes_only["AP50"] == pytest.approx(reference["AP50"])
     assert (boxes_only["IDF1"], boxes_only["MOTA"], boxes_only["id_switches"]) == (None, None, None)
+    partly = [dataclasses.replace(frames[0], ids=None), frames[1]]  # one frame without: no identities
+    assert score_stream(detector, partly, STAMPS, CLASSES)["IDF1"] is None
     empty = Frame(frames[0].image, np.zeros((0, 4)), np.zeros(0, np.int64), ids=np.zeros(0, np.int64))
     assert score_stream(detector, [empty], STAMPS, CLASSES)["AP50"] is None
     with pytest.raises(ValueError, match="every frame scored needs its ground truth"):

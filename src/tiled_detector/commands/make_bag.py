@@ -23,9 +23,10 @@ EPILOG = """examples:
   tiled-detector make-bag out/jpeg_bag --images shots/ --compressed --rate 10
   tiled-detector make-bag out/moving --motion --frames 60 --pan 2   # moving objects, ids in the ground truth
   tiled-detector make-bag out/robot --motion --pan 4 --rotate 0.1 --shake 2   # a robot's camera; true motion kept
-  tiled-detector make-bag out/mot04 --images MOT17-04/img1 --truth MOT17-04/gt/gt.txt --truth-class person \
-    --model yolox_nano.onnx       # your recording with its MOTChallenge ground truth (ids: IDF1, MOTA in replay)
-  tiled-detector make-bag out/yard --video yard.mp4 --truth yard_coco.json --truth-class person --labels coco
+  # your recording with its MOTChallenge ground truth (ids: replay reports IDF1, MOTA, id_switches)
+  tiled-detector make-bag out/mot04 --images MOT17-04/img1 --truth MOT17-04/gt/gt.txt --truth-class person \\
+    --model yolox_nano.onnx
+  tiled-detector make-bag out/yard --video yard.mp4 --truth yard.json --truth-class person --model yolox_nano.onnx
 Synthetic frame i uses seed S+i, so the same command always writes the same bag.
 --truth: a MOTChallenge gt.txt (frame n = the n-th image by name / video frame; pedestrians with consider 1) or a
 COCO file (images matched by file name; for a video, its images in frame_index / frame_id / id order; track_id,
@@ -67,32 +68,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--frame-id", default="camera", help="header frame_id (default camera)")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    truth = parser.add_argument_group("ground truth of --images / --video")
-    truth.add_argument(
+    add_truth_arguments(parser)
+    add_settings(
+        parser,
+        only=LABEL_SETTINGS,
+        params_file_help="a params file naming the model the bag will be replayed with (--truth-class is "
+        "checked against its labels)",
+    )
+
+
+def add_truth_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--truth`, `--truth-format` and `--truth-class` (also `scripts/score_recording.py`'s)."""
+    group = parser.add_argument_group("ground truth of --images / --video")
+    group.add_argument(
         "--truth",
         type=Path,
         default=None,
         metavar="FILE",
         help="a MOTChallenge gt.txt or a COCO JSON file of the frames' objects",
     )
-    truth.add_argument(
+    group.add_argument(
         "--truth-format",
         default=None,
         metavar="{mot,coco}",
         help="the --truth file's format (default from its suffix: .txt mot, .json coco)",
     )
-    truth.add_argument(
+    group.add_argument(
         "--truth-class",
         default=None,
         metavar="NAME",
         help="the detector's class the truth's objects are (e.g. person); with coco, the category "
         "of that name is taken",
-    )
-    add_settings(
-        parser,
-        only=LABEL_SETTINGS,
-        params_file_help="a params file naming the model the bag will be replayed with (--truth-class is "
-        "checked against its labels)",
     )
 
 
