@@ -103,7 +103,7 @@ def test_ids_hold_through_a_crossing_and_an_occlusion():
             assert near == [track], (t, by_position, expected)
 
 
-def test_boxes_are_the_filters_estimate_and_new_tracks_wait_for_a_second_frame():
+def test_a_match_is_reported_at_its_detection_and_new_tracks_wait_for_a_second_frame():
     tracker = ByteTrack(TrackerSettings())
     out = tracker.update(np.array([_box(50, 50)]), np.array([0.9]), np.array([0]), 0.0)
     assert out[3].tolist() == [1]  # the first frame confirms at once
@@ -112,6 +112,9 @@ def test_boxes_are_the_filters_estimate_and_new_tracks_wait_for_a_second_frame()
         np.array([_box(52, 50), _box(200, 200)]), np.array([0.9, 0.9]), np.array([0, 0]), 1 / 30
     )
     assert late[3].tolist() == [1]  # the newcomer is unconfirmed on its first frame
+    # the box it took, not the filter's estimate (which lags behind a moving object)
+    np.testing.assert_allclose(late[0], [_box(52, 50)], atol=1e-6)
+    assert not np.allclose(tracker.predicted_boxes(), [_box(52, 50)], atol=0.5)
     again = tracker.update(
         np.array([_box(54, 50), _box(200, 200)]), np.array([0.9, 0.9]), np.array([0, 0]), 1 / 30
     )
@@ -288,3 +291,78 @@ def test_the_tracker_moves_with_the_camera() -> None:
     kept = still.table.copy()
     still.warp(np.eye(3)[:2])
     assert np.array_equal(still.table, kept)
+
+
+def _step(tracker: ByteTrack, boxes: list, looks: Looks | None = None) -> list[int]:
+    out = tracker.update(np.array(boxes, float).reshape(-1, 4), np.full(len(boxes), 0.9), np.zeros(len(boxes), int),
+                         1 / 30, looks=looks)  # fmt: skip
+    return out.track_ids.tolist()
+
+
+def test_a_track_seen_on_the_last_frame_keeps_its_object_from_a_lost_tracks_older_prediction():
+    """Two people side by side, one hidden: the visible one steps towards where the hidden one stood. Its detection
+    overlaps its own track's prediction by 0.6 and the lost track's by 0.9; the track seen on the last frame keeps
+    it (in plain ByteTrack the lost track takes it: an identity switch)."""
+    tracker = ByteTrack(TrackerSettings())
+    a, b = [100.0, 100.0, 140.0, 200.0], [112.0, 100.0, 152.0, 200.0]
+    first = _step(tracker, [a, b])
+    for _ in range(2):
+        _step(tracker, [a, b])
+    assert _step(tracker, [a]) == first[:1]  # b hidden: its track is lost
+    assert _step(tracker, [[110.0, 100.0, 150.0, 200.0]]) == first[:1]
+
+
+def test_the_distance_association_takes_small_objects_only_of_their_size_and_not_a_neighbours():
+    """Missed for a frame, a 60 x 150 person's track does not take a detection 0.8 of its side away (IoU follows a
+    person; a near box is a neighbour): a new track starts. A small object's track does not take a detection of
+    another size (a part), nor one that another track's prediction overlaps."""
+    person = ByteTrack(TrackerSettings())
+    box = [100.0, 100.0, 160.0, 250.0]
+    first = _step(person, [box])
+    _step(person, [box])
+    _step(person, [])
+    assert _step(person, [[148.0, 100.0, 208.0, 250.0]]) != first
+    small = ByteTrack(TrackerSettings())
+    for x in (100.0, 107.0, 114.0):
+        ids = _step(small, [[x, 50.0, x + 8.0, 58.0]])
+    assert _step(small, []) == []
+    assert _step(small, [[128.0, 50.0, 144.0, 66.0]]) != ids  # twice its size: not the same object
+    crowd = ByteTrack(TrackerSettings())
+    neighbour = [140.0, 50.0, 148.0, 58.0]
+    for x in (100.0, 107.0, 114.0):
+        ids = _step(crowd, [[x, 50.0, x + 8.0, 58.0], neighbour])
+    _step(crowd, [neighbour])  # the small object missed
+    # a detection within its distance gate that also overlaps the neighbour's prediction: not taken by distance
+    assert ids[0] not in _step(crowd, [neighbour, [134.0, 50.0, 142.0, 58.0]])
+
+
+def test_of_a_tracked_and_a_lost_track_on_one_object_the_younger_goes():
+    """ByteTrack's remove_duplicate_stracks: a lost track whose prediction sits on a tracked one (IoU > 0.85) is
+    dropped when it is younger, so that it cannot take the tracked one's object later."""
+    tracker = ByteTrack(TrackerSettings())
+    old, other = [100.0, 100.0, 140.0, 200.0], [300.0, 100.0, 340.0, 200.0]
+    first = _step(tracker, [old])
+    _step(tracker, [old, other])
+    _step(tracker, [old, other])  # the second track, confirmed
+    _step(tracker, [old])  # ... and lost
+    assert len(tracker) == 2
+    tracker.table[1, :8] = tracker.table[0, :8]  # its prediction reaches the tracked one (a person passing)
+    assert _step(tracker, [old]) == first and len(tracker) == 1
+
+
+def test_under_a_budget_a_track_not_looked_for_is_found_again_by_buffered_iou():
+    """Not looked for 2 frames while its object sped up: its prediction and the detection no longer overlap, but
+    the buffered boxes do (C-BIoU): the same id. Missed 2 frames without a budget, the track is compared by IoU as
+    in ByteTrack: a new track."""
+    nowhere = Looks(np.zeros((0, 4)), np.zeros((0, 4), bool), 4.0)
+    everywhere = Looks(np.array([[0.0, 0.0, 640.0, 640.0]]), np.zeros((1, 4), bool), 4.0)
+    for looks in (nowhere, None):
+        tracker = ByteTrack(TrackerSettings())
+        box = np.array([100.0, 100.0, 140.0, 200.0])
+        first = _step(tracker, [box])
+        _step(tracker, [box])
+        for _ in range(2):  # not looked for (a budget), or missed (none)
+            tracker.update(np.zeros((0, 4)), np.zeros(0), np.zeros(0, int), 1 / 30, looks=looks)
+        moved = box + np.array([44.0, 0.0, 44.0, 0.0])
+        again = _step(tracker, [moved], everywhere if looks is not None else None)
+        assert (again == first) == (looks is not None)

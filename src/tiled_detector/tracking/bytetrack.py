@@ -5,26 +5,31 @@ The algorithm is the paper's, as ByteTrack's reference code and supervision's po
 Kalman filter on (centre x, centre y, aspect, height); per frame, (1) high-score detections (> `activation`) are
 matched to the tracked and lost tracks by IoU (fused with the score), (2) the tracked tracks left over to the
 low-score detections (`LOW_SCORE` .. `activation`), (3) tracks born on the previous frame (unconfirmed) to the high
-detections left over, (4, ours) the confirmed tracks left over to the high detections left over, by the distance
-of the centres (`_by_distance`: small fast objects); unmatched tracked tracks become lost, unmatched unconfirmed
-ones are dropped, high detections left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once
-on the first frame, else at their second match), lost tracks unseen for longer than `buffer_s` are dropped.
-Matches never cross classes.
+detections left over; unmatched tracked tracks become lost, unmatched unconfirmed ones are dropped, high detections
+left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once on the first frame, else at their
+second match), of a tracked and a lost track on one object the younger goes, lost tracks unseen for longer than
+`buffer_s` are dropped. A track matched in a frame is reported at the box it took (as supervision reports the
+detection), else at its prediction.
 
-Differences from the per-object reference implementations: the fourth association, buffered IoU (below) for a
-track missed on the previous frame, the camera's motion applied to every track first (`warp`, BoT-SORT's GMC), the
-time step is the stamps' (a frame that was dropped upstream is a longer step, not a missed detection), the
-lost-track buffer is in seconds, and the cost is bounded: only boxes that overlap are compared (a sweep, not an
-N x M matrix) and only the rows and columns that compete for a match go to the assignment solver
-(`tiled-detector bench` measures the cost per frame).
+Where it departs from the reference, and why (each tested):
+- a track matched on the previous frame takes a detection overlapping its prediction by `RECENT_IOU` before the
+  lost tracks compete (DeepSORT's matching cascade, for unambiguous overlaps only): among the extra boxes tiles
+  give (nearby people, parts), a lost track's stale prediction otherwise takes a live track's object;
+- a last association by the distance of the centres (`_by_distance`) for small tracks (small fast objects: IoU
+  cannot follow them), with detections of their size that no other track overlaps;
+- matches never cross classes;
+- the camera's motion is applied to every track first (`warp`, BoT-SORT's GMC);
+- the time step is the stamps' (a frame dropped upstream is a longer step, not a missed detection) and the
+  lost-track buffer is in seconds;
+- the cost is bounded: only boxes that overlap are compared (a sweep, not an N x M matrix) and only the rows and
+  columns that compete for a match go to the assignment solver (`tiled-detector bench` measures the cost).
 
 Under a tile budget (`update`'s `looks`: what the views run saw, `tracking.looks`) a track not seen whole was not
 looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
-`PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU) and then placed where
-it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); as in ByteTrack
-a look that misses it makes it lost (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is
-confirmed at once.
-Without `looks` every step is ByteTrack's.
+`PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU: its uncertainty grew
+while it was not looked for) and then placed where it was measured, moving as its last two measurements show
+(OC-SORT's observation-centric update); as in ByteTrack a look that misses it makes it lost (a tentative one
+dropped), and a new track scoring `CONFIRM_AT_ONCE` is confirmed at once. Without `looks` none of this applies.
 """
 
 from __future__ import annotations
@@ -43,11 +48,17 @@ LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
-BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU after frames without a match (`ByteTrack._overlaps`)
+BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU after frames not looked for (`ByteTrack._overlaps`)
 PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
 DISTANCE_GATE = 1.0  # the last association: centre distance in sides per frame since the track's last match
 MAX_DISTANCE_GATE = 2.0  # ... and at most this many sides
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
+RECENT_IOU = 0.5  # a track matched on the last frame first takes a detection overlapping it this much
+DISTANCE_SMALL_PX = 48.0  # the last association: for tracks this small (longer side, frame pixels) ...
+DISTANCE_SIZE = 1.5  # ... and detections whose width and height are within this factor of the track's
+DUPLICATE_IOU = (
+    0.85  # a tracked and a lost track overlapping this much are one object (ByteTrack's 0.15 distance)
+)
 _SMALLEST = np.array([1e-3, 1.0])  # the least aspect and height (pixels) a prediction keeps
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
 
@@ -66,7 +77,8 @@ _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
 # periods since, and the measured x, y, a, h of that match
 _UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS = range(20, 29)
 _MEASURED = slice(29, 33)
-_COLUMNS = 33
+_BORN = 33  # the frame (of this tracker's) the track started on
+_COLUMNS = 34
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -308,9 +320,17 @@ class ByteTrack:
         confirmed = t[:, _CONFIRMED] > 0
         free_track = np.ones(len(t), bool)
         free_det = high.copy()
-        # (1) confirmed tracks (tracked or lost) and the high-score detections
-        pick = confirmed[i] & high[j]
+        # (1) confirmed tracks and the high-score detections: first a track matched on the previous frame and a
+        # detection overlapping its prediction by RECENT_IOU (its object: a lost track's older prediction must
+        # not take it), then every confirmed track left (tracked or lost) as in ByteTrack
+        recent = confirmed & (t[:, _PERIODS] < 1.5)
+        pick = recent[i] & high[j] & (iou >= RECENT_IOU)
+        t0, d0 = assign(i[pick], j[pick], fused[pick], s.match)
+        free_track[t0] = False
+        free_det[d0] = False
+        pick = (confirmed & free_track)[i] & free_det[j]
         t1, d1 = assign(i[pick], j[pick], fused[pick], s.match)
+        t1, d1 = np.concatenate([t0, t1]), np.concatenate([d0, d1])
         free_track[t1] = False
         free_det[d1] = False
         # (2) tracked tracks left over and the low-score detections
@@ -358,10 +378,16 @@ class ByteTrack:
         if looks is not None:
             at_once |= scores[born] >= CONFIRM_AT_ONCE
         self._start(xyah[born], class_ids[born], scores[born], now, at_once)
-        rows = self.table[np.flatnonzero(np.concatenate([shown, at_once]))]
+        shown = np.concatenate([shown, at_once])
+        keep = self._distinct()
+        rows = self.table[keep & shown]
+        self.table = self.table[keep]
         decayed = rows[:, _SCORE] * PREDICTED_DECAY ** rows[:, _HIDDEN]
+        # a track matched in this frame is where it was measured (the detection it took); one not looked for, where
+        # its filter predicts it
+        xyah = np.where((rows[:, _SEEN] == now)[:, None], rows[:, _MEASURED], rows[:, :4])
         return Output(
-            _to_xyxy(rows[:, :4]),
+            _to_xyxy(xyah),
             decayed,
             rows[:, _CLASS].astype(np.int64),
             rows[:, _ID].astype(np.int64),
@@ -375,8 +401,10 @@ class ByteTrack:
         """Matches of the `tracks` (bool: confirmed, left unmatched) with the `detections` (bool: high-score, left
         over) of their class, by the distance of the centres in units of the larger box's longer side, below
         `DISTANCE_GATE` per frame since the track's last match (at most `MAX_DISTANCE_GATE`): a small object that
-        moved about its own size since (a fast one, one not looked for) shares too few pixels with its prediction
-        for IoU, and without this would start a new track (an identity switch)."""
+        moved about its own size since shares too few pixels with its prediction for IoU, and without this would
+        start a new track (an identity switch). Only for a small track (`DISTANCE_SMALL_PX`) and a detection of its
+        size (`DISTANCE_SIZE`) that no other track's prediction overlaps: a larger object's IoU follows it (people
+        walking), and a near detection is then a neighbour's or a part of one."""
         t = self.table
         rows, cols = np.flatnonzero(tracks), np.flatnonzero(detections)
         if not len(rows) or not len(cols):
@@ -389,7 +417,14 @@ class ByteTrack:
         side = np.maximum((a[:, 2:] - a[:, :2]).max(axis=1), (b[:, 2:] - b[:, :2]).max(axis=1))
         gate = np.minimum(t[i, _PERIODS] * DISTANCE_GATE, MAX_DISTANCE_GATE)
         distance = centre / np.maximum(side, 1.0)
-        return assign(i, j, distance / gate, 1.0)
+        size_a, size_b = a[:, 2:] - a[:, :2], np.maximum(b[:, 2:] - b[:, :2], 1e-6)
+        ratio = np.maximum(size_a / size_b, size_b / np.maximum(size_a, 1e-6)).max(axis=1)
+        ok = (size_a.max(axis=1) <= DISTANCE_SMALL_PX) & (ratio <= DISTANCE_SIZE)
+        # a detection overlapping another live track's prediction is left to that track (a crowd)
+        oi, oj, _ = overlapping(predicted, boxes, t[:, _CLASS], class_ids)
+        overlaps = np.bincount(oj, minlength=len(boxes))[j]  # tracks whose prediction overlaps the detection
+        ok &= overlaps - np.isin(i * len(boxes) + j, oi * len(boxes) + oj) == 0
+        return assign(i[ok], j[ok], (distance / gate)[ok], 1.0)
 
     def _observed_motion(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
         """Tracks `rows` matched again after frames they were not looked for (a tile budget): they are where they
@@ -408,12 +443,11 @@ class ByteTrack:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (track `predicted` box, detection) pairs of the same class that overlap and their IoU, detections
         `useful` only.
-        A track not matched on the previous frame (missed, or not looked for under a tile budget) is compared by
-        buffered IoU (C-BIoU, Yang et al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per
-        frame since its last match beyond the first (at most `MAX_BUFFER`) on every side, as its motion since is
-        less certain."""
+        A track not looked for on frames under a tile budget is compared by buffered IoU (C-BIoU, Yang et al., WACV
+        2023): both boxes grown by `BUFFER_PER_FRAME` of their size per frame not looked for (at most `MAX_BUFFER`)
+        on every side, as its motion since is less certain."""
         t = self.table
-        buffer = np.minimum(np.maximum(t[:, _PERIODS] - 1, 0) * BUFFER_PER_FRAME, MAX_BUFFER)
+        buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou
@@ -427,6 +461,24 @@ class ByteTrack:
         iou = inter / np.maximum(union, 1e-12)
         hit = iou > 0
         return i[hit], j[hit], iou[hit]
+
+    def _distinct(self) -> np.ndarray:
+        """Keep mask of the tracks: of a tracked and a lost track of one class whose boxes overlap by IoU above
+        `DUPLICATE_IOU`, the one tracked for the shorter time goes (ByteTrack's remove_duplicate_stracks: a lost
+        track sitting on a tracked one would take its object's detections)."""
+        t = self.table
+        keep = np.ones(len(t), bool)
+        tracked, lost = np.flatnonzero(t[:, _STATE] == TRACKED), np.flatnonzero(t[:, _STATE] == LOST)
+        if not len(tracked) or not len(lost):
+            return keep
+        boxes = _to_xyxy(t[:, :4])
+        i, j, iou = overlapping(boxes[tracked], boxes[lost], t[tracked, _CLASS], t[lost, _CLASS])
+        same = iou > DUPLICATE_IOU
+        a, b = tracked[i[same]], lost[j[same]]
+        older = t[a, _BORN] < t[b, _BORN]
+        keep[b[older]] = False
+        keep[a[~older]] = False
+        return keep
 
     def _start(
         self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: np.ndarray
@@ -445,4 +497,5 @@ class ByteTrack:
         new[:, _SCORE] = scores
         new[:, _SEEN] = now
         new[:, _MEASURED] = xyah
+        new[:, _BORN] = self._frames
         self.table = np.concatenate([self.table, new])

@@ -61,7 +61,9 @@ class Looks:
     def resolved(self, boxes: np.ndarray) -> np.ndarray:
         """(N,) bool: the boxes large enough for the full-frame view to find (none without it)."""
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-        side = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        side = np.sqrt(
+            np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
+        )
         return (self.full_view_scale > 0) & (side * self.full_view_scale >= FULL_VIEW_MIN_PX)
 
     def seen(self, boxes: np.ndarray) -> np.ndarray:
