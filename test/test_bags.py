@@ -252,3 +252,82 @@ def test_staging_left_by_a_killed_writer_is_removed_by_the_next(tmp_path: Path) 
     recording.write_image_bag(tmp_path / "bag", [recording.Frame(frame)])
     assert not dead.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bag", live.name])
+
+
+def test_cli_with_the_ground_truth_of_a_mot_or_coco_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--truth`: each frame's boxes (0-based pixel edges, clipped to the frame) on /ground_truth with the class
+    named by `--truth-class` (one of the labels of the model `--model` / `--labels` name) and the identities."""
+    from tiled_detector.messages.detections import msg_ids
+
+    folder = tmp_path / "img1"
+    folder.mkdir()
+    for index in range(3):
+        cv2.imwrite(str(folder / f"{index + 1:06d}.png"), make_scene(index, 64, 48).image[..., ::-1])
+    gt = tmp_path / "gt.txt"  # a pedestrian, a car (left out), the pedestrian again reaching past the corner
+    gt.write_text("1,5,1,1,10,20,1,1,1\n1,6,30,30,5,5,1,3,1\n2,5,60,40,10,20,1,1,0.3\n")
+    argv = ["make-bag", str(tmp_path / "mot"), "--images", str(folder), "--truth", str(gt), "--rate", "10"]
+    assert cli_main([*argv, "--truth-class", "person", "--labels", "red", "person", "yellow", "green"]) == 0
+    assert f"ground truth: 2 person boxes from {gt}, with identities; 1 rows" in capsys.readouterr().out
+    info = bags.bag_info(tmp_path / "mot")
+    assert info.topics[bags.GROUND_TRUTH_TOPIC] == (bags.DETECTIONS, 3)  # the frame with no row: no objects
+    assert info.custom_data[recording.IDENTITIES] == "true" and info.custom_data["truth_class"] == "person"
+    truth = bags.read_detections(info.path, labels=["person"])
+    stamps = sorted(truth)
+    assert stamps == [recording.frame_stamp(i, 10.0) for i in range(3)]
+    np.testing.assert_allclose(truth[stamps[0]][0], [[0, 0, 10, 20]], atol=1e-4)
+    np.testing.assert_allclose(truth[stamps[1]][0], [[59, 39, 64, 48]], atol=1e-4)  # clipped to 64x48
+    assert truth[stamps[2]][0].shape == (0, 4) and truth[stamps[0]][2].tolist() == [0]
+    messages = {
+        m.stamp_ns: bags.deserialize(m.data, bags.DETECTIONS)
+        for m in bags.read_messages(info.path, [bags.GROUND_TRUTH_TOPIC])
+    }
+    assert [msg_ids(messages[s]).tolist() for s in stamps] == [[5], [5], []]
+    assert [d.results[0].hypothesis.class_id for d in messages[stamps[0]].detections] == ["person"]
+
+    video = tmp_path / "clip.avi"  # COCO on a video: its images in frame_index order, no track ids
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    for index in range(3):
+        writer.write(make_scene(index, 64, 48).image[..., ::-1].copy())
+    writer.release()
+    coco = tmp_path / "truth.json"
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"id": 1, "frame_index": 1},
+                    {"id": 2, "frame_index": 0},
+                    {"id": 3, "frame_index": 2},
+                ],
+                "annotations": [
+                    {"id": 1, "image_id": 1, "category_id": 4, "bbox": [2, 3, 10, 10]},
+                    {"id": 2, "image_id": 2, "category_id": 9, "bbox": [2, 3, 10, 10]},
+                ],
+                "categories": [{"id": 4, "name": "blue_square"}, {"id": 9, "name": "red_disc"}],
+            }
+        )
+    )
+    assert (
+        cli_main(
+            [
+                "make-bag",
+                str(tmp_path / "coco"),
+                "--video",
+                str(video),
+                "--frames",
+                "2",
+                "--truth",
+                str(coco),
+                "--truth-class",
+                "blue_square",
+            ]
+        )
+        == 0
+    )
+    assert "no identities (AP50 only)" in capsys.readouterr().out
+    info = bags.bag_info(tmp_path / "coco")
+    assert info.custom_data[recording.IDENTITIES] == "false"
+    truth = bags.read_detections(info.path, labels=["blue_square"])
+    assert [len(truth[s][0]) for s in sorted(truth)] == [0, 1]  # image 1 is the second frame
+    np.testing.assert_allclose(truth[sorted(truth)[1]][0], [[2, 3, 12, 13]], atol=1e-4)

@@ -245,3 +245,90 @@ def test_detect_with_a_depth_image_that_is_not_aligned_fails_that_image(
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert f"{depth}: no depth: " in err and said in err, err
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 frames of 64x48 as images and as a video, with MOTChallenge truth files good and bad."""
+    folder = tmp_path_factory.mktemp("recording")
+    (folder / "img1").mkdir()
+    video = cv2.VideoWriter(str(folder / "clip.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    for index in range(3):
+        image = np.full((48, 64, 3), 40 * index, np.uint8)
+        cv2.imwrite(str(folder / "img1" / f"{index + 1:06d}.png"), image)
+        video.write(image)
+    video.release()
+    truths = {
+        "gt.txt": "1,1,5,5,10,10,1,1,1\n3,1,7,5,10,10,1,1,1\n",
+        "beyond.txt": "1,1,5,5,10,10,1,1,1\n4,1,7,5,10,10,1,1,1\n",  # frame 4 of 3
+        "outside.txt": "1,1,5,5,10,10,1,1,1\n2,1,70,5,10,10,1,1,1\n",  # x from 69: right of a 64-wide frame
+        "columns.txt": "1,1,5,5,10,10\n",
+    }
+    for name, text in truths.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--truth", "{dir}/beyond.txt", "--truth-class", "red_disc"],
+            ["--truth {dir}/beyond.txt: holds frame 4 but --images {dir}/img1 has 3 frames"],
+        ),
+        (
+            ["--truth", "{dir}/outside.txt", "--truth-class", "red_disc"],
+            ["--truth {dir}/outside.txt: frame 2 has a box with no area inside the 64x48 frame"],
+        ),
+        (
+            ["--truth", "{dir}/columns.txt", "--truth-class", "red_disc"],
+            ["--truth {dir}/columns.txt: row 1 has 6 columns; a MOTChallenge gt.txt has 9"],
+        ),
+        (
+            ["--truth", "{dir}/gt.txt", "--truth-class", "red_disc", "--truth-format", "voc"],
+            ["--truth-format: unknown truth format 'voc'; expected one of: mot, coco"],
+        ),
+        (
+            ["--truth", "{dir}/gt.txt", "--truth-class", "person"],
+            [
+                "--truth-class person: not a class of the bundled model (its labels: red_disc, blue_square",
+                "--model, --labels or --params-file",
+            ],
+        ),
+        (["--truth", "{dir}/gt.txt"], ["--truth needs --truth-class NAME"]),
+        (["--truth-class", "red_disc"], ["--truth-class needs --truth FILE"]),
+        (["--truth-format", "mot"], ["--truth-format needs --truth FILE"]),
+    ],
+)
+def test_make_bag_truth_errors_are_one_line_and_write_nothing(
+    capsys, tmp_path: Path, recording: Path, args: list[str], expected: list[str]
+) -> None:
+    argv = ["make-bag", str(tmp_path / "bag"), "--images", str(recording / "img1")]
+    _one_line_error(
+        capsys,
+        [*argv, *(a.format(dir=recording) for a in args)],
+        *(e.format(dir=recording) for e in expected),
+    )
+    assert list(tmp_path.iterdir()) == []  # no bag, no staging folder
+
+
+def test_make_bag_truth_found_wrong_while_the_video_is_read_writes_nothing(
+    capsys, tmp_path: Path, recording: Path
+) -> None:
+    """The video's length is known only once read: the frames went into the staging folder, which is removed."""
+    argv = [
+        "make-bag",
+        str(tmp_path / "bag"),
+        "--truth",
+        str(recording / "beyond.txt"),
+        "--truth-class",
+        "red_disc",
+    ]
+    _one_line_error(capsys, argv, "--truth needs --images or --video: the frames its boxes are on")
+    _one_line_error(
+        capsys,
+        [*argv, "--video", str(recording / "clip.avi")],
+        f"--truth {recording}/beyond.txt: holds frame 4 but --video {recording}/clip.avi has 3 frames",
+    )
+    assert list(tmp_path.iterdir()) == []
+    # --frames cut the video on purpose: the truth's later frames go with it
+    assert main([*argv, "--video", str(recording / "clip.avi"), "--frames", "3"]) == 0
+    assert "ground truth: 1 red_disc boxes" in capsys.readouterr().out

@@ -50,6 +50,8 @@ def _contracts() -> dict[str, dict]:
         ("pipeline/seams.py", "import tiled_detector.engines.base", "Layers"),  # a stage importing an engine
         ("pipeline/merge.py", "import tiled_detector.pipeline.postprocess", "Frame-path layers"),
         ("tools/scoring.py", "import tiled_detector.harness.report", "Layers"),
+        ("tracking/bytetrack.py", "import torch", "The tracker, its schedule and its geometry are numpy"),
+        ("ros/worker.py", "import rclpy", "The node's worker loop"),
         ("newstage.py", "import torch", "Layers"),  # a new module must be placed in a layer (exhaustive)
         ("pipeline/newstage.py", "import torch", "Frame-path layers"),
     ],

@@ -266,12 +266,12 @@ def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
     the ids equal what the ROS-free tracker gives the same detections; `tracker: none` makes them indices again."""
     from tiled_detector.messages.detections import msg_ids
     from tiled_detector.tools.synthetic import make_sequence
-    from tiled_detector.tracking.tracks import CameraTracks
+    from tiled_detector.tracking.tracks import Tracks
 
     _, client = node_and_client
     assert client.set_parameters(NODE, {"tracker": "bytetrack"})[0].successful
     frames = [scene.image for scene in make_sequence(7, 5, 960, 540)]
-    local, tracks = TiledDetector(), CameraTracks(TiledDetector().config.tracker_settings())
+    local, tracks = TiledDetector(), Tracks(TiledDetector().config.tracker_settings())
     seen = []
     for index, frame in enumerate(frames):
         msg = _image(frame, index)
@@ -279,7 +279,7 @@ def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
         stamp = 2000 * SECOND + index * 33_333_333
         reply = _send(client, msg, stamp)
         found = local.detect(frame)
-        want = tracks.update("image", stamp, found.boxes, found.scores, found.class_ids)
+        want = tracks.update(stamp, found)
         boxes, _, _ = msg_to_detections(reply, list(CLASSES))
         ids = msg_ids(reply)
         order, ref = np.lexsort((boxes[:, 1], boxes[:, 0])), np.lexsort((want.boxes[:, 1], want.boxes[:, 0]))

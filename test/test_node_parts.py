@@ -14,6 +14,7 @@ from tiled_detector.config import DetectorConfig
 from tiled_detector.parameters import runtime_changes
 from tiled_detector.ros.node import FrameSlots, Stats, image_qos
 from tiled_detector.ros.params import BY_NAME, PARAMS, descriptor
+from tiled_detector.ros.worker import Arrival
 
 
 def test_every_parameter_has_a_description_and_a_valid_default() -> None:
@@ -221,48 +222,6 @@ def test_image_qos_is_depth_one() -> None:
     assert image_qos("reliable").reliability == ReliabilityPolicy.RELIABLE
 
 
-def test_worker_survives_an_unexpected_error_and_counts_it() -> None:
-    import numpy as np
-    import rclpy
-    from rclpy.context import Context
-
-    from tiled_detector.harness.process import apply_ros_environment
-    from tiled_detector.messages.images import array_to_imgmsg
-    from tiled_detector.ros.node import DetectorNode
-
-    # Fast DDS reads its profile once per process: later in-process clients need the large-image one
-    apply_ros_environment()
-    context = Context()
-    rclpy.init(context=context)
-    node = DetectorNode(context=context)
-    try:
-        calls: list[int] = []
-        real = node._process
-
-        def flaky(items: list, parts: list) -> None:
-            calls.append(1)
-            if len(calls) == 1:
-                raise KeyError("something nobody expected")
-            real(items, parts)
-
-        node._process = flaky  # type: ignore[method-assign]
-        frame = array_to_imgmsg(np.zeros((64, 96, 3), np.uint8), "rgb8")
-        for sent in (1, 2):
-            node._on_image(frame)
-            deadline = time.monotonic() + 10
-            while len(calls) < sent and time.monotonic() < deadline:
-                time.sleep(0.01)
-        deadline = time.monotonic() + 10
-        while node.stats.counts["processed"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert node.stats.counts["failed"] == 1
-        assert node.stats.counts["processed"] == 1  # the worker kept going after the error
-    finally:
-        node.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-
-
 def test_a_frame_whose_camera_motion_cannot_be_estimated_is_counted_and_answered() -> None:
     """With the tracker on, a flat frame (a covered lens) between textured ones: its motion falls back to the
     identity, counted as frames_motion_fallback in the node's /diagnostics values, and every frame is answered."""
@@ -357,14 +316,14 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call(tmp_path) -> 
             msg.header.frame_id = f"cam_{i}"
         bad = array_to_imgmsg(frames[1], "rgb8")
         bad.data = bad.data[:10]  # a truncated frame: that camera's, counted; the others still detected
-        node._process([(0, (messages[0], 0.0)), (1, (bad, 0.0)), (2, (messages[2], 0.0))])
+        node._loop.process([Arrival(0, messages[0], 0.0), Arrival(1, bad, 0.0), Arrival(2, messages[2], 0.0)])
         assert calls == [(2, [0, 2], ["/a/image", "/c/image"])]  # one batch, each camera its own upload slot
         assert node._detector.plan_for(80, 64, "/c/image").ignored.path == str(tmp_path / "c.png")
         assert node._detector.plan_for(80, 64, "/a/image").ignored is None
         assert published == [("/a/detections", "cam_0"), ("/c/detections", "cam_2")]
         assert node.cameras[1].stats.counts["malformed"] == 1 and node.stats.counts["malformed"] == 1
-        node._process([(i, (m, 0.0)) for i, m in enumerate(messages)])
-        assert calls[-1][:2] == (3, [0, 1, 2]) and node._largest_batch == 3
+        node._loop.process([Arrival(i, m, 0.0) for i, m in enumerate(messages)])
+        assert calls[-1][:2] == (3, [0, 1, 2]) and node._loop.largest_batch == 3
         assert [node.cameras[i].stats.counts["processed"] for i in range(3)] == [2, 1, 2]
         assert node.stats.counts["processed"] == 5
     finally:
@@ -419,7 +378,7 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
         for fmt, ext in (("jpeg", ".jpg"), ("png", ".png")):
             msg = CompressedImage(format=fmt)
             msg.data = cv2.imencode(ext, np.ascontiguousarray(scene[..., ::-1]))[1].tobytes()
-            node._process([(0, (msg, 0.0))])
+            node._loop.process([Arrival(0, msg, 0.0)])
         assert node._gpu_jpeg.decoded == 1 and node.stats.counts["cpu_decoded"] == 1  # the PNG
         (jpeg_encoding, jpeg_frame), (png_encoding, png_frame) = frames
         assert jpeg_encoding == "rgb8" and isinstance(jpeg_frame, torch.Tensor)

@@ -335,3 +335,42 @@ def test_an_rgbd_bag_replays_its_depth_and_scores_the_positions(tmp_path: Path, 
     assert summary["frames_answered"] == 3 and summary["objects_3d"] > 0, summary
     assert summary["depth_error_median"] <= 0.01 and summary["depth_error_p95"] <= 0.03, summary
     assert ReplayReport("lockstep", 1, 1, None, None, None, None, None).summary()["objects_3d"] is None
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+MOT17_04 = SHARED / "data" / "mot17_mini" / "MOT17-04-FRCNN"
+YOLOX = SHARED / "models" / "yolox_nano.onnx"
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (MOT17_04.is_dir() and YOLOX.is_file()), reason=f"no MOT17-mini / YOLOX-nano in {SHARED}"
+)
+def test_a_real_recording_with_mot_truth_scores_as_in_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """make-bag --truth gt.txt on 8 real MOT17 frames, replayed through the node with the real YOLOX-nano: AP50, IDF1,
+    MOTA and id_switches against the truth, IDF1 within 0.005 of the same frames run in this process."""
+    from score_recording import scores
+    from tiled_detector.cli import main
+
+    truth = ["--truth", str(MOT17_04 / "gt" / "gt.txt"), "--truth-class", "person"]
+    source = ["--images", str(MOT17_04 / "img1"), *truth, "--rate", "30"]
+    assert main(["make-bag", str(tmp_path / "bag"), *source, "--model", str(YOLOX)]) == 0
+    assert "ground truth: 336 person boxes" in capsys.readouterr().out  # 42 pedestrians a frame, 8 frames
+    small = ["--tracker", "bytetrack", "--tile-size", "1920", "1080", "--no-full-frame"]  # one view a frame
+    node = ["--param", f"model:={YOLOX}", "--param", "classes:=[person]"]
+    assert (
+        main(["replay", str(tmp_path / "bag"), *node, *small, "--out", str(tmp_path / "out"), "--json"]) == 0
+    )
+    replayed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert replayed["frames_answered"] == 8, replayed
+    answers = json.loads((tmp_path / "out" / "report.json").read_text())["frames"]
+    assert {d["class_id"] for f in answers for d in f["detections"]} == {"person"}  # classes:=[person]
+    assert 0.1 < replayed["AP50"] < 1 and 0.1 < replayed["IDF1"] < 1 and replayed["MOTA"] < 1, replayed
+    assert replayed["id_switches"] >= 0
+    here = scores([*source, "--model", str(YOLOX), "--classes", "person", *small])
+    assert here["frames"] == 8
+    assert here["IDF1"] == pytest.approx(replayed["IDF1"], abs=0.005)
+    assert here["AP50"] == pytest.approx(replayed["AP50"], abs=0.005)
+    assert here["MOTA"] == pytest.approx(replayed["MOTA"], abs=0.005)
+    assert here["id_switches"] == replayed["id_switches"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.pipeline.tiling import plan_tiles
-from tiled_detector.tracking.schedule import claims, due, schedule, smallest_budget
+from tiled_detector.tracking.schedule import ScheduleKind, alternative, claims, due, schedule, smallest_budget
 
 
 @st.composite
@@ -72,3 +72,28 @@ def test_tiles_go_by_claims_and_age():
     assert schedule(ages, claimed, 4, 10).tolist() == [1, 2, 3, 5]
     claimed[2] = 1
     assert schedule(ages, claimed, 1, 10).tolist() == [2]
+
+
+def test_new_view_runs_after_the_due_tiles_and_before_the_claimed() -> None:
+    ages = np.array([4, 1, 1, 1, 1, 1])
+    claimed = np.array([0, 3, 0, 0, 0, 0])
+    fresh = np.array([0, 0, 0.5, 0, 0.05, 0])
+    assert schedule(ages, claimed, 2, 4, fresh).tolist() == [0, 2]
+    assert schedule(ages, claimed, 3, 4, fresh).tolist() == [0, 1, 2]
+    assert schedule(ages, claimed, 2, 4).tolist() == [0, 1]
+
+
+def test_the_alternatives_run_the_same_tiles_per_frame() -> None:
+    """Every tile on one frame in k, none between (k = 32 / 12 = 2.67: gaps of 2 and 3 frames); round robin visits
+    every tile in turn; both at the budget's mean tiles per frame."""
+    tiles, budget = 32, 8
+    interval = [alternative(ScheduleKind.INTERVAL, f, tiles, budget) for f in range(8)]
+    assert [len(x) for x in interval] == [0, 0, 0, 32, 0, 0, 0, 32]
+    uneven = [len(alternative(ScheduleKind.INTERVAL, f, tiles, 12)) for f in range(8)]
+    assert uneven == [0, 0, 32, 0, 0, 32, 0, 32] and sum(uneven) == 8 * 12
+    rounds = [alternative(ScheduleKind.ROUND_ROBIN, f, tiles, budget) for f in range(4)]
+    assert all(len(r) == budget for r in rounds) and sorted(np.concatenate(rounds).tolist()) == list(
+        range(32)
+    )
+    with pytest.raises(ValueError, match="not an alternative"):
+        alternative(ScheduleKind.TRACKS, 0, tiles, budget)

@@ -10,9 +10,9 @@ import pytest
 
 from tiled_detector import TiledDetector
 from tiled_detector.pipeline.depth import DepthImage, Intrinsics
-from tiled_detector.stream import Stream, budget_problem, looked_at_regions
+from tiled_detector.stream import Job, Stream, budget_problem, looks
 from tiled_detector.tools.synthetic import make_scene, make_sequence
-from tiled_detector.tracking.bytetrack import inside_any
+from tiled_detector.tracking.geometry import inside_any
 from tiled_detector.types import Detections
 
 FRAME_NS = 33_333_333
@@ -88,8 +88,7 @@ def test_a_box_at_an_inner_edge_of_a_tile_run_is_not_seen_whole(detector):
     assert (x1, y1) == (0, 0) and x2 < 1280 and y2 < 720
     boxes = np.array([[x2 - 30, 100, x2 - 1, 130], [100, y2 - 30, 130, y2 - 2], [x2 - 40, 100, x2 - 10, 130],
                       [0, 0, 30, 30], [-12, 100, 18, 130]], float)  # fmt: skip
-    regions = looked_at_regions(plan, np.array([0]))
-    assert inside_any(boxes, regions).tolist() == [False, False, True, True, True]
+    assert looks(plan, np.array([0])).held(boxes).tolist() == [False, False, True, True, True]
     assert inside_any(boxes, plan.tiles[:1].astype(float)).tolist() == [True] * 4 + [False]
 
 
@@ -245,17 +244,19 @@ def test_without_a_tracker_or_a_budget_no_motion_is_estimated(detector, sequence
 
 def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does(detector):
     """view_cap 4 on a 1080p frame (8 tiles + the full view): three parts (3 + 3 + 2 tiles, each with the full
-    view), None until the last; the merged parts find what one run finds; a small camera in the same calls is
+    view), no result until the last; the merged parts find what one run finds; a small camera in the same calls is
     answered every time; a new frame of the camera gives up the half-run one."""
     from tiled_detector.tools.scoring import box_iou
 
     big, small = make_scene(21, 1920, 1080).image, make_scene(22, 640, 480).image
     whole = detector.detect(big)
     stream = Stream(detector)
-    answers = [stream.process([big, small], [5, 5], ["big", "small"], view_cap=4) for _ in range(3)]
-    assert [a[0] is None for a in answers] == [True, True, False] and all(a[1] is not None for a in answers)
-    assert not stream.in_parts("big") and stream.in_parts("small") is False
-    parts = answers[-1][0]
+    jobs = [Job("big", big, 5), Job("small", small, 5)]
+    steps = [stream.run(jobs, view_cap=4) for _ in range(3)]
+    assert [s[0].result is None for s in steps] == [True, True, False]
+    assert all(s[1].result is not None for s in steps)
+    assert [s[0].views for s in steps] == [4, 4, 3] and not stream.continuing()
+    parts = steps[-1][0].result
     assert parts.views == 3 + 1 + 3 + 1 + 2 + 1 and parts.notes == ("run in 3 parts of at most 4 views",)
     iou = box_iou(whole.boxes.astype(np.float64), parts.detections.boxes.astype(np.float64))
     same_class = whole.class_ids[:, None] == parts.detections.class_ids[None, :]
@@ -263,10 +264,113 @@ def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does
     assert (
         found >= 0.95 and abs(len(parts.detections.boxes) - len(whole.boxes)) <= 0.05 * len(whole.boxes) + 2
     )
-    assert stream.process([big], [5], ["big"], view_cap=4) == [None] and stream.in_parts("big")
-    assert stream.process([big], [6], ["big"], view_cap=4) == [None]  # a newer frame starts over
+    assert stream.run([jobs[0]], view_cap=4)[0].result is None and stream.continuing() == [jobs[0]]
+    newer = Job("big", big, 6)
+    assert stream.run([newer], view_cap=4)[0].result is None  # a newer frame starts over
+    assert stream.continuing() == [newer]
     stream.give_up("big")
-    assert not stream.in_parts("big") and stream.process([big], [7], ["big"])[0].views == 9
+    assert not stream.continuing() and stream.process([big], [7], ["big"])[0].views == 9
+
+
+def test_one_rule_starts_a_camera_over_by_value(detector, sequence, caplog):
+    """The record follows the plan's value: a plan rebuilt alike (a cache evicted) continues; a roi, a frame size,
+    a setting of what is tracked, stamps back start it over, tracks with it (their ids go on counting up)."""
+    from tiled_detector.pipeline import tiling
+
+    stream = Stream(detector.with_config(tracker="bytetrack"))
+    frame = sequence[0].image
+    plan = stream.detector.plan_for(720, 1280)
+    assert stream.starts_over("cam", plan, 0) is None  # no record yet: nothing to start over
+    first = stream.process([frame], [0], ["cam"])[0].track_ids
+    tiling._make_plan.cache_clear()  # the same plan, rebuilt: not a change
+    assert stream.detector.plan_for(720, 1280) is not plan
+    assert stream.starts_over("cam", stream.detector.plan_for(720, 1280), FRAME_NS) is None
+    again = stream.process([frame], [FRAME_NS], ["cam"])[0].track_ids
+    assert set(again) == set(first)
+    assert "stamps went back" in stream.starts_over("cam", plan, 0)
+    assert "jumped" in stream.starts_over("cam", plan, 5 * 10**9)
+    roi = stream.detector.with_config(roi=(0.0, 0.0, 0.5, 1.0)).plan_for(720, 1280)
+    assert "plan changed" in stream.starts_over("cam", roi, 2 * FRAME_NS)
+    assert "plan changed" in stream.starts_over("cam", stream.detector.plan_for(640, 1280), 2 * FRAME_NS)
+    stream.detector.update(classes=("red_disc",))
+    assert "what is tracked" in stream.starts_over("cam", plan, 2 * FRAME_NS)
+    with caplog.at_level(logging.INFO, logger="tiled_detector.stream"):
+        after = stream.process([frame], [2 * FRAME_NS], ["cam"])[0].track_ids
+    assert "cam starts over: a setting that changes what is tracked changed" in caplog.text
+    assert min(after) > max(first)  # new tracks, ids never given twice
+    small = stream.process([frame[:360, :640]], [3 * FRAME_NS], ["cam"])[0]  # another size: no old boxes
+    assert (small.detections.boxes[:, 2:] <= [640, 360]).all() and min(small.track_ids) > max(after)
+    stream.detector.update(classes=None)
+
+
+def test_a_plan_change_mid_frame_starts_the_frame_over(detector):
+    """A roi set while a frame runs in parts: the frame starts over under the new plan, and no part of the old plan
+    is merged into it."""
+    big = make_scene(21, 1920, 1080).image
+    stream = Stream(detector.with_config())
+    job = Job("big", big, 5)
+    assert stream.run([job], view_cap=4)[0].result is None
+    stream.detector.update(roi=(0.0, 0.0, 0.5, 1.0))  # 4 tiles now
+    steps = [stream.run([job], view_cap=4)[0] for _ in range(2)]
+    assert [s.result is None for s in steps] == [True, False]
+    assert steps[-1].result.views == stream.detector.plan_for(1080, 1920).num_tiles + 2
+    assert (
+        steps[-1].result.detections.boxes[:, 0] + steps[-1].result.detections.boxes[:, 2] <= 2 * 960
+    ).all()
+    stream.detector.update(roi=(0.0, 0.0, 1.0, 1.0))
+
+
+def _with(found: list[Detections], box: list[float], score: float = 0.95) -> list[Detections]:
+    return [
+        Detections(np.concatenate([f.boxes, np.array([box], np.float32)]), np.append(f.scores, np.float32(score)),
+                   np.append(f.class_ids, 0), f.timings)
+        for f in found
+    ]  # fmt: skip
+
+
+def test_the_seam_rule_applies_across_the_parts_of_a_frame(detector, monkeypatch):
+    """A box cut by the right edge of a tile of the first part (its rest in a tile of the second) yields to the whole
+    box the second part holds, though it scores higher: without the rule the merge (NMS) would keep the piece."""
+    big = make_scene(21, 1920, 1080).image
+    stream = Stream(detector)
+    plan = detector.plan_for(1080, 1920)
+    x2 = float(plan.tiles[0][2])  # the first tile's right edge; the second tile holds the object whole
+    whole, cut = [x2 - 40, 300, x2 + 20, 340], [x2 - 40, 300, x2 - 1, 340]
+    detect_many = stream.detector.detect_many
+
+    def crafted(frames, encodings, slots, cameras, tiles, on_device=None):
+        found = detect_many(frames, encodings, slots, cameras, tiles, on_device)
+        return _with(found, cut, 0.95) if 0 in tiles[0] else _with(found, whole, 0.7)
+
+    monkeypatch.setattr(stream.detector, "detect_many", crafted)
+    job = Job("big", big, 1)
+    result = None
+    while result is None:
+        result = stream.run([job], view_cap=2)[0].result
+    boxes = result.detections.boxes
+    assert np.abs(boxes - np.array(whole, np.float32)).max(axis=1).min() < 1.0
+    assert np.abs(boxes - np.array(cut, np.float32)).max(axis=1).min() > 1.0
+
+
+def test_under_a_budget_an_object_larger_than_a_tile_is_kept_and_tracked(detector, sequence, monkeypatch):
+    """A person-sized box (300 x 500 px: no 640 tile of a 1920 x 1080 frame holds it) found by the full-frame view
+    is reported and keeps its track on every frame of a budget of one tile; a small box in a tile not run is not."""
+    stream = Stream(detector.with_config(tracker="bytetrack", tile_budget=2, max_tile_age=4))
+    big = [500.0, 200.0, 800.0, 700.0]
+    frame = make_scene(3, 1920, 1080).image
+    detect_many = stream.detector.detect_many
+
+    def crafted(frames, encodings, slots, cameras, tiles, on_device=None):
+        return _with(detect_many(frames, encodings, slots, cameras, tiles, on_device), big, 0.9)
+
+    monkeypatch.setattr(stream.detector, "detect_many", crafted)
+    ids = []
+    for index in range(6):
+        result = stream.process([frame], [index * FRAME_NS], ["cam"])[0]
+        at = np.abs(result.detections.boxes - np.array(big, np.float32)).max(axis=1) < 2.0
+        assert at.sum() == 1 and result.seen_ns[at][0] == index * FRAME_NS, index
+        ids.append(int(result.track_ids[at][0]))
+    assert len(set(ids)) == 1
 
 
 @pytest.mark.parametrize("tracker", ["none", "bytetrack"])

@@ -1,45 +1,43 @@
-"""A stream of frames through the detector, per camera: the tile budget's schedule, the tracker, and the objects
-in tiles not run this frame, reported from what was seen before. The node, `eval --motion` and `bench` use it;
-`TiledDetector` itself stays stateless (one frame in, its detections out).
+"""A stream of frames through the detector, per camera: the tile budget's schedule, the tracker, the camera's
+motion, the objects in tiles not run, and frames run in parts. The node (through `ros.worker`), `eval --motion` and
+`bench` use it; `TiledDetector` itself stays stateless (one frame in, its detections out).
 
-Per camera, state and its bounds (all of it follows the camera's tiles and live objects, not the stream's length):
-- the tracks (`tracking.tracks.CameraTracks`, with `tracker` on);
-- with `tile_budget` on: each tile's age (frames since it last ran) for the frame plan in use, and the boxes reported
-  on the last frame (they claim tiles when there is no tracker, and are carried over, see below);
-- with `motion_compensation: image` (and a tracker or a budget): the camera's motion (`tracking.motion.CameraMotion`:
-  the last thumbnail and estimate) and, per tile, the fraction of it that is view the camera brought in since it last
-  ran.
+Everything a camera keeps over time is one record (`_Camera`), bounded by the camera's tiles and live objects:
+- the tracks (`tracking.tracks.Tracks`, with `tracker` on);
+- with `tile_budget` on: each tile's age (frames since it last ran), per tile the view the camera brought in since
+  it ran, and without a tracker the boxes reported on the last frame (they claim tiles and are carried over);
+- with `motion_compensation: image` (and a tracker or a budget): the camera's motion (`tracking.motion.CameraMotion`);
+- the frame it is running in parts, if any.
 
-Reset rules (the camera starts over: every tile runs on its next frame): the frame plan changes (frame size,
-`tile_size`, `overlap`, `full_frame`, `roi`, its ignore mask); the stamps go back or jump by more than
-`lost_track_buffer`; `tracker`, a tracker setting, a tile setting or `motion_compensation` changes (every camera);
-`reset()`.
+One rule starts a camera over (a new record: every tile runs, tracks end, their ids go on counting up,
+`starts_over`): its frame plan changes by value (frame size, `tile_size`, `overlap`, `full_frame`, `roi`, its ignore
+mask), its stamps go back or jump by more than `lost_track_buffer`, or a setting changes what is tracked
+(`tracker`, a tracker setting, `classes`, `motion_compensation`); `reset()` starts every camera over.
 
-Camera motion (`motion_compensation: image`): each frame's motion since the camera's previous frame is estimated on
-the engine's device as soon as the frame is there (`TiledDetector.detect_many`'s `on_device`) and read after the
-frame's one download. Before association the tracks are moved by it (`ByteTrack.warp`), and so are the boxes carried
-without a tracker; the schedule, which picks a frame's tiles before its motion is measured, moves the claiming boxes
-by the motion predicted from the previous frame and runs first the tiles the camera brought into view
-(`tracking.schedule`). A failed estimate is the identity for that frame (`StreamResult.motion.fallback`).
+Camera motion: each frame's motion since the camera's previous frame is estimated on the engine's device as soon as
+the frame is there (`TiledDetector.detect_many`'s `on_device`) and read after the frame's one download. The tracks
+are moved by it before association (`ByteTrack.warp`), and so are the boxes carried without a tracker; the schedule,
+which picks a frame's tiles before its motion is measured, uses the motion predicted from the previous frame. A
+failed estimate is the identity for that frame (`StreamResult.motion.fallback`).
 
-With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`: those due under
-`max_tile_age`, those the camera brought new view into, then by the claims of the tracks' predicted boxes and age)
-plus the full-frame view. An object in a tile not run is reported from what was seen before, with the stamp of the
-frame it was last detected in (`seen_ns`; the node puts it in that Detection2D's header). A tile run holds a box
-whole when the box lies in it clear of its inner edges by the seam margin (`looked_at_regions`); only the
-detections tiles run hold whole are reported or tracked. With the tracker, a confirmed track whose predicted box
-no tile run holds whole keeps its state and is reported at its predicted box with its last score (until it is
-looked for again: at most `max_tile_age` frames, every tile runs that often); without it, the last reported box
-that no tile run holds whole is kept as it was (with its score), unless a detection of its class overlaps it
-(IoU >= 0.5), for at most `max_tile_age` frames.
+With `tile_budget` N (> 0) each frame with history runs at most N tiles (`tracking.schedule`) plus the full-frame
+view. Only the detections the views run saw whole (`tracking.looks`) are reported or tracked; a track not seen
+whole was not looked for and, confirmed, is reported from its prediction with the stamp of the frame it was last
+detected in (`seen_ns`); without a tracker the last reported box not seen whole is carried as it was, unless a
+detection of its class overlaps it (IoU >= `CARRIED_IOU`), for at most `max_tile_age` frames.
+
+A frame of more views than the caller's `view_cap` runs in parts (its tiles in order, each part with the full-frame
+view, no budget): the stream keeps the frame (`continuing`), a part's tiles count as run only once its results are
+back (a failed batch re-runs the same part), the parts' detections meet the seam rule across parts
+(`tracking.looks.across_parts`) and the merge rule, and go to the tracker as one frame's; its motion is not
+estimated, and the next frame's estimate starts over.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,15 +45,11 @@ import numpy as np
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
-from tiled_detector.tracking.bytetrack import TrackerKind, inside_any, overlapping
-from tiled_detector.tracking.motion import (
-    CameraMotion,
-    Measured,
-    MotionCompensation,
-    move_boxes,
-    with_new_view,
-)
-from tiled_detector.tracking.positions import CameraPositions, joined
+from tiled_detector.tracking.bytetrack import TrackerKind
+from tiled_detector.tracking.geometry import move_boxes, overlapping, with_new_view
+from tiled_detector.tracking.looks import Looks, across_parts
+from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
+from tiled_detector.tracking.positions import Positions, joined
 from tiled_detector.tracking.schedule import (
     TENTATIVE_WEIGHT,
     ScheduleKind,
@@ -65,7 +59,7 @@ from tiled_detector.tracking.schedule import (
     smallest_budget,
 )
 from tiled_detector.tracking.stamps import broken
-from tiled_detector.tracking.tracks import CameraTracks
+from tiled_detector.tracking.tracks import Tracks
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
@@ -86,25 +80,35 @@ def budget_problem(plan: TilePlan, budget: int, max_age: int) -> str | None:
     )
 
 
-def looked_at_regions(plan: TilePlan, picked: np.ndarray) -> np.ndarray:
-    """(K, 4) float64: the regions of the tiles `picked` in which a box is seen whole: each tile less a seam margin
-    (`SEAM_MARGIN_PX` model-input pixels, in frame pixels) along its inner edges, and unbounded beyond the frame's
-    edges. A box in that margin may be the part of an object that goes on in a tile not run (the seam rule drops it
-    only when the neighbour ran); a track predicted partly out of the frame is looked for by the tile its visible
-    part is in (else it would never be, and would be reported from its prediction after it left)."""
-    tiles = plan.tiles[picked].astype(np.float64)
+def looks(plan: TilePlan, picked: np.ndarray) -> Looks:
+    """What a frame of `plan` looked at when only the tiles `picked` ran (and its full-frame view, if on)."""
     margin = SEAM_MARGIN_PX * max(float(plan.scales[0]), 1.0)
-    inner = plan.inner_edges[picked]
-    outward = np.array([-np.inf, -np.inf, np.inf, np.inf])
-    return np.where(inner, tiles + margin * np.array([1.0, 1.0, -1.0, -1.0]), outward)
+    return Looks(plan.tiles[picked], plan.inner_edges[picked], margin, plan.scale if plan.full_frame else 0.0)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One camera's frame for the stream: the camera's name, the (H, W, C) frame, its header stamp, its encoding,
+    its upload slot (`TiledDetector.detect_many`), the camera name its ignore mask is given for, the caller's own
+    `context` (the node's message), handed back with the result, and its depth image, if any."""
+
+    camera: str
+    frame: Any
+    stamp_ns: int
+    encoding: str | Encoding = Encoding.RGB8
+    slot: int | None = None
+    mask_camera: str | None = None
+    context: Any = None
+    depth: Any = None  # its aligned depth image (`pipeline.depth.DepthImage`): the boxes get 3D positions
 
 
 @dataclass(frozen=True)
 class StreamResult:
-    """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame: `seen_ns`
-    below the frame's stamp), their track ids (None without a tracker), the stamp each was last detected in, the
-    engine views run for the frame (tiles + full-frame view), notes for the caller (e.g. why the budget did not
-    apply) and the camera's motion since its previous frame (None: not compensated)."""
+    """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame:
+    `seen_ns` below the frame's stamp), their track ids (None without a tracker), the stamp each was last detected
+    in, the engine views run for the frame (tiles + full-frame view, over all its parts), notes for the caller
+    (e.g. why the budget did not apply) and the camera's motion since its previous frame (None: not
+    compensated)."""
 
     stamp_ns: int
     detections: Detections
@@ -120,35 +124,46 @@ class StreamResult:
         return int(np.count_nonzero(self.seen_ns != self.stamp_ns))
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one `run` did with a job: the engine views it ran for it, and its result (None: a frame in parts with
+    parts left; give it again, `continuing`)."""
+
+    job: Job
+    views: int
+    result: StreamResult | None
+
+
 @dataclass
 class _Parts:
-    """A frame run in parts (`Stream.process`'s `view_cap`): its stamp, the tiles still to run and what the parts
-    run so far found."""
+    """A frame run in parts: the job, the tiles not run yet, and per part run its detections and what it saw."""
 
-    stamp_ns: int
+    job: Job
     left: np.ndarray
     found: list[Detections] = field(default_factory=list)
+    whole: list[np.ndarray] = field(default_factory=list)
 
-    def next_tiles(self, tiles: int) -> np.ndarray:
-        """The next `tiles` tiles to run (taken off those left)."""
-        chosen, self.left = self.left[:tiles], self.left[tiles:]
-        return chosen
+
+def _no_boxes() -> Detections:
+    return Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), {})
 
 
 @dataclass
 class _Camera:
-    """One camera's schedule state (module docstring)."""
+    """Everything one camera keeps over time (module docstring), for one key (its plan's and settings' values)."""
 
-    plan: TilePlan | None = None
-    frames: int = 0  # frames of this plan in a row (the history the schedule has)
-    ages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    key: tuple[Any, ...]
+    tracks: Tracks | None
+    motion: CameraMotion
     last_ns: int | None = None
-    boxes: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))  # the last reported frame
-    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    class_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    frames: int = 0  # frames of this record (the history the schedule has)
+    ages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per tile: new view since it last ran
+    positions: Positions = field(default_factory=Positions)  # the 3D positions of the last reported boxes
+    carried: Detections = field(default_factory=_no_boxes)  # without a tracker: the last reported boxes
     seen_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames each was carried
-    fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per tile: new view since it last ran
+    parts: _Parts | None = None
 
 
 class Stream:
@@ -157,40 +172,30 @@ class Stream:
     def __init__(self, detector: Any, kind: ScheduleKind = ScheduleKind.TRACKS) -> None:
         self.detector = detector  # a `TiledDetector`
         self._kind = kind  # the budget's schedule, or an alternative to compare it with (`eval --budgets`)
-        self._motion = CameraMotion()
+        self._estimator = Estimator()
         self._cameras: dict[str, _Camera] = {}
-        self._parts: dict[str, _Parts] = {}  # per camera, the frame it is running in parts
-        self._tracks: CameraTracks | None = None
-        self._key: Any = None
+        self._next_ids: dict[str, int] = {}  # per camera, the next track id (never reused in a run)
         self._said: set[tuple[Any, ...]] = set()  # one log line per cause
-        self._positions = CameraPositions()  # 3D positions: each camera's last reported ones
 
     def reset(self) -> None:
         """Every camera starts over (its track ids keep counting up)."""
-        self._cameras.clear()
-        self._parts.clear()
-        self._motion.reset()
-        self._positions.reset()
-        if self._tracks is not None:
-            self._tracks.reset()
+        for name in list(self._cameras):
+            self._end(name)
 
-    def _follow_settings(self) -> None:
-        """A change of the tracker, its settings or the tiles ends every camera's tracks and schedule."""
-        config = self.detector.config
-        key = (config.tracker, config.tracker_settings(), config.tile_size, config.overlap, config.full_frame,
-               config.motion_compensation)  # fmt: skip
-        if key == self._key:
-            return
-        if self._key is not None:
-            LOG.info("tracker or tile settings changed: every camera's tracks and tile ages start over")
-        self._key = key
-        if self._tracks is None:
-            self._tracks = CameraTracks(config.tracker_settings())
-        else:
-            self._tracks.reset(config.tracker_settings())
-        self._cameras.clear()
-        self._parts.clear()
-        self._motion.reset()
+    def continuing(self) -> list[Job]:
+        """The frames being run in parts, to give again until their last part has run."""
+        return [c.parts.job for c in self._cameras.values() if c.parts is not None]
+
+    def give_up(self, camera: str) -> None:
+        """Forget the frame `camera` is running in parts (it failed)."""
+        state = self._cameras.get(camera)
+        if state is not None:
+            state.parts = None
+
+    def _end(self, name: str) -> None:
+        state = self._cameras.pop(name)
+        if state.tracks is not None:
+            self._next_ids[name] = state.tracks.next_id
 
     def _say(self, level: int, cause: tuple[Any, ...], text: str) -> None:
         if cause not in self._said:
@@ -206,8 +211,11 @@ class Stream:
             return 0
         size = f"{plan.frame_hw[1]}x{plan.frame_hw[0]}"
         if budget > tiles:
-            self._say(logging.INFO, ("clamped", budget, tiles),
-                      f"tile_budget {budget} is more than the {tiles} tiles of a {size} frame: every tile runs")  # fmt: skip
+            self._say(
+                logging.INFO,
+                ("clamped", budget, tiles),
+                f"tile_budget {budget} is more than the {tiles} tiles of a {size} frame: every tile runs",
+            )
             return tiles
         problem = budget_problem(plan, budget, age)
         if problem:
@@ -222,38 +230,42 @@ class Stream:
         stamps_ns: Sequence[int],
         names: Sequence[str],
         encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
-        slots: Sequence[int] | None = None,
-        mask_cameras: Sequence[str | None] | None = None,
-        view_cap: int = 0,
         depths: Sequence[Any] | None = None,
-    ) -> list[StreamResult | None]:
-        """Detect one frame of each camera `names[k]` (its header stamp `stamps_ns[k]`; `mask_cameras`: the name
-        its ignore mask is given for, see `TiledDetector.detect_many`) and report each as a `StreamResult`.
+    ) -> list[StreamResult]:
+        """`run` for whole frames (no parts): one frame of each camera `names[k]`, stamped `stamps_ns[k]` (with its
+        depth image `depths[k]`, if given)."""
+        if isinstance(encodings, str | Encoding):
+            encodings = [encodings] * len(frames)
+        depths = [None] * len(frames) if depths is None else depths
+        jobs = [
+            Job(name, frame, stamp, encoding, depth=depth)
+            for frame, stamp, name, encoding, depth in zip(
+                frames, stamps_ns, names, encodings, depths, strict=True
+            )
+        ]
+        return [step.result for step in self.run(jobs)]  # type: ignore[misc]
 
-        `view_cap` (0: none) runs a frame of more views than that in parts of at most `view_cap` views (its tiles
-        in order, each part with the full-frame view; the tile budget does not apply): its entry is None until the
-        call that runs its last part, and the caller gives the same frame with the same stamp again until then.
-        The parts' detections are merged by the merge rule and go to the tracker as one frame's.
+    def run(self, jobs: Sequence[Job], view_cap: int = 0) -> list[Step]:
+        """Detect the frames of `jobs` (at most one per camera) in one batch and report each.
 
-        `depths` (per frame a `pipeline.depth.DepthImage` or None; see `TiledDetector.detect_many`) gives the
-        reported boxes their 3D positions (`tracking.positions`: a carried box keeps the one it was seen with)."""
-        self._follow_settings()
-        config = self.detector.config
-        masks = [None] * len(frames) if mask_cameras is None else list(mask_cameras)
+        `view_cap` (0: none) runs a frame of more views than that in parts of at most `view_cap` views (module
+        docstring): its step has no result until the run of its last part; give its job again (`continuing`)
+        until then. Nothing changes when the detector raises: the same jobs can be given again."""
         compensate = self._compensating()
+        slots = [k if j.slot is None else j.slot for k, j in enumerate(jobs)]
         states, plans, chosen, notes, parted = [], [], [], [], []
-        for frame, stamp, name, mask in zip(frames, stamps_ns, names, masks, strict=True):
-            plan = self.detector.plan_for(frame.shape[0], frame.shape[1], mask)
-            state = self._camera(name, plan, stamp)
-            budget = self.budget_for(plan)
+        for job in jobs:
+            plan = self.detector.plan_for(job.frame.shape[0], job.frame.shape[1], job.mask_camera)
+            state = self._camera(job, plan)
+            parts = self._parts(state, job, plan, view_cap)
             picked, note = None, ()
-            parts = self._parts_for(name, stamp, plan, view_cap)
+            budget = self.budget_for(plan)
             if parts is not None:
-                picked = parts.next_tiles(view_cap - int(plan.full_frame))
+                picked = parts.left[: max(view_cap - int(plan.full_frame), 1)]
             elif budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
-                picked = self._pick(name, state, plan, budget, compensate)
+                picked = self._pick(state, plan, budget, compensate)
                 picked = None if len(picked) == plan.num_tiles else picked  # every tile: as without a budget
             states.append(state)
             plans.append(plan)
@@ -262,71 +274,93 @@ class Stream:
             parted.append(parts)
 
         def observe(on_device: list[Any]) -> None:
-            for name, stamp, frame, parts in zip(names, stamps_ns, on_device, parted, strict=True):
-                if parts is None:  # a frame in parts is not compensated (its estimate starts over after it)
-                    self._motion.observe(name, frame, stamp, config.lost_track_buffer)
+            for state, frame, parts in zip(states, on_device, parted, strict=True):
+                if parts is None:  # a frame in parts is not compensated
+                    state.motion.observe(frame, self._estimator)
 
-        located = {} if depths is None else {"depths": depths}
         found = self.detector.detect_many(
-            frames, encodings, slots, mask_cameras, chosen, observe if compensate else None, **located
+            [j.frame for j in jobs],
+            [j.encoding for j in jobs],
+            slots,
+            [j.mask_camera for j in jobs],
+            chosen,
+            observe if compensate else None,
+            **({"depths": [j.depth for j in jobs]} if any(j.depth is not None for j in jobs) else {}),
         )
-        results: list[StreamResult | None] = []
-        for name, stamp, state, plan, picked, detections, note, parts in zip(
-            names, stamps_ns, states, plans, chosen, found, notes, parted, strict=True
+        steps = []
+        for job, state, plan, picked, detections, note, parts in zip(
+            jobs, states, plans, chosen, found, notes, parted, strict=True
         ):
+            views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
             if parts is None:
-                motion = self._motion.measured(name) if compensate else None
-                reported = self._report(name, stamp, state, plan, picked, detections, note, motion)
-                results.append(self._located(name, detections, reported))
+                motion = state.motion.measured() if compensate else None
+                reported = self._report(state, job.stamp_ns, plan, picked, detections, note, motion)
+                steps.append(Step(job, views, self._located(state, detections, reported)))
                 continue
             parts.found.append(detections)
+            parts.whole.append(looks(plan, picked).held(detections.boxes))
+            parts.left = parts.left[len(picked) :]
             if len(parts.left):
-                results.append(None)
+                steps.append(Step(job, views, None))
                 continue
-            del self._parts[name]
-            whole = self._report(name, stamp, state, plan, None, self._merged(parts.found), note)
+            state.parts = None
+            state.motion = CameraMotion()  # its thumbnail is a frame old: the next estimate starts over
             count = len(parts.found)  # every tile once, and the full-frame view with each part
-            whole = self._located(name, joined(parts.found), whole)
-            results.append(dataclasses.replace(whole, views=plan.num_tiles + count * int(plan.full_frame), notes=(
-                f"run in {count} parts of at most {view_cap} views",)))  # fmt: skip
-        return results
+            whole = self._report(state, job.stamp_ns, plan, None, self._merged(parts), note)
+            whole = self._located(state, joined(parts.found), whole)
+            steps.append(
+                Step(
+                    job,
+                    views,
+                    replace(
+                        whole,
+                        views=plan.num_tiles + count * int(plan.full_frame),
+                        notes=(f"run in {count} parts of at most {view_cap} views",),
+                    ),
+                )
+            )
+        return steps
 
-    def _located(self, name: str, measured: Detections, result: StreamResult) -> StreamResult:
+    @staticmethod
+    def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
         """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections."""
-        located = self._positions.attach(
-            name, result.stamp_ns, measured, result.detections, result.track_ids, result.seen_ns
+        located = state.positions.attach(
+            result.stamp_ns, measured, result.detections, result.track_ids, result.seen_ns
         )
-        return dataclasses.replace(result, detections=located)
+        return replace(result, detections=located)
 
-    def in_parts(self, name: str) -> bool:
-        """Whether camera `name` has a frame left half run (`process`'s `view_cap`)."""
-        return name in self._parts
+    def _parts(self, state: _Camera, job: Job, plan: TilePlan, view_cap: int) -> _Parts | None:
+        """The parts of this frame: continued (the same stamp), started (more views than `view_cap`), or None (a
+        half-run frame of the camera that is not this one is given up)."""
+        if state.parts is not None and state.parts.job.stamp_ns == job.stamp_ns:
+            return state.parts
+        state.parts = None
+        if view_cap and plan.batch_size > max(view_cap, int(plan.full_frame) + 1):
+            state.parts = _Parts(job, np.arange(plan.num_tiles))
+        return state.parts
 
-    def give_up(self, name: str) -> None:
-        """Forget camera `name`'s frame in parts (it failed)."""
-        self._parts.pop(name, None)
-
-    def _parts_for(self, name: str, stamp: int, plan: TilePlan, view_cap: int) -> _Parts | None:
-        """The parts of this frame: continued (the same stamp), started (more views than `view_cap`), or None."""
-        parts = self._parts.get(name)
-        if parts is not None and parts.stamp_ns == stamp:
-            return parts
-        self._parts.pop(name, None)  # a new frame instead: the half-run one is given up
-        if not view_cap or plan.batch_size <= view_cap or view_cap <= int(plan.full_frame):
-            return None
-        parts = self._parts[name] = _Parts(stamp, np.arange(plan.num_tiles))
-        return parts
-
-    def _merged(self, found: list[Detections]) -> Detections:
-        """The parts' detections merged as the frame program merges views, the best `max_detections` kept."""
+    def _merged(self, parts: _Parts) -> Detections:
+        """The parts' detections: the seam rule across parts, then merged as the frame program merges views, the
+        best `max_detections` kept."""
         config = self.detector.config
+        boxes = np.concatenate([f.boxes for f in parts.found])
+        scores = np.concatenate([f.scores for f in parts.found])
+        class_ids = np.concatenate([f.class_ids for f in parts.found])
+        part = np.concatenate([np.full(len(f.boxes), k) for k, f in enumerate(parts.found)])
+        keep = across_parts(
+            boxes, scores, class_ids, np.concatenate(parts.whole), part, class_agnostic=config.class_agnostic
+        )
         boxes, scores, class_ids = merge_detections(
-            np.concatenate([f.boxes for f in found]), np.concatenate([f.scores for f in found]),
-            np.concatenate([f.class_ids for f in found]), config.merge, config.match_metric,
-            config.merge_threshold, config.class_agnostic,
-        )  # fmt: skip
+            boxes[keep],
+            scores[keep],
+            class_ids[keep],
+            config.merge,
+            config.match_metric,
+            config.merge_threshold,
+            config.class_agnostic,
+        )
         best = np.argsort(-scores, kind="stable")[: config.max_detections]
-        timings = {k: sum(f.timings.get(k, 0.0) for f in found) for k in found[-1].timings}
+        timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}
         return Detections(boxes[best], scores[best], class_ids[best], timings)
 
     def _compensating(self) -> bool:
@@ -337,17 +371,25 @@ class Stream:
             self._tracking() or config.tile_budget > 0
         )
 
-    def _pick(self, name: str, state: _Camera, plan: TilePlan, budget: int, compensate: bool) -> np.ndarray:
+    def _pick(self, state: _Camera, plan: TilePlan, budget: int, compensate: bool) -> np.ndarray:
         """The tiles a frame with history runs under the budget: the schedule (claims and new view moved by the
         camera's predicted motion), or the alternative this stream compares it with."""
         if self._kind is not ScheduleKind.TRACKS:
             return alternative(self._kind, state.frames, plan.num_tiles, budget)
-        predicted = self._motion.predicted(name) if compensate else None
+        predicted = state.motion.motion if compensate else None
         fresh = None
         if predicted is not None and len(state.fresh) == plan.num_tiles:
             fresh = with_new_view(state.fresh, plan.tiles, predicted, plan.frame_hw)
-        claimed = self._claims(name, state, plan, predicted)
-        return schedule(state.ages, claimed, budget, self.detector.config.max_tile_age, fresh)
+        if state.tracks is not None:
+            boxes, tentative = state.tracks.predicted()
+            weights = np.where(tentative, TENTATIVE_WEIGHT, 1)
+        else:
+            boxes, weights = state.carried.boxes, None
+        if predicted is not None:
+            boxes = move_boxes(predicted, boxes)
+        return schedule(
+            state.ages, claims(plan.tiles, boxes, weights), budget, self.detector.config.max_tile_age, fresh
+        )
 
     def _tracking(self) -> bool:
         return self.detector.config.tracker is not TrackerKind.NONE
@@ -357,77 +399,86 @@ class Stream:
         know their motion), else one."""
         return 2 if self._tracking() else 1
 
-    def _claims(
-        self, name: str, state: _Camera, plan: TilePlan, motion: np.ndarray | None = None
-    ) -> np.ndarray:
-        """How much each tile is claimed: by the tracks' predicted boxes (tentative ones weigh more), or without a
-        tracker by the last reported boxes; moved by the camera's predicted `motion` where given."""
-        if not self._tracking():
-            return claims(plan.tiles, state.boxes if motion is None else move_boxes(motion, state.boxes))
-        boxes, tentative = self._tracks.predicted(name)  # type: ignore[union-attr]
-        boxes = boxes if motion is None else move_boxes(motion, boxes)
-        return claims(plan.tiles, boxes, np.where(tentative, TENTATIVE_WEIGHT, 1))
+    def _key(self, plan: TilePlan) -> tuple[Any, ...]:
+        """What a camera's record is for: its plan's value and the settings that change what is tracked."""
+        config = self.detector.config
+        tracked = (config.tracker, config.tracker_settings(), config.classes, config.motion_compensation)
+        return (plan.key, tracked)
 
-    def _camera(self, name: str, plan: TilePlan, stamp: int) -> _Camera:
-        """The camera's state, started over where a reset rule says so (module docstring)."""
-        state = self._cameras.get(name)
-        if state is not None and (
-            state.plan is not plan or broken(state.last_ns, stamp, self.detector.config.lost_track_buffer)
-        ):
-            state = None
+    def starts_over(self, camera: str, plan: TilePlan, stamp_ns: int) -> str | None:
+        """Why `camera`'s record cannot take a frame of `plan` stamped `stamp_ns` (the one reset rule, module
+        docstring), or None."""
+        state = self._cameras.get(camera)
         if state is None:
-            state = self._cameras[name] = _Camera()
+            return None
+        if state.key[0] != plan.key:
+            return "its frame plan changed (frame size, tile settings, roi or ignore mask)"
+        if state.key != self._key(plan):
+            return "a setting that changes what is tracked changed"
+        if broken(state.last_ns, stamp_ns, self.detector.config.lost_track_buffer):
+            went = "went back" if stamp_ns < state.last_ns else "jumped"  # type: ignore[operator]
+            return f"its stamps {went} (a looped bag, a restarted camera or clock)"
+        return None
+
+    def _camera(self, job: Job, plan: TilePlan) -> _Camera:
+        """The camera's record, started over where `starts_over` says so."""
+        why = self.starts_over(job.camera, plan, job.stamp_ns)
+        if why is not None:
+            LOG.info("%s starts over: %s", job.camera, why)
+            self._end(job.camera)
+        state = self._cameras.get(job.camera)
+        if state is None:
+            tracks = None
+            if self._tracking():
+                tracks = Tracks(self.detector.config.tracker_settings(), self._next_ids.get(job.camera, 1))
+            state = self._cameras[job.camera] = _Camera(self._key(plan), tracks, CameraMotion())
         return state
 
     def _report(
         self,
-        name: str,
-        stamp: int,
         state: _Camera,
+        stamp: int,
         plan: TilePlan,
         picked: np.ndarray | None,
         found: Detections,
         notes: tuple[str, ...],
         motion: Measured | None = None,
     ) -> StreamResult:
-        """Update the camera's state with a frame's detections (and the camera's `motion` since its previous frame)
-        and make its `StreamResult`."""
+        """Update the camera's record with a frame's detections (and the camera's `motion` since its previous
+        frame) and make its `StreamResult`."""
         config = self.detector.config
-        observed = None if picked is None else looked_at_regions(plan, picked)
+        seen = None if picked is None else looks(plan, picked)
         views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
         state.ages = np.ones(plan.num_tiles, np.int64) if picked is None else state.ages + 1
         if picked is not None:
             state.ages[picked] = 1
-        state.plan = plan
         state.frames += 1
         state.last_ns = stamp
-        track_ids = None
         moved = motion.matrix if motion is not None and motion.estimated else None
         if motion is not None and config.tile_budget:  # the new view is the schedule's
             self._fresh(state, plan, picked, motion.matrix)
-        if observed is not None:
-            found = self._looked_at(found, observed)
-        if self._tracking():
-            found, tracked = self._tracks.track(name, stamp, found, observed, moved)  # type: ignore[union-attr]
-            track_ids, seen = tracked.track_ids, tracked.seen_ns
-            carried = np.zeros(len(found), np.int64)
-        else:
-            seen, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
-            if observed is not None:
-                if moved is not None:
-                    state.boxes = move_boxes(moved, state.boxes).astype(np.float32)
-                found, seen, carried = self._carry(state, found, seen, observed, config.max_tile_age)
-        state.boxes, state.scores, state.class_ids = found.boxes, found.scores, found.class_ids
-        state.seen_ns, state.unseen = seen, carried
-        return StreamResult(stamp, found, track_ids, seen, views, notes, motion)
-
-    @staticmethod
-    def _looked_at(found: Detections, observed: np.ndarray) -> Detections:
-        """Under a budget, the detections a tile run holds whole: one that no tile run holds is cut by the edge of a
-        tile not run (its other part unseen) or seen only by the coarse full-frame view; either would move a track
-        from where it is, so the track of that object waits for its tile instead."""
-        keep = inside_any(found.boxes.astype(np.float64), observed)
-        return Detections(found.boxes[keep], found.scores[keep], found.class_ids[keep], found.timings)
+        if seen is not None:
+            keep = seen.seen(found.boxes)
+            found = Detections(found.boxes[keep], found.scores[keep], found.class_ids[keep], found.timings)
+        if state.tracks is not None:
+            tracked = state.tracks.update(stamp, found, seen, moved)
+            return StreamResult(
+                stamp,
+                tracked.detections(found.timings),
+                tracked.track_ids,
+                tracked.seen_ns,
+                views,
+                notes,
+                motion,
+            )
+        stamps, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
+        if seen is not None:
+            if moved is not None:
+                boxes = move_boxes(moved, state.carried.boxes).astype(np.float32)
+                state.carried = replace(state.carried, boxes=boxes)
+            found, stamps, carried = self._carry(state, found, stamps, seen, config.max_tile_age)
+        state.carried, state.seen_ns, state.unseen = found, stamps, carried
+        return StreamResult(stamp, found, None, stamps, views, notes, motion)
 
     @staticmethod
     def _fresh(state: _Camera, plan: TilePlan, picked: np.ndarray | None, motion: np.ndarray) -> None:
@@ -440,19 +491,21 @@ class Stream:
 
     @staticmethod
     def _carry(
-        state: _Camera, found: Detections, seen: np.ndarray, observed: np.ndarray, max_age: int
+        state: _Camera, found: Detections, stamps: np.ndarray, seen: Looks, max_age: int
     ) -> tuple[Detections, np.ndarray, np.ndarray]:
-        """Without a tracker: the last frame's boxes that no tile run this frame holds whole (and no detection of
-        their class overlaps), carried over with their scores and stamps, for at most `max_age` frames."""
-        looked = inside_any(state.boxes, observed)
-        keep = ~looked & (state.unseen + 1 < max_age)
-        i, _, iou = overlapping(state.boxes, found.boxes, state.class_ids, found.class_ids)
+        """Without a tracker: the last frame's boxes not seen whole this frame (and no detection of their class
+        overlaps), carried over with their scores and stamps, for at most `max_age` frames."""
+        last = state.carried
+        keep = ~seen.seen(last.boxes) & (state.unseen + 1 < max_age)
+        i, _, iou = overlapping(
+            last.boxes.astype(np.float64), found.boxes.astype(np.float64), last.class_ids, found.class_ids
+        )
         keep[i[iou >= CARRIED_IOU]] = False
-        boxes = np.concatenate([found.boxes, state.boxes[keep]]).astype(np.float32)
-        scores = np.concatenate([found.scores, state.scores[keep]]).astype(np.float32)
-        class_ids = np.concatenate([found.class_ids, state.class_ids[keep]]).astype(np.int64)
+        boxes = np.concatenate([found.boxes, last.boxes[keep]]).astype(np.float32)
+        scores = np.concatenate([found.scores, last.scores[keep]]).astype(np.float32)
+        class_ids = np.concatenate([found.class_ids, last.class_ids[keep]]).astype(np.int64)
         return (
             Detections(boxes, scores, class_ids, found.timings),
-            np.concatenate([seen, state.seen_ns[keep]]),
+            np.concatenate([stamps, state.seen_ns[keep]]),
             np.concatenate([np.zeros(len(found), np.int64), state.unseen[keep] + 1]),
         )

@@ -1,12 +1,21 @@
 """`tiled-detector make-bag`: write a rosbag2 bag of camera frames (synthetic with ground truth, a folder of
-images or a video file), readable by `ros2 bag` from Humble on and by `tiled-detector replay`."""
+images or a video file, with the ground truth of a MOTChallenge or COCO file), readable by `ros2 bag` from Humble
+on and by `tiled-detector replay`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
+from tiled_detector.commands.settings import add_settings, parameter_values
+
+if TYPE_CHECKING:
+    from tiled_detector.tools.truth import Truth
+
+# the settings that name the detector's classes: `--truth-class` must be one of them
+LABEL_SETTINGS = ("model", "labels", "layout")
 
 EPILOG = """examples:
   tiled-detector make-bag out/sample_bag --frames 30  # 30 synthetic 1920x1080 frames + ground truth
@@ -15,7 +24,15 @@ EPILOG = """examples:
   tiled-detector make-bag out/moving --motion --frames 60 --pan 2   # moving objects, ids in the ground truth
   tiled-detector make-bag out/robot --motion --pan 4 --rotate 0.1 --shake 2   # a robot's camera; true motion kept
   tiled-detector make-bag out/rgbd --depth --width 3840 --height 2160 --frames 10   # + depth, CameraInfo, 3D truth
-Synthetic frame i uses seed S+i, so the same command always writes the same bag."""
+  # your recording with its MOTChallenge ground truth (ids: replay reports IDF1, MOTA, id_switches)
+  tiled-detector make-bag out/mot04 --images MOT17-04/img1 --truth MOT17-04/gt/gt.txt --truth-class person \\
+    --model yolox_nano.onnx
+  tiled-detector make-bag out/yard --video yard.mp4 --truth yard.json --truth-class person --model yolox_nano.onnx
+Synthetic frame i uses seed S+i, so the same command always writes the same bag.
+--truth: a MOTChallenge gt.txt (frame n = the n-th image by name / video frame; pedestrians with consider 1) or a
+COCO file (images matched by file name; for a video, its images in frame_index / frame_id / id order; track_id,
+instance_id or attributes.track_id give identities). --truth-class names the detector's class the objects are:
+checked against the labels of the model given by --model / --labels / --params-file (default: the bundled model)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,10 +76,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--frame-id", default="camera", help="header frame_id (default camera)")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    add_truth_arguments(parser)
+    add_settings(
+        parser,
+        only=LABEL_SETTINGS,
+        params_file_help="a params file naming the model the bag will be replayed with (--truth-class is "
+        "checked against its labels)",
+    )
+
+
+def add_truth_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--truth`, `--truth-format` and `--truth-class` (also `scripts/score_recording.py`'s)."""
+    group = parser.add_argument_group("ground truth of --images / --video")
+    group.add_argument(
+        "--truth",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a MOTChallenge gt.txt or a COCO JSON file of the frames' objects",
+    )
+    group.add_argument(
+        "--truth-format",
+        default=None,
+        metavar="{mot,coco}",
+        help="the --truth file's format (default from its suffix: .txt mot, .json coco)",
+    )
+    group.add_argument(
+        "--truth-class",
+        default=None,
+        metavar="NAME",
+        help="the detector's class the truth's objects are (e.g. person); with coco, the category "
+        "of that name is taken",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the bag and print what it holds."""
+    import numpy as np
+
     from tiled_detector.harness import bags, recording
     from tiled_detector.tools import frames as sources
 
@@ -79,9 +130,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--motion makes synthetic frames: not with --images or --video")
     if args.depth and (args.motion or args.images is not None or args.video is not None):
         raise ValueError("--depth makes synthetic still scenes: not with --motion, --images or --video")
-    if args.images is not None:
-        if args.frames is not None:
-            raise ValueError("--frames cannot be used with --images (every image is written)")
+    if args.images is not None and args.frames is not None:
+        raise ValueError("--frames cannot be used with --images (every image is written)")
+    truth = None
+    if args.truth is not None:
+        path, truth = _truth_bag(args, common)
+    elif args.truth_class is not None or args.truth_format is not None:
+        raise ValueError(f"--truth-{'class' if args.truth_class else 'format'} needs --truth FILE")
+    elif args.images is not None:
         path = recording.write_image_bag(
             args.out,
             sources.image_folder_frames(args.images),
@@ -113,4 +169,50 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")
     for topic, (msgtype, count) in info.topics.items():
         print(f"  {topic}: {count} x {msgtype}")
+    if truth is not None:
+        written = int(np.count_nonzero(truth.frame < info.topics[args.topic][1]))
+        print(
+            f"  ground truth: {written} {args.truth_class} boxes from {args.truth}, "
+            f"{'with identities' if truth.identities else 'no identities (AP50 only)'}; "
+            f"{truth.left_out} rows / annotations left out (consider 0, other classes, crowds)"
+        )
     return 0
+
+
+def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Path, Truth]:
+    """The bag of `--images` / `--video` with the `--truth` file's boxes as ground truth (checked before writing;
+    a mismatch found while reading the frames leaves nothing written)."""
+    from tiled_detector.harness import recording
+    from tiled_detector.tools.truth import TruthError, recording_frames
+
+    if args.truth_class is None:
+        raise TruthError("--truth needs --truth-class NAME: the detector's class the truth's objects are")
+    frames, truth = recording_frames(
+        args.images, args.video, args.frames, args.truth, args.truth_format, args.truth_class
+    )
+    _check_class(args)
+    source = f"images:{args.images}" if args.images is not None else f"video:{args.video}"
+    custom = {
+        "source": source,
+        "truth": str(args.truth),
+        "truth_class": args.truth_class,
+        recording.IDENTITIES: str(truth.identities).lower(),
+    }
+    path = recording.write_image_bag(
+        args.out, frames, **common, labels=[args.truth_class], custom_data=custom
+    )
+    return path, truth
+
+
+def _check_class(args: argparse.Namespace) -> None:
+    """ValueError unless `--truth-class` is one of the labels of the detector the settings describe."""
+    from tiled_detector.parameters import build_detector
+
+    values = parameter_values(args)
+    labels = build_detector(values).labels or ()
+    if args.truth_class not in labels:
+        model = values.get("model") or "the bundled model"
+        raise ValueError(
+            f"--truth-class {args.truth_class}: not a class of {model} (its labels: {', '.join(labels) or 'none'}); "
+            "give the model the bag will be replayed with (--model, --labels or --params-file)"
+        )

@@ -69,7 +69,7 @@ class Thresholds:
             if minimum is None:
                 continue
             if value is None:
-                what = "with object identities (make-bag --motion)" if name == "IDF1" else ""
+                what = "with object identities (make-bag --motion or --truth) " if name == "IDF1" else ""
                 out.append(
                     f"{name} >= {minimum} required but the bag has no ground truth {what}on "
                     f"{bags.GROUND_TRUTH_TOPIC}".replace("  ", " ")

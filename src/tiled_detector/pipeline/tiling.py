@@ -186,6 +186,23 @@ class TilePlan:
         """Full-frame letterbox padding on the top, in model-input pixels."""
         return self.frame_letterbox.pad_y
 
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The plan's value: plans with equal keys have the same tiles and views (plans themselves compare by
+        identity, and a cached plan may be rebuilt)."""
+        mask = None if self.ignored is None else getattr(self.ignored, "path", self.ignored)
+        return (
+            self.frame_hw,
+            self.tile_hw,
+            self.input_hw,
+            self.overlap,
+            self.full_frame,
+            self.roi,
+            self.letterbox,
+            mask,
+            self.tiles.tobytes(),
+        )
+
     def tensors(self, device: torch.device | str) -> PlanTensors:
         """The per-view arrays on `device` (those of this frame's `BatchPlan`, cached there)."""
         return batch_plan((self,)).tensors(device)

@@ -14,7 +14,6 @@ import gc
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,6 @@ from vision_msgs.msg import Detection2DArray, VisionInfo
 
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
-    ImageConversionError,
     array_to_imgmsg,
     byte_view,
     compressed_to_array,
@@ -48,9 +46,10 @@ from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
-from tiled_detector.ros.share import EngineShare, view_cap
+from tiled_detector.ros.share import EngineShare
 from tiled_detector.ros.stats import FrameSlots, LostFrames, SkippedFrames, Stats
-from tiled_detector.stream import Stream, StreamResult, budget_problem
+from tiled_detector.ros.worker import Arrival, Worker
+from tiled_detector.stream import Job, Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
 
 # rclpy hands a subscription callback of two arguments each message's info (publication sequence number, publisher
@@ -105,7 +104,7 @@ class Gate(CallbackGroup):
 @dataclass(eq=False)
 class Camera:
     """One input: its topics, its counters (the node's own with a single camera), its subscription and
-    publishers, when its last frame arrived and that frame's size."""
+    publishers, and when its last frame arrived."""
 
     topics: CameraTopics
     stats: Stats
@@ -113,7 +112,6 @@ class Camera:
     detections_pub: Any = None
     debug_pub: Any = None
     last_frame: float = field(default_factory=time.monotonic)
-    last_hw: tuple[int, int] | None = None
     image_topic: str = ""  # the subscribed topic, fully resolved
     lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
     skipped: SkippedFrames = field(default_factory=SkippedFrames)  # frames its publishers sent, never taken
@@ -165,7 +163,10 @@ class DetectorNodeBase(NodeParameters):
         self.cameras = [Camera(t, self.stats if len(topics) == 1 else Stats()) for t in topics]
         self._warned_silent = -WARN_EVERY_S
         self._warned_mono = False
-        self._largest_batch = 0  # most frames (cameras) detected in one batch so far
+        self._frame_hw: dict[
+            int, tuple[int, int]
+        ] = {}  # camera index -> its last frame's size (the worker's)
+        self._loop: Worker | None = None
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.vision_info_pub = self.create_publisher(VisionInfo, "vision_info", VISION_INFO_QOS)
         header = Detection2DArray().header
@@ -220,10 +221,14 @@ class DetectorNodeBase(NodeParameters):
         if self._depth is not None:
             self._depth.subscribe(image_qos(values["image_reliability"]))
         self._slots = FrameSlots(len(self.cameras))
-        self._in_parts: dict[int, tuple] = {}  # camera index -> the batch entry of its frame run in parts
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
+        self._loop = Worker(self, self._stream, [c.topics.name for c in self.cameras],
+                            [self._mask_camera(i) for i in range(len(self.cameras))], self._slots, self._share,
+                            self._frame_hw)  # fmt: skip
         self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._run, name="tiled-detector-worker", daemon=True)
+        self._worker = threading.Thread(
+            target=self._loop.run, args=(self._stop,), name="tiled-detector-worker", daemon=True
+        )
         self._worker.start()
         engine, config = self._detector.engine, self._detector.config
         self.get_logger().info(
@@ -291,7 +296,7 @@ class DetectorNodeBase(NodeParameters):
         camera.last_frame = time.monotonic()
         self._share.arrived(index)
         self._count(camera, "received")
-        if self._slots.put(index, (msg, camera.last_frame)):
+        if self._slots.put(index, Arrival(index, msg, camera.last_frame)):
             self._count(camera, "dropped")
 
     def _on_image_info(self, msg: Image | CompressedImage, info: Any, index: int = 0) -> None:
@@ -329,121 +334,15 @@ class DetectorNodeBase(NodeParameters):
             throttle_duration_sec=WARN_EVERY_S,
         )
 
-    # --- worker ----------------------------------------------------------------------------------------------
+    # --- the worker's host (`ros.worker.Host`) ---------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            held = self._share.held()
-            self._gate(held | set(self._in_parts))
-            parts = [entry for index, entry in self._in_parts.items() if index not in held]
-            items = self._slots.take(timeout=0.0 if parts else 0.1, held=held | set(self._in_parts))
-            if not items and not parts:
-                continue
-            try:
-                self._process(items, parts)
-            except Exception:
-                self._in_parts.clear()
-                for index, _ in items:
-                    self._count(self.cameras[index], "failed")
-                self.get_logger().error(
-                    f"a frame failed:\n{traceback.format_exc()}", throttle_duration_sec=2.0
-                )
+    def prepare(self) -> None:
+        """Apply changed runtime parameters: re-plan, keeping engine and buffers."""
+        config, _ = self._current()
+        if self._detector.config is not config:
+            self._detector.reconfigure(config)
 
-    def _gate(self, held: set[int]) -> None:
-        """Take no message of a held camera (the executor leaves them in the middleware, newer replacing older);
-        wake the executor when a camera is let through again."""
-        opened = False
-        for index, camera in enumerate(self.cameras):
-            closed = index in held
-            opened |= not closed and not camera.gate.open
-            camera.gate.open = not closed
-        if opened and self.executor is not None:
-            self.executor.wake()
-
-    def _process(
-        self, items: list[tuple[int, tuple[Image | CompressedImage, float]]], parts: list[tuple] = ()
-    ) -> None:  # fmt: skip
-        """Convert the newest frame of each camera in `items` ((camera index, (message, arrival time))), detect
-        them in one batch with the next part of each frame run in parts (`parts`: their batch entries) and publish
-        each camera's detections with its frame's header (a frame in parts: after its last part)."""
-        config, values = self._current()
-        detector = self._detector
-        if detector.config is not config:  # new runtime parameters: re-plan, keeping engine and buffers
-            detector.reconfigure(config)
-        batch = []
-        for index, (msg, received) in items:
-            try:
-                frame, encoding = self._decode(index, msg)
-            except ImageConversionError as error:
-                self._count(self.cameras[index], "malformed")
-                self.get_logger().warning(
-                    f"skipped a malformed image{self._on_topic(index)}: {error}", throttle_duration_sec=2.0
-                )
-                continue
-            batch.append((index, msg, received, frame, encoding))
-        batch.extend(parts)
-        self._largest_batch = max(self._largest_batch, len(batch))
-        labels = self.labels if values["output_format"] == "labels" else None
-        start = time.monotonic()
-        view_cap = self._view_cap(batch)
-        results = self._detect(batch, view_cap)
-        self._share.charge([(b[0], view_cap if r is None else r.views) for b, r in zip(batch, results, strict=True)],
-                           time.monotonic() - start)  # fmt: skip
-        for entry, found in zip(batch, results, strict=True):
-            index, msg, received, frame, encoding = entry
-            if (
-                found is None
-                and self._stream is not None
-                and self._stream.in_parts(self.cameras[index].topics.name)
-            ):
-                self._in_parts[index] = entry  # its next part runs in the next batch the share allows
-                continue
-            self._in_parts.pop(index, None)
-            if found is None:
-                continue
-            detections = found.detections
-            camera = self.cameras[index]
-            camera.last_hw = frame.shape[:2]
-            if encoding.startswith("mono") and not self._warned_mono:
-                self._warned_mono = True
-                self.get_logger().warning(
-                    f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B "
-                    "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
-                )
-            track_ids = found.track_ids
-            camera.detections_pub.publish(
-                detections_to_msg(
-                    detections.boxes, detections.scores, detections.class_ids, msg.header, labels,
-                    track_ids=track_ids, seen_ns=found.seen_ns,
-                )
-            )  # fmt: skip
-            if self._depth is not None:
-                self._depth.publish(index, found, msg.header, labels)
-            if camera.debug_pub.get_subscription_count() > 0:
-                plan = detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
-                image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
-                drawn = annotate(image, detections, self.labels, plan=plan, track_ids=track_ids)
-                camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
-                self._count(camera, "annotated")
-            if found.motion is not None and found.motion.fallback:
-                self._count(camera, "motion_fallback")
-            latency_ms = (time.monotonic() - received) * 1e3
-            camera.stats.record(latency_ms, detections.timings, found.views, found.predicted)
-            if camera.stats is not self.stats:
-                self.stats.record(latency_ms, detections.timings, found.views, found.predicted)
-
-    def _check_runtime(self, candidate: Any) -> None:
-        """A tile budget must keep `max_tile_age` for the frame sizes the cameras have sent (refused with the
-        smallest budget that can); for a size not seen yet, the stream raises it with one warning."""
-        for camera in self.cameras:
-            if camera.last_hw is not None and self._detector is not None:
-                plan = make_plan(camera.last_hw, candidate.tile_hw, candidate.overlap, self._detector.engine.input_hw,
-                                 candidate.full_frame, candidate.roi)  # fmt: skip
-                problem = budget_problem(plan, candidate.tile_budget, candidate.max_tile_age)
-                if problem:
-                    raise ValueError(problem)
-
-    def _decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
+    def decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there
         (an (H, W, 3) rgb8 tensor on the device); else converted on the CPU (a compressed frame the GPU decoder
         could not take, e.g. a PNG, is counted as `cpu_decoded`)."""
@@ -454,50 +353,83 @@ class DetectorNodeBase(NodeParameters):
             self._count(self.cameras[index], "cpu_decoded")
         return self._convert(msg)
 
-    def _view_cap(self, batch: list[tuple[int, Any, float, Any, str]]) -> int:
-        """The most views a frame runs in one batch (`ros.share.view_cap`) from the views of every camera's
-        frames (their last size, or the size in this batch)."""
-        if len(self.cameras) < 2 or self._detector is None:
-            return 0
-        sizes = {
-            index: camera.last_hw for index, camera in enumerate(self.cameras) if camera.last_hw is not None
-        }
-        sizes.update({b[0]: b[3].shape[:2] for b in batch})
-        return view_cap([self._detector.plan_for(h, w, self._mask_camera(i)).batch_size
-                         for i, (h, w) in sizes.items()])  # fmt: skip
+    def stamp(self, msg: Image | CompressedImage) -> int:
+        return stamp_ns(msg.header.stamp)
 
-    def _detect(
-        self, batch: list[tuple[int, Any, float, Any, str]], view_cap: int = 0
-    ) -> list[StreamResult | None]:  # fmt: skip
-        """The reported detections of every (camera, message, arrival, frame, encoding) of `batch`, all in one
-        batch (through the stream: tile budget, tracks, frames of more than `view_cap` views in parts); when that
-        fails, each frame alone, so that one bad frame costs only its own camera (None: failed, counted, or a
-        frame with parts still to run: `Stream.in_parts`)."""
-        if not batch:
-            return []
-        assert self._stream is not None
-        stamps = [stamp_ns(b[1].header.stamp) for b in batch]
-        depths = None  # each frame's depth image, paired by stamp (ros/depth.py)
+    def depths(self, frames: list[tuple[int, int, tuple[int, int]]]) -> list[Any]:
+        """The depth image paired with each (camera index, stamp, frame size) of a batch (`depth: true`)."""
+        if self._depth is None:
+            return [None] * len(frames)
+        return self._depth.depths(frames, self._current()[0].depth_sync_tolerance)
+
+    def gate(self, held: set[int]) -> None:
+        """Take no message of a held camera (the executor leaves them in the middleware, newer replacing older);
+        wake the executor when a camera is let through again."""
+        opened = False
+        for index, camera in enumerate(self.cameras):
+            closed = index in held
+            opened |= not closed and not camera.gate.open
+            camera.gate.open = not closed
+        if opened and self.executor is not None:
+            self.executor.wake()
+
+    def count(self, index: int, name: str) -> None:
+        self._count(self.cameras[index], name)
+
+    def problem(self, index: int | None, text: str, error: bool) -> None:
+        where = "" if index is None else self._on_topic(index)
+        log = self.get_logger().error if error else self.get_logger().warning
+        log(f"{text}{where}", throttle_duration_sec=2.0)
+
+    def publish(self, arrival: Arrival, job: Job, found: StreamResult) -> None:
+        """Publish a frame's detections with its header (and its debug image when subscribed); count it."""
+        _, values = self._current()
+        labels = self.labels if values["output_format"] == "labels" else None
+        index, msg, frame, encoding = arrival.index, arrival.message, job.frame, str(job.encoding)
+        detections = found.detections
+        camera = self.cameras[index]
+        if encoding.startswith("mono") and not self._warned_mono:
+            self._warned_mono = True
+            self.get_logger().warning(
+                f"{msg.encoding} frames: the model takes colour; each grey value is repeated in R, G and B "
+                "(16-bit scaled to [0, 1]), which a colour-trained model may detect poorly. Said once."
+            )
+        track_ids = found.track_ids
+        camera.detections_pub.publish(
+            detections_to_msg(
+                detections.boxes, detections.scores, detections.class_ids, msg.header, labels,
+                track_ids=track_ids, seen_ns=found.seen_ns,
+            )
+        )  # fmt: skip
         if self._depth is not None:
-            frames = [(b[0], stamp, b[3].shape[:2]) for b, stamp in zip(batch, stamps, strict=True)]
-            depths = self._depth.depths(frames, self._current()[0].depth_sync_tolerance)
-        try:
-            return list(self._stream.process(
-                [b[3] for b in batch], stamps,
-                [self.cameras[b[0]].topics.name for b in batch], [b[4] for b in batch],
-                slots=[b[0] for b in batch], mask_cameras=[self._mask_camera(b[0]) for b in batch],
-                view_cap=view_cap, depths=depths,
-            ))  # fmt: skip
-        except (RuntimeError, ValueError) as error:
-            if len(batch) == 1:
-                self._stream.give_up(self.cameras[batch[0][0]].topics.name)  # a frame in parts: no retry
-                self._count(self.cameras[batch[0][0]], "failed")
-                self.get_logger().error(
-                    f"detection failed for one frame{self._on_topic(batch[0][0])}: {error}",
-                    throttle_duration_sec=2.0,
-                )
-                return [None]
-        return [self._detect([item], view_cap)[0] for item in batch]
+            self._depth.publish(index, found, msg.header, labels)
+        if camera.debug_pub.get_subscription_count() > 0:
+            plan = self._detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
+            image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
+            drawn = annotate(image, detections, self.labels, plan=plan, track_ids=track_ids)
+            camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
+            self._count(camera, "annotated")
+        if found.motion is not None and found.motion.fallback:
+            self._count(camera, "motion_fallback")
+        latency_ms = (time.monotonic() - arrival.received) * 1e3
+        camera.stats.record(latency_ms, detections.timings, found.views, found.predicted)
+        if camera.stats is not self.stats:
+            self.stats.record(latency_ms, detections.timings, found.views, found.predicted)
+
+    def _check_runtime(self, candidate: Any) -> None:
+        """A tile budget must keep `max_tile_age` for the frame sizes the cameras have sent (refused with the
+        smallest budget that can); for a size not seen yet, the stream raises it with one warning."""
+        for hw in self._frame_hw.values():
+            if self._detector is not None:
+                plan = make_plan(hw, candidate.tile_hw, candidate.overlap, self._detector.engine.input_hw,
+                                 candidate.full_frame, candidate.roi)  # fmt: skip
+                problem = budget_problem(plan, candidate.tile_budget, candidate.max_tile_age)
+                if problem:
+                    raise ValueError(problem)
+
+    def _largest_batch(self) -> int:
+        """Most frames (cameras) detected in one batch so far."""
+        return 0 if self._loop is None else self._loop.largest_batch
 
     def _mask_camera(self, index: int) -> str | None:
         """The camera name `ignore_mask` entries use: the topic as `cameras` lists it (one camera: None)."""
@@ -541,13 +473,12 @@ class DetectorNodeBase(NodeParameters):
             "input_publishers": sum(publishers),
             "active": str(active),
         }
-        plans = [detector.plan_for(*c.last_hw, self._mask_camera(i))
-                 for i, c in enumerate(self.cameras) if c.last_hw is not None]  # fmt: skip
+        plans = [detector.plan_for(*hw, self._mask_camera(i)) for i, hw in sorted(self._frame_hw.items())]
         if plans:
             if len(self.cameras) == 1:
                 info["tiles_per_frame"] = len(plans[0].tiles)
             else:
-                info.update(cameras=len(self.cameras), largest_batch_frames=self._largest_batch)
+                info.update(cameras=len(self.cameras), largest_batch_frames=self._largest_batch())
             info["batch_size"] = sum(p.batch_size for p in plans)
         values, name = self._counted(self.stats.snapshot()), self.get_fully_qualified_name()
         values.update(self._depth.counts() if self._depth is not None else {})
@@ -562,8 +493,9 @@ class DetectorNodeBase(NodeParameters):
                 own.update(image_topic=camera.image_topic, input_publishers=count,
                            detections_topic=camera.detections_pub.topic_name,
                            engine_share=shares[camera_index] if shares else 0.0)  # fmt: skip
-                if camera.last_hw is not None:
-                    own["frame_size"] = f"{camera.last_hw[1]}x{camera.last_hw[0]}"
+                if camera_index in self._frame_hw:
+                    height, width = self._frame_hw[camera_index]
+                    own["frame_size"] = f"{width}x{height}"
                 found = problems(own) + ([problem] if problem else [])
                 statuses.append(
                     status(f"{name}: camera {camera.topics.name}", own, found, str(engine.device))

@@ -13,9 +13,10 @@ nothing is held. Holding is not work-conserving on purpose: the engine may idle 
 that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
 camera, reset with the node's cameras.
 
-A costly frame also runs in parts (`view_cap`: at most twice the cheapest camera's views per batch, the stream's
-frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's share
-allows, so the others wait for a part, never for a whole 8K frame.
+A costly frame also runs in parts (`view_cap`: at most twice the cheapest sending camera's views per batch, the
+stream's frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's
+share allows, so the others wait for a part, never for a whole 8K frame; each part is charged the views it ran. A
+camera that stopped sending no longer counts: a 4K camera left alone runs whole frames again.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ class EngineShare:
             self._decay()
             return [used / self._tau for used in self._used]
 
+    def sending(self) -> set[int]:
+        """The cameras that sent a frame in the last `ACTIVE_S` seconds, or are held (their frames wait)."""
+        with self._lock:
+            now = self._clock()
+            return {c for c, t in enumerate(self._arrived) if now - t <= self._active or c in self._held}
+
     def held(self) -> set[int]:
         """The cameras above an equal share of the engine's time among those sending (none with one; a camera
         held counts as sending: its frames are only left waiting)."""
@@ -83,11 +90,8 @@ class EngineShare:
             self._decay()
             now = self._clock()
             sending = sum(now - t <= self._active or c in self._held for c, t in enumerate(self._arrived))
-            held = (
-                set()
-                if sending <= 1
-                else {c for c, u in enumerate(self._used) if u / self._tau > 1.0 / sending}
-            )
+            share = 1.0 / max(sending, 1)
+            held = set() if sending <= 1 else {c for c, u in enumerate(self._used) if u / self._tau > share}
             self._held = held
             return held
 

@@ -35,6 +35,7 @@ from tiled_detector.stream import Stream
 from tiled_detector.tools.peers import model_family, yolox_sahi_model
 from tiled_detector.tools.synthetic import make_scene
 from tiled_detector.tracking.bytetrack import TrackerKind
+from tiled_detector.types import Detections
 
 T = TypeVar("T")
 
@@ -264,7 +265,7 @@ def tracker_cost(count: int = TRACKED_DETECTIONS, frames: int = 120, passes: int
     `passes` times, each by a new tracker; the result is the lowest of the passes' median times (the best-of-n
     convention of Python's `timeit`: other processes on a shared machine only ever add time)."""
     from tiled_detector.tracking.bytetrack import TrackerSettings
-    from tiled_detector.tracking.tracks import CameraTracks
+    from tiled_detector.tracking.tracks import Tracks
 
     rng = np.random.default_rng(0)
     corner = rng.uniform(0, 1860, (count, 2))
@@ -274,12 +275,12 @@ def tracker_cost(count: int = TRACKED_DETECTIONS, frames: int = 120, passes: int
     scores = rng.uniform(0.3, 1.0, (frames, count))
     medians = []
     for _ in range(passes):
-        tracks = CameraTracks(TrackerSettings())
+        tracks = Tracks(TrackerSettings())
         times = []
         for frame in range(frames):
             boxes = np.concatenate([corner + velocity * frame, corner + velocity * frame + size], axis=1)
             start = time.perf_counter()
-            tracks.update("bench", frame * 33_333_333, boxes, scores[frame], classes)
+            tracks.update(frame * 33_333_333, Detections(boxes, scores[frame], classes, {}))
             times.append((time.perf_counter() - start) * 1000.0)
         medians.append(statistics.median(times[frames // 4 :]))
     return min(medians)

@@ -40,7 +40,7 @@ from tiled_detector.pipeline.merge import MergeMethod
 from tiled_detector.stream import Stream
 from tiled_detector.tools.scoring import box_iou, coco_stats, mot_metrics
 from tiled_detector.tools.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
-from tiled_detector.tracking.motion import corner_error
+from tiled_detector.tracking.geometry import corner_error
 from tiled_detector.tracking.schedule import ScheduleKind
 from tiled_detector.types import Detections
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from tiled_detector.pipeline.tiling import plan_tiles
 from tiled_detector.tools import scoring
-from tiled_detector.tracking.motion import move_points
+from tiled_detector.tracking.geometry import move_points
 
 CLASSES: tuple[str, ...] = ("red_disc", "blue_square", "yellow_triangle", "green_cross")
 

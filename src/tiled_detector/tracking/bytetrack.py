@@ -5,26 +5,31 @@ The algorithm is the paper's, as ByteTrack's reference code and supervision's po
 Kalman filter on (centre x, centre y, aspect, height); per frame, (1) high-score detections (> `activation`) are
 matched to the tracked and lost tracks by IoU (fused with the score), (2) the tracked tracks left over to the
 low-score detections (`LOW_SCORE` .. `activation`), (3) tracks born on the previous frame (unconfirmed) to the high
-detections left over, (4, ours) the confirmed tracks left over to the high detections left over, by the distance
-of the centres (`_by_distance`: small fast objects); unmatched tracked tracks become lost, unmatched unconfirmed
-ones are dropped, high detections left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once
-on the first frame, else at their second match), lost tracks unseen for longer than `buffer_s` are dropped.
-Matches never cross classes.
+detections left over; unmatched tracked tracks become lost, unmatched unconfirmed ones are dropped, high detections
+left over (> `activation` + `NEW_TRACK_MARGIN`) start tracks (confirmed at once on the first frame, else at their
+second match), of a tracked and a lost track on one object the younger goes, lost tracks unseen for longer than
+`buffer_s` are dropped. A track matched in a frame is reported at the box it took (as supervision reports the
+detection), else at its prediction.
 
-Differences from the per-object reference implementations: the fourth association, buffered IoU (below) for a
-track missed on the previous frame, the camera's motion applied to every track first (`warp`, BoT-SORT's GMC), the
-time step is the stamps' (a frame that was dropped upstream is a longer step, not a missed detection), the
-lost-track buffer is in seconds, and the cost is bounded: only boxes that overlap are compared (a sweep, not an
-N x M matrix) and only the rows and columns that compete for a match go to the assignment solver
-(`tiled-detector bench` measures the cost per frame).
+Where it departs from the reference, and why (each tested):
+- a track matched on the previous frame takes a detection overlapping its prediction by `RECENT_IOU` before the
+  lost tracks compete (DeepSORT's matching cascade, for unambiguous overlaps only): among the extra boxes tiles
+  give (nearby people, parts), a lost track's stale prediction otherwise takes a live track's object;
+- a last association by the distance of the centres (`_by_distance`) for small tracks (small fast objects: IoU
+  cannot follow them), with detections of their size that no other track overlaps;
+- matches never cross classes;
+- the camera's motion is applied to every track first (`warp`, BoT-SORT's GMC);
+- the time step is the stamps' (a frame dropped upstream is a longer step, not a missed detection) and the
+  lost-track buffer is in seconds;
+- the cost is bounded: only boxes that overlap are compared (a sweep, not an N x M matrix) and only the rows and
+  columns that compete for a match go to the assignment solver (`tiled-detector bench` measures the cost).
 
-Under a tile budget (`update`'s `observed`: the regions looked at) a track that no region holds whole was not
+Under a tile budget (`update`'s `looks`: what the views run saw, `tracking.looks`) a track not seen whole was not
 looked for: it keeps its state and, confirmed, is reported from its prediction (its score decayed by
-`PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU) and then placed where
-it was measured, moving as its last two measurements show (OC-SORT's observation-centric update); as in ByteTrack
-a look that misses it makes it lost (a tentative one dropped), and a new track scoring `CONFIRM_AT_ONCE` is
-confirmed at once.
-Without `observed` every step is ByteTrack's.
+`PREDICTED_DECAY` per such frame); looked for again, it is compared by buffered IoU (C-BIoU: its uncertainty grew
+while it was not looked for) and then placed where it was measured, moving as its last two measurements show
+(OC-SORT's observation-centric update); as in ByteTrack a look that misses it makes it lost (a tentative one
+dropped), and a new track scoring `CONFIRM_AT_ONCE` is confirmed at once. Without `looks` none of this applies.
 """
 
 from __future__ import annotations
@@ -36,17 +41,24 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tiled_detector.options import Option
-from tiled_detector.tracking.motion import similarity_scale
+from tiled_detector.tracking.geometry import grown, overlapping, similarity_scale
+from tiled_detector.tracking.looks import Looks
 
 LOW_SCORE = 0.1  # detections above this take part in the second association
 NEW_TRACK_MARGIN = 0.1  # a new track needs a score above activation + this (ByteTrack's det_thresh)
 SECOND_MATCH_IOU = 0.5  # the low-score association: IoU above this
 UNCONFIRMED_MATCH = 0.7  # the unconfirmed association: fused cost below this
-BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU after frames without a match (`ByteTrack._overlaps`)
+BUFFER_PER_FRAME, MAX_BUFFER = 0.25, 0.5  # buffered IoU after frames not looked for (`ByteTrack._overlaps`)
 PREDICTED_DECAY = 0.85  # a track reported from its prediction: its last score x this per frame not looked for
 DISTANCE_GATE = 1.0  # the last association: centre distance in sides per frame since the track's last match
 MAX_DISTANCE_GATE = 2.0  # ... and at most this many sides
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
+RECENT_IOU = 0.5  # a track matched on the last frame first takes a detection overlapping it this much
+DISTANCE_SMALL_PX = 48.0  # the last association: for tracks this small (longer side, frame pixels) ...
+DISTANCE_SIZE = 1.5  # ... and detections whose width and height are within this factor of the track's
+DUPLICATE_IOU = (
+    0.85  # a tracked and a lost track overlapping this much are one object (ByteTrack's 0.15 distance)
+)
 _SMALLEST = np.array([1e-3, 1.0])  # the least aspect and height (pixels) a prediction keeps
 _STD_POSITION, _STD_VELOCITY = 1.0 / 20, 1.0 / 160  # Kalman noise per unit of height (ByteTrack's weights)
 
@@ -65,7 +77,8 @@ _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
 # periods since, and the measured x, y, a, h of that match
 _UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS = range(20, 29)
 _MEASURED = slice(29, 33)
-_COLUMNS = 33
+_BORN = 33  # the frame (of this tracker's) the track started on
+_COLUMNS = 34
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -132,40 +145,6 @@ def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
     return out
 
 
-def overlapping(
-    a: np.ndarray, b: np.ndarray, a_groups: np.ndarray | None = None, b_groups: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs (i, j) of x1, y1, x2, y2 boxes a[i], b[j] that intersect (and, given groups (non-negative
-    integers), are in the same group), and their IoU: a sweep over b sorted by (group, x1) finds each a[i]'s
-    candidates, so the work follows the pairs, not N x M."""
-    empty = np.zeros(0, np.int64)
-    if not len(a) or not len(b):
-        return empty, empty, np.zeros(0)
-    ax1, ay1, ax2, ay2 = a.T
-    a_start, a_end, b_key = ax1, ax2, b[:, 0]
-    if a_groups is not None and b_groups is not None:  # each group on its own stretch of the sweep's axis
-        low = min(float(ax1.min()), float(b_key.min()))
-        span = max(float(ax2.max()), float(b[:, 2].max())) - low + 1.0
-        a_shift = a_groups * span - low
-        a_start, a_end, b_key = ax1 + a_shift, ax2 + a_shift, b_key + (b_groups * span - low)
-    order = np.argsort(b_key, kind="stable")
-    keys = b_key[order]
-    bx1, by1, bx2, by2 = b[order].T
-    lo = np.searchsorted(keys, a_start - float(np.max(bx2 - bx1)), side="left")  # b.x2 may reach a.x1
-    hi = np.searchsorted(keys, a_end, side="left")  # b.x1 < a.x2
-    counts = np.maximum(hi - lo, 0)
-    i = np.repeat(np.arange(len(a)), counts)
-    k = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())  # positions in sorted b
-    width = np.minimum(ax2[i], bx2[k]) - np.maximum(ax1[i], bx1[k])
-    wide = width > 0
-    i, k, width = i[wide], k[wide], width[wide]
-    height = np.minimum(ay2[i], by2[k]) - np.maximum(ay1[i], by1[k])
-    hit = height > 0
-    i, k, inter = i[hit], k[hit], width[hit] * height[hit]
-    union = (ax2[i] - ax1[i]) * (ay2[i] - ay1[i]) + (bx2[k] - bx1[k]) * (by2[k] - by1[k]) - inter
-    return i, order[k], inter / np.maximum(union, 1e-12)
-
-
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct non-negative integers of `values`, ascending, and each value's position among them (what
     `np.unique(values, return_inverse=True)` gives, without its sort)."""
@@ -209,21 +188,6 @@ class Output(NamedTuple):
     class_ids: np.ndarray
     track_ids: np.ndarray
     seen: np.ndarray
-
-
-def _grown(boxes: np.ndarray, ratio: np.ndarray) -> np.ndarray:
-    """x1, y1, x2, y2 boxes grown on every side by `ratio` (per box) of their width and height."""
-    margin = (boxes[:, 2:] - boxes[:, :2]) * ratio[:, None]
-    return np.concatenate([boxes[:, :2] - margin, boxes[:, 2:] + margin], axis=1)
-
-
-def inside_any(boxes: np.ndarray, rects: np.ndarray) -> np.ndarray:
-    """(N,) bool: whether each of the (N, 4) x1, y1, x2, y2 boxes lies wholly in at least one of the (K, 4)
-    rectangles."""
-    if not len(rects) or not len(boxes):
-        return np.zeros(len(boxes), bool)
-    b, r = boxes[:, None, :], rects[None, :, :]
-    return ((b[..., :2] >= r[..., :2]).all(axis=2) & (b[..., 2:] <= r[..., 2:]).all(axis=2)).any(axis=1)
 
 
 class ByteTrack:
@@ -324,14 +288,14 @@ class ByteTrack:
         class_ids: np.ndarray,
         dt_s: float,
         step: float = 1.0,
-        observed: np.ndarray | None = None,
+        looks: Looks | None = None,
         now: float = 0.0,
     ) -> Output:
         """Take one frame's detections, `dt_s` seconds after the previous one (`step`: that time in frame
         periods, the Kalman filter's time step; `now`: the frame's time on any clock, returned as `seen`).
 
-        `observed` (K, 4) x1, y1, x2, y2: the frame regions the detections were looked for in (None: all of it).
-        A track whose predicted box no region holds whole was not looked for: unmatched, it is neither lost nor
+        `looks`: what the frame's views looked at (None: all of it). A track whose predicted box they did not see
+        whole was not looked for: unmatched, it is neither lost nor
         dropped (until `buffer_s` without a match) and, when confirmed and tracked, reported from its prediction.
         Returns the confirmed tracks matched in this frame and those reported from their prediction: their boxes
         (the filter's estimate), scores and classes (of their last match), track ids, and `seen`: the `now` of
@@ -356,9 +320,17 @@ class ByteTrack:
         confirmed = t[:, _CONFIRMED] > 0
         free_track = np.ones(len(t), bool)
         free_det = high.copy()
-        # (1) confirmed tracks (tracked or lost) and the high-score detections
-        pick = confirmed[i] & high[j]
+        # (1) confirmed tracks and the high-score detections: first a track matched on the previous frame and a
+        # detection overlapping its prediction by RECENT_IOU (its object: a lost track's older prediction must
+        # not take it), then every confirmed track left (tracked or lost) as in ByteTrack
+        recent = confirmed & (t[:, _PERIODS] < 1.5)
+        pick = recent[i] & high[j] & (iou >= RECENT_IOU)
+        t0, d0 = assign(i[pick], j[pick], fused[pick], s.match)
+        free_track[t0] = False
+        free_det[d0] = False
+        pick = (confirmed & free_track)[i] & free_det[j]
         t1, d1 = assign(i[pick], j[pick], fused[pick], s.match)
+        t1, d1 = np.concatenate([t0, t1]), np.concatenate([d0, d1])
         free_track[t1] = False
         free_det[d1] = False
         # (2) tracked tracks left over and the low-score detections
@@ -388,8 +360,8 @@ class ByteTrack:
         unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
         hidden = np.zeros(len(t), bool)
-        if observed is not None:  # a track is looked for where a region run holds all of its box
-            hidden[unmatched] = ~inside_any(predicted[unmatched], observed)  # unmatched: not corrected
+        if looks is not None:  # a track is looked for where the views run see its box whole
+            hidden[unmatched] = ~looks.seen(predicted[unmatched])  # unmatched: not corrected
         t[hidden, _HIDDEN] += 1.0
         missed = unmatched & ~hidden  # looked for and not found: lost (a tentative track: dropped)
         t[missed & confirmed, _STATE] = LOST
@@ -403,13 +375,19 @@ class ByteTrack:
         # frame, and under a tile budget (their second look may be frames away) from a score of CONFIRM_AT_ONCE
         born = np.flatnonzero(free_det & (scores > s.activation + NEW_TRACK_MARGIN))
         at_once = np.full(len(born), self._frames == 1)
-        if observed is not None:
+        if looks is not None:
             at_once |= scores[born] >= CONFIRM_AT_ONCE
         self._start(xyah[born], class_ids[born], scores[born], now, at_once)
-        rows = self.table[np.flatnonzero(np.concatenate([shown, at_once]))]
+        shown = np.concatenate([shown, at_once])
+        keep = self._distinct()
+        rows = self.table[keep & shown]
+        self.table = self.table[keep]
         decayed = rows[:, _SCORE] * PREDICTED_DECAY ** rows[:, _HIDDEN]
+        # a track matched in this frame is where it was measured (the detection it took); one not looked for, where
+        # its filter predicts it
+        xyah = np.where((rows[:, _SEEN] == now)[:, None], rows[:, _MEASURED], rows[:, :4])
         return Output(
-            _to_xyxy(rows[:, :4]),
+            _to_xyxy(xyah),
             decayed,
             rows[:, _CLASS].astype(np.int64),
             rows[:, _ID].astype(np.int64),
@@ -423,8 +401,10 @@ class ByteTrack:
         """Matches of the `tracks` (bool: confirmed, left unmatched) with the `detections` (bool: high-score, left
         over) of their class, by the distance of the centres in units of the larger box's longer side, below
         `DISTANCE_GATE` per frame since the track's last match (at most `MAX_DISTANCE_GATE`): a small object that
-        moved about its own size since (a fast one, one not looked for) shares too few pixels with its prediction
-        for IoU, and without this would start a new track (an identity switch)."""
+        moved about its own size since shares too few pixels with its prediction for IoU, and without this would
+        start a new track (an identity switch). Only for a small track (`DISTANCE_SMALL_PX`) and a detection of its
+        size (`DISTANCE_SIZE`) that no other track's prediction overlaps: a larger object's IoU follows it (people
+        walking), and a near detection is then a neighbour's or a part of one."""
         t = self.table
         rows, cols = np.flatnonzero(tracks), np.flatnonzero(detections)
         if not len(rows) or not len(cols):
@@ -437,7 +417,14 @@ class ByteTrack:
         side = np.maximum((a[:, 2:] - a[:, :2]).max(axis=1), (b[:, 2:] - b[:, :2]).max(axis=1))
         gate = np.minimum(t[i, _PERIODS] * DISTANCE_GATE, MAX_DISTANCE_GATE)
         distance = centre / np.maximum(side, 1.0)
-        return assign(i, j, distance / gate, 1.0)
+        size_a, size_b = a[:, 2:] - a[:, :2], np.maximum(b[:, 2:] - b[:, :2], 1e-6)
+        ratio = np.maximum(size_a / size_b, size_b / np.maximum(size_a, 1e-6)).max(axis=1)
+        ok = (size_a.max(axis=1) <= DISTANCE_SMALL_PX) & (ratio <= DISTANCE_SIZE)
+        # a detection overlapping another live track's prediction is left to that track (a crowd)
+        oi, oj, _ = overlapping(predicted, boxes, t[:, _CLASS], class_ids)
+        overlaps = np.bincount(oj, minlength=len(boxes))[j]  # tracks whose prediction overlaps the detection
+        ok &= overlaps - np.isin(i * len(boxes) + j, oi * len(boxes) + oj) == 0
+        return assign(i[ok], j[ok], (distance / gate)[ok], 1.0)
 
     def _observed_motion(self, rows: np.ndarray, measured_xyah: np.ndarray) -> None:
         """Tracks `rows` matched again after frames they were not looked for (a tile budget): they are where they
@@ -456,25 +443,42 @@ class ByteTrack:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (track `predicted` box, detection) pairs of the same class that overlap and their IoU, detections
         `useful` only.
-        A track not matched on the previous frame (missed, or not looked for under a tile budget) is compared by
-        buffered IoU (C-BIoU, Yang et al., WACV 2023): both boxes grown by `BUFFER_PER_FRAME` of their size per
-        frame since its last match beyond the first (at most `MAX_BUFFER`) on every side, as its motion since is
-        less certain."""
+        A track not looked for on frames under a tile budget is compared by buffered IoU (C-BIoU, Yang et al., WACV
+        2023): both boxes grown by `BUFFER_PER_FRAME` of their size per frame not looked for (at most `MAX_BUFFER`)
+        on every side, as its motion since is less certain."""
         t = self.table
-        buffer = np.minimum(np.maximum(t[:, _PERIODS] - 1, 0) * BUFFER_PER_FRAME, MAX_BUFFER)
+        buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou
-        grown = _grown(predicted, buffer)
-        i, j, _ = overlapping(grown, _grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
+        wide = grown(predicted, buffer)
+        i, j, _ = overlapping(wide, grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
                               class_ids[useful])  # fmt: skip
         j = useful[j]
-        a, b = _grown(predicted[i], buffer[i]), _grown(boxes[j], buffer[i])
+        a, b = grown(predicted[i], buffer[i]), grown(boxes[j], buffer[i])
         inter = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None).prod(axis=1)
         union = np.prod(a[:, 2:] - a[:, :2], axis=1) + np.prod(b[:, 2:] - b[:, :2], axis=1) - inter
         iou = inter / np.maximum(union, 1e-12)
         hit = iou > 0
         return i[hit], j[hit], iou[hit]
+
+    def _distinct(self) -> np.ndarray:
+        """Keep mask of the tracks: of a tracked and a lost track of one class whose boxes overlap by IoU above
+        `DUPLICATE_IOU`, the one tracked for the shorter time goes (ByteTrack's remove_duplicate_stracks: a lost
+        track sitting on a tracked one would take its object's detections)."""
+        t = self.table
+        keep = np.ones(len(t), bool)
+        tracked, lost = np.flatnonzero(t[:, _STATE] == TRACKED), np.flatnonzero(t[:, _STATE] == LOST)
+        if not len(tracked) or not len(lost):
+            return keep
+        boxes = _to_xyxy(t[:, :4])
+        i, j, iou = overlapping(boxes[tracked], boxes[lost], t[tracked, _CLASS], t[lost, _CLASS])
+        same = iou > DUPLICATE_IOU
+        a, b = tracked[i[same]], lost[j[same]]
+        older = t[a, _BORN] < t[b, _BORN]
+        keep[b[older]] = False
+        keep[a[~older]] = False
+        return keep
 
     def _start(
         self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: np.ndarray
@@ -493,4 +497,5 @@ class ByteTrack:
         new[:, _SCORE] = scores
         new[:, _SEEN] = now
         new[:, _MEASURED] = xyah
+        new[:, _BORN] = self._frames
         self.table = np.concatenate([self.table, new])

@@ -1,5 +1,5 @@
 """Camera motion between a camera's consecutive frames (global motion compensation, as BoT-SORT's GMC), estimated
-from the frames themselves on the engine's device, and the geometry that moves boxes and tiles by it.
+from the frames themselves on the engine's device.
 
 The estimate (`estimate`): each frame becomes a small grey thumbnail (one channel, average-pooled to about
 `THUMB_PX` on its long side: `thumbnail`); the previous and the current thumbnail are cut into a grid of `PATCH` x
@@ -16,15 +16,17 @@ shift above `MAX_SHIFT` of the frame). An estimate that moves the frame's corner
 identity (a still camera's estimate is noise of ~0.2 px: with it, a still camera's output is the same as without
 compensation).
 
-State (`CameraMotion`): per camera, the last thumbnail and its frame size, and the last estimate (the motion the
-next frame is predicted to have: the schedule plans a frame before its own motion is measured). Reset rules: a
-frame of another size, stamps that go back or jump by more than `lost_track_buffer` (a restarted camera, a looped
-bag: one INFO line each), `reset()`.
+A frame whose thumbnail holds fewer than `MIN_PATCHES` patches (a thin 3840 x 480 strip keeps them by a smaller
+thumbnail scale; a 64 x 48 frame cannot) is not estimated: the identity, counted as a fallback.
+
+State (`CameraMotion`): one camera's last thumbnail and its frame size, and the last estimate (the motion the next
+frame is predicted to have: the schedule plans a frame before its own motion is measured); the stream holds one per
+camera and starts it over with the camera's other state over time (`stream.py`). The box geometry that uses the
+motion is numpy (`tracking.geometry`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -33,9 +35,8 @@ import torch
 
 from tiled_detector.devices import cuda_graph
 from tiled_detector.options import Option
-from tiled_detector.tracking.stamps import broken
+from tiled_detector.tracking.geometry import corner_error
 
-LOG = logging.getLogger(__name__)
 THUMB_PX = 480  # the thumbnail's long side, about
 PATCH = 64  # phase-correlation patches (thumbnail pixels); a patch follows shifts up to half of it
 MIN_PEAK = 0.06  # a patch's correlation peak (of 1) above which it counts as textured
@@ -70,8 +71,16 @@ def thumbnail(frame: torch.Tensor) -> torch.Tensor:
 
 
 def thumb_factor(height: int, width: int) -> int:
-    """Frame pixels per thumbnail pixel."""
-    return max(1, round(max(height, width) / THUMB_PX))
+    """Frame pixels per thumbnail pixel: about `THUMB_PX` on the long side, but a thin frame's short side keeps a
+    patch's height where it can (a 3840 x 480 frame: 7, not 8)."""
+    return max(1, min(round(max(height, width) / THUMB_PX), min(height, width) // PATCH))
+
+
+def patch_count(height: int, width: int) -> int:
+    """How many patches a thumbnail of this size is cut into (`_patches`)."""
+    stride = PATCH // 2
+    rows, cols = (height - PATCH) // stride + 1, (width - PATCH) // stride + 1
+    return max(rows, 0) * max(cols, 0)
 
 
 def _hann(size: int, device: torch.device) -> torch.Tensor:
@@ -181,53 +190,6 @@ def estimate(previous: torch.Tensor, current: torch.Tensor, factor: int) -> tupl
     return torch.cat([linear, offset[:, None]], dim=1), ok
 
 
-def move_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """(N, 2) points through a (2, 3) transform."""
-    return np.asarray(points, np.float64) @ matrix[:, :2].T + matrix[:, 2]
-
-
-def move_boxes(matrix: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """(N, 4) x1, y1, x2, y2 boxes moved by the similarity: each box's centre moved, its width and height scaled
-    (an upright box stays the object's box under a small rotation)."""
-    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    centres = move_points(matrix, (boxes[:, :2] + boxes[:, 2:]) / 2)
-    half = (boxes[:, 2:] - boxes[:, :2]) / 2 * similarity_scale(matrix)
-    return np.concatenate([centres - half, centres + half], axis=1)
-
-
-def similarity_scale(matrix: np.ndarray) -> float:
-    """The scale of a (2, 3) similarity."""
-    return float(math.sqrt(abs(np.linalg.det(matrix[:, :2]))))
-
-
-def corner_error(estimated: np.ndarray, true: np.ndarray, size_hw: tuple[int, int]) -> float:
-    """Mean distance in pixels between the frame's four corners moved by the two transforms."""
-    h, w = size_hw
-    corners = np.array([[0.0, 0.0], [w, 0.0], [0.0, h], [w, h]])
-    return float(np.linalg.norm(move_points(estimated, corners) - move_points(true, corners), axis=1).mean())
-
-
-def new_view(tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
-    """(N,) the fraction of each tile (N, 4) that the previous frame did not show: the part of the tile that the
-    inverse motion maps outside the previous frame (on a 9 x 9 grid of points per tile)."""
-    inverse = np.linalg.inv(np.vstack([matrix, [0, 0, 1]]))[:2]
-    steps = (np.arange(9) + 0.5) / 9
-    gx = tiles[:, 0, None] + steps[None] * (tiles[:, 2] - tiles[:, 0])[:, None]  # (N, 9)
-    gy = tiles[:, 1, None] + steps[None] * (tiles[:, 3] - tiles[:, 1])[:, None]
-    points = np.stack(np.broadcast_arrays(gx[:, None, :], gy[:, :, None]), axis=-1).reshape(-1, 2)
-    before = move_points(inverse, points).reshape(len(tiles), -1, 2)
-    h, w = size_hw
-    outside = (before[..., 0] < 0) | (before[..., 0] > w) | (before[..., 1] < 0) | (before[..., 1] > h)
-    return outside.mean(axis=1)
-
-
-def with_new_view(
-    fresh: np.ndarray, tiles: np.ndarray, matrix: np.ndarray, size_hw: tuple[int, int]
-) -> np.ndarray:
-    """(N,) each tile's fraction of new view `fresh` after one more frame of motion `matrix` (`new_view`)."""
-    return 1 - (1 - fresh) * (1 - new_view(tiles, matrix, size_hw))
-
-
 class _Captured:
     """`estimate` for thumbnails of one shape on a CUDA device, captured once as a CUDA graph and replayed (about a
     hundred small kernels: launched one by one they cost the host more than the device)."""
@@ -244,69 +206,27 @@ class _Captured:
         return self.outputs[0].clone(), self.outputs[1].clone()  # the next camera's replay overwrites them
 
 
-@dataclass
-class _Camera:
-    thumb: torch.Tensor
-    frame_hw: tuple[int, int]
-    last_ns: int
-    motion: np.ndarray  # the last estimate (identity after a fallback)
-
-
 @dataclass(frozen=True)
 class Measured:
     """A frame's camera motion: (2, 3) previous frame's pixels -> this frame's, whether it was estimated (False: the
-    first frame of a camera, or after a reset) and whether the estimate failed its checks (the identity is used)."""
+    first frame of a camera, or after it started over) and whether the estimate failed (too few patches fit the
+    frame, or its checks failed: the identity is used)."""
 
     matrix: np.ndarray
     estimated: bool
     fallback: bool
 
 
-class CameraMotion:
-    """Per camera, the motion between its consecutive frames (module docstring: state and reset rules)."""
+class Estimator:
+    """`estimate` for any camera; on a CUDA device replayed from a graph captured once per thumbnail shape and
+    scale (1080p and 4K frames both give 480 x 270 thumbnails). Holds no camera's state."""
 
     def __init__(self) -> None:
-        self._cameras: dict[str, _Camera] = {}
-        self._pending: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
-        # one per thumbnail shape and scale (1080p and 4K frames both give 480 x 270 thumbnails)
         self._captured: dict[tuple[tuple[int, int], torch.device, int], _Captured] = {}
 
-    def reset(self) -> None:
-        """Forget every camera (the captured estimates stay: they depend on the thumbnail's shape only)."""
-        self._cameras.clear()
-        self._pending.clear()
-
-    def predicted(self, camera: str) -> np.ndarray:
-        """The motion `camera`'s next frame is expected to have: its last one (identity before any)."""
-        state = self._cameras.get(camera)
-        return IDENTITY if state is None else state.motion
-
-    def observe(self, camera: str, frame: torch.Tensor, stamp_ns: int, buffer_s: float) -> None:
-        """Start estimating the motion of `camera`'s `frame` (H, W, C, on the engine's device) against its previous
-        frame, on the device; `measured` reads it."""
-        thumb = thumbnail(frame)
-        hw = (int(frame.shape[0]), int(frame.shape[1]))
-        state = self._cameras.get(camera)
-        if state is not None and state.frame_hw != hw:
-            LOG.info(
-                "frames of %s changed size to %dx%d: its camera motion starts over", camera, hw[1], hw[0]
-            )
-            state = None
-        elif state is not None and broken(state.last_ns, stamp_ns, buffer_s):
-            LOG.info("stamps of %s went back or jumped (a restarted camera, a looped bag): its camera motion "
-                     "starts over", camera)  # fmt: skip
-            state = None
-        if state is None:
-            self._cameras[camera] = _Camera(thumb, hw, stamp_ns, IDENTITY)
-            self._pending[camera] = None
-            return
-        self._pending[camera] = self._estimate(state.thumb, thumb, thumb_factor(*hw))
-        state.thumb, state.last_ns = thumb, stamp_ns
-
-    def _estimate(
+    def __call__(
         self, previous: torch.Tensor, current: torch.Tensor, factor: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`estimate`, replayed from a captured graph on a CUDA device."""
         if current.device.type != "cuda":
             return estimate(previous, current, factor)
         key = ((int(current.shape[0]), int(current.shape[1])), current.device, factor)
@@ -314,18 +234,46 @@ class CameraMotion:
             self._captured[key] = _Captured(key[0], current.device, factor)
         return self._captured[key](previous, current)
 
-    def measured(self, camera: str) -> Measured:
-        """The motion of the frame `observe` last took from `camera` (read back from the device)."""
-        pending = self._pending.pop(camera, None)
-        state = self._cameras[camera]
-        if pending is None:
-            state.motion = IDENTITY
+
+class CameraMotion:
+    """One camera's motion between its consecutive frames: the last thumbnail and its frame size, the estimate in
+    flight, and the last estimate (the motion its next frame is predicted to have: the schedule plans a frame
+    before its own motion is measured). Its owner starts it over (a new object) when the camera's stream breaks."""
+
+    def __init__(self) -> None:
+        self._thumb: torch.Tensor | None = None  # of the last frame measured
+        self._frame_hw = (0, 0)
+        self._next: tuple[torch.Tensor, tuple[int, int]] | None = None  # the frame observed, not yet measured
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.motion = IDENTITY
+
+    def observe(self, frame: torch.Tensor, estimator: Estimator) -> None:
+        """Start estimating the motion of `frame` (H, W, C, on the engine's device) against the last frame
+        measured, on the device; `measured` reads it (a frame observed again before that replaces it: a retry)."""
+        hw = (int(frame.shape[0]), int(frame.shape[1]))
+        thumb = thumbnail(frame)
+        self._next, self._pending = (thumb, hw), None
+        fits = patch_count(thumb.shape[0], thumb.shape[1]) >= MIN_PATCHES
+        if self._thumb is not None and self._frame_hw == hw and fits:
+            self._pending = estimator(self._thumb, thumb, thumb_factor(*hw))
+
+    def measured(self) -> Measured:
+        """The motion of the frame `observe` last took (read back from the device); it becomes the last frame."""
+        if self._next is None:
+            raise RuntimeError("measured() without a frame observed")
+        first = self._thumb is None or self._frame_hw != self._next[1]
+        (self._thumb, self._frame_hw), self._next = self._next, None
+        pending, self._pending = self._pending, None
+        self.motion = IDENTITY
+        if first:
             return Measured(IDENTITY, False, False)
+        if pending is None:  # too few patches fit this frame's thumbnail
+            return Measured(IDENTITY, True, True)
         matrix, ok = pending
         both = torch.cat([matrix.reshape(-1), ok.reshape(1).to(matrix.dtype)]).cpu().numpy()  # one read
         if not both[6]:
-            state.motion = IDENTITY
             return Measured(IDENTITY, True, True)
         matrix = both[:6].reshape(2, 3)
-        state.motion = IDENTITY if corner_error(matrix, IDENTITY, state.frame_hw) <= STILL_PX else matrix
-        return Measured(state.motion, True, False)
+        if corner_error(matrix, IDENTITY, self._frame_hw) > STILL_PX:
+            self.motion = matrix
+        return Measured(self.motion, True, False)

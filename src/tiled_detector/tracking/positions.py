@@ -6,7 +6,7 @@ The stream's stages (the tiles looked at, the tracker, the boxes carried without
 they came from, so a reported box is found again: one seen in this frame among the frame's measured detections
 (same class, most overlap, the same score first: the tracker reports a match's own score), one carried among the
 camera's previous report (by track id, or without a tracker by class, overlap and the same `seen_ns`). State: the
-previous report of each camera (bounded by its boxes); a frame without depth reports no positions and leaves its
+camera's previous report (bounded by its boxes); a frame without depth reports no positions and leaves its
 boxes without one for the frames that carry them.
 """
 
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiled_detector.tracking.bytetrack import assign, overlapping
+from tiled_detector.tracking.bytetrack import assign
+from tiled_detector.tracking.geometry import overlapping
 from tiled_detector.types import Detections
 
 
@@ -54,19 +55,15 @@ def _nan(count: int) -> np.ndarray:
     return np.full((count, 3), np.nan, np.float32)
 
 
-class CameraPositions:
-    """The positions of every camera's reported boxes (module docstring). Not thread-safe."""
+class Positions:
+    """The positions of one camera's reported boxes (module docstring); the stream keeps one per camera and starts
+    it over with the camera's other state over time."""
 
     def __init__(self) -> None:
-        self._last: dict[str, _Report] = {}
-
-    def reset(self) -> None:
-        """Forget every camera's previous report."""
-        self._last.clear()
+        self._last: _Report | None = None
 
     def attach(
         self,
-        camera: str,
         stamp_ns: int,
         measured: Detections,
         reported: Detections,
@@ -91,11 +88,11 @@ class CameraPositions:
                 )
                 positions[fresh] = _taken(measured.positions, at)
                 sizes[fresh] = _taken(measured.sizes, at)
-            last = self._last.get(camera)
+            last = self._last
             if last is not None and (~fresh).any():
                 at = self._carried(last, reported, track_ids, seen_ns, ~fresh)
                 positions[~fresh], sizes[~fresh] = _taken(last.positions, at), _taken(last.sizes, at)
-        self._last[camera] = _Report(reported.boxes, reported.class_ids, track_ids, seen_ns, positions, sizes)
+        self._last = _Report(reported.boxes, reported.class_ids, track_ids, seen_ns, positions, sizes)
         if measured.positions is None:
             return reported
         return Detections(

@@ -1,0 +1,166 @@
+"""The node's worker loop, without ROS: each cycle takes the newest frame of every camera the engine share lets
+through, with the next part of each frame running in parts, detects them in one batch through the stream, charges
+the share with the views run, and hands each finished frame to the node to publish.
+
+The node (`ros/node.py`) gives it a `Host`: converting a message into a frame, its stamp, its depth image (`depth:
+true`), closing and opening the cameras' gates, publishing, counting and logging. A frame that cannot be converted is counted `malformed`; a batch
+that fails is retried frame by frame, so one bad frame costs only its own camera (counted `failed`; a frame in
+parts that fails is given up); an unexpected error is logged and counted, and the loop goes on. The stream owns
+every camera's state over time, the frames in parts included (`Stream.continuing`); the worker keeps only the last
+frame size each camera sent (for the share's `view_cap`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from tiled_detector.messages.images import ImageConversionError
+from tiled_detector.ros.share import EngineShare, view_cap
+from tiled_detector.ros.stats import FrameSlots
+from tiled_detector.stream import Job, Step, Stream, StreamResult
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A message as a camera's slot holds it: the camera's index, the message and when it arrived (monotonic s)."""
+
+    index: int
+    message: Any
+    received: float
+
+
+class Host(Protocol):
+    """What the node does for the worker."""
+
+    def prepare(self) -> None:
+        """Apply changed settings before a batch."""
+
+    def decode(self, index: int, message: Any) -> tuple[Any, str]:
+        """Camera `index`'s message as an (H, W, C) frame and its encoding (ImageConversionError: malformed)."""
+
+    def stamp(self, message: Any) -> int:
+        """The message's header stamp in nanoseconds."""
+
+    def depths(self, frames: list[tuple[int, int, tuple[int, int]]]) -> list[Any]:
+        """The depth image paired with each (camera index, stamp, frame size) of a batch, or None."""
+
+    def gate(self, held: set[int]) -> None:
+        """Take no new message of the `held` cameras; take again from the others."""
+
+    def publish(self, arrival: Arrival, job: Job, result: StreamResult) -> None:
+        """Publish a finished frame's detections (and count it)."""
+
+    def count(self, index: int, name: str) -> None:
+        """Count an event of camera `index`."""
+
+    def problem(self, index: int | None, text: str, error: bool) -> None:
+        """Log a problem of camera `index` (None: of the node): an error, or a warning."""
+
+
+class Worker:
+    """The worker loop (module docstring) over the cameras `names` (the stream's names; `mask_cameras`: the name
+    each camera's ignore mask is given for)."""
+
+    def __init__(
+        self,
+        host: Host,
+        stream: Stream,
+        names: Sequence[str],
+        mask_cameras: Sequence[str | None],
+        slots: FrameSlots,
+        share: EngineShare,
+        frame_hw: dict[int, tuple[int, int]],
+    ) -> None:
+        self.host, self.stream, self.slots, self.share = host, stream, slots, share
+        self.names, self.mask_cameras = list(names), list(mask_cameras)
+        self.frame_hw = frame_hw  # camera index -> the size of its last frame taken
+        self.largest_batch = 0  # most frames (cameras) detected in one batch so far
+        self._index = {name: index for index, name in enumerate(self.names)}
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycle until `stop` is set."""
+        while not stop.is_set():
+            self.cycle()
+
+    def cycle(self, timeout: float = 0.1) -> None:
+        """One batch: the frames the share lets through and the next parts (waits up to `timeout` s for a frame
+        when there is no part to run)."""
+        held = self.share.held()
+        continuing = {self._index[job.camera] for job in self.stream.continuing()}
+        self.host.gate(held | continuing)
+        parts = [job for job in self.stream.continuing() if self._index[job.camera] not in held]
+        items = self.slots.take(timeout=0.0 if parts else timeout, held=held | continuing)
+        if not items and not parts:
+            return
+        try:
+            self.process([arrival for _, arrival in items], parts)
+        except Exception:
+            for job in parts:
+                self.stream.give_up(job.camera)
+            for index, _ in items:
+                self.host.count(index, "failed")
+            self.host.problem(None, f"a frame failed:\n{traceback.format_exc()}", error=True)
+
+    def process(self, arrivals: Sequence[Arrival], parts: Sequence[Job] = ()) -> None:
+        """Convert the newest frame of each camera in `arrivals`, detect them in one batch with the next part of
+        each frame in `parts`, charge the share with the views run and publish each finished frame."""
+        self.host.prepare()
+        jobs: list[Job] = []
+        for arrival in arrivals:
+            try:
+                frame, encoding = self.host.decode(arrival.index, arrival.message)
+            except ImageConversionError as error:
+                self.host.count(arrival.index, "malformed")
+                self.host.problem(arrival.index, f"skipped a malformed image: {error}", error=False)
+                continue
+            self.frame_hw[arrival.index] = (int(frame.shape[0]), int(frame.shape[1]))
+            jobs.append(
+                Job(
+                    self.names[arrival.index], frame, self.host.stamp(arrival.message), encoding,
+                    slot=arrival.index, mask_camera=self.mask_cameras[arrival.index], context=arrival,
+                )
+            )  # fmt: skip
+        paired = self.host.depths([(j.context.index, j.stamp_ns, j.frame.shape[:2]) for j in jobs])
+        jobs = [replace(job, depth=depth) for job, depth in zip(jobs, paired, strict=True)]
+        jobs.extend(parts)
+        self.largest_batch = max(self.largest_batch, len(jobs))
+        start = time.monotonic()
+        steps = self._detect(jobs, self._view_cap(jobs))
+        self.share.charge([(s.job.context.index, s.views) for s in steps], time.monotonic() - start)
+        for step in steps:
+            if step.result is not None:
+                self.host.publish(step.job.context, step.job, step.result)
+
+    def _view_cap(self, jobs: Sequence[Job]) -> int:
+        """The most views a frame runs in one batch (`ros.share.view_cap`), from the views of the frames of the
+        cameras sending (their last size, or the size in this batch)."""
+        if len(self.names) < 2:
+            return 0
+        sending = self.share.sending()
+        sizes = {i: hw for i, hw in self.frame_hw.items() if i in sending}
+        sizes.update({job.context.index: job.frame.shape[:2] for job in jobs})
+        detector = self.stream.detector
+        return view_cap(
+            [detector.plan_for(h, w, self.mask_cameras[i]).batch_size for i, (h, w) in sizes.items()]
+        )
+
+    def _detect(self, jobs: Sequence[Job], cap: int) -> list[Step]:
+        """The steps of `jobs`, all in one batch; when that fails, each frame alone (a frame in parts re-runs the
+        same part), so that one bad frame costs only its own camera (counted, and a frame in parts given up)."""
+        if not jobs:
+            return []
+        try:
+            return self.stream.run(jobs, cap)
+        except (RuntimeError, ValueError) as error:
+            if len(jobs) == 1:
+                index = jobs[0].context.index
+                self.stream.give_up(jobs[0].camera)
+                self.host.count(index, "failed")
+                self.host.problem(index, f"detection failed for one frame: {error}", error=True)
+                return []
+        return [step for job in jobs for step in self._detect([job], cap)]

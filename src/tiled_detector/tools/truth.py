@@ -1,0 +1,301 @@
+"""Ground truth of a user's own recording, read from the files annotation tools write: MOTChallenge `gt.txt` and
+COCO JSON, matched to the recording's frames (a folder of images or a video) for `make-bag --truth`.
+
+MOTChallenge (motchallenge.net's format; Milan et al., "MOT16", 2016): one comma-separated row per box,
+`frame, id, left, top, width, height, consider, class, visibility` (MOT16 / MOT17 / MOT20: 9 columns) or
+`frame, id, left, top, width, height, consider, x, y, z` (2D MOT 2015: 10 columns; x, y, z are world coordinates,
+-1 in 2D, and every row is a pedestrian). Frame numbers count from 1: frame n is the n-th image of the folder by
+name (the order `make-bag --images` writes them in) or the n-th frame of the video. Pixel coordinates count from 1
+too: (left, top) is the box's top-left pixel, the image's first pixel being (1, 1). In our coordinates, pixel
+edges from 0 (an image spans [0, W] x [0, H]), that box is x1 = left - 1, y1 = top - 1, x2 = x1 + width,
+y2 = y1 + height. Left out: rows whose consider flag is 0 and, in 9 columns, classes other than pedestrian (1;
+-1, unlabelled, is kept). A row's id is the object's identity across frames.
+
+COCO (cocodataset.org's detection format): `images`, `annotations` with `bbox` [x, y, width, height] in pixel
+edges from 0 (x1 = x, x2 = x + width: no shift), `categories`. The annotations of the category named
+`truth_class` are kept, crowd regions (`iscrowd` 1) left out. With a folder, each image is matched to the COCO
+image of its file name (`file_name`'s last part; COCO images not in the folder are ignored); with a video, the COCO
+images are its frames in the order of `frame_index` (TAO) or `frame_id` (BDD100K) where every image has one,
+else of their ids, and they must all be of one video (`video_id`). An annotation's `track_id` (TAO),
+`instance_id` (BDD100K) or `attributes.track_id` (CVAT) is its identity; when any kept annotation has none, the
+truth has no identities (boxes only: AP50 can be scored, not IDF1).
+
+Boxes reaching past the frame's border (normal in MOT17) are clipped to it; a box with no area inside its frame,
+a frame the recording does not have, a wrong column count or a repeated identity in one frame are refused
+(`TruthError`, one line naming the file and the problem).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiled_detector.options import Option
+from tiled_detector.tools.frames import Frame, image_folder_frames, image_paths, video_frames
+
+MOT_COLUMNS = {9: "MOT16 / MOT17 / MOT20", 10: "MOT15"}
+PEDESTRIAN = 1  # the MOT16+ class kept
+UNLABELLED = -1  # a MOT class column without a class
+TRACK_KEYS = ("track_id", "instance_id")  # an annotation's identity (also attributes.track_id)
+FRAME_KEYS = ("frame_index", "frame_id")  # a video frame's position (TAO, BDD100K)
+
+
+class TruthError(ValueError):
+    """A truth file that cannot be matched to the recording; the text names the file (or flag) and the problem."""
+
+
+class TruthFormat(Option):
+    """How a truth file is written."""
+
+    MOT = "mot"
+    COCO = "coco"
+
+    @classmethod
+    def of(cls, path: str | Path, given: str | None = None) -> TruthFormat:
+        """`given` (`--truth-format`), else from the file's suffix: .txt is MOTChallenge, .json COCO."""
+        if given is not None:
+            try:
+                return cls.from_value(given)
+            except ValueError as error:
+                raise TruthError(f"--truth-format: {error}") from None
+        suffix = Path(path).suffix.lower()
+        if suffix in SUFFIXES:
+            return SUFFIXES[suffix]
+        raise TruthError(
+            f"--truth {path}: cannot tell its format from the suffix {suffix or '(none)'!r} "
+            "(.txt: MOTChallenge gt.txt, .json: COCO): give --truth-format mot or coco"
+        )
+
+
+SUFFIXES = {".txt": TruthFormat.MOT, ".json": TruthFormat.COCO}
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A recording's ground truth: one row per object per frame (`frame`: 0-based frame index, `boxes`: x1, y1,
+    x2, y2 in pixel edges from 0 as the file gives them, not yet clipped; `ids`: identities, None when the file
+    gives none), `frames` (the frames the file covers: MOT's last frame number, COCO's image count; `exact`: the
+    recording must have exactly that many, as a COCO file lists every frame), `left_out` (rows or annotations
+    not taken) and `path` for messages."""
+
+    path: Path
+    frame: np.ndarray
+    boxes: np.ndarray
+    ids: np.ndarray | None
+    frames: int
+    exact: bool = False
+    left_out: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ids is not None:
+            pairs = np.stack([self.frame, self.ids], axis=1)
+            unique, counts = np.unique(pairs, axis=0, return_counts=True)
+            if len(pairs) and counts.max() > 1:
+                frame, identity = unique[int(np.argmax(counts))].tolist()
+                raise TruthError(f"--truth {self.path}: id {identity} appears twice in frame {frame + 1}")
+
+    @property
+    def identities(self) -> bool:
+        return self.ids is not None
+
+    def in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Frame `index`'s boxes clipped to a `width` x `height` frame, and their ids; TruthError for a box with no
+        area inside the frame."""
+        rows = self.frame == index
+        boxes = self.boxes[rows]
+        clipped = np.clip(boxes, 0.0, [width, height, width, height]).astype(np.float32)
+        empty = (clipped[:, 2] <= clipped[:, 0]) | (clipped[:, 3] <= clipped[:, 1])
+        if empty.any():
+            x1, y1, x2, y2 = boxes[int(np.argmax(empty))].tolist()
+            raise TruthError(
+                f"--truth {self.path}: frame {index + 1} has a box with no area inside the {width}x{height} frame "
+                f"(x1 {x1:g}, y1 {y1:g}, x2 {x2:g}, y2 {y2:g} in pixel edges from 0)"
+            )
+        return clipped, None if self.ids is None else self.ids[rows]
+
+    def check_count(self, available: int, what: str, cut: bool = False) -> None:
+        """TruthError when the truth does not fit `available` frames of `what` (`cut`: the recording was cut
+        short on purpose, `--frames`: the truth's later frames are dropped with it)."""
+        if self.frames > available and not cut:
+            raise TruthError(
+                f"--truth {self.path}: holds frame {self.frames} but {what} has {available} frames"
+            )
+        if self.exact and self.frames < available:
+            raise TruthError(
+                f"--truth {self.path}: lists {self.frames} images but {what} has {available} frames"
+            )
+
+
+def read_mot(path: str | Path) -> Truth:
+    """A MOTChallenge gt.txt (module docstring): the pedestrians to consider, with their identities."""
+    path = Path(path)
+    rows = [line.strip().rstrip(",") for line in _text(path).splitlines()]
+    rows = [row for row in rows if row]
+    if not rows:
+        raise TruthError(f"--truth {path}: no rows (a MOTChallenge gt.txt has one row per box)")
+    cells = [row.split(",") for row in rows]
+    width = len(cells[0])
+    for number, row in enumerate(cells, start=1):
+        if len(row) != width or width not in MOT_COLUMNS:
+            expected = " or ".join(f"{n} ({what})" for n, what in MOT_COLUMNS.items())
+            raise TruthError(
+                f"--truth {path}: row {number} has {len(row)} columns; a MOTChallenge gt.txt has {expected} "
+                "in every row"
+            )
+    try:
+        table = np.array(cells, np.float64)
+    except ValueError as error:
+        raise TruthError(f"--truth {path}: not a MOTChallenge gt.txt of numbers ({error})") from None
+    frame, ids = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+    if frame.min() < 1:
+        raise TruthError(
+            f"--truth {path}: frame {frame.min()} in row {int(np.argmin(frame)) + 1}; "
+            "MOTChallenge frames count from 1"
+        )
+    if (ids < 0).all():
+        raise TruthError(
+            f"--truth {path}: every id is -1: a detections file (det.txt), not ground truth (gt.txt)"
+        )
+    keep = table[:, 6] != 0
+    if width == 9:
+        keep &= np.isin(table[:, 7], (PEDESTRIAN, UNLABELLED))
+    left, top, w, h = (table[:, k] for k in (2, 3, 4, 5))
+    boxes = np.stack([left - 1.0, top - 1.0, left - 1.0 + w, top - 1.0 + h], axis=1)
+    return Truth(path, frame[keep] - 1, boxes[keep], ids[keep], int(frame.max()), left_out=int((~keep).sum()))
+
+
+def read_coco(path: str | Path, truth_class: str, names: Sequence[str] | None = None) -> Truth:
+    """A COCO file's annotations of category `truth_class`, for a folder's images (`names`: their file names, in
+    the recording's order) or, without `names`, a video's frames (module docstring)."""
+    path = Path(path)
+    try:
+        data = json.loads(_text(path))
+    except json.JSONDecodeError as error:
+        raise TruthError(f"--truth {path}: not JSON ({error})") from None
+    if not isinstance(data, dict) or not {"images", "annotations", "categories"} <= set(data):
+        raise TruthError(f"--truth {path}: not a COCO file (it needs images, annotations and categories)")
+    categories = {c["id"] for c in data["categories"] if c.get("name") == truth_class}
+    if not categories:
+        known = ", ".join(sorted({str(c.get("name")) for c in data["categories"]}))
+        raise TruthError(
+            f"--truth-class {truth_class}: {path} has no category of that name (it has: {known})"
+        )
+    order = _coco_order(path, data["images"], names)
+    kept = [a for a in data["annotations"] if a.get("category_id") in categories and not a.get("iscrowd", 0)]
+    taken = [a for a in kept if a.get("image_id") in order]
+    left_out = len(data["annotations"]) - len(kept)
+    frame = np.array([order[a["image_id"]] for a in taken], np.int64)
+    boxes = np.array([a["bbox"] for a in taken], np.float64).reshape(-1, 4)
+    boxes[:, 2:] += boxes[:, :2]
+    tracks = [_track_id(a) for a in taken]
+    ids = None if None in tracks else _as_ints(tracks)
+    return Truth(path, frame, boxes, ids, len(order), exact=True, left_out=left_out)
+
+
+def _coco_order(path: Path, images: list[dict[str, Any]], names: Sequence[str] | None) -> dict[Any, int]:
+    """COCO image id -> frame index: by file name for a folder's images (`names`), else in frame order."""
+    if names is not None:
+        by_name: dict[str, Any] = {}
+        for image in images:
+            name = Path(str(image.get("file_name", ""))).name
+            if name in by_name:
+                raise TruthError(
+                    f"--truth {path}: two images are named {name}: cannot match them to --images"
+                )
+            by_name[name] = image["id"]
+        missing = [name for name in names if name not in by_name]
+        if missing:
+            raise TruthError(
+                f"--truth {path}: has no image named {missing[0]} "
+                f"({len(missing)} of the {len(names)} images of --images are not in it)"
+            )
+        return {by_name[name]: index for index, name in enumerate(names)}
+    videos = {image.get("video_id") for image in images}
+    if len(videos) > 1:
+        raise TruthError(
+            f"--truth {path}: holds images of {len(videos)} videos (video_id): "
+            "a --video needs the COCO file of that one video"
+        )
+    key = next((k for k in FRAME_KEYS if all(k in image for image in images)), "id")
+    positions = [image[key] for image in images]
+    if len(set(positions)) != len(positions):
+        raise TruthError(f"--truth {path}: two images have the same {key}: cannot order the video's frames")
+    ordered = sorted(images, key=lambda image: image[key])
+    return {image["id"]: index for index, image in enumerate(ordered)}
+
+
+def _track_id(annotation: dict[str, Any]) -> Any:
+    """An annotation's identity (module docstring), or None."""
+    for key in TRACK_KEYS:
+        if annotation.get(key) is not None:
+            return annotation[key]
+    return (annotation.get("attributes") or {}).get("track_id")
+
+
+def _as_ints(tracks: list[Any]) -> np.ndarray:
+    """Identities as integers: whole numbers as they are, anything else (names) numbered from 1 in order."""
+    if all(isinstance(t, int) or (isinstance(t, float) and t.is_integer()) for t in tracks):
+        return np.array(tracks, np.int64).reshape(-1)
+    numbers: dict[Any, int] = {}
+    return np.array([numbers.setdefault(t, len(numbers) + 1) for t in tracks], np.int64).reshape(-1)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TruthError(f"--truth {path}: cannot read it ({error})") from None
+
+
+def read_truth(
+    path: str | Path, truth_format: TruthFormat, truth_class: str, names: Sequence[str] | None = None
+) -> Truth:
+    """The truth file at `path` (for a folder's images `names`, else a video's frames)."""
+    if truth_format is TruthFormat.MOT:
+        return read_mot(path)
+    return read_coco(path, truth_class, names)
+
+
+def with_truth(frames: Iterable[Frame], truth: Truth, what: str, cut: int | None = None) -> Iterator[Frame]:
+    """`frames` carrying `truth` (class id 0, boxes clipped to each frame, identities where the truth has them;
+    a frame without rows carries no objects); TruthError, raised while the frames are read, when they do not
+    match (`Truth.check_count`; `cut`: the most frames the recording was limited to)."""
+    count = 0
+    for index, frame in enumerate(frames):
+        height, width = frame.image.shape[:2]
+        boxes, ids = truth.in_frame(index, width, height)
+        yield dataclasses.replace(frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids)
+        count += 1
+    truth.check_count(count, what, cut=cut is not None and count == cut)
+
+
+def recording_frames(
+    images: Path | None,
+    video: Path | None,
+    limit: int | None,
+    truth_path: Path,
+    truth_format: str | None,
+    truth_class: str,
+) -> tuple[Iterator[Frame], Truth]:
+    """The frames of a folder of `images` or a `video` (at most `limit`) carrying the truth file's boxes, and the
+    truth; a folder's frame count is checked before any image is read, a video's as it is read."""
+    if images is None and video is None:
+        raise TruthError("--truth needs --images or --video: the frames its boxes are on")
+    kind = TruthFormat.of(truth_path, truth_format)
+    names = None if images is None else [p.name for p in image_paths(images)]
+    truth = read_truth(truth_path, kind, truth_class, names)
+    if not len(truth.frame):
+        raise TruthError(
+            f"--truth {truth_path}: no {truth_class} to score ({truth.left_out} rows or annotations "
+            "left out: consider 0, other classes, crowds)"
+        )
+    if names is not None:
+        truth.check_count(len(names), f"--images {images}")
+        return with_truth(image_folder_frames(images), truth, f"--images {images}"), truth
+    return with_truth(video_frames(video, limit), truth, f"--video {video}", cut=limit), truth

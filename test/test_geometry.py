@@ -1,0 +1,84 @@
+"""Box and frame geometry (`tracking.geometry`): moving boxes by a camera motion, the view a motion brings in, boxes
+inside a union of rectangles, the overlapping pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from support.transforms import compose, similarity
+from tiled_detector.tracking.geometry import (
+    inside_any,
+    inside_union,
+    move_boxes,
+    move_points,
+    new_view,
+    similarity_scale,
+)
+
+IDENTITY = np.eye(3)[:2]
+
+
+transforms = st.builds(
+    similarity, st.floats(0.9, 1.1), st.floats(-5, 5), st.floats(-50, 50), st.floats(-50, 50)
+)
+boxes = st.lists(
+    st.tuples(st.floats(0, 1000), st.floats(0, 1000), st.floats(1, 200), st.floats(1, 200)),
+    min_size=1,
+    max_size=8,
+).map(lambda rows: np.array([[x, y, x + w, y + h] for x, y, w, h in rows]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(transforms, transforms, boxes)
+def test_moving_boxes_composes(first: np.ndarray, then: np.ndarray, rows: np.ndarray) -> None:
+    """Moving boxes by one motion then another is moving them by the composed motion; centres move as points and
+    sizes scale."""
+    direct = move_boxes(compose(first, then), rows)
+    assert np.allclose(move_boxes(then, move_boxes(first, rows)), direct, atol=1e-6)
+    centres = move_points(first, (rows[:, :2] + rows[:, 2:]) / 2)
+    moved = move_boxes(first, rows)
+    assert np.allclose((moved[:, :2] + moved[:, 2:]) / 2, centres, atol=1e-6)
+    assert np.allclose(moved[:, 2:] - moved[:, :2], (rows[:, 2:] - rows[:, :2]) * similarity_scale(first))
+
+
+def test_new_view_is_the_strip_that_entered() -> None:
+    """A pan of 64 px to the right (content moves left) brings in a 64-px strip at the right edge."""
+    tiles = np.array([[0, 0, 640, 640], [1280, 0, 1920, 640], [640, 400, 1280, 1080]], np.float64)
+    fresh = new_view(tiles, similarity(1.0, 0.0, -64.0, 0.0), (1080, 1920))
+    assert fresh[0] == 0 and fresh[2] == 0 and 0.08 < fresh[1] < 0.13
+    assert np.all(new_view(tiles, IDENTITY, (1080, 1920)) == 0)
+
+
+rect_sets = st.lists(
+    st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(1, 8), st.integers(1, 8)),
+    min_size=0,
+    max_size=6,
+).map(lambda rows: np.array([[x, y, x + w, y + h] for x, y, w, h in rows], float).reshape(-1, 4) * 10)
+box_sets = st.lists(
+    st.tuples(st.integers(0, 190), st.integers(0, 190), st.integers(1, 60), st.integers(1, 60)),
+    min_size=1,
+    max_size=6,
+).map(lambda rows: np.array([[x, y, x + w, y + h] for x, y, w, h in rows], float))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rect_sets, box_sets)
+def test_a_box_is_inside_a_union_when_every_pixel_of_it_is_covered(
+    rects: np.ndarray, boxes: np.ndarray
+) -> None:
+    """Against a raster of the union (integer boxes and rectangles: every unit pixel decides); a box held by one
+    rectangle is inside the union."""
+    raster = np.zeros((320, 320), bool)
+    for x1, y1, x2, y2 in rects.astype(int):
+        raster[y1:y2, x1:x2] = True
+    expected = [bool(raster[int(y1) : int(y2), int(x1) : int(x2)].all()) for x1, y1, x2, y2 in boxes]
+    assert inside_union(boxes, rects).tolist() == expected
+    assert not (inside_any(boxes, rects) & ~inside_union(boxes, rects)).any()
+
+
+def test_rectangles_unbounded_beyond_the_frame_hold_what_reaches_out_of_it() -> None:
+    rects = np.array([[-np.inf, -np.inf, 100.0, 100.0], [90.0, -np.inf, 200.0, 100.0]])
+    boxes = np.array([[-30.0, -5.0, 150.0, 50.0], [50.0, 50.0, 150.0, 120.0], [190.0, 0.0, 210.0, 10.0]])
+    assert inside_union(boxes, rects).tolist() == [True, False, False]
