@@ -245,6 +245,8 @@ def test_detect_with_a_depth_image_that_is_not_aligned_fails_that_image(
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert f"{depth}: no depth: " in err and said in err, err
+
+
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 frames of 64x48 as images and as a video, with MOTChallenge truth files good and bad."""

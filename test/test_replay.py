@@ -335,6 +335,8 @@ def test_an_rgbd_bag_replays_its_depth_and_scores_the_positions(tmp_path: Path, 
     assert summary["frames_answered"] == 3 and summary["objects_3d"] > 0, summary
     assert summary["depth_error_median"] <= 0.01 and summary["depth_error_p95"] <= 0.03, summary
     assert ReplayReport("lockstep", 1, 1, None, None, None, None, None).summary()["objects_3d"] is None
+
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 MOT17_04 = SHARED / "data" / "mot17_mini" / "MOT17-04-FRCNN"
 YOLOX = SHARED / "models" / "yolox_nano.onnx"
