@@ -437,7 +437,7 @@ def test_several_cameras_pair_their_own_depth_and_publish_their_own_detections_3
         for index, metres in enumerate((4.0, 9.0, 6.0)):
             msg = array_to_imgmsg(frame, "rgb8")
             msg.header.stamp.sec = 10 + index
-            messages.append((index, (msg, 0.0)))
+            messages.append(Arrival(index, msg, 0.0))
             depth = Image(height=120, width=160, encoding="32FC1", step=640)
             depth.data = np.full((120, 160), metres, np.float32).tobytes()
             depth.header.stamp.sec = 10 + index
@@ -445,7 +445,7 @@ def test_several_cameras_pair_their_own_depth_and_publish_their_own_detections_3
             if index < 2:  # camera c has no camera info yet: 2D only, counted for it alone
                 info = CameraInfo(width=320, height=240, k=[300.0, 0, 159.5, 0, 300.0, 119.5, 0, 0, 1])
                 node._depth._on_info(info, index=index)
-        node._process(messages)
+        node._loop.process(messages)
         assert [t for t, _ in published] == ["/a/detections_3d", "/b/detections_3d"]
         for (_, msg), metres in zip(published, (4.0, 9.0), strict=True):
             _, positions, _ = msg_to_positions(msg)
