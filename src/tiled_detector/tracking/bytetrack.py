@@ -16,7 +16,7 @@ Where it departs from the reference, and why (each tested):
   lost tracks compete (DeepSORT's matching cascade, for unambiguous overlaps only): among the extra boxes tiles
   give (nearby people, parts), a lost track's stale prediction otherwise takes a live track's object;
 - a last association by the distance of the centres (`_by_distance`) for small tracks (small fast objects: IoU
-  cannot follow them), with detections of their size that no other track overlaps;
+  cannot follow them), with detections that no other track overlaps;
 - matches never cross classes;
 - the camera's motion is applied to every track first (`warp`, BoT-SORT's GMC);
 - the time step is the stamps' (a frame dropped upstream is a longer step, not a missed detection) and the
@@ -54,8 +54,7 @@ DISTANCE_GATE = 1.0  # the last association: centre distance in sides per frame 
 MAX_DISTANCE_GATE = 2.0  # ... and at most this many sides
 CONFIRM_AT_ONCE = 0.5  # under a tile budget a new track with this score is confirmed at once
 RECENT_IOU = 0.5  # a track matched on the last frame first takes a detection overlapping it this much
-DISTANCE_SMALL_PX = 48.0  # the last association: for tracks this small (longer side, frame pixels) ...
-DISTANCE_SIZE = 1.5  # ... and detections whose width and height are within this factor of the track's
+DISTANCE_SMALL_PX = 48.0  # the last association: for tracks this small (longer side, frame pixels)
 DUPLICATE_IOU = (
     0.85  # a tracked and a lost track overlapping this much are one object (ByteTrack's 0.15 distance)
 )
@@ -402,9 +401,9 @@ class ByteTrack:
         over) of their class, by the distance of the centres in units of the larger box's longer side, below
         `DISTANCE_GATE` per frame since the track's last match (at most `MAX_DISTANCE_GATE`): a small object that
         moved about its own size since shares too few pixels with its prediction for IoU, and without this would
-        start a new track (an identity switch). Only for a small track (`DISTANCE_SMALL_PX`) and a detection of its
-        size (`DISTANCE_SIZE`) that no other track's prediction overlaps: a larger object's IoU follows it (people
-        walking), and a near detection is then a neighbour's or a part of one."""
+        start a new track (an identity switch). Only for a small track (`DISTANCE_SMALL_PX`) and a detection that no
+        other track's prediction overlaps: a larger object's IoU follows it (people walking), and a near detection
+        is then a neighbour's or a part of one."""
         t = self.table
         rows, cols = np.flatnonzero(tracks), np.flatnonzero(detections)
         if not len(rows) or not len(cols):
@@ -417,9 +416,7 @@ class ByteTrack:
         side = np.maximum((a[:, 2:] - a[:, :2]).max(axis=1), (b[:, 2:] - b[:, :2]).max(axis=1))
         gate = np.minimum(t[i, _PERIODS] * DISTANCE_GATE, MAX_DISTANCE_GATE)
         distance = centre / np.maximum(side, 1.0)
-        size_a, size_b = a[:, 2:] - a[:, :2], np.maximum(b[:, 2:] - b[:, :2], 1e-6)
-        ratio = np.maximum(size_a / size_b, size_b / np.maximum(size_a, 1e-6)).max(axis=1)
-        ok = (size_a.max(axis=1) <= DISTANCE_SMALL_PX) & (ratio <= DISTANCE_SIZE)
+        ok = (a[:, 2:] - a[:, :2]).max(axis=1) <= DISTANCE_SMALL_PX
         # a detection overlapping another live track's prediction is left to that track (a crowd)
         oi, oj, _ = overlapping(predicted, boxes, t[:, _CLASS], class_ids)
         overlaps = np.bincount(oj, minlength=len(boxes))[j]  # tracks whose prediction overlaps the detection
