@@ -7,13 +7,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.strategies import box_pairs
 from support.transforms import compose, similarity
+from tiled_detector.tools.scoring import box_iou
 from tiled_detector.tracking.geometry import (
     inside_any,
     inside_union,
     move_boxes,
     move_points,
     new_view,
+    overlapping,
     similarity_scale,
 )
 
@@ -82,3 +85,21 @@ def test_rectangles_unbounded_beyond_the_frame_hold_what_reaches_out_of_it() -> 
     rects = np.array([[-np.inf, -np.inf, 100.0, 100.0], [90.0, -np.inf, 200.0, 100.0]])
     boxes = np.array([[-30.0, -5.0, 150.0, 50.0], [50.0, 50.0, 150.0, 120.0], [190.0, 0.0, 210.0, 10.0]])
     assert inside_union(boxes, rects).tolist() == [True, False, False]
+
+
+@settings(max_examples=150, deadline=None)
+@given(sets=box_pairs(), groups=st.sampled_from([0, 1, 3]))
+def test_overlapping_pairs_equal_the_dense_iou(sets, groups):
+    """Every intersecting pair (of the same group, where groups are given: matches never cross classes)."""
+    a, b = sets
+    dense = box_iou(a, b)
+    if groups:
+        a_groups, b_groups = np.arange(len(a)) % groups, np.arange(len(b)) % (groups + 1)
+        i, j, iou = overlapping(a, b, a_groups, b_groups)
+        dense[a_groups[:, None] != b_groups[None, :]] = 0.0
+    else:
+        i, j, iou = overlapping(a, b)
+    want = np.argwhere(dense > 0)
+    got = np.stack([i, j], axis=1) if len(i) else np.zeros((0, 2), np.int64)
+    assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))
+    np.testing.assert_allclose(iou, dense[i, j], rtol=1e-9)

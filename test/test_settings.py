@@ -224,3 +224,26 @@ def test_a_bad_params_file_is_one_clear_error(tmp_path: Path) -> None:
     bad.write_text("/**: [unclosed\n")
     with pytest.raises(ValueError, match="cannot read the params file"):
         read_params_file(bad)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"tracker": "deepsort"},
+            "tracker: unknown tracker kind 'deepsort'; expected one of: none, bytetrack",
+        ),
+        ({"lost_track_buffer": 0.0}, "lost_track_buffer must be in \\[0.001, 3600.0\\], got 0.0"),
+        ({"lost_track_buffer": -1.0}, "lost_track_buffer must be in"),
+        (
+            {"track_activation_threshold": 1.5},
+            "track_activation_threshold must be in \\[0.0, 1.0\\], got 1.5",
+        ),
+        ({"track_matching_threshold": -0.1}, "track_matching_threshold must be in \\[0.0, 1.0\\], got -0.1"),
+    ],
+)
+def test_bad_tracker_settings_are_one_line_naming_the_parameter(changes, message):
+    from tiled_detector.config import DetectorConfig
+
+    with pytest.raises(ValueError, match=message):
+        DetectorConfig(**changes)

@@ -1,5 +1,5 @@
-"""Tests for tracking/: ByteTrack on arrays (association against dense references, ids through a crossing and an
-occlusion), a camera's tracks and their ids, bounded memory, and the MOT metrics."""
+"""ByteTrack on arrays (`tracking.bytetrack`): the assignment against a dense reference, ids through a crossing
+and an occlusion, ByteTrack's rules, and each departure from it (with the defect its test would catch)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
+from support.strategies import box_pairs
 from support.transforms import similarity
-from tiled_detector.tools.scoring import box_iou, mot_metrics
+from tiled_detector.tools.scoring import box_iou
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings, assign
 from tiled_detector.tracking.geometry import move_points, overlapping
 from tiled_detector.tracking.looks import Looks
-from tiled_detector.tracking.tracks import Tracks
-from tiled_detector.types import Detections
 
 SECOND = 1_000_000_000
 FRAME_NS = SECOND // 30
@@ -25,37 +24,8 @@ def _box(cx: float, cy: float, size: float = 20.0) -> list[float]:
     return [cx - size / 2, cy - size / 2, cx + size / 2, cy + size / 2]
 
 
-@st.composite
-def box_sets(draw):
-    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    n, m = draw(st.integers(0, 25)), draw(st.integers(0, 25))
-    a = rng.uniform(0, 200, (n, 2))
-    b = rng.uniform(0, 200, (m, 2))
-    a = np.concatenate([a, a + rng.uniform(1, 60, (n, 2))], axis=1)
-    b = np.concatenate([b, b + rng.uniform(1, 60, (m, 2))], axis=1)
-    return a, b
-
-
 @settings(max_examples=150, deadline=None)
-@given(sets=box_sets(), groups=st.sampled_from([0, 1, 3]))
-def test_overlapping_pairs_equal_the_dense_iou(sets, groups):
-    """Every intersecting pair (of the same group, where groups are given: matches never cross classes)."""
-    a, b = sets
-    dense = box_iou(a, b)
-    if groups:
-        a_groups, b_groups = np.arange(len(a)) % groups, np.arange(len(b)) % (groups + 1)
-        i, j, iou = overlapping(a, b, a_groups, b_groups)
-        dense[a_groups[:, None] != b_groups[None, :]] = 0.0
-    else:
-        i, j, iou = overlapping(a, b)
-    want = np.argwhere(dense > 0)
-    got = np.stack([i, j], axis=1) if len(i) else np.zeros((0, 2), np.int64)
-    assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))
-    np.testing.assert_allclose(iou, dense[i, j], rtol=1e-9)
-
-
-@settings(max_examples=150, deadline=None)
-@given(sets=box_sets(), limit=st.sampled_from([0.3, 0.5, 0.8]))
+@given(sets=box_pairs(), limit=st.sampled_from([0.3, 0.5, 0.8]))
 def test_assignment_equals_the_dense_assignment_with_a_cost_limit(sets, limit):
     a, b = sets
     i, j, iou = overlapping(a, b)
@@ -122,103 +92,6 @@ def test_a_match_is_reported_at_its_detection_and_new_tracks_wait_for_a_second_f
     low = tracker.update(np.array([_box(56, 50)]), np.array([0.15]), np.array([0]), 1 / 30)
     assert low[3].tolist() == [1]  # a low-score detection continues a track (ByteTrack's second association)
     assert tracker.update(np.array([_box(56, 90)]), np.array([0.9]), np.array([1]), 1 / 30)[3].tolist() == []
-
-
-def _found(boxes: list, scores: list | None = None) -> Detections:
-    boxes = np.array(boxes, np.float64).reshape(-1, 4)
-    return Detections(
-        boxes,
-        np.full(len(boxes), 0.9) if scores is None else np.array(scores),
-        np.zeros(len(boxes), np.int64),
-    )
-
-
-def test_a_cameras_tracks_continue_the_ids_they_are_given_and_stamp_what_they_saw():
-    tracks = Tracks(TrackerSettings(), first_id=7)  # a camera started over: its ids continue upwards
-    a = tracks.update(10 * SECOND, _found([_box(10, 10), _box(90, 90)]))
-    assert a.track_ids.tolist() == [7, 8] and tracks.next_id == 9
-    b = tracks.update(10 * SECOND + FRAME_NS, _found([_box(11, 10)]))
-    assert b.track_ids.tolist() == [7] and b.seen_ns.tolist() == [10 * SECOND + FRAME_NS] and len(tracks) == 2
-
-
-def test_a_repeated_stamp_is_a_step_of_no_time_without_a_warning():
-    import warnings
-
-    tracks = Tracks(TrackerSettings())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for stamp in (0, FRAME_NS, FRAME_NS, 2 * FRAME_NS):
-            out = tracks.update(stamp, _found([_box(10 + stamp / FRAME_NS, 10)]))
-    assert out.track_ids.tolist() == [1]
-
-
-def test_a_long_stream_of_objects_coming_and_going_holds_bounded_state():
-    tracks = Tracks(TrackerSettings(buffer_s=0.5))
-    rng = np.random.default_rng(3)
-    most = 0
-    for frame in range(3_000):
-        # 20 objects alive at a time, each for 90 frames, then replaced by new ones elsewhere
-        generation = frame // 90
-        centres = np.random.default_rng(generation).uniform(50, 1800, (20, 2)) + (frame % 90) * 1.5
-        boxes = np.array([_box(x, y) for x, y in centres])
-        scores = rng.uniform(0.5, 1.0, 20)
-        tracks.update(frame * FRAME_NS, Detections(boxes, scores, np.zeros(20, np.int64)))
-        most = max(most, len(tracks))
-    assert most <= 40  # the live objects and the lost ones of the last half second, not the stream's 670
-
-
-def test_mot_metrics_equal_the_hand_counted_numbers():
-    # 2 objects over 3 frames; the prediction swaps their ids in frame 3 (2 switches) and misses one in frame 2
-    a, b = _box(10, 10), _box(100, 10)
-    truth = [(np.array([a, b]), np.array([1, 2]))] * 3
-    predicted = [
-        (np.array([a, b]), np.array([7, 8])),
-        (np.array([a]), np.array([7])),
-        (np.array([a, b]), np.array([8, 7])),
-    ]
-    found = mot_metrics(truth, predicted)
-    # MOTA = 1 - (FN 1 + FP 0 + IDSW 2) / GT 6; IDF1 = 2 IDTP / (GT + predictions) with the best one-to-one
-    # identity mapping (1->7, 2->8): IDTP = 2 + 1 = 3 (frames 1 and 2) -> 2 * 3 / (6 + 5)
-    assert found == {"IDF1": pytest.approx(6 / 11), "MOTA": pytest.approx(0.5), "id_switches": 2}
-
-
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        (
-            {"tracker": "deepsort"},
-            "tracker: unknown tracker kind 'deepsort'; expected one of: none, bytetrack",
-        ),
-        ({"lost_track_buffer": 0.0}, "lost_track_buffer must be in \\[0.001, 3600.0\\], got 0.0"),
-        ({"lost_track_buffer": -1.0}, "lost_track_buffer must be in"),
-        (
-            {"track_activation_threshold": 1.5},
-            "track_activation_threshold must be in \\[0.0, 1.0\\], got 1.5",
-        ),
-        ({"track_matching_threshold": -0.1}, "track_matching_threshold must be in \\[0.0, 1.0\\], got -0.1"),
-    ],
-)
-def test_bad_tracker_settings_are_one_line_naming_the_parameter(changes, message):
-    from tiled_detector.config import DetectorConfig
-
-    with pytest.raises(ValueError, match=message):
-        DetectorConfig(**changes)
-
-
-def test_the_debug_image_draws_each_box_in_its_tracks_colour_with_its_id():
-    from tiled_detector.tools.annotate import _PALETTE, annotate
-    from tiled_detector.types import Detections
-
-    image = np.zeros((120, 200, 3), np.uint8)
-    found = Detections(np.array([[40, 50, 90, 100]], np.float32), np.array([0.9]), np.array([0]))
-    plain = annotate(image, found, ["red_disc"])
-    tracked = annotate(image, found, ["red_disc"], track_ids=np.array([17]))
-    assert tuple(plain[75, 40]) == tuple(_PALETTE[0])  # by class without a tracker
-    assert tuple(tracked[75, 40]) == tuple(_PALETTE[17 % len(_PALETTE)])  # by track with one
-    label = (slice(30, 48), slice(40, 200))  # the text above the box: "#17 red_disc 0.90" is longer
-    assert (tracked[label].any(axis=2).sum(axis=0) > 0).sum() > (
-        plain[label].any(axis=2).sum(axis=0) > 0
-    ).sum()
 
 
 def test_a_shrinking_track_not_looked_for_never_turns_inside_out():
