@@ -7,9 +7,8 @@ import os
 import sys
 
 # libgomp (torch's CPU threads) keeps idle threads spinning for GOMP_SPINCOUNT rounds after each parallel op
-# (default 300000): after preprocessing they kept both cores busy well into the next ONNX Runtime call. A tenth of
-# that still bridges the gaps between consecutive torch ops (1000 made merging slower: 3.0 -> 5.0 ms). Bundled
-# model, 1080p, 2-core Xeon: inference 37.9 -> 34.7 ms, end to end 50.8-53.6 -> 46.3-48.0 ms.
+# (default 300000): after preprocessing they would keep the cores busy well into the next ONNX Runtime call. A
+# tenth of that still bridges the gaps between consecutive torch ops (far fewer slows the merge; docs/PERFORMANCE.md)
 SPIN_COUNT = "30000"
 
 

@@ -189,7 +189,7 @@ def resolve_backend(model: str | Path, backend: str | Backend, device: str | tor
 
 
 # Images per engine call on a CPU (a dynamic batch): per-image time is lowest when a call's activations stay in
-# the caches (bundled model, ONNX Runtime, 2-core Xeon: 3.5 ms per image at 4, 5.0 at 9; torch alike)
+# the caches (docs/PERFORMANCE.md)
 CPU_BATCH = 4
 
 

@@ -79,9 +79,8 @@ class TorchEngine(Engine):
             raise ValueError(f"{model} was exported for fp16 input (half): set precision fp16")
         dtype = torch.float16 if self.precision is Precision.FP16 else torch.float32
         self._module = module.half() if dtype == torch.float16 else module
-        # fp16 convolutions on CUDA run fastest on channels-last tensors (H100, YOLOv8n: 13-16 % less than
-        # NCHW, scripts/torch_engine_check.py; the preprocessor then writes its batch channels-last, so `infer`
-        # copies nothing); fp32 and the CPU keep their layout and results
+        # fp16 convolutions on CUDA run fastest on channels-last tensors (docs/PERFORMANCE.md); the preprocessor then
+        # writes its batch channels-last, so `infer` copies nothing; fp32 and the CPU keep their layout and results
         if dtype == torch.float16 and self.device.type == "cuda":
             self.memory_format = torch.channels_last
             self._module = self._module.to(memory_format=torch.channels_last)

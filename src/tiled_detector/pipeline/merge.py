@@ -146,7 +146,7 @@ def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
     `rounds` None runs to each fixed point (a host read per round), an int that many rounds per block.
     A round is one matrix-vector product on 0/1 floats, `alive - (settled rows matching each column)` clamped at 0,
     exact in float16 (integers up to NMS_BLOCK <= 2048): two kernels instead of a masked (B, B) copy, a reduction and
-    casts (GPU floods: 4K, conf 1e-5, 32 rounds in each of 4 blocks: frame graph 12.15 -> 10.27 ms on an H100).
+    casts.
     """
     keep = torch.ones(len(match), dtype=torch.bool, device=match.device)
     exact = torch.ones((), dtype=torch.bool, device=match.device)

@@ -2,9 +2,9 @@
 
 Latest-frame semantics: the subscription callbacks only keep the newest frame of each camera; one worker thread
 runs the pipeline, so no queue can grow when the model is slower than the cameras; overwritten frames are counted
-as dropped. With several cameras (`cameras`), each cycle takes the newest frame of every camera that has one and
-detects them all in one engine batch (`TiledDetector.detect_many`); a silent camera holds back no other. Everything numeric lives in the ROS-free core (`tiled_detector.detector`); this module converts
-messages, owns parameters, QoS and threads, and reports /diagnostics.
+as dropped. The worker's loop is ROS-free (`ros.worker`: each cycle takes the newest frame of every camera the
+engine share lets through, in one engine batch through the stream); this module converts messages, owns
+parameters, QoS, publishers and threads, and reports /diagnostics.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node's worker state: the latest-frame slots (one per camera) and the counters / latencies /diagnostics reports."""
+"""The node's frame slots (the newest frame of each camera) and its counters and latencies for /diagnostics."""
 
 from __future__ import annotations
 

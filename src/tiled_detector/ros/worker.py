@@ -3,9 +3,10 @@ through, with the next part of each frame running in parts, detects them in one 
 the share with the views run, and hands each finished frame to the node to publish.
 
 The node (`ros/node.py`) gives it a `Host`: converting a message into a frame, its stamp, its depth image (`depth:
-true`), closing and opening the cameras' gates, publishing, counting and logging. A frame that cannot be converted is counted `malformed`; a batch
-that fails is retried frame by frame, so one bad frame costs only its own camera (counted `failed`; a frame in
-parts that fails is given up); an unexpected error is logged and counted, and the loop goes on. The stream owns
+true`), closing and opening the cameras' gates, publishing, counting and logging. A frame that cannot be converted
+is counted `malformed`; a batch that fails is retried frame by frame, so one bad frame costs only its own camera
+(counted `failed`; a frame in parts that fails is given up); an unexpected error is logged and counted, and the
+loop goes on. The stream owns
 every camera's state over time, the frames in parts included (`Stream.continuing`); the worker keeps only the last
 frame size each camera sent (for the share's `view_cap`).
 """

@@ -16,10 +16,8 @@ tile runs at least once in any A consecutive frames, so a tile of age a must run
    the boxes that claim the tile (grown by `CLAIM_MARGIN` of their size on every side, at least `MIN_MARGIN_PX`:
    how far an object may move or its box grow between frames; a box on a seam claims every tile it touches; a
    tentative track, seen once, weighs `TENTATIVE_WEIGHT`: its second look confirms it and gives its motion): a
-   tile's objects drift from their predictions the longer it waits; a tile without tracks is looked at for objects not found yet when the budget
-   has room, and at the latest when the age bound makes it due (measured against a tile without claims weighing
-   as one claim, `eval --motion` at 4K, seeds 7-9, still and moving: AP50 +0.000 to +0.004, IDF1 -0.001 to
-   +0.002, the same new-object latency).
+   tile's objects drift from their predictions the longer it waits; a tile without tracks is looked at for
+   objects not found yet when the budget has room, and at the latest when the age bound makes it due.
 
 Ties go to the lower tile index, so the same inputs give the same set.
 
