@@ -19,7 +19,6 @@ import numpy as np
 from tiled_detector.harness.bags import (
     DEPTH_TOPIC_KEY,
     IMAGE,
-    Storage,
     detections_3d_message,
     header,
     new_message,
@@ -73,26 +72,16 @@ def camera_info_message(camera: Intrinsics, stamp: int, frame_id: str) -> Any:
 
 
 def make_depth_bag(
-    out: str | Path,
-    frames: int = 30,
-    seed: int = 0,
-    width: int = 1920,
-    height: int = 1080,
-    rate: float = 30.0,
-    storage: Storage | str = Storage.SQLITE3,
-    compressed: bool = False,
-    *,
-    topic: str = "/camera/image_raw",
-    frame_id: str = "camera",
-    force: bool = False,
+    out: str | Path, frames: int = 30, seed: int = 0, width: int = 1920, height: int = 1080, **options: Any
 ) -> Path:
     """A deterministic RGB-D bag of `tools.depth_scenes` frames (frame i: seed + i) with 2D and 3D ground truth
-    (module docstring)."""
+    (module docstring); `options`: `write_image_bag`'s (rate, storage, compressed, topic, frame_id, force)."""
     from tiled_detector.tools.depth_scenes import make_depth_scene
     from tiled_detector.tools.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
+    topic, frame_id = options.setdefault("topic", "/camera/image_raw"), options.setdefault("frame_id", "camera")
     depth_topic, info_topic = depth_topics(topic)
     scenes: dict[int, Any] = {}
 
@@ -120,16 +109,4 @@ def make_depth_bag(
         DEPTH_TOPIC_KEY: depth_topic,
         CAMERA_INFO_KEY: info_topic,
     }
-    return write_image_bag(
-        out,
-        source(),
-        rate=rate,
-        storage=storage,
-        compressed=compressed,
-        topic=topic,
-        frame_id=frame_id,
-        labels=CLASSES,
-        force=force,
-        custom_data=metadata,
-        extra=extra,
-    )
+    return write_image_bag(out, source(), labels=CLASSES, custom_data=metadata, extra=extra, **options)
