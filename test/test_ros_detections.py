@@ -91,18 +91,21 @@ class Detection2DArrayFake:
     detections: list = field(default_factory=list)
 
 
-FAKES = {
-    "3.x": SimpleNamespace(
-        Detection2DArray=Detection2DArrayFake,
-        Detection2D=Detection2D3,
-        ObjectHypothesisWithPose=ObjectHypothesisWithPose3,
-    ),
-    "2.x": SimpleNamespace(
-        Detection2DArray=Detection2DArrayFake,
-        Detection2D=Detection2D2,
-        ObjectHypothesisWithPose=ObjectHypothesisWithPose2,
-    ),
-}
+def _fakes(kind: str, detection_3x: type, detection_2x: type) -> dict[str, SimpleNamespace]:
+    """vision_msgs 3.x / 2.x stand-ins of the `kind` (2D or 3D) messages."""
+    return {
+        version: SimpleNamespace(
+            **{f"Detection{kind}Array": Detection2DArrayFake, f"Detection{kind}": detection},
+            ObjectHypothesisWithPose=hypothesis,
+        )
+        for version, detection, hypothesis in (
+            ("3.x", detection_3x, ObjectHypothesisWithPose3),
+            ("2.x", detection_2x, ObjectHypothesisWithPose2),
+        )
+    }
+
+
+FAKES = _fakes("2D", Detection2D3, Detection2D2)
 
 
 def image_header() -> Header:
@@ -343,18 +346,7 @@ class Detection3D2:  # Foxy: no id, tracking fields and the source cloud instead
     tracking_id: str = ""
 
 
-FAKES_3D = {
-    "3.x": SimpleNamespace(
-        Detection3DArray=Detection2DArrayFake,
-        Detection3D=Detection3D3,
-        ObjectHypothesisWithPose=ObjectHypothesisWithPose3,
-    ),
-    "2.x": SimpleNamespace(
-        Detection3DArray=Detection2DArrayFake,
-        Detection3D=Detection3D2,
-        ObjectHypothesisWithPose=ObjectHypothesisWithPose2,
-    ),
-}
+FAKES_3D = _fakes("3D", Detection3D3, Detection3D2)
 
 
 def test_3d_messages_hold_the_objects_with_a_position_under_their_2d_ids() -> None:
