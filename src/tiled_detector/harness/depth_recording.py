@@ -81,7 +81,10 @@ def make_depth_bag(
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
-    topic, frame_id = options.setdefault("topic", "/camera/image_raw"), options.setdefault("frame_id", "camera")
+    topic, frame_id = (
+        options.setdefault("topic", "/camera/image_raw"),
+        options.setdefault("frame_id", "camera"),
+    )
     depth_topic, info_topic = depth_topics(topic)
     scenes: dict[int, Any] = {}
 
