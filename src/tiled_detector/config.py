@@ -467,11 +467,22 @@ INPUT_SETTINGS = {"channel_order": "channel_order", "input_scale": "scale", "inp
 # on black)
 FAMILY_INPUTS: dict[str, dict[str, Any]] = {
     "yolox": {"channel_order": "bgr", "input_scale": 1.0, "letterbox": "top_left", "pad_value": 114.0},
-    "picodet": {"channel_order": "rgb", "input_scale": 1.0, "input_mean": (123.675, 116.28, 103.53),
-                "input_std": (58.395, 57.12, 57.375), "letterbox": "stretch"},
-    "nanodet": {"channel_order": "bgr", "input_scale": 1.0, "input_mean": (103.53, 116.28, 123.675),
-                "input_std": (57.375, 57.12, 58.395), "letterbox": "center", "pad_value": 0.0},
-}  # fmt: skip
+    "picodet": {
+        "channel_order": "rgb",
+        "input_scale": 1.0,
+        "input_mean": (123.675, 116.28, 103.53),
+        "input_std": (58.395, 57.12, 57.375),
+        "letterbox": "stretch",
+    },
+    "nanodet": {
+        "channel_order": "bgr",
+        "input_scale": 1.0,
+        "input_mean": (103.53, 116.28, 123.675),
+        "input_std": (57.375, 57.12, 58.395),
+        "letterbox": "center",
+        "pad_value": 0.0,
+    },
+}
 
 
 def settings() -> dict[str, Setting]:

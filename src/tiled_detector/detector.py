@@ -191,8 +191,11 @@ class TiledDetector:
         view = engine_view(engine)
         resolved = early if early is not None and early.view.same_head(view) else resolve(config, view)
         if resolved.coco_by_family:
-            LOG.info("%s names no classes: its 80 classes are taken for COCO's (person, bicycle, car, ...); set "
-                     "labels to name them otherwise", config.model)  # fmt: skip
+            LOG.info(
+                "%s names no classes: its 80 classes are taken for COCO's (person, bicycle, car, ...); set "
+                "labels to name them otherwise",
+                config.model,
+            )
         labels, input_format = resolved.labels, resolved.input_format
         frame_settings = config.frame_settings(labels)
         self._config, self._engine, self._frame_settings = config, engine, frame_settings

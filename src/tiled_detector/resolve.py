@@ -200,8 +200,9 @@ def _gfl(config: DetectorConfig, view: ModelView, num_classes: int | None) -> gf
         raise ValueError(f"layout gfl: {config.model}: {error}") from None
 
 
-def _layout(config: DetectorConfig, view: ModelView, num_classes: int | None
-            ) -> tuple[OutputLayout, str | None, str, str, int | None]:  # fmt: skip
+def _layout(
+    config: DetectorConfig, view: ModelView, num_classes: int | None
+) -> tuple[OutputLayout, str | None, str, str, int | None]:
     """(layout decoded, family, how it was decided, the head in words, the class count the head reads)."""
     if config.layout is OutputLayout.YOLOX:
         name, classes = _check_yolox(config, view)
@@ -247,8 +248,12 @@ def _layout(config: DetectorConfig, view: ModelView, num_classes: int | None
             return layout, "yolox", probed, _yolox_words(raw), yolox.classes
         found = [Candidate(OutputLayout.YOLOV5, yolox.classes) if c is yolox else c for c in found]
     if len(found) > 1:
-        names = [f"yolox decoded in the graph ({c.classes} classes)" if c.layout is OutputLayout.YOLOV5 and yolox
-                 else str(c) for c in found]  # fmt: skip
+        names = [
+            f"yolox decoded in the graph ({c.classes} classes)"
+            if c.layout is OutputLayout.YOLOV5 and yolox
+            else str(c)
+            for c in found
+        ]
         shapes = ", ".join(f"{n} {list(s)}" for n, s in view.outputs.items())
         raise AmbiguousModelError(
             f"{config.model}: output {shapes} fits {len(found)} layouts: {', '.join(names)}; nothing in the file "
@@ -271,9 +276,12 @@ def _yolox_words(raw: bool) -> str:
 def _fix(config: DetectorConfig, view: ModelView, num_classes: int | None) -> str:
     """The settings that decide, and where the class count came from."""
     source = (
-        "the labels setting" if config.labels else
-        f"its {view.metadata.source or 'file'}'s names" if view.labels else "the labels file beside it"
-    )  # fmt: skip
+        "the labels setting"
+        if config.labels
+        else f"its {view.metadata.source or 'file'}'s names"
+        if view.labels
+        else "the labels file beside it"
+    )
     reason = f"({num_classes} names from {source}) " if num_classes else ""
     return f"{reason}give one name per class with the setting labels, or the layout with the setting layout"
 
@@ -305,8 +313,14 @@ def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
     values = {n: getattr(v, "value", v) for n, (v, _) in sources.items()}
     fmt = config.input_format(family, view.metadata)
     defaults = InputFormat()
-    for name, field in (("channel_order", "channel_order"), ("input_scale", "scale"), ("input_mean", "mean"),
-                        ("input_std", "std"), ("letterbox", "letterbox"), ("pad_value", "pad_value")):  # fmt: skip
+    for name, field in (
+        ("channel_order", "channel_order"),
+        ("input_scale", "scale"),
+        ("input_mean", "mean"),
+        ("input_std", "std"),
+        ("letterbox", "letterbox"),
+        ("pad_value", "pad_value"),
+    ):
         if name not in values:
             sources[name] = (getattr(defaults, field), "ultralytics default")
     return Resolved(layout, family, decided_by, head, labels, labels_from, num_classes, fmt, sources, view)

@@ -64,8 +64,10 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     except Exception:  # onnx's own errors: the Resize rewrite is then skipped, and the proof decides
         return {}
     values = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-    return {v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
-            for v in values}  # fmt: skip
+    return {
+        v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+        for v in values
+    }
 
 
 def _resize_by_scales(graph: onnx.GraphProto, node: onnx.NodeProto, shapes: dict[str, list[int]]) -> None:

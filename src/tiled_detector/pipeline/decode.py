@@ -350,8 +350,15 @@ def _decode_raw(
 Rows = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (image, anchor) indices -> (M, D) values
 
 
-def _pick(conf: torch.Tensor, best_class: torch.Tensor | None, scores_of: Rows, boxes_of: Rows,
-          conf_threshold: float, top_k: int, thresholds: torch.Tensor | None) -> PaddedDecoded:  # fmt: skip
+def _pick(
+    conf: torch.Tensor,
+    best_class: torch.Tensor | None,
+    scores_of: Rows,
+    boxes_of: Rows,
+    conf_threshold: float,
+    top_k: int,
+    thresholds: torch.Tensor | None,
+) -> PaddedDecoded:
     """Each image's top-k anchors of `conf` (B, A) above the threshold (the class's own, with `thresholds` and
     every anchor's `best_class`), their boxes (`boxes_of`: x1, y1, x2, y2 rows) and classes (`best_class`, else the
     argmax of `scores_of` for the kept anchors only: a max with indices over every anchor is slow on CPUs, 80
@@ -366,8 +373,9 @@ def _pick(conf: torch.Tensor, best_class: torch.Tensor | None, scores_of: Rows, 
 
 
 @functools.lru_cache(maxsize=16)
-def _gfl_head(shapes: tuple[tuple[str, tuple[int, ...]], ...], input_hw: tuple[int, int], num_classes: int | None
-              ) -> gfl.GflHead:  # fmt: skip
+def _gfl_head(
+    shapes: tuple[tuple[str, tuple[int, ...]], ...], input_hw: tuple[int, int], num_classes: int | None
+) -> gfl.GflHead:
     """The GFL head of outputs of these shapes (past the batch), read once per shapes, input and class count."""
     return gfl.gfl_head({n: (1, *s) for n, s in shapes}, input_hw, num_classes)
 

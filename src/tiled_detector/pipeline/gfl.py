@@ -72,8 +72,10 @@ class GflHead:
         """One line: strides, classes, bins, centres, how the outputs hold them."""
         form = "joined class and box columns" if self.joined else "separate class and box outputs"
         centre = "(i + 0.5) x stride" if self.centre else "i x stride"
-        return (f"GFL head: strides {', '.join(map(str, self.strides))}, {self.classes} classes, {self.bins} bins "
-                f"per side, centres at {centre}, {form} ({len(self.scores)} per kind)")  # fmt: skip
+        return (
+            f"GFL head: strides {', '.join(map(str, self.strides))}, {self.classes} classes, {self.bins} bins "
+            f"per side, centres at {centre}, {form} ({len(self.scores)} per kind)"
+        )
 
 
 def cells(input_hw: tuple[int, int], stride: int) -> tuple[int, int]:
@@ -124,8 +126,10 @@ def gfl_head(
         scores, boxes, classes, bins = _separate(named, widths, num_classes, shown)
         centre = SEPARATE_CENTRE
     else:
-        raise GflError(f"outputs {shown} mix {len(widths)} column counts: a GFL head has class scores (C) and box "
-                       f"distributions (4 x bins), or both joined (C + 4 x bins)")  # fmt: skip
+        raise GflError(
+            f"outputs {shown} mix {len(widths)} column counts: a GFL head has class scores (C) and box "
+            f"distributions (4 x bins), or both joined (C + 4 x bins)"
+        )
     strides = _levels([p.rows for p in scores], input_hw)
     if strides is None:
         raise GflError(
@@ -147,19 +151,23 @@ def _bins(width: int, shown: str, classes: int = 0) -> int:
     return sides // 4
 
 
-def _joined(named: dict[str, tuple[int, ...]], width: int, num_classes: int | None, shown: str
-            ) -> tuple[tuple[Part, ...], tuple[Part, ...], int, int]:  # fmt: skip
+def _joined(
+    named: dict[str, tuple[int, ...]], width: int, num_classes: int | None, shown: str
+) -> tuple[tuple[Part, ...], tuple[Part, ...], int, int]:
     if num_classes is None:
-        raise GflError(f"outputs {shown}: class scores and box distributions joined in {width} columns split only "
-                       "by the class count: give the class names (labels)")  # fmt: skip
+        raise GflError(
+            f"outputs {shown}: class scores and box distributions joined in {width} columns split only "
+            "by the class count: give the class names (labels)"
+        )
     bins = _bins(width, shown, num_classes)
     scores = tuple(Part(n, (0, num_classes), s[1]) for n, s in named.items())
     boxes = tuple(Part(n, (num_classes, width), s[1]) for n, s in named.items())
     return scores, boxes, num_classes, bins
 
 
-def _separate(named: dict[str, tuple[int, ...]], widths: list[int], num_classes: int | None, shown: str
-              ) -> tuple[tuple[Part, ...], tuple[Part, ...], int, int]:  # fmt: skip
+def _separate(
+    named: dict[str, tuple[int, ...]], widths: list[int], num_classes: int | None, shown: str
+) -> tuple[tuple[Part, ...], tuple[Part, ...], int, int]:
     classes = widths[0] if num_classes is None else num_classes
     if classes not in widths:
         raise GflError(f"outputs {shown}: no output has {classes} columns, one per class")
@@ -168,8 +176,10 @@ def _separate(named: dict[str, tuple[int, ...]], widths: list[int], num_classes:
     scores = tuple(Part(n, (0, classes), s[1]) for n, s in named.items() if s[2] == classes)
     boxes = tuple(Part(n, (0, width), s[1]) for n, s in named.items() if s[2] == width)
     if [p.rows for p in scores] != [p.rows for p in boxes]:
-        raise GflError(f"outputs {shown}: the class scores' anchor points {[p.rows for p in scores]} do not pair "
-                       f"with the box distributions' {[p.rows for p in boxes]}")  # fmt: skip
+        raise GflError(
+            f"outputs {shown}: the class scores' anchor points {[p.rows for p in scores]} do not pair "
+            f"with the box distributions' {[p.rows for p in boxes]}"
+        )
     return scores, boxes, classes, bins
 
 
@@ -180,8 +190,9 @@ def _constants(head: GflHead, input_hw: tuple[int, int], device: torch.device) -
     cells row by row); the bins' values 0..bins-1; the input's x, y, x, y limits."""
     rows = []
     for stride, (h, w) in zip(head.strides, head.grids, strict=True):
-        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
-                                indexing="ij")  # fmt: skip
+        ys, xs = torch.meshgrid(
+            torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij"
+        )
         centre = torch.stack([xs.reshape(-1), ys.reshape(-1)], 1).add_(head.centre).mul_(stride)
         rows.append(torch.cat([centre, torch.full((h * w, 1), float(stride))], 1))
     project = torch.arange(head.bins, dtype=torch.float32)
@@ -206,8 +217,13 @@ def gather(values: Sequence[torch.Tensor], image: torch.Tensor, anchor: torch.Te
     return result
 
 
-def boxes(outputs: Mapping[str, torch.Tensor], head: GflHead, image: torch.Tensor, anchor: torch.Tensor,
-          input_hw: tuple[int, int]) -> torch.Tensor:  # fmt: skip
+def boxes(
+    outputs: Mapping[str, torch.Tensor],
+    head: GflHead,
+    image: torch.Tensor,
+    anchor: torch.Tensor,
+    input_hw: tuple[int, int],
+) -> torch.Tensor:
     """(M, 4) x1, y1, x2, y2 in input pixels of the anchors (image, anchor): softmax over each side's bins, the
     expected bin times the stride from the centre, clipped to the input (the families' `distance2bbox`)."""
     dist = gather(part_values(outputs, head.boxes), image, anchor).view(-1, 4, head.bins).softmax(dim=2)

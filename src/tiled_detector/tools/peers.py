@@ -151,16 +151,20 @@ def _distances(dist: np.ndarray) -> np.ndarray:
     return (weights * np.arange(bins.shape[2])).sum(axis=2)
 
 
-def _gfl_levels(scores: Sequence[np.ndarray], dists: Sequence[np.ndarray], input_hw: tuple[int, int],
-                cell_offset: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _gfl_levels(
+    scores: Sequence[np.ndarray], dists: Sequence[np.ndarray], input_hw: tuple[int, int], cell_offset: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Both families' `get_bboxes_single` for one image: per stride (8, doubling; ceil(H / s) x ceil(W / s)
     cells) the centres (i + cell_offset) x stride, distances x stride, the best `GFL_NMS_PRE` anchors by their
     best class score, `distance2bbox` clipped to the input; boxes (N, 4) x1, y1, x2, y2 and scores (N, C)."""
     boxes, kept = [], []
     for level, (level_scores, dist) in enumerate(zip(scores, dists, strict=True)):
         stride = 8 << level
-        ys, xs = np.meshgrid(np.arange(math.ceil(input_hw[0] / stride)), np.arange(math.ceil(input_hw[1] / stride)),
-                             indexing="ij")  # fmt: skip
+        ys, xs = np.meshgrid(
+            np.arange(math.ceil(input_hw[0] / stride)),
+            np.arange(math.ceil(input_hw[1] / stride)),
+            indexing="ij",
+        )
         centres = (np.stack([xs.ravel(), ys.ravel()], 1) + cell_offset) * stride
         distance, score = _distances(dist) * stride, level_scores
         if len(score) > GFL_NMS_PRE:
@@ -172,8 +176,9 @@ def _gfl_levels(scores: Sequence[np.ndarray], dists: Sequence[np.ndarray], input
     return np.concatenate(boxes), np.concatenate(kept).astype(np.float64)
 
 
-def _class_nms(boxes: np.ndarray, scores: np.ndarray, threshold: float, score_threshold: float,
-               top_k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _class_nms(
+    boxes: np.ndarray, scores: np.ndarray, threshold: float, score_threshold: float, top_k: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NMS per class over every class score above `score_threshold` (each class's best `top_k` first): greedy,
     IoU above `threshold` suppressed, areas without +1; boxes, scores and classes of what is kept, best first."""
     found = []
@@ -195,30 +200,49 @@ def _class_nms(boxes: np.ndarray, scores: np.ndarray, threshold: float, score_th
             alive[i + 1 :] &= iou <= threshold
     found.sort(key=lambda row: -row[0])
     rows = np.array([r[2] for r in found], np.int64)
-    return (boxes[rows].astype(np.float32).reshape(-1, 4), np.array([r[0] for r in found], np.float32),
-            np.array([r[1] for r in found], np.int64))  # fmt: skip
+    return (
+        boxes[rows].astype(np.float32).reshape(-1, 4),
+        np.array([r[0] for r in found], np.float32),
+        np.array([r[1] for r in found], np.int64),
+    )
 
 
-def picodet_postprocess(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], scale_factor: tuple[float, float],
-                        score_threshold: float = 0.025) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def picodet_postprocess(
+    outputs: Sequence[np.ndarray],
+    input_hw: tuple[int, int],
+    scale_factor: tuple[float, float],
+    score_threshold: float = 0.025,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """PaddleDetection's PicoDet post-processing of one image's outputs (class scores per stride, then box
     distributions): boxes in image pixels, scores, classes, best first (`MultiClassNMS`: keep the best 100)."""
     half = len(outputs) // 2
-    boxes, scores = _gfl_levels([o.reshape(o.shape[-2:]) for o in outputs[:half]],
-                                [o.reshape(o.shape[-2:]) for o in outputs[half:]], input_hw, 0.5)  # fmt: skip
+    boxes, scores = _gfl_levels(
+        [o.reshape(o.shape[-2:]) for o in outputs[:half]],
+        [o.reshape(o.shape[-2:]) for o in outputs[half:]],
+        input_hw,
+        0.5,
+    )
     boxes /= np.array([scale_factor[1], scale_factor[0]] * 2)
     found = _class_nms(boxes, scores, 0.6, score_threshold, top_k=1000)
     return tuple(f[:100] for f in found)  # type: ignore[return-value]
 
 
-def nanodet_postprocess(outputs: Sequence[np.ndarray], input_hw: tuple[int, int], effect: tuple[int, ...],
-                        image_hw: tuple[int, int], score_threshold: float = 0.05
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def nanodet_postprocess(
+    outputs: Sequence[np.ndarray],
+    input_hw: tuple[int, int],
+    effect: tuple[int, ...],
+    image_hw: tuple[int, int],
+    score_threshold: float = 0.05,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NanoDet's post-processing of one image's outputs (class scores per stride, then box distributions): boxes
     mapped from the effect area back to the image (clipped to it), scores, classes, best first (the best 100)."""
     half = len(outputs) // 2
-    boxes, scores = _gfl_levels([o.reshape(o.shape[-2:]) for o in outputs[:half]],
-                                [o.reshape(o.shape[-2:]) for o in outputs[half:]], input_hw, 0.5)  # fmt: skip
+    boxes, scores = _gfl_levels(
+        [o.reshape(o.shape[-2:]) for o in outputs[:half]],
+        [o.reshape(o.shape[-2:]) for o in outputs[half:]],
+        input_hw,
+        0.5,
+    )
     boxes, scores, classes = (f[:100] for f in _class_nms(boxes, scores, 0.6, score_threshold))
     x, y, w, h = effect
     scale = np.array([image_hw[1] / w, image_hw[0] / h] * 2)
@@ -233,8 +257,9 @@ class PeerRunner:
     """A family's own pipeline (`FAMILIES`) on one image through one of our engines (`load_engine`, batch 1): BGR
     image -> boxes, scores, classes in image pixels."""
 
-    def __init__(self, model: str | Path, family: str, backend: str = "auto", device: str = "cpu",
-                 **options: Any) -> None:  # fmt: skip
+    def __init__(
+        self, model: str | Path, family: str, backend: str = "auto", device: str = "cpu", **options: Any
+    ) -> None:
         if family not in FAMILIES:
             raise ValueError(f"no peer pipeline for family {family!r}: one of {', '.join(FAMILIES)}")
         self.family = family
