@@ -608,8 +608,9 @@ def test_a_one_frame_flood_beyond_the_largest_capacity_stays_captured_and_equals
     captured = TiledDetector(square_torchscript, capture=_replaying_capture(log), **options)
     captured._sync_free, captured._limits = True, Limits(capacity=8)  # grown to the largest, 16, by the flood
     frame, _, _ = _scene(7, count=20)  # 20 squares, each seen by several views: more than 16 candidates
-    assert int(eager._program.candidates([torch.from_numpy(frame)], ["rgb8"], batch_plan(
-        [eager.plan_for(*frame.shape[:2])]), eager.frame_settings).valid.sum()) > 16  # fmt: skip
+    plan = batch_plan([eager.plan_for(*frame.shape[:2])])
+    found = eager._program.candidates([torch.from_numpy(frame)], ["rgb8"], plan, eager.frame_settings)
+    assert int(found.valid.sum()) > 16
     for _ in range(4):
         got = captured.detect(frame)
     _same(eager.detect(frame), got)

@@ -5,8 +5,9 @@ Every image of the batch is a *view*: a rectangle of the frame letterboxed into 
 top-left with none before it: `letterbox="top_left"`, YOLOX's way), or stretched over the whole input (each axis
 by its own scale, no padding: `letterbox="stretch"`, PP-PicoDet's way). Views 0..N-1 are the tiles; view N (when
 `full_frame`) is the whole frame. A point (u, v) of model-input pixels of view i maps to the frame point
-(u * scales_xy[i, 0] + offsets[i, 0], v * scales_xy[i, 1] + offsets[i, 1]), with scales_xy[i] = 1 / the view's
-scale per axis and offsets[i] = view origin - pad / scale; `scales` (B,) is the larger of the two.
+(u * scales_xy[i, 0] + offsets[i, 0], v * scales_xy[i, 1] + offsets[i, 1]), with scales_xy[i] = 1 / the scale
+the resize applies per axis (the region's size over the resized size: exact, whatever the rounding to whole
+pixels) and offsets[i] = view origin - pad * scales_xy[i]; `scales` (B,) is the larger of the two.
 """
 
 from __future__ import annotations
@@ -97,37 +98,41 @@ def plan_region(
 
 @dataclass(frozen=True)
 class Letterbox:
-    """How a (h, w) region is fitted into the model input: resized to `resized_hw` (by `scale`, or by `scale` in x
-    and `scale_y` in y when stretched), then padded."""
+    """How a (h, w) region (`source_hw`) is fitted into the model input: resized by `scale` to `resized_hw` (each
+    axis to its own size when stretched), then padded."""
 
     scale: float
     pad_x: int
     pad_y: int
     resized_hw: tuple[int, int]
-    scale_y: float | None = None
+    source_hw: tuple[int, int] | None = None
 
     @property
     def scales(self) -> tuple[float, float]:
-        """The x and y scales (frame pixels * scale = model-input pixels)."""
-        return self.scale, self.scale if self.scale_y is None else self.scale_y
+        """The x and y scales the resize applies (region pixels * scale = model-input pixels): the resized size
+        over the region's, per axis (a size rounded to whole pixels makes them differ from `scale` slightly)."""
+        if self.source_hw is None:
+            return self.scale, self.scale
+        return self.resized_hw[1] / self.source_hw[1], self.resized_hw[0] / self.source_hw[0]
 
     @classmethod
     def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int], anchor: str = "center") -> Letterbox:
         """Largest aspect-preserving resize of `source_hw` into `input_hw` (at least 1 pixel per side), centred
         (pads rounded down), or at the top-left (`anchor` "top_left": the padding all right and below); or the
         whole input, each axis scaled on its own (`anchor` "stretch")."""
+        source = (int(source_hw[0]), int(source_hw[1]))
         if anchor == "stretch":
-            return cls(input_hw[1] / source_hw[1], 0, 0, tuple(input_hw), input_hw[0] / source_hw[0])
-        scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
+            return cls(input_hw[1] / source[1], 0, 0, (int(input_hw[0]), int(input_hw[1])), source)
+        scale = min(input_hw[0] / source[0], input_hw[1] / source[1])
         resized = (  # at least one pixel: a 1-pixel-thin frame still has a (thin) view
-            max(1, min(input_hw[0], round(source_hw[0] * scale))),
-            max(1, min(input_hw[1], round(source_hw[1] * scale))),
+            max(1, min(input_hw[0], round(source[0] * scale))),
+            max(1, min(input_hw[1], round(source[1] * scale))),
         )
         if anchor == "top_left":
-            return cls(scale, 0, 0, resized)
+            return cls(scale, 0, 0, resized, source)
         if anchor != "center":
             raise ValueError(f"letterbox must be center, top_left or stretch, got {anchor!r}")
-        return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
+        return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized, source)
 
 
 @dataclass(frozen=True, eq=False)
