@@ -119,23 +119,24 @@ def gfl_head(
     if len({s[0] for s in named.values()}) > 1:
         raise GflError(f"outputs {shown} do not share a batch dimension, as one head's outputs do")
     widths = list(dict.fromkeys(s[2] for s in named.values()))
+    if len(widths) > 2:
+        raise GflError(
+            f"outputs {shown} mix {len(widths)} column counts: a GFL head has class scores (C) and box "
+            "distributions (4 x bins), or both joined (C + 4 x bins)"
+        )
+    rows = [s[1] for s in named.values() if s[2] == widths[0]]
+    strides = _levels(rows, input_hw)
+    if strides is None:
+        raise GflError(
+            f"outputs {shown}: their anchor points {rows} are not one stride's per output nor all strides' "
+            f"together; {_expected_rows(input_hw)}"
+        )
     if len(widths) == 1:
         scores, boxes, classes, bins = _joined(named, widths[0], num_classes, shown)
         centre = JOINED_CENTRE
-    elif len(widths) == 2:
+    else:
         scores, boxes, classes, bins = _separate(named, widths, num_classes, shown)
         centre = SEPARATE_CENTRE
-    else:
-        raise GflError(
-            f"outputs {shown} mix {len(widths)} column counts: a GFL head has class scores (C) and box "
-            f"distributions (4 x bins), or both joined (C + 4 x bins)"
-        )
-    strides = _levels([p.rows for p in scores], input_hw)
-    if strides is None:
-        raise GflError(
-            f"outputs {shown}: their anchor points {[p.rows for p in scores]} are not one stride's per output nor "
-            f"all strides' together; {_expected_rows(input_hw)}"
-        )
     grids = tuple(cells(input_hw, s) for s in strides)
     return GflHead(strides, grids, classes, bins, centre, scores, boxes)
 
