@@ -175,8 +175,9 @@ class GflLike(nn.Module):
     class scores first, then all distributions (Paddle2ONNX's and NanoDet 0.x's order), or `joined`: one
     (B, A, classes + 4 x bins) tensor over every stride (NanoDet 1.x / NanoDet-Plus)."""
 
-    def __init__(self, classes: int = 80, bins: int = 8, levels: int = 3, width: int = 32, joined: bool = False
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, classes: int = 80, bins: int = 8, levels: int = 3, width: int = 32, joined: bool = False
+    ) -> None:
         super().__init__()
         self.joined, self.classes = joined, classes
         widths = [width * 2 ** min(i, 3) for i in range(levels + 2)]  # 32, 64, 128, 256, 256, ...

@@ -53,16 +53,24 @@ FAMILY_PARAMS = [pytest.param(f, marks=needs(f)) for f in FILES]
 def picodet_shapes(hw: tuple[int, int] = INPUT_HW, classes: int = 80, bins: int = 8) -> dict[str, tuple]:
     """PP-PicoDet's outputs as Paddle2ONNX writes them: class scores for strides 8, 16, 32, 64, then distributions."""
     cells = [math.ceil(hw[0] / s) * math.ceil(hw[1] / s) for s in (8, 16, 32, 64)]
-    return {**{f"scale_{i}": (1, n, classes) for i, n in enumerate(cells)},
-            **{f"scale_{i + 4}": (1, n, 4 * bins) for i, n in enumerate(cells)}}  # fmt: skip
+    return {
+        **{f"scale_{i}": (1, n, classes) for i, n in enumerate(cells)},
+        **{f"scale_{i + 4}": (1, n, 4 * bins) for i, n in enumerate(cells)},
+    }
 
 
 def test_the_families_heads_are_read_from_their_shapes() -> None:
     pico = gfl_head(picodet_shapes(), INPUT_HW)
     assert pico.strides == (8, 16, 32, 64) and pico.grids == ((52, 52), (26, 26), (13, 13), (7, 7))
     assert (pico.classes, pico.bins, pico.centre, pico.anchors, pico.joined) == (80, 8, 0.5, 3598, False)
-    nano = {"792": (1, 2704, 80), "814": (1, 676, 80), "836": (1, 169, 80),
-            "795": (1, 2704, 32), "817": (1, 676, 32), "839": (1, 169, 32)}  # fmt: skip
+    nano = {
+        "792": (1, 2704, 80),
+        "814": (1, 676, 80),
+        "836": (1, 169, 80),
+        "795": (1, 2704, 32),
+        "817": (1, 676, 32),
+        "839": (1, 169, 32),
+    }
     head = gfl_head(nano, INPUT_HW)
     assert (
         head.strides == (8, 16, 32)
@@ -131,8 +139,10 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> Non
             for i, (s, d) in enumerate(zip(scores, dists, strict=True))
         }
     else:
-        outputs = {**{f"s{i}": torch.from_numpy(s)[None] for i, s in enumerate(scores)},
-                   **{f"b{i}": torch.from_numpy(d)[None] for i, d in enumerate(dists)}}  # fmt: skip
+        outputs = {
+            **{f"s{i}": torch.from_numpy(s)[None] for i, s in enumerate(scores)},
+            **{f"b{i}": torch.from_numpy(d)[None] for i, d in enumerate(dists)},
+        }
     boxes, all_scores = reference_boxes(scores, dists, hw, 0.0 if joined else 0.5)
     found = decode_outputs(outputs, "gfl", 0.0, 10_000, num_classes=classes, input_hw=hw)
     order = np.argsort(-found.scores.numpy())
@@ -143,8 +153,16 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> Non
     np.testing.assert_allclose(found.boxes.numpy()[order], boxes[want], atol=1e-3)
     # fixed shapes, any batch, fp16 outputs, a class filter and per-class thresholds on the same anchors
     batch = {n: torch.cat([v, v]).half() for n, v in outputs.items()}
-    padded = decode_padded(batch, "gfl", 0.5, 7, class_filter=[1, 3], num_classes=classes, input_hw=hw,
-                           class_thresholds=[(3, 0.9)])  # fmt: skip
+    padded = decode_padded(
+        batch,
+        "gfl",
+        0.5,
+        7,
+        class_filter=[1, 3],
+        num_classes=classes,
+        input_hw=hw,
+        class_thresholds=[(3, 0.9)],
+    )
     assert padded.boxes.shape == (14, 4) and padded.image_index.tolist() == [0] * 7 + [1] * 7
     kept = padded.compact()
     assert set(kept.class_ids.tolist()) <= {1, 3} and (kept.scores[kept.class_ids == 3] > 0.9).all()
@@ -154,8 +172,11 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> Non
 def sessions() -> dict[str, ort.InferenceSession]:
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return {f: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"]) for f, p in FILES.items()
-            if p.is_file()}  # fmt: skip
+    return {
+        f: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
+        for f, p in FILES.items()
+        if p.is_file()
+    }
 
 
 def _best_class_only(outputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -194,8 +215,16 @@ def test_the_full_frame_view_equals_the_family_post_processing(family, sessions)
     threshold = (
         0.3  # (the families' evaluation thresholds, 0.025 and 0.05, fill the 100 places with near-ties)
     )
-    detector = TiledDetector(FILES[family], full_frame=False, conf_threshold=threshold, top_k=3598,
-                             max_detections=100, merge_threshold=0.6, match_metric="iou", seam_suppression=False)  # fmt: skip
+    detector = TiledDetector(
+        FILES[family],
+        full_frame=False,
+        conf_threshold=threshold,
+        top_k=3598,
+        max_detections=100,
+        merge_threshold=0.6,
+        match_metric="iou",
+        seam_suppression=False,
+    )
     compared = 0
     for name, image in frames():
         h, w = image.shape[:2]

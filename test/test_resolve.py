@@ -79,8 +79,11 @@ def test_a_label_less_transposed_yolov8_is_refused_not_taken_for_yolox() -> None
     """The (1, 8400, 84) head of an ultralytics YOLOv8 exported by hand and transposed: at 640 its rows are YOLOX's
     anchor points too, and its boxes are pixels: YOLOX's decoded rows (79 classes) or YOLOv8's (80)."""
     head = yolox_rows(HW_640, 84, decoded=True)
-    with pytest.raises(AmbiguousModelError, match=r"fits 2 layouts: yolox decoded in the graph \(79 classes\), "
-                                                    r"yolov8_transposed \(80 classes\)"):  # fmt: skip
+    with pytest.raises(
+        AmbiguousModelError,
+        match=r"fits 2 layouts: yolox decoded in the graph \(79 classes\), "
+        r"yolov8_transposed \(80 classes\)",
+    ):
         resolve(CONFIG, view({"output0": (1, 8400, 84)}, HW_640, probe=head))
     labelled = view({"output0": (1, 8400, 84)}, HW_640, labels=tuple(coco_labels()))  # the probe is not run
     found = resolve(CONFIG, labelled)
@@ -116,8 +119,14 @@ def test_nanodet_plus_joined_columns_need_the_names_then_centre_on_cell_corners(
     [("PaddlePaddle", "picodet", "rgb", "stretch"), ("pytorch", "nanodet", "bgr", "center")],
 )
 def test_gfl_families_are_told_by_their_exporter(producer, family, channel_order, letterbox) -> None:
-    shapes = {"s8": (1, 2704, 80), "s16": (1, 676, 80), "s32": (1, 169, 80),
-              "b8": (1, 2704, 32), "b16": (1, 676, 32), "b32": (1, 169, 32)}  # fmt: skip
+    shapes = {
+        "s8": (1, 2704, 80),
+        "s16": (1, 676, 80),
+        "s32": (1, 169, 80),
+        "b8": (1, 2704, 32),
+        "b16": (1, 676, 32),
+        "b32": (1, 169, 32),
+    }
     found = resolve(CONFIG, view(shapes, producer=producer))
     assert (found.layout, found.family, found.labels) == (OutputLayout.GFL, family, coco_labels())
     assert (found.input_format.channel_order, found.input_format.letterbox) == (channel_order, letterbox)
@@ -134,8 +143,11 @@ def test_gfl_families_are_told_by_their_exporter(producer, family, channel_order
 
 def test_a_gfl_head_of_no_known_exporter_must_be_told_its_input_conventions() -> None:
     shapes = {"s": (1, 3549, 80), "b": (1, 3549, 32)}
-    with pytest.raises(ValueError, match=r"unknown exporter .* give channel_order, input_scale, input_mean, "
-                                         r"input_std, letterbox \(PP-PicoDet: rgb"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"unknown exporter .* give channel_order, input_scale, input_mean, "
+        r"input_std, letterbox \(PP-PicoDet: rgb",
+    ):
         resolve(CONFIG, view(shapes))
     stated = dict(
         channel_order="bgr", input_scale=1.0, input_mean=[1, 2, 3], input_std=[4, 5, 6], letterbox="center"
@@ -156,7 +168,11 @@ def test_a_pytorch_gfl_file_runs_as_nanodet_with_numbered_classes(gfl_onnx) -> N
     detector = TiledDetector(gfl_onnx, conf_threshold=0.0, top_k=5)
     resolved = detector.resolved
     assert (resolved.layout, resolved.family, resolved.num_classes, detector.labels) == (
-        OutputLayout.GFL, "nanodet", 3, None)  # fmt: skip
+        OutputLayout.GFL,
+        "nanodet",
+        3,
+        None,
+    )
     assert detector.engine.max_batch > 1 and detector.tile_size == (96, 64)  # rewritten; auto tiles
     found = detector.detect(np.full((100, 150, 3), 90, np.uint8))
     assert len(found) > 0 and set(found.class_ids.tolist()) <= {0, 1, 2}
