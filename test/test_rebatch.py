@@ -90,7 +90,8 @@ def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(export
 
 def resize_to_constant_sizes(path: Path) -> Path:
     """A batch-1 graph as PyTorch 1.x exported `F.interpolate(size=...)` (NanoDet's FPN): a Resize to the constant
-    `sizes` [1, C, h, w], then a Reshape of batch-1 constants: (1, 3, 8, 8) -> (1, 256, 4)."""
+    `sizes` [1, C, h, w], then a Reshape of batch-1 constants: (1, 3, 8, 8) -> (1, 256, 4); its weights listed as
+    graph inputs too, as that exporter and Paddle2ONNX list them."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -112,7 +113,10 @@ def resize_to_constant_sizes(path: Path) -> Path:
         helper.make_node("Reshape", ["r", "shape"], ["f"]),
         helper.make_node("Transpose", ["f"], ["output0"], perm=[0, 2, 1]),
     ]
-    inputs = [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])]
+    inputs = [
+        helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8]),
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 1, 1]),
+    ]
     outputs = [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 256, 4])]
     graph = helper.make_graph(nodes, "resize", inputs, outputs, inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6), str(path))
@@ -121,8 +125,10 @@ def resize_to_constant_sizes(path: Path) -> Path:
 
 def test_a_resize_to_constant_batch_one_sizes_is_rewritten_to_scales_and_proven(tmp_path, cache) -> None:
     path = resize_to_constant_sizes(tmp_path / "resize.onnx")
-    resize = next(n for n in rebatched(onnx.load(str(path))).graph.node if n.op_type == "Resize")
+    rewritten = rebatched(onnx.load(str(path)))
+    resize = next(n for n in rewritten.graph.node if n.op_type == "Resize")
     assert len(resize.input) == 3 and resize.input[2]  # by scales now, which follow the batch
+    assert [i.name for i in rewritten.graph.input] == ["images"]  # the weights are constants to fold
     engine = load_engine(path, "onnxruntime", "cpu", max_batch=4)
     assert engine.max_batch == 4 and engine.fixed_batch is None  # proven equal, so one call per 4 views
     batch = torch.rand(3, 3, 8, 8)

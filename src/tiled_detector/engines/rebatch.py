@@ -7,7 +7,9 @@ dimension symbolic, drops the intermediate shapes the exporter recorded (they ar
 batch-1 constants of `Reshape` shapes into "whatever the batch is" (-1, or 0: copy the input's first dimension,
 where the shape already has a -1), and a `Resize` to constant `sizes` of batch 1 (PyTorch 1.x's export of
 `F.interpolate(size=...)`: NanoDet's FPN) into the same resize by `scales` (output / input per dimension, the
-input's shape inferred from the batch-1 graph), which follow the batch. Whether that is right for the graph at hand is not assumed: the rewritten model
+input's shape inferred from the batch-1 graph), which follow the batch; weights also listed as graph inputs (the
+habit of Paddle2ONNX and PyTorch 1.x exports, harmless from IR version 4) leave the inputs, so that ONNX Runtime
+folds them as the constants they are. Whether that is right for the graph at hand is not assumed: the rewritten model
 must give the original's outputs, view for view, on sample views of a batch, before it is used or cached (key:
 the model's sha256, the rewrite's own version `REWRITE` and onnx's and ONNX Runtime's; temporary file + rename, like the Q/DQ models); where it does not
 (or cannot be run), the model runs view by view, with one INFO line saying why.
@@ -31,7 +33,7 @@ from tiled_detector.errors import one_line
 LOG = logging.getLogger(__name__)
 BATCH = "batch"  # the symbolic batch dimension's name
 PROOF_VIEWS = 3  # sample views the rewritten model must get right, in one batch
-REWRITE = "symbolic batch dim, value_info dropped, Reshape batch-1 -> -1 or 0, Resize sizes -> scales, v2"
+REWRITE = "symbolic batch dim, value_info dropped, Reshape batch-1 -> -1 or 0, Resize sizes -> scales, v3"
 
 
 def fixed_batch_one(model: onnx.ModelProto) -> bool:
@@ -95,6 +97,13 @@ def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
     for output in graph.output:
         _symbolic_batch(output)
     del graph.value_info[:]
+    if (
+        result.ir_version >= 4
+    ):  # initializers need not be inputs: as inputs they could be fed, so are not folded
+        weights = {init.name for init in graph.initializer}
+        inputs = [value for value in graph.input if value.name not in weights]
+        del graph.input[:]
+        graph.input.extend(inputs)
     for node in graph.node:
         if node.op_type == "Resize":
             _resize_by_scales(graph, node, shapes)

@@ -34,7 +34,8 @@ import torch
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import load_config_engine
-from tiled_detector.engines.base import Engine, load_engine
+from tiled_detector.engines.base import Engine, ModelFormat, load_engine, model_format
+from tiled_detector.engines.rebatch import dynamic_batch_model
 from tiled_detector.pipeline.decode import YOLOX_STRIDES
 from tiled_detector.resolve import engine_view, resolve
 
@@ -255,7 +256,8 @@ FAMILIES = ("yolox", "picodet", "nanodet")
 
 class PeerRunner:
     """A family's own pipeline (`FAMILIES`) on one image through one of our engines (`load_engine`, batch 1): BGR
-    image -> boxes, scores, classes in image pixels."""
+    image -> boxes, scores, classes in image pixels. A batch-1 ONNX file runs as the pipeline's engine runs it
+    (its proven rewrite, `engines.rebatch`), so that both time the same graph."""
 
     def __init__(
         self, model: str | Path, family: str, backend: str = "auto", device: str = "cpu", **options: Any
@@ -263,6 +265,8 @@ class PeerRunner:
         if family not in FAMILIES:
             raise ValueError(f"no peer pipeline for family {family!r}: one of {', '.join(FAMILIES)}")
         self.family = family
+        if model_format(model) is ModelFormat.ONNX:
+            model = dynamic_batch_model(Path(model))
         self.engine: Engine = load_engine(model, backend, device, max_batch=1, **options)
 
     def _run(self, views: np.ndarray) -> list[np.ndarray]:
