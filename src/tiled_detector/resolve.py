@@ -237,7 +237,7 @@ def _layout(
     except gfl.GflError as error:
         raise ValueError(f"{config.model}: {error}; set the setting layout to the model's") from None
     except ValueError as error:
-        raise ValueError(f"{config.model}: {error}; {_fix(config, view, num_classes)}") from None
+        raise ValueError(f"{config.model}: {error}{_fix(config, view, num_classes)}") from None
     by = "the output shapes" + (" and the class names" if num_classes is not None else "")
     yolox = next((c for c in found if c.layout is OutputLayout.YOLOX), None)
     if yolox is not None:
@@ -256,8 +256,8 @@ def _layout(
         ]
         shapes = ", ".join(f"{n} {list(s)}" for n, s in view.outputs.items())
         raise AmbiguousModelError(
-            f"{config.model}: output {shapes} fits {len(found)} layouts: {', '.join(names)}; nothing in the file "
-            f"tells them apart: {_fix(config, view, num_classes)}",
+            f"{config.model}: output {shapes} fits {len(found)} layouts: {', '.join(names)}, and nothing in the "
+            f"file tells them apart{_fix(config, view, num_classes)}",
             tuple(names),
         )
     chosen = found[0]
@@ -274,7 +274,7 @@ def _yolox_words(raw: bool) -> str:
 
 
 def _fix(config: DetectorConfig, view: ModelView, num_classes: int | None) -> str:
-    """The settings that decide, and where the class count came from."""
+    """Where the class count came from (" (N names from ...)", or ""), and the settings that decide."""
     source = (
         "the labels setting"
         if config.labels
@@ -282,8 +282,8 @@ def _fix(config: DetectorConfig, view: ModelView, num_classes: int | None) -> st
         if view.labels
         else "the labels file beside it"
     )
-    reason = f"({num_classes} names from {source}) " if num_classes else ""
-    return f"{reason}give one name per class with the setting labels, or the layout with the setting layout"
+    reason = f" ({num_classes} names from {source})" if num_classes else ""
+    return f"{reason}; give one name per class with the setting labels, or the layout with the setting layout"
 
 
 def _unknown_gfl(config: DetectorConfig, sources: Mapping[str, Any], view: ModelView) -> None:
