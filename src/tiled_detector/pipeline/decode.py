@@ -391,12 +391,14 @@ def _decode_gfl(
 ) -> PaddedDecoded:
     """A GFL head: the best class per anchor (its score as exported, already sigmoid) over every stride's part,
     threshold and top-k, then the kept anchors' boxes (`gfl.boxes`)."""
-    parts = gfl.part_values(outputs, head.scores)
+    columns = gfl.part_values(outputs, head.scores)
+    parts = [tensor[..., first:end] for tensor, (first, end) in columns]
     allowed = _allowed(class_filter, head.classes, parts[0].device)
     if allowed is not None:
         parts = [p.masked_fill(~allowed, float("-inf")) for p in parts]
+        columns = [(p, (0, head.classes)) for p in parts]
     boxes_of = lambda i, a: gfl.boxes(outputs, head, i, a, input_hw)  # noqa: E731
-    scores_of = lambda i, a: gfl.gather(parts, i, a)  # noqa: E731
+    scores_of = lambda i, a: gfl.gather(columns, i, a)  # noqa: E731
     if thresholds is not None:
         best = [p.max(dim=2) for p in parts]
         conf = torch.cat([b.values for b in best], dim=1).float()

@@ -201,20 +201,30 @@ def _constants(head: GflHead, input_hw: tuple[int, int], device: torch.device) -
     return tuple(t.to(device) for t in (torch.cat(rows), project, limit))
 
 
-def part_values(outputs: Mapping[str, torch.Tensor], parts: Sequence[Part]) -> list[torch.Tensor]:
-    """Each part's (B, rows, columns) values (views, no copy)."""
-    return [outputs[p.name][..., p.columns[0] : p.columns[1]] for p in parts]
+Columns = tuple[torch.Tensor, tuple[int, int]]  # an output (B, N, W) and the columns taken from it
 
 
-def gather(values: Sequence[torch.Tensor], image: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
-    """(M, D) float32 rows of the parts `values` (each (B, n_i, D), anchors numbered across them in order) at
-    (image, anchor) pairs: fixed shapes, no host synchronisation."""
-    result, start = values[0][image, anchor.clamp(0, values[0].shape[1] - 1)].float(), values[0].shape[1]
-    for part in values[1:]:
-        rows = part.shape[1]
-        picked = part[image, (anchor - start).clamp(0, rows - 1)].float()
-        result = torch.where(((anchor >= start) & (anchor < start + rows))[:, None], picked, result)
+def part_values(outputs: Mapping[str, torch.Tensor], parts: Sequence[Part]) -> list[Columns]:
+    """Each part's output and columns (no copy)."""
+    return [(outputs[p.name], p.columns) for p in parts]
+
+
+def gather(values: Sequence[Columns], image: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    """(M, D) float32 rows of the parts `values` (outputs (B, n_i, W_i) and their columns; anchors numbered
+    across them in order) at (image, anchor) pairs: one row lookup per part, fixed shapes, no host
+    synchronisation."""
+    result, start = None, 0
+    for tensor, (first, end) in values:
+        rows = tensor.shape[1]
+        flat = tensor.reshape(-1, tensor.shape[2])  # a view of a contiguous output
+        picked = flat.index_select(0, image * rows + (anchor - start).clamp(0, rows - 1))[
+            :, first:end
+        ].float()
+        inside = ((anchor >= start) & (anchor < start + rows))[:, None]
+        result = picked if result is None else torch.where(inside, picked, result)
         start += rows
+    if result is None:
+        raise ValueError("a GFL head has at least one part")
     return result
 
 
