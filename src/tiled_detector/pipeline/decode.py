@@ -315,13 +315,16 @@ def _decode_raw(
 ) -> PaddedDecoded:
     """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold (the class's own, where
     `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only."""
+    objectness = None
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
     else:
         with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
         class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
-        if with_objectness:
-            class_scores = class_scores.float() * head[..., 4:5].float()
+        if (
+            with_objectness
+        ):  # objectness >= 0: the best of (class x objectness) is the best class x objectness
+            objectness = head[..., 4].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
         shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
@@ -331,20 +334,34 @@ def _decode_raw(
             raise ValueError(f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
                              f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
                              f"got {tuple(head.shape)}")  # fmt: skip
-        boxes_of = lambda i, a: yolox_boxes(head[i, a, :4], a, input_hw)  # noqa: E731
+        boxes_of = lambda i, a: yolox_boxes(gfl.rows_at(head, i, a)[:, :4], a, input_hw)  # noqa: E731
     elif layout is OutputLayout.YOLOV8:
         boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731
     else:
-        boxes_of = lambda i, a: head[i, a, :4]  # noqa: E731
-    scores_of = (
-        (lambda i, a: class_scores[i, :, a]) if channel_dim == 1 else (lambda i, a: class_scores[i, a])
-    )
+        boxes_of = lambda i, a: gfl.rows_at(head, i, a)[:, :4]  # noqa: E731
+    if channel_dim == 1:
+        scores_of = lambda i, a: class_scores[i, :, a]  # noqa: E731
+    else:
+
+        def scores_of(i: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+            """The kept anchors' class scores (x objectness), as the whole head's would be."""
+            rows = gfl.rows_at(head, i, a)
+            scores = rows[:, 5 if objectness is not None else 4 :].float()
+            scores = scores if objectness is None else scores * rows[:, 4:5].float()
+            return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
+
     xyxy_of = lambda i, a: _cxcywh_to_xyxy(boxes_of(i, a).float())  # noqa: E731
+    best_class = None
     if thresholds is not None:  # every anchor's class is needed before the cut: the max with its index
         best, best_class = class_scores.max(dim=channel_dim)
-        return _pick(best.float(), best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
-    conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
-    return _pick(conf, None, scores_of, xyxy_of, conf_threshold, top_k, None)
+        conf = best.float()
+    else:
+        conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
+    if (
+        objectness is not None
+    ):  # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+        conf = (conf * objectness).nan_to_num(nan=float("-inf"))
+    return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
 
 
 Rows = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (image, anchor) indices -> (M, D) values

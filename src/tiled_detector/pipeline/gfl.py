@@ -209,6 +209,14 @@ def part_values(outputs: Mapping[str, torch.Tensor], parts: Sequence[Part]) -> l
     return [(outputs[p.name], p.columns) for p in parts]
 
 
+def rows_at(tensor: torch.Tensor, image: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    """The (M, D) rows of a (B, A, D) tensor at (image, anchor) pairs: one lookup in its flat rows (advanced
+    indexing of the two dimensions costs several times more on a CPU); a strided tensor is indexed as it is."""
+    if not tensor.is_contiguous():
+        return tensor[image, anchor]
+    return tensor.reshape(-1, tensor.shape[2]).index_select(0, image * tensor.shape[1] + anchor)
+
+
 def gather(values: Sequence[Columns], image: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     """(M, D) float32 rows of the parts `values` (outputs (B, n_i, W_i) and their columns; anchors numbered
     across them in order) at (image, anchor) pairs: one row lookup per part, fixed shapes, no host
