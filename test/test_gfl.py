@@ -273,14 +273,22 @@ def test_detect_runs_the_file_with_no_option(family, tmp_path, capsys, caplog, m
     assert any("rewritten to a dynamic batch (proven equal" in m for m in messages)
 
 
-@pytest.mark.skipif(not (PHOTOS / "terrain1.jpg").is_file(), reason=f"SAHI's terrain1.jpg is not in {PHOTOS}")
+SMALL_OBJECTS = {"terrain1.jpg": "person", "small-vehicles1.jpeg": "car"}  # SAHI's photos of small objects
+
+
+@pytest.mark.skipif(
+    not any((PHOTOS / p).is_file() for p in SMALL_OBJECTS), reason=f"SAHI's photos are not in {PHOTOS}"
+)
 @pytest.mark.parametrize("family", FAMILY_PARAMS)
-def test_tiles_find_more_small_people_than_the_whole_frame(family) -> None:
-    """SAHI's terrain1.jpg (2048x1365, seven people a few dozen pixels tall): tiles + the full frame find more of
-    them than the whole frame alone."""
+def test_tiles_find_more_small_objects_than_the_whole_frame(family) -> None:
+    """SAHI's terrain1.jpg (2048x1365, seven people a few dozen pixels tall) and small-vehicles1.jpeg (1068x580, a
+    motorway's cars): tiles + the full frame find more of them than the whole frame alone."""
     import cv2
 
-    image = cv2.imread(str(PHOTOS / "terrain1.jpg"))
-    tiled = TiledDetector(FILES[family], conf_threshold=0.3, classes=["person"])
-    whole = tiled.with_config(tile_size=image.shape[1::-1], full_frame=False)
-    assert len(tiled.detect(image, "bgr8")) > len(whole.detect(image, "bgr8"))
+    for name, cls in SMALL_OBJECTS.items():
+        if not (PHOTOS / name).is_file():
+            continue
+        image = cv2.imread(str(PHOTOS / name))
+        tiled = TiledDetector(FILES[family], conf_threshold=0.3, classes=[cls])
+        whole = tiled.with_config(tile_size=image.shape[1::-1], full_frame=False)
+        assert len(tiled.detect(image, "bgr8")) > len(whole.detect(image, "bgr8")), name
