@@ -161,6 +161,50 @@ class YoloV8nLike(nn.Module):
         return torch.cat([xy, wh, logits.sigmoid()], 1)
 
 
+class _Separable(nn.Sequential):
+    """A depthwise 3 x 3 conv (stride `s`) + a pointwise conv, each with SiLU."""
+
+    def __init__(self, c_in: int, c_out: int, s: int) -> None:
+        super().__init__(nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in), nn.SiLU(), _Conv(c_in, c_out))
+
+
+class GflLike(nn.Module):
+    """A small detector with a GFL head, as PP-PicoDet and NanoDet export theirs (random weights): depthwise-separable
+    stages down to each stride (8, 16, 32, 64 when `levels` is 4; a stride's map ceil(H / s) x ceil(W / s)), per
+    stride class scores after a sigmoid (B, N, classes) and 4 x `bins` distribution logits (B, N, 4 x bins); all
+    class scores first, then all distributions (Paddle2ONNX's and NanoDet 0.x's order), or `joined`: one
+    (B, A, classes + 4 x bins) tensor over every stride (NanoDet 1.x / NanoDet-Plus)."""
+
+    def __init__(
+        self, classes: int = 80, bins: int = 8, levels: int = 3, width: int = 32, joined: bool = False
+    ) -> None:
+        super().__init__()
+        self.joined, self.classes = joined, classes
+        widths = [width * 2 ** min(i, 3) for i in range(levels + 2)]  # 32, 64, 128, 256, 256, ...
+        self.stem = nn.Sequential(_Conv(3, widths[0], 3, 2), _Separable(widths[0], widths[1], 2))  # stride 4
+        self.stages = nn.ModuleList(
+            nn.Sequential(
+                _Separable(widths[i + 1], widths[i + 2], 2), _Separable(widths[i + 2], widths[i + 2], 1)
+            )
+            for i in range(levels)
+        )
+        self.heads = nn.ModuleList(
+            nn.Sequential(_Separable(w, 2 * width, 1), nn.Conv2d(2 * width, classes + 4 * bins, 1))
+            for w in widths[2:]
+        )
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...] | torch.Tensor:
+        x, outs = self.stem(images), []
+        for stage, head in zip(self.stages, self.heads, strict=True):
+            x = stage(x)
+            outs.append(head(x).flatten(2).transpose(1, 2))  # (B, N, classes + 4 x bins)
+        scores = [o[..., : self.classes].sigmoid() for o in outs]
+        boxes = [o[..., self.classes :] for o in outs]
+        if self.joined:
+            return torch.cat([torch.cat([s, b], dim=2) for s, b in zip(scores, boxes, strict=True)], dim=1)
+        return (*scores, *boxes)
+
+
 def _anchor_grid(input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """YOLOv8's anchor centres (1, 2, A) and strides (1, 1, A) for the three levels, on the host."""
     anchors, strides = [], []

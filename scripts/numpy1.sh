@@ -29,4 +29,4 @@ cd "$root"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider test/test_tiling.py test/test_merge.py test/test_decode.py \
   test/test_preprocess.py test/test_detector.py test/test_policy.py test/test_tracking.py test/test_schedule.py \
   test/test_stream.py test/test_quantize.py test/test_engines.py test/test_exports.py test/test_rebatch.py \
-  test/test_yolox.py
+  test/test_yolox.py test/test_gfl.py test/test_resolve.py

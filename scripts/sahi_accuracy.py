@@ -1,5 +1,5 @@
 """AP50 of our full-frame view and of our tiles + full frame against SAHI's standard and sliced prediction, with the
-same YOLOX weights (SAHI through `tools.peers.yolox_sahi_model`: YOLOX's own pre/post-processing on the same
+same YOLOX weights (SAHI through `tools.peers.sahi_model`: YOLOX's own pre/post-processing on the same
 engine), on real photos with COCO ground truth.
 
     PYTHONPATH=<sahi's site> .venv/bin/python scripts/sahi_accuracy.py --model yolox_nano.onnx \
@@ -20,7 +20,7 @@ import numpy as np
 from tiled_detector import TiledDetector
 from tiled_detector.models import coco_labels
 from tiled_detector.tools.frames import read_image
-from tiled_detector.tools.peers import yolox_sahi_model
+from tiled_detector.tools.peers import sahi_model
 from tiled_detector.tools.scoring import coco_ground_truth, coco_stats
 
 
@@ -60,7 +60,7 @@ def main() -> None:
     images = photos(args.photos, mapping)
     truth = coco_ground_truth([(b, c) for _, b, c in images], names=coco_labels())
     frames = [read_image(path) for path, _, _ in images]
-    sahi = yolox_sahi_model(args.model, coco_labels(), "cpu", args.conf)
+    sahi = sahi_model(args.model, "yolox", coco_labels(), "cpu", args.conf)
     tiled = TiledDetector(
         args.model, tile_size=(args.tile, args.tile), overlap=args.overlap, conf_threshold=args.conf
     )

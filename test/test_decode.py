@@ -147,9 +147,9 @@ def assert_rows(got: list[tuple], want: list[tuple]) -> None:
         np.testing.assert_allclose(g[1:-1], w[1:-1], rtol=1e-5, atol=1e-4)
 
 
-# YOLOX's head places its boxes by the input size: test_yolox.py decodes the real model's outputs
+# YOLOX's and GFL heads place their boxes by the input size: test_yolox.py and test_gfl.py decode them
 @pytest.mark.parametrize(
-    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX)]
+    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL)]
 )
 def test_each_exported_layout_detected_and_decoded(exported, layout):
     outputs = exported[layout]

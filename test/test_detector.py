@@ -160,11 +160,29 @@ def test_config_normalises_options(square_onnx):
         and cfg.match_metric is MatchMetric.IOU
         and cfg.layout is OutputLayout.YOLOV8
     )
-    assert cfg.tile_size == (32, 48) and cfg.tile_hw == (48, 32) and cfg.classes == (1, 3)
+    assert cfg.tile_size == (32, 48) and cfg.tile_hw_for((640, 640)) == (48, 32) and cfg.classes == (1, 3)
     assert cfg.labels == ("a", "b") and cfg.device == "cuda:1"
     assert cfg.replace(overlap=0.5).overlap == 0.5
     assert cfg.replace(classes=[]).classes is None  # empty = every class, as the setting's help says
     assert cfg.replace(classes=["b", 0]).classes == (0, "b")  # names stay names until the labels are known
+
+
+def test_tiles_are_the_models_input_size_unless_set(export_onnx) -> None:
+    """tile_size auto (the default; 0 0 or "auto"): a model's own input size, so a view is never shrunk; a size set
+    is used as it is."""
+    from bench_pipeline import SquareDetector
+
+    path = export_onnx(SquareDetector((48, 80), 8), (48, 80))  # input 80 wide, 48 high
+    auto = TiledDetector(path)
+    assert auto.config.tile_size is None and auto.tile_size == (80, 48)
+    plan = auto.plan_for(200, 300)
+    assert plan.tile_hw == (48, 80) and plan.tiles[0].tolist() == [0, 0, 80, 48]
+    assert (
+        DetectorConfig(tile_size=(0, 0)).tile_size is None
+        and DetectorConfig(tile_size="auto").tile_size is None
+    )
+    fixed = auto.with_config(tile_size=(64, 32))
+    assert fixed.tile_size == (64, 32) and fixed.plan_for(200, 300).tile_hw == (32, 64)
 
 
 @pytest.mark.parametrize(

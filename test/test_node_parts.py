@@ -35,7 +35,9 @@ def test_parameter_checks_state_the_rule_and_the_value() -> None:
     assert BY_NAME["overlap"].check(0.99) == "overlap must be in [0.0, 0.95], got 0.99"
     assert BY_NAME["conf_threshold"].check(0.3) is None
     assert descriptor(BY_NAME["overlap"]).floating_point_range[0].to_value == 0.95
-    assert descriptor(BY_NAME["tile_width"]).integer_range[0].from_value == 16
+    assert descriptor(BY_NAME["tile_width"]).integer_range[0].from_value == 0  # 0 = auto: the model's input
+    assert BY_NAME["tile_width"].check(0) is None and BY_NAME["tile_width"].check(416) is None
+    assert BY_NAME["tile_width"].check(8) == "tile_width must be in [16, 8192], got 8"
 
 
 def test_class_filter_from_names_and_ids() -> None:

@@ -601,3 +601,30 @@ def test_detect_many_keeps_each_sources_upload_slot(bundled, scenes, monkeypatch
     _same(both[0], detector.detect(scenes[0]))
     with pytest.raises(ValueError, match="slots must name each of the 2 frames once"):
         detector.detect_many([scenes[0], scenes[1]], slots=[1, 1])
+
+
+def test_a_one_frame_flood_beyond_the_largest_capacity_stays_captured_and_equals_the_exact_path(
+    square_torchscript, monkeypatch
+):
+    """A frame whose candidates outnumber the largest sync-free capacity (YOLOX-nano's 416 tiles at 4K with random
+    weights: 85 views x top_k 100) keeps its best ones, as the exact path does, so it replays its capture instead
+    of falling back to the eager exact path frame after frame."""
+    import tiled_detector.pipeline.postprocess as postprocess_module
+    from test_detector import _scene
+
+    monkeypatch.setattr(postprocess_module, "MAX_CAPACITY", 16)
+    monkeypatch.setattr(postprocess_module, "MAX_CANDIDATES", 16)
+    options = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.2, backend="torch")
+    eager = TiledDetector(square_torchscript, **options)
+    log: list[str] = []
+    captured = TiledDetector(square_torchscript, capture=_replaying_capture(log), **options)
+    captured._sync_free, captured._limits = True, Limits(capacity=8)  # grown to the largest, 16, by the flood
+    frame, _, _ = _scene(7, count=20)  # 20 squares, each seen by several views: more than 16 candidates
+    plan = batch_plan([eager.plan_for(*frame.shape[:2])])
+    found = eager._program.candidates([torch.from_numpy(frame)], ["rgb8"], plan, eager.frame_settings)
+    assert int(found.valid.sum()) > 16
+    for _ in range(4):
+        got = captured.detect(frame)
+    _same(eager.detect(frame), got)
+    assert captured._limits.capacity == 16 and captured._exact_batches == 0  # never sent to the exact path
+    assert log[-2:] == ["replay", "replay"]  # the last frames replayed one capture

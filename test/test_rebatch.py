@@ -88,6 +88,55 @@ def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(export
     assert len(detector.detect(make_scene(0, 80, 60).image).scores) >= 0  # runs, one view per call
 
 
+def resize_to_constant_sizes(path: Path) -> Path:
+    """A batch-1 graph as PyTorch 1.x exported `F.interpolate(size=...)` (NanoDet's FPN): a Resize to the constant
+    `sizes` [1, C, h, w], then a Reshape of batch-1 constants: (1, 3, 8, 8) -> (1, 256, 4); its weights listed as
+    graph inputs too, as that exporter and Paddle2ONNX list them."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(4, 3, 1, 1)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([1, 4, 16, 16], np.int64), "sizes"),
+        numpy_helper.from_array(np.zeros(0, np.float32), "empty"),  # opset 11's roi and scales, unused
+        numpy_helper.from_array(np.array([1, 4, 256], np.int64), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["c"]),
+        helper.make_node(
+            "Resize",
+            ["c", "empty", "empty", "sizes"],
+            ["r"],
+            mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+        helper.make_node("Reshape", ["r", "shape"], ["f"]),
+        helper.make_node("Transpose", ["f"], ["output0"], perm=[0, 2, 1]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8]),
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 1, 1]),
+    ]
+    outputs = [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 256, 4])]
+    graph = helper.make_graph(nodes, "resize", inputs, outputs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6), str(path))
+    return path
+
+
+def test_a_resize_to_constant_batch_one_sizes_is_rewritten_to_scales_and_proven(tmp_path, cache) -> None:
+    path = resize_to_constant_sizes(tmp_path / "resize.onnx")
+    rewritten = rebatched(onnx.load(str(path)))
+    resize = next(n for n in rewritten.graph.node if n.op_type == "Resize")
+    assert len(resize.input) == 3 and resize.input[2]  # by scales now, which follow the batch
+    assert [i.name for i in rewritten.graph.input] == ["images"]  # the weights are constants to fold
+    engine = load_engine(path, "onnxruntime", "cpu", max_batch=4)
+    assert engine.max_batch == 4 and engine.fixed_batch is None  # proven equal, so one call per 4 views
+    batch = torch.rand(3, 3, 8, 8)
+    single = load_engine(path, "onnxruntime", "cpu", max_batch=1)
+    alone = torch.cat([single.infer(batch[i : i + 1])["output0"].clone() for i in range(3)])
+    torch.testing.assert_close(engine.infer(batch)["output0"], alone, rtol=1e-5, atol=1e-6)
+
+
 def test_tensorrt_builds_a_batch_one_export_from_its_rewrite(export_onnx, cache, monkeypatch) -> None:
     path = export_onnx(FlatHead(), (32, 32), batch=1)
     built: list[tuple[Path, BuildOptions]] = []

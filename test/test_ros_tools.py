@@ -298,7 +298,7 @@ def test_ros2_param_set_get_describe_dump(two_cameras: SimpleNamespace) -> None:
     assert "overlap ratio" in described.stdout
     dumped = param("dump")
     assert dumped.returncode == 0, dumped
-    for name in ("conf_threshold: 0.6", "model:", "labels:", "classes:", "tile_width: 640", "overlap: 0.2"):
+    for name in ("conf_threshold: 0.6", "model:", "labels:", "classes:", "tile_width: 0", "overlap: 0.2"):
         assert name in dumped.stdout, (name, dumped.stdout)
 
 

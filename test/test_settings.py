@@ -91,8 +91,9 @@ def test_frame_settings_are_built_from_the_table() -> None:
 
 def test_parameters_are_derived_from_the_config_fields() -> None:
     by_name = {p.name: p for p in DETECTOR_PARAMETERS}
-    assert by_name["tile_width"].default == default("tile_size")[0]
-    assert by_name["tile_height"].default == default("tile_size")[1]
+    assert default("tile_size") is None  # auto: the model's input size, 0 x 0 as parameters
+    assert by_name["tile_width"].default == by_name["tile_height"].default == 0
+    assert by_name["tile_width"].min_value == 0 and by_name["tile_width"].max_value == 8192
     assert by_name["model_channel_order"].choices == ("auto", "rgb", "bgr")
     assert by_name["precision"].default == default("precision").value == "fp32"
     assert by_name["backend"].choices == tuple(b.value for b in Backend)

@@ -157,8 +157,8 @@ def test_to_frame_maps_tiles_and_full_frame():
 def test_to_frame_round_trip_through_letterbox():
     plan = make_plan((700, 1000), (256, 256), 0.1, (128, 128), True)
     frame_box = np.array([240.0, 250.0, 400.0, 300.0], np.float32)
-    # full frame: model = frame * scale + pad
-    model_box = frame_box * plan.scale + np.array([plan.pad_x, plan.pad_y] * 2)
+    # full frame: model = frame * the resize's scale (resized over frame size, per axis) + pad
+    model_box = frame_box * np.tile(plan.frame_letterbox.scales, 2) + np.array([plan.pad_x, plan.pad_y] * 2)
     # a tile containing the box: model = (frame - origin) * tile_scale + tile_pad
     inside = (plan.tiles[:, :2] <= frame_box[:2]).all(1) & (plan.tiles[:, 2:] >= frame_box[2:]).all(1)
     tile = int(np.flatnonzero(inside)[0])
@@ -167,6 +167,28 @@ def test_to_frame_round_trip_through_letterbox():
     boxes = torch.tensor(np.stack([model_box, tile_box]), dtype=torch.float64)
     out = plan.to_frame(boxes, torch.tensor([plan.num_tiles, tile]))
     torch.testing.assert_close(out, torch.tensor(np.stack([frame_box, frame_box])), rtol=0, atol=1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    frame=st.tuples(st.integers(1, 5000), st.integers(1, 5000)),
+    model=st.tuples(st.integers(16, 1280), st.integers(16, 1280)),
+    point=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    anchor=st.sampled_from(["center", "top_left", "stretch"]),
+)
+def test_every_letterbox_maps_the_resized_pixels_back_exactly(frame, model, point, anchor):
+    """A point of the frame, where the resize puts it in the model input (its own per-axis scale, a rounded size
+    included), maps back to itself; stretched, the view fills the input with no padding."""
+    box = Letterbox.fit(frame, model, anchor)
+    sx, sy = box.scales
+    assert box.resized_hw == (round(frame[0] * sy), round(frame[1] * sx))
+    if anchor == "stretch":
+        assert box.resized_hw == model and (box.pad_x, box.pad_y) == (0, 0)
+    plan = make_plan(frame, frame, 0.2, model, True, letterbox=anchor)
+    x, y = point[0] * frame[1], point[1] * frame[0]
+    in_model = torch.tensor([[x * sx + box.pad_x, y * sy + box.pad_y] * 2])
+    back = plan.to_frame(in_model, torch.tensor([plan.batch_size - 1]))[0].numpy()
+    np.testing.assert_allclose(back, [x, y, x, y], rtol=1e-5, atol=1e-3 * max(1.0, 1 / min(sx, sy)))
 
 
 def test_tensors_are_cached_per_device():

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "time the pipeline per stage against the model alone, per backend, precision and size",
     ),
     "env": ("env", "versions of everything the detector depends on, and the GPU"),
+    "inspect": (
+        "inspect",
+        "what the node would make of a model file (layout, inputs, labels, tiles) and why",
+    ),
 }
 
 

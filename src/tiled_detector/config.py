@@ -109,7 +109,8 @@ def _bundled_model(backend: Backend) -> Any:
 class DetectorConfig:
     """Settings of a `TiledDetector`; each field's `Setting` (`settings()`) gives its help, kind and when it
     applies: the node's parameters, config/detector.yaml and the CLI flags are derived from them.
-    String options accept enum values or their names (any case). tile_size is (width, height) in frame pixels.
+    String options accept enum values or their names (any case). tile_size is (width, height) in frame pixels, or
+    None (auto): the model's input size (`tile_hw_for`).
     """
 
     model: Any = _setting(
@@ -152,10 +153,10 @@ class DetectorConfig:
         applies=Applies.ENGINE,
         ros_name="input",
     )
-    tile_size: tuple[int, int] = _setting(
-        (640, 640),
-        "tile width and height in pixels",
-        kind=Size(low=16, high=8192),
+    tile_size: tuple[int, int] | None = _setting(
+        None,
+        "tile width and height in pixels; auto (not set, 0 0) = the model's input size",
+        kind=Size(low=16, high=8192, optional=True, unset="auto: the model's input size"),
         applies=Applies.PLAN,
         ros_name="tile",
     )
@@ -319,43 +320,45 @@ class DetectorConfig:
     )
     channel_order: ChannelOrder = _setting(
         ChannelOrder.AUTO,
-        "channel order the model expects; auto = the model file's, else its family's (yolox: bgr), else rgb",
+        "channel order the model expects; auto = the model file's, else its family's (yolox, nanodet: bgr), else "
+        "rgb",
         kind=Choice(option=ChannelOrder),
         applies=Applies.DETECTOR,
         ros_name="model_channel_order",
     )
     input_scale: float | None = _setting(
         None,
-        "multiplier applied to 0-255 pixel values (not set = the model file's, else its family's: 1/255, "
-        "yolox 1.0)",
+        "multiplier applied to 0-255 pixel values (not set = the model file's, else its family's: 1/255; yolox, "
+        "picodet, nanodet 1.0)",
         kind=Number(1e-6, 1000.0, unset=0.0),
         applies=Applies.DETECTOR,
     )
     input_mean: tuple[float, float, float] | None = _setting(
         None,
         "per channel, subtracted after input_scale, in the model's channel order (not set = the model file's, "
-        "else 0 0 0)",
+        "else its family's, else 0 0 0)",
         kind=Channels(),
         applies=Applies.DETECTOR,
     )
     input_std: tuple[float, float, float] | None = _setting(
         None,
         "per channel, divides after input_mean, in the model's channel order (not set = the model file's, else "
-        "1 1 1)",
+        "its family's, else 1 1 1)",
         kind=Channels(nonzero=True),
         applies=Applies.DETECTOR,
     )
     letterbox: LetterboxAnchor = _setting(
         LetterboxAnchor.AUTO,
-        "where a resized view sits in the model input: center, or top_left (padding right and below); auto = the "
-        "model file's, else its family's (yolox: top_left), else center",
+        "where a resized view sits in the model input: center, top_left (padding right and below), or stretch "
+        "(the whole input, aspect not kept); auto = the model file's, else its family's (yolox: top_left, "
+        "picodet: stretch), else center",
         kind=Choice(option=LetterboxAnchor),
         applies=Applies.DETECTOR,
     )
     pad_value: float | None = _setting(
         None,
         "grey level (0-255) of the letterbox padding and of tile pixels past the frame (not set = the model "
-        "file's, else 114)",
+        "file's, else its family's (nanodet 0), else 114)",
         kind=Number(0.0, 255.0, unset=-1.0),
         applies=Applies.DETECTOR,
     )
@@ -414,17 +417,38 @@ class DetectorConfig:
                 raise ValueError("model is required: no bundled model is installed (tiled_detector.models)")
             object.__setattr__(self, "model", model)
 
-    def input_format(self, layout: OutputLayout, model: ModelMetadata) -> InputFormat:
+    def input_format(self, family: str | OutputLayout | None, model: ModelMetadata) -> InputFormat:
         """How pixels become the model's input: each convention given here, else what the model file says,
-        else its family's (`FAMILY_INPUTS`, by output layout), else ultralytics' (`InputFormat()`)."""
-        given = {name: getattr(self, name) for name in INPUT_SETTINGS}
+        else its family's (`FAMILY_INPUTS`: yolox, picodet, nanodet), else ultralytics' (`InputFormat()`)."""
+        chosen = {n: v for n, (v, _) in self.input_sources(family, model).items()}
+        return InputFormat(**{INPUT_SETTINGS[n]: getattr(v, "value", v) for n, v in chosen.items()})
+
+    def input_sources(
+        self, family: str | OutputLayout | None, model: ModelMetadata
+    ) -> dict[str, tuple[Any, str]]:
+        """The input conventions (setting name -> (value, where it came from: "setting", "model file",
+        "<family> default")) that are not ultralytics' defaults."""
+        name = getattr(family, "value", family)
+        given = {n: getattr(self, n) for n in INPUT_SETTINGS}
         given = {
             n: v
             for n, v in given.items()
             if v is not None and v not in (ChannelOrder.AUTO, LetterboxAnchor.AUTO)
         }
-        chosen = {**FAMILY_INPUTS.get(layout, {}), **dict(model.inputs), **given}
-        return InputFormat(**{INPUT_SETTINGS[n]: getattr(v, "value", v) for n, v in chosen.items()})
+        return {
+            **{n: (v, f"{name} default") for n, v in FAMILY_INPUTS.get(name, {}).items()},
+            **{n: (v, "model file") for n, v in model.inputs},
+            **{n: (v, "setting") for n, v in given.items()},
+        }
+
+    def tile_hw_for(self, input_hw: tuple[int, int]) -> tuple[int, int]:
+        """Tile height and width (tile_size is width, height): the setting's, or with auto the model's input
+        (`input_hw`, height and width)."""
+        return (
+            (int(input_hw[0]), int(input_hw[1]))
+            if self.tile_size is None
+            else (self.tile_size[1], self.tile_size[0])
+        )
 
     def tracker_settings(self) -> TrackerSettings:
         """The tracker's settings."""
@@ -439,11 +463,6 @@ class DetectorConfig:
         if self.input_size is not None:
             options["input_hw"] = (self.input_size[1], self.input_size[0])
         return options
-
-    @property
-    def tile_hw(self) -> tuple[int, int]:
-        """Tile height and width (tile_size is width, height)."""
-        return self.tile_size[1], self.tile_size[0]
 
     def replace(self, **changes: Any) -> DetectorConfig:
         """A validated copy with `changes` applied (unknown names raise listing the valid ones)."""
@@ -474,13 +493,27 @@ class DetectorConfig:
 INPUT_SETTINGS = {"channel_order": "channel_order", "input_scale": "scale", "input_mean": "mean",
                   "input_std": "std", "letterbox": "letterbox", "pad_value": "pad_value"}  # fmt: skip
 # a model family's input conventions, where they are not ultralytics' (`InputFormat()`): YOLOX's own
-# pre-processing (yolox/data/data_augment.py `preproc`: BGR, 0-255, no mean / std, padded right and below with 114)
-FAMILY_INPUTS: dict[OutputLayout, dict[str, Any]] = {
-    OutputLayout.YOLOX: {
+# pre-processing (yolox/data/data_augment.py `preproc`: BGR, 0-255, no mean / std, padded right and below with 114);
+# PP-PicoDet's (PaddleDetection 2.3 configs/picodet/_base_/picodet_416_reader.yml: images decoded to RGB, resized
+# to the input without keeping the aspect ratio, /255 then ImageNet's mean / std, here on 0-255 values); NanoDet's
+# (its configs' normalize on BGR 0-255 values; its ONNX and ncnn demos' `resize_uniform`: the aspect kept, centred
+# on black)
+FAMILY_INPUTS: dict[str, dict[str, Any]] = {
+    "yolox": {"channel_order": "bgr", "input_scale": 1.0, "letterbox": "top_left", "pad_value": 114.0},
+    "picodet": {
+        "channel_order": "rgb",
+        "input_scale": 1.0,
+        "input_mean": (123.675, 116.28, 103.53),
+        "input_std": (58.395, 57.12, 57.375),
+        "letterbox": "stretch",
+    },
+    "nanodet": {
         "channel_order": "bgr",
         "input_scale": 1.0,
-        "letterbox": "top_left",
-        "pad_value": 114.0,
+        "input_mean": (103.53, 116.28, 123.675),
+        "input_std": (57.375, 57.12, 58.395),
+        "letterbox": "center",
+        "pad_value": 0.0,
     },
 }
 

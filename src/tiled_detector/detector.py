@@ -27,15 +27,7 @@ import torch
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.base import Engine, load_engine
-from tiled_detector.models import COCO, coco_labels, load_labels
-from tiled_detector.pipeline.decode import (
-    OutputLayout,
-    PaddedDecoded,
-    anchor_points,
-    detect_layout,
-    main_output,
-    yolox_decoded,
-)
+from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
@@ -61,6 +53,7 @@ from tiled_detector.pipeline.tiling import (
 )
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
+from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
@@ -108,36 +101,6 @@ class _StageClock:
         return result
 
 
-def _labels(config: DetectorConfig, engine: Engine) -> tuple[str, ...] | None:
-    """Class names: the labels setting (`[coco]`: COCO's), else the model file's, else a labels file beside it."""
-    if config.labels == (COCO,):
-        return coco_labels()
-    if config.labels or engine.labels:
-        return config.labels or engine.labels
-    labels = load_labels(config.model)
-    return tuple(labels) if labels else None
-
-
-def _yolox_head(config: DetectorConfig, engine: Engine) -> tuple[OutputLayout, int]:
-    """The decoding of a YOLOX head (raw: `OutputLayout.YOLOX`; exported with `--decode_in_inference`: boxes
-    already in pixels, YOLOv5's rows) and its class count, found by one run on a grey image. ValueError (one
-    line) when its rows are not YOLOX's anchor points."""
-    shapes = {o.name: o.shape for o in engine.outputs}
-    name = main_output(shapes)
-    rows, columns = shapes[name][1:3] if len(shapes[name]) == 3 else (-1, -1)
-    expected = anchor_points(engine.input_hw)
-    if rows != expected or columns <= 5:
-        raise ValueError(
-            f"layout yolox: {config.model}'s output {name!r} {list(shapes[name])} is not a YOLOX head, which has "
-            f"one row per anchor point of strides 8, 16, 32 ({expected} for its {engine.input_hw[1]}x"
-            f"{engine.input_hw[0]} input) and 5 + classes columns; set the setting layout to the model's"
-        )
-    probe = torch.full((1, *engine.input.shape[1:]), 0.5, dtype=engine.input.dtype, device=engine.device)
-    head = engine.infer(probe.contiguous(memory_format=engine.memory_format))[name]
-    decoded = yolox_decoded(head, engine.input_hw)
-    return (OutputLayout.YOLOV5 if decoded else OutputLayout.YOLOX), columns - 5
-
-
 def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
     """`program.fused` (torch.compile) when `compile` is on and the engine runs on CUDA with triton installed;
     else None (one log line when it was asked for but cannot be had)."""
@@ -154,31 +117,6 @@ def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
     `cuda_graph` on; else None (eager). An engine that cannot be recorded (`Engine.capturable` false, or found so
     when capturing) runs eagerly between the captured parts before and after it (`program.Runner`)."""
     return cuda_graph if engine.device.type == "cuda" and config.sync_free and config.cuda_graph else None
-
-
-def _resolve_layout(config: DetectorConfig, engine: Engine, num_classes: int | None) -> OutputLayout:
-    """The output layout: the config's; an end-to-end head where the model file says so (ultralytics' end2end or
-    nms=True exports); else found once from the engine's output shapes when they are static. Shapes that
-    contradict the class names (their count) raise one line naming the model and the settings that fix it."""
-    if config.layout is not OutputLayout.AUTO:
-        return config.layout
-    if engine.metadata.end2end:
-        return OutputLayout.END2END
-    shapes = {o.name: o.shape for o in engine.outputs}
-    if any(d < 0 for s in shapes.values() for d in s[1:]):
-        return config.layout
-    try:
-        return detect_layout(shapes, num_classes, input_hw=engine.input_hw)
-    except ValueError as error:
-        names = (
-            "the labels setting" if config.labels else
-            f"its {engine.metadata.source or 'file'}'s names" if engine.labels else "the labels file beside it"
-        )  # fmt: skip
-        reason = f" ({num_classes} names from {names})" if num_classes else ""
-        raise ValueError(
-            f"{config.model}: {error}{reason}; give one name per class with the setting labels, or the layout "
-            "with the setting layout"
-        ) from None
 
 
 def load_config_engine(config: DetectorConfig, model: Path | None = None) -> Engine:
@@ -198,7 +136,8 @@ class TiledDetector:
     input buffers).
 
     `TiledDetector(model, backend, device, tile_size=(w, h), overlap, full_frame, conf_threshold, **more)` takes
-    any other `DetectorConfig` field as a keyword (`engine=` reuses a loaded engine).
+    any other `DetectorConfig` field as a keyword (`engine=` reuses a loaded engine); tile_size None (auto): the
+    model's input size.
     """
 
     def __init__(
@@ -206,7 +145,7 @@ class TiledDetector:
         model: Any = None,
         backend: str = "auto",
         device: str = "cpu",
-        tile_size: tuple[int, int] = (640, 640),
+        tile_size: tuple[int, int] | None = None,
         overlap: float = 0.2,
         full_frame: bool = True,
         conf_threshold: float = 0.25,
@@ -239,7 +178,10 @@ class TiledDetector:
         return detector
 
     def _setup(self, config: DetectorConfig, engine: Engine | None, capture: Capture | None = None) -> None:
-        if engine is None:
+        early = None
+        if engine is None:  # a file the detector refuses is refused before anything is loaded or cached
+            view = file_view(config)
+            early = resolve(config, view) if view is not None else None
             engine = load_config_engine(config)
         elif engine.device.type != torch.device(config.device).type:
             raise ValueError(
@@ -247,22 +189,19 @@ class TiledDetector:
             )
         # derived from the config and the engine (a change of labels or layout rebuilds: `reconfigure`), before
         # anything is replaced: an unknown class name or an ambiguous layout leaves the detector as it was
-        labels = _labels(config, engine)
-        num_classes = len(labels) if labels else None
-        family = _resolve_layout(config, engine, num_classes)
-        layout = family
-        if family is OutputLayout.YOLOX:
-            layout, classes = _yolox_head(config, engine)
-            if labels is None and classes == len(coco_labels()):
-                LOG.info("%s names no classes: its 80 classes are taken for COCO's (person, bicycle, car, ...); "
-                         "set labels to name them otherwise", config.model)  # fmt: skip
-                labels = coco_labels()
-            num_classes = classes if num_classes is None else num_classes
-        input_format = config.input_format(family, engine.metadata)
+        view = engine_view(engine)
+        resolved = early if early is not None and early.view.same_head(view) else resolve(config, view)
+        if resolved.coco_by_family:
+            LOG.info(
+                "%s names no classes: its 80 classes are taken for COCO's (person, bicycle, car, ...); set "
+                "labels to name them otherwise",
+                config.model,
+            )
+        labels, input_format = resolved.labels, resolved.input_format
         frame_settings = config.frame_settings(labels)
         self._config, self._engine, self._frame_settings = config, engine, frame_settings
-        self._labels, self._num_classes, self._layout = labels, num_classes, layout
-        self._input_format = input_format
+        self._labels, self._num_classes, self._layout = labels, resolved.num_classes, resolved.layout
+        self._input_format, self._resolved = input_format, resolved
         preprocessor = Preprocessor(
             engine.device, engine.input.dtype, engine.input_hw, input_format, engine.memory_format,
             capacity=engine.max_batch,
@@ -299,6 +238,17 @@ class TiledDetector:
     def labels(self) -> tuple[str, ...] | None:
         """Class names: the config's, else the model's, else None."""
         return self._labels
+
+    @property
+    def resolved(self) -> Resolved:
+        """How the model file was read: layout, family, labels and input conventions, with their sources."""
+        return self._resolved
+
+    @property
+    def tile_size(self) -> tuple[int, int]:
+        """Tile width and height in use (`tile_size`, or with auto the model's input size)."""
+        height, width = self._config.tile_hw_for(self._engine.input_hw)
+        return width, height
 
     @property
     def input_format(self) -> InputFormat:
@@ -349,7 +299,7 @@ class TiledDetector:
         path = mask_path(self._config.ignore_mask, camera)
         return make_plan(
             (height, width),
-            self._config.tile_hw,
+            self._config.tile_hw_for(self._engine.input_hw),
             self._config.overlap,
             self._engine.input_hw,
             self._config.full_frame,

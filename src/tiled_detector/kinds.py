@@ -253,11 +253,12 @@ class File(Kind):
 @dataclass(frozen=True)
 class Size(Kind):
     """(width, height) in pixels, held in two integer parameters (`<name>_width`, `<name>_height`); one integer
-    means a square. `optional`: not set (None; the parameters 0 0) is allowed."""
+    means a square. `optional`: not set (None; the parameters 0 0; also "auto") is allowed, meaning `unset`."""
 
     low: int = 1
     high: int = 1 << 16
     optional: bool = False
+    unset: str = "not set"
     param_type: ClassVar[ParamType] = ParamType.INTEGER
 
     @property
@@ -266,7 +267,7 @@ class Size(Kind):
         return 0 if self.optional else self.low
 
     def check(self, name: str, value: Any) -> Any:
-        if self.optional and (value is None or value in (0, (0, 0), [0, 0])):
+        if self.optional and (value is None or value in (0, (0, 0), [0, 0], "auto")):
             return None
         pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
         try:
@@ -300,7 +301,7 @@ class Size(Kind):
         return {"nargs": 2, "type": int, "metavar": ("W", "H")}
 
     def describe(self) -> str:
-        return f"[{self.low:g}, {self.high:g}]" + (", 0 = not set" if self.optional else "")
+        return f"[{self.low:g}, {self.high:g}]" + (f", 0 = {self.unset}" if self.optional else "")
 
 
 @dataclass(frozen=True)

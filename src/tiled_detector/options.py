@@ -40,6 +40,7 @@ class LetterboxAnchor(Option):
     AUTO = "auto"
     CENTER = "center"  # padding split on both sides (ultralytics)
     TOP_LEFT = "top_left"  # padding right and below only (YOLOX)
+    STRETCH = "stretch"  # resized to the whole input, the aspect ratio not kept (PP-PicoDet): no padding
 
 
 def check_channel_order(channel_order: str) -> str:

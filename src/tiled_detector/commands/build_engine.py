@@ -59,10 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def camera_batch(sizes: list[tuple[int, int]], config: DetectorConfig) -> int:
     """Views (tiles and full-frame views) of one frame of each (width, height) with the config's tiling: the
     batch a node with these cameras runs when every camera has a frame (the model's input size changes only the
-    letterbox of a view, not how many there are, so the tile size stands in for it)."""
+    letterbox of a view, not how many there are, so the tile size stands in for it; auto: the model's input)."""
+    from tiled_detector.tools.calibration import model_input_hw
+
+    tile_hw = config.tile_hw_for(model_input_hw(config))
     return sum(
-        make_plan((h, w), config.tile_hw, config.overlap, config.tile_hw, config.full_frame).batch_size
-        for w, h in sizes
+        make_plan((h, w), tile_hw, config.overlap, tile_hw, config.full_frame).batch_size for w, h in sizes
     )
 
 

@@ -118,11 +118,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tiling(params_file: Path, overrides: dict[str, Any]) -> tuple[tuple[int, int], float]:
-    """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults."""
-    from tiled_detector.parameters import DETECTOR_PARAMETERS, read_params_file
+    """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults (auto: the
+    model's input size)."""
+    from tiled_detector.config import DetectorConfig
+    from tiled_detector.detector import load_config_engine
+    from tiled_detector.parameters import DETECTOR_PARAMETERS, config_changes, read_params_file
+    from tiled_detector.resolve import file_view
 
     values = {p.name: p.default for p in DETECTOR_PARAMETERS} | read_params_file(params_file) | overrides
-    return (int(values["tile_width"]), int(values["tile_height"])), float(values["overlap"])
+    config = DetectorConfig(**config_changes({n: v for n, v in values.items() if v is not None}))
+    view = file_view(config) if config.tile_size is None else None
+    input_hw = view.input_hw if view is not None else load_config_engine(config).input_hw
+    height, width = config.tile_hw_for(input_hw)
+    return (width, height), config.overlap
 
 
 def _write_snapshot(

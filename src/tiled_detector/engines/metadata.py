@@ -36,7 +36,8 @@ YOLOV5 = "yolov5"
 class ModelMetadata:
     """What a model file says: input (batch, channels, height, width) where known (batch -1: any), class names,
     whether its head ends in NMS (rows x1, y1, x2, y2, score, class: end-to-end heads and `nms=True` exports),
-    whether it takes fp16 input, and which exporter wrote it."""
+    whether it takes fp16 input, which exporter wrote it, and the framework that produced the graph (an ONNX
+    file's `producer_name`: "pytorch", "PaddlePaddle", ...)."""
 
     batch: int | None = None
     channels: int | None = None
@@ -46,6 +47,7 @@ class ModelMetadata:
     half: bool = False
     source: str = ""
     inputs: tuple[tuple[str, Any], ...] = ()  # input conventions the file states (`INPUT_KEYS`), as written
+    producer: str = ""
 
     @property
     def input_shape(self) -> tuple[int, int, int, int] | None:

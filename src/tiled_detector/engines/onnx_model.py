@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,9 +74,10 @@ def onnx_input(model: onnx.ModelProto, input_hw: tuple[int, int] | None) -> tupl
 
 
 def onnx_metadata(model_path: Path) -> ModelMetadata:
-    """What an ONNX file's metadata_props say (ultralytics, YOLOv5), read without its weights."""
+    """What an ONNX file's metadata_props say (ultralytics, YOLOv5) and its producer, read without its weights."""
     model = onnx.load(str(model_path), load_external_data=False)
     inputs = graph_inputs(model)
     dims = inputs[0].type.tensor_type.shape.dim if inputs else ()
     props = {prop.key: prop.value for prop in model.metadata_props}
-    return exporter_metadata(props, dynamic_batch=not dims or not dims[0].HasField("dim_value"))
+    found = exporter_metadata(props, dynamic_batch=not dims or not dims[0].HasField("dim_value"))
+    return dataclasses.replace(found, producer=model.producer_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,8 @@ class OnnxRuntimeEngine(Engine):
     ) -> None:
         super().__init__(model, device, precision, max_batch)
         options = ort.SessionOptions()
+        # errors only: Paddle2ONNX files warn once per initializer listed as a graph input
+        options.log_severity_level = 3
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # ONNX Runtime's own arena for its activations: a CPU call takes at most `cpu_batch` images, so the arena
         # stays that size, where without it the freed activations of every call fragmented the process heap (a
@@ -121,8 +124,11 @@ class OnnxRuntimeEngine(Engine):
                 f"{model}: expected one NCHW image input, got {[(i.name, i.shape) for i in inputs]}"
             )
         node = inputs[0]
-        props = self._session.get_modelmeta().custom_metadata_map
-        self.metadata = exporter_metadata(props, dynamic_batch=_static(node.shape[0]) < 0)
+        meta = self._session.get_modelmeta()
+        self.metadata = dataclasses.replace(
+            exporter_metadata(meta.custom_metadata_map, dynamic_batch=_static(node.shape[0]) < 0),
+            producer=meta.producer_name,
+        )
         shape = (
             _static(node.shape[0]),
             _static(node.shape[1]),

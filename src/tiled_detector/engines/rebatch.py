@@ -3,9 +3,13 @@ per-view calls before use, and cached.
 
 Exporters fix the batch at 1 by default (YOLOX's `tools/export_onnx.py`, ultralytics' `export(format="onnx")`), and
 then every view of a tiled frame is an engine call of its own. The rewrite makes the input's and outputs' first
-dimension symbolic, drops the intermediate shapes the exporter recorded (they are inferred again) and turns the
+dimension symbolic, drops the intermediate shapes the exporter recorded (they are inferred again), turns the
 batch-1 constants of `Reshape` shapes into "whatever the batch is" (-1, or 0: copy the input's first dimension,
-where the shape already has a -1). Whether that is right for the graph at hand is not assumed: the rewritten model
+where the shape already has a -1), and a `Resize` to constant `sizes` of batch 1 (PyTorch 1.x's export of
+`F.interpolate(size=...)`: NanoDet's FPN) into the same resize by `scales` (output / input per dimension, the
+input's shape inferred from the batch-1 graph), which follow the batch; weights also listed as graph inputs (the
+habit of Paddle2ONNX and PyTorch 1.x exports, harmless from IR version 4) leave the inputs, so that ONNX Runtime
+folds them as the constants they are. Whether that is right for the graph at hand is not assumed: the rewritten model
 must give the original's outputs, view for view, on sample views of a batch, before it is used or cached (key:
 the model's sha256, the rewrite's own version `REWRITE` and onnx's and ONNX Runtime's; temporary file + rename, like the Q/DQ models); where it does not
 (or cannot be run), the model runs view by view, with one INFO line saying why.
@@ -29,7 +33,7 @@ from tiled_detector.errors import one_line
 LOG = logging.getLogger(__name__)
 BATCH = "batch"  # the symbolic batch dimension's name
 PROOF_VIEWS = 3  # sample views the rewritten model must get right, in one batch
-REWRITE = "symbolic batch dim, value_info dropped, Reshape batch-1 -> -1 or 0, v1"
+REWRITE = "symbolic batch dim, value_info dropped, Reshape batch-1 -> -1 or 0, Resize sizes -> scales, v3"
 
 
 def fixed_batch_one(model: onnx.ModelProto) -> bool:
@@ -44,8 +48,48 @@ def _symbolic_batch(value: onnx.ValueInfoProto) -> None:
         dims[0].dim_param = BATCH
 
 
+def _constant(graph: onnx.GraphProto, name: str) -> onnx.TensorProto | None:
+    """The tensor an initializer or a Constant node gives `name`, else None (a computed value)."""
+    for init in graph.initializer:
+        if init.name == name:
+            return init
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and node.output[0] == name and node.attribute:
+            return node.attribute[0].t if node.attribute[0].HasField("t") else None
+    return None
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Every value's static shape in the batch-1 graph (onnx's shape inference; empty where it cannot)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx's own errors: the Resize rewrite is then skipped, and the proof decides
+        return {}
+    values = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    return {
+        v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+        for v in values
+    }
+
+
+def _resize_by_scales(graph: onnx.GraphProto, node: onnx.NodeProto, shapes: dict[str, list[int]]) -> None:
+    """A Resize to constant batch-1 `sizes` made the same resize by `scales` (output / input per dimension)."""
+    sizes = _constant(graph, node.input[3]) if len(node.input) == 4 and node.input[3] else None
+    source = shapes.get(node.input[0], [])
+    if sizes is None or not source or min(source) <= 0:
+        return
+    size = numpy_helper.to_array(sizes)
+    if size.ndim != 1 or len(size) != len(source) or size[0] != 1:
+        return
+    name = f"{node.name or node.output[0]}_td_scales"
+    graph.initializer.append(numpy_helper.from_array((size / np.array(source)).astype(np.float32), name))
+    node.input[2] = name
+    del node.input[3]
+
+
 def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of a batch-1 model whose batch is dynamic (see the module's docstring); not yet proven equal."""
+    shapes = _inferred_shapes(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
     graph = result.graph
@@ -53,17 +97,20 @@ def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
     for output in graph.output:
         _symbolic_batch(output)
     del graph.value_info[:]
-    initializers = {init.name: init for init in graph.initializer}
-    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
+    if (
+        result.ir_version >= 4
+    ):  # initializers need not be inputs: as inputs they could be fed, so are not folded
+        weights = {init.name for init in graph.initializer}
+        inputs = [value for value in graph.input if value.name not in weights]
+        del graph.input[:]
+        graph.input.extend(inputs)
     for node in graph.node:
+        if node.op_type == "Resize":
+            _resize_by_scales(graph, node, shapes)
         if node.op_type != "Reshape" or len(node.input) < 2:
             continue
-        name = node.input[1]
-        if name in initializers:
-            tensor = initializers[name]
-        elif name in constants and constants[name].attribute and constants[name].attribute[0].HasField("t"):
-            tensor = constants[name].attribute[0].t
-        else:
+        tensor = _constant(graph, node.input[1])
+        if tensor is None:
             continue  # a computed shape follows the batch by itself
         shape = numpy_helper.to_array(tensor).copy()
         if shape.ndim != 1 or not len(shape) or shape[0] != 1:

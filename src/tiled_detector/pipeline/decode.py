@@ -2,17 +2,22 @@
 
 Confidence threshold and per-image top-k run first (on (B, A) scores), so nothing pairwise ever sees the
 candidate flood. Boxes stay in model-input pixels; `TilePlan.to_frame` maps them to the frame.
+
+`layout_candidates` lists every layout a set of output shapes fits; `detect_layout` takes the one, and refuses
+(`AmbiguousLayoutError`, naming the candidates) where several fit: no guess between families.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
 
 from tiled_detector.options import Option
+from tiled_detector.pipeline import gfl
 
 # An end-to-end head (YOLOv10 / YOLO26) emits at most this many detections per image; a (B, K, 6) output with
 # more rows is taken for a raw head with 1 (v5) or 2 (v8) classes.
@@ -33,6 +38,8 @@ class OutputLayout(Option):
     # (B, A, 5 + C), one row per anchor point of strides 8, 16, 32: x, y offsets to the grid cell and log width,
     # height (stride units), objectness, class scores (YOLOX's raw head; its decoded head is YOLOV5's rows)
     YOLOX = "yolox"
+    # class scores and box distributions per anchor point of each stride (PP-PicoDet, NanoDet: `pipeline.gfl`)
+    GFL = "gfl"
 
 
 YOLOX_STRIDES = (8, 16, 32)
@@ -129,6 +136,83 @@ def main_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str:
     raise ValueError(f"no (batch, rows, columns) detection output among {list(outputs)}")
 
 
+class Candidate(NamedTuple):
+    """A layout some outputs fit, and the class count it reads from them (None: not from the shapes)."""
+
+    layout: OutputLayout
+    classes: int | None
+
+    def __str__(self) -> str:
+        return self.layout.value + ("" if self.classes is None else f" ({self.classes} classes)")
+
+
+class AmbiguousLayoutError(ValueError):
+    """Outputs that fit more than one layout: `candidates` lists them."""
+
+    def __init__(self, message: str, candidates: Sequence[Candidate]) -> None:
+        super().__init__(message)
+        self.candidates = tuple(candidates)
+
+
+LAYOUT_HINT = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, gfl, end2end, efficient_nms)"
+
+
+def _rank3(outputs: Mapping[str, torch.Tensor | Shape]) -> dict[str, tuple[int, ...]]:
+    return {n: s for n, s in ((n, _shape(v)) for n, v in outputs.items()) if len(s) == 3}
+
+
+def layout_candidates(
+    outputs: Mapping[str, torch.Tensor | Shape],
+    num_classes: int | None = None,
+    input_hw: tuple[int, int] | None = None,
+) -> list[Candidate]:
+    """Every layout `outputs` (name -> tensor or shape) fit, with the class count each reads; with `num_classes`
+    only those reading that many. ValueError when nothing fits (naming why).
+
+    Four outputs named like num_detections / detection_boxes / detection_scores / detection_classes: EFFICIENT_NMS.
+    Several (batch, rows, columns) outputs: a GFL head (`pipeline.gfl`; GflError naming what was expected when
+    they are not one). One head output (B, D1, D2): D2 == 6 and D1 <= MAX_END2END_DETECTIONS: END2END. D1 < D2:
+    YOLOV8 (anchors are the larger dimension of raw heads). D1 > D2: YOLOX (D1 the anchor points of strides 8,
+    16, 32 over `input_hw`: its raw or decoded rows), else YOLOV5 (5 + C columns); YOLOV8_TRANSPOSED (4 + C); with
+    `num_classes`, a GFL head joined into one tensor (C + 4 x bins columns over every stride's anchor points).
+    """
+    if len(outputs) == 4 and _efficient_nms_names(outputs) is not None:
+        return [Candidate(OutputLayout.EFFICIENT_NMS, None)]
+    heads = _rank3(outputs)
+    if len(heads) > 1 and input_hw is not None:
+        return [Candidate(OutputLayout.GFL, gfl.gfl_head(heads, input_hw, num_classes).classes)]
+    name = main_output(outputs)
+    shape = _shape(outputs[name])
+    if len(shape) != 3 or min(shape[1:]) < 0:
+        raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {LAYOUT_HINT}")
+    rows, cols = shape[1], shape[2]
+    if cols == 6 and rows <= MAX_END2END_DETECTIONS:
+        return [Candidate(OutputLayout.END2END, None)]
+    if rows < cols:
+        if num_classes is not None and rows != 4 + num_classes:
+            raise ValueError(
+                f"output {name!r} {shape} looks like YOLOv8 but has {rows - 4} classes, not {num_classes}"
+            )
+        return [Candidate(OutputLayout.YOLOV8, rows - 4)]
+    found = []
+    if cols > 5:
+        anchor_free = input_hw is not None and rows == anchor_points(input_hw)
+        found.append(Candidate(OutputLayout.YOLOX if anchor_free else OutputLayout.YOLOV5, cols - 5))
+    if cols > 4:
+        found.append(Candidate(OutputLayout.YOLOV8_TRANSPOSED, cols - 4))
+    if num_classes is not None and input_hw is not None:
+        with contextlib.suppress(gfl.GflError):  # a joined GFL head over every stride's anchor points
+            found.append(
+                Candidate(OutputLayout.GFL, gfl.gfl_head({name: shape}, input_hw, num_classes).classes)
+            )
+    fitting = [c for c in found if num_classes is None or c.classes == num_classes]
+    if not fitting:
+        raise ValueError(
+            f"output {name!r} {shape} has neither 4 + {num_classes} nor 5 + {num_classes} columns"
+        )
+    return fitting
+
+
 def detect_layout(
     outputs: Mapping[str, torch.Tensor | Shape],
     num_classes: int | None = None,
@@ -136,48 +220,21 @@ def detect_layout(
     input_hw: tuple[int, int] | None = None,
 ) -> OutputLayout:
     """The layout of `outputs` (name -> tensor or shape); an explicit `layout` other than auto always wins.
-
-    Rules, in order: four outputs named like num_detections / detection_boxes / detection_scores /
-    detection_classes -> EFFICIENT_NMS. Otherwise the head output (B, D1, D2): D2 == 6 and
-    D1 <= MAX_END2END_DETECTIONS -> END2END. D1 == the anchor points of strides 8, 16, 32 over `input_hw` and
-    D2 == 5 + num_classes (any D2 > 5 without num_classes) -> YOLOX. D1 < D2 -> YOLOV8 (anchors are the larger
-    dimension of raw heads).
-    D1 > D2 -> YOLOV5 when D2 == 5 + num_classes, YOLOV8_TRANSPOSED when D2 == 4 + num_classes; without
-    num_classes the two cannot be told apart from shapes and a ValueError asks for the layout.
-    """
+    Otherwise the one `layout_candidates` gives; where several fit, `AmbiguousLayoutError` naming them (without
+    `num_classes`, YOLOv5's and transposed YOLOv8's rows, or YOLOX's raw head and transposed YOLOv8's, are told
+    apart only by the class count)."""
     chosen = OutputLayout.from_value(layout)
     if chosen is not OutputLayout.AUTO:
         return chosen
-    if len(outputs) == 4 and _efficient_nms_names(outputs) is not None:
-        return OutputLayout.EFFICIENT_NMS
+    found = layout_candidates(outputs, num_classes, input_hw)
+    if len(found) == 1:
+        return found[0].layout
     name = main_output(outputs)
-    shape = _shape(outputs[name])
-    hint = (
-        "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, end2end, efficient_nms)"
+    raise AmbiguousLayoutError(
+        f"ambiguous output {name!r} with shape {_shape(outputs[name])}: it fits "
+        f"{', '.join(map(str, found))} (give num_classes or the layout); {LAYOUT_HINT}",
+        found,
     )
-    if len(shape) != 3 or min(shape[1:]) < 0:
-        raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {hint}")
-    rows, cols = shape[1], shape[2]
-    if cols == 6 and rows <= MAX_END2END_DETECTIONS:
-        return OutputLayout.END2END
-    anchor_free = input_hw is not None and rows == anchor_points(input_hw)
-    if anchor_free and cols > 5 and (num_classes is None or cols == 5 + num_classes):
-        return OutputLayout.YOLOX
-    if rows < cols:
-        if num_classes is not None and rows != 4 + num_classes:
-            raise ValueError(
-                f"output {name!r} {shape} looks like YOLOv8 but has {rows - 4} classes, not {num_classes}"
-            )
-        return OutputLayout.YOLOV8
-    if rows > cols and num_classes is not None:
-        if cols == 5 + num_classes:
-            return OutputLayout.YOLOV5
-        if cols == 4 + num_classes:
-            return OutputLayout.YOLOV8_TRANSPOSED
-        raise ValueError(
-            f"output {name!r} {shape} has neither 4 + {num_classes} nor 5 + {num_classes} columns"
-        )
-    raise ValueError(f"ambiguous output {name!r} with shape {shape} (give num_classes or the layout); {hint}")
 
 
 def _select(
@@ -258,13 +315,16 @@ def _decode_raw(
 ) -> PaddedDecoded:
     """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold (the class's own, where
     `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only."""
+    objectness = None
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
     else:
         with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
         class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
-        if with_objectness:
-            class_scores = class_scores.float() * head[..., 4:5].float()
+        if (
+            with_objectness
+        ):  # objectness >= 0: the best of (class x objectness) is the best class x objectness
+            objectness = head[..., 4].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
         shape = [1, -1, 1] if channel_dim == 1 else [1, 1, -1]
@@ -274,30 +334,95 @@ def _decode_raw(
             raise ValueError(f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
                              f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
                              f"got {tuple(head.shape)}")  # fmt: skip
-        boxes_of = lambda i, a: yolox_boxes(head[i, a, :4], a, input_hw)  # noqa: E731
+        boxes_of = lambda i, a: yolox_boxes(gfl.rows_at(head, i, a)[:, :4], a, input_hw)  # noqa: E731
     elif layout is OutputLayout.YOLOV8:
         boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731
     else:
-        boxes_of = lambda i, a: head[i, a, :4]  # noqa: E731
+        boxes_of = lambda i, a: gfl.rows_at(head, i, a)[:, :4]  # noqa: E731
+    if channel_dim == 1:
+        scores_of = lambda i, a: class_scores[i, :, a]  # noqa: E731
+    else:
+
+        def scores_of(i: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+            """The kept anchors' class scores (x objectness), as the whole head's would be."""
+            rows = gfl.rows_at(head, i, a)
+            scores = rows[:, 5 if objectness is not None else 4 :].float()
+            scores = scores if objectness is None else scores * rows[:, 4:5].float()
+            return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
+
+    xyxy_of = lambda i, a: _cxcywh_to_xyxy(boxes_of(i, a).float())  # noqa: E731
+    best_class = None
     if thresholds is not None:  # every anchor's class is needed before the cut: the max with its index
         best, best_class = class_scores.max(dim=channel_dim)
         conf = best.float()
+    else:
+        conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
+    if (
+        objectness is not None
+    ):  # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+        conf = (conf * objectness).nan_to_num(nan=float("-inf"))
+    return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
+
+
+Rows = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (image, anchor) indices -> (M, D) values
+
+
+def _pick(
+    conf: torch.Tensor,
+    best_class: torch.Tensor | None,
+    scores_of: Rows,
+    boxes_of: Rows,
+    conf_threshold: float,
+    top_k: int,
+    thresholds: torch.Tensor | None,
+) -> PaddedDecoded:
+    """Each image's top-k anchors of `conf` (B, A) above the threshold (the class's own, with `thresholds` and
+    every anchor's `best_class`), their boxes (`boxes_of`: x1, y1, x2, y2 rows) and classes (`best_class`, else the
+    argmax of `scores_of` for the kept anchors only: a max with indices over every anchor is slow on CPUs, 80
+    classes, 4 x 8400 anchors: 1.65 ms against 0.24 for the values alone; argmax, like max, takes the first of
+    equal scores)."""
+    if thresholds is not None:
         image, anchor, valid = _select(_above(conf, best_class, thresholds), float("-inf"), top_k)
-        return PaddedDecoded(_cxcywh_to_xyxy(boxes_of(image, anchor).float()), conf[image, anchor],
-                             best_class[image, anchor], image, valid)  # fmt: skip
-    conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
-    image, anchor, valid = _select(conf, conf_threshold, top_k)
-    # the best class of the kept anchors only, (B * K, C) scores: a max with indices over every anchor is slow on
-    # CPUs (80 classes, 4 x 8400 anchors: 1.65 ms against 0.24 for the values alone); argmax, like max, takes the
-    # first of equal scores
-    scores = class_scores[image, :, anchor] if channel_dim == 1 else class_scores[image, anchor]
-    return PaddedDecoded(
-        _cxcywh_to_xyxy(boxes_of(image, anchor).float()),
-        conf[image, anchor],
-        scores.argmax(dim=1),
-        image,
-        valid,
-    )
+    else:
+        image, anchor, valid = _select(conf, conf_threshold, top_k)
+    classes = best_class[image, anchor] if best_class is not None else scores_of(image, anchor).argmax(dim=1)
+    return PaddedDecoded(boxes_of(image, anchor), conf[image, anchor], classes, image, valid)
+
+
+@functools.lru_cache(maxsize=16)
+def _gfl_head(
+    shapes: tuple[tuple[str, tuple[int, ...]], ...], input_hw: tuple[int, int], num_classes: int | None
+) -> gfl.GflHead:
+    """The GFL head of outputs of these shapes (past the batch), read once per shapes, input and class count."""
+    return gfl.gfl_head({n: (1, *s) for n, s in shapes}, input_hw, num_classes)
+
+
+def _decode_gfl(
+    outputs: Mapping[str, torch.Tensor],
+    head: gfl.GflHead,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None,
+    thresholds: torch.Tensor | None,
+    input_hw: tuple[int, int],
+) -> PaddedDecoded:
+    """A GFL head: the best class per anchor (its score as exported, already sigmoid) over every stride's part,
+    threshold and top-k, then the kept anchors' boxes (`gfl.boxes`)."""
+    columns = gfl.part_values(outputs, head.scores)
+    parts = [tensor[..., first:end] for tensor, (first, end) in columns]
+    allowed = _allowed(class_filter, head.classes, parts[0].device)
+    if allowed is not None:
+        parts = [p.masked_fill(~allowed, float("-inf")) for p in parts]
+        columns = [(p, (0, head.classes)) for p in parts]
+    boxes_of = lambda i, a: gfl.boxes(outputs, head, i, a, input_hw)  # noqa: E731
+    scores_of = lambda i, a: gfl.gather(columns, i, a)  # noqa: E731
+    if thresholds is not None:
+        best = [p.max(dim=2) for p in parts]
+        conf = torch.cat([b.values for b in best], dim=1).float()
+        best_class = torch.cat([b.indices for b in best], dim=1)
+        return _pick(conf, best_class, scores_of, boxes_of, conf_threshold, top_k, thresholds)
+    conf = torch.cat([p.amax(dim=2) for p in parts], dim=1).float()
+    return _pick(conf, None, scores_of, boxes_of, conf_threshold, top_k, None)
 
 
 def _decode_nms_done(
@@ -352,7 +477,7 @@ def decode_padded(
 ) -> PaddedDecoded:
     """Decode engine outputs (name -> tensor, batch first) into fixed-size candidates on the outputs' device,
     with no host synchronisation (invalid rows are masked, not removed); `input_hw` (the model input's height and
-    width) places YOLOX's anchor points.
+    width) places YOLOX's and GFL heads' anchor points.
 
     Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics), or above
     their class's own threshold where `class_thresholds` ((class id, threshold) pairs) lists one: a candidate
@@ -383,6 +508,11 @@ def decode_padded(
             class_filter,
             thresholds,
         )
+    if chosen is OutputLayout.GFL:
+        if input_hw is None:
+            raise ValueError("a GFL head's anchor points need the model input's size (input_hw)")
+        head = _gfl_head(tuple((n, _shape(v)[1:]) for n, v in outputs.items()), input_hw, num_classes)
+        return _decode_gfl(outputs, head, conf_threshold, top_k, class_filter, thresholds, input_hw)
     head = outputs[main_output(outputs)]
     if chosen is OutputLayout.END2END:
         return _decode_nms_done(

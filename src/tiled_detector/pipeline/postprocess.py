@@ -24,9 +24,10 @@ from tiled_detector.pipeline.tiling import BatchPlan
 
 MIN_CAPACITY = 256  # sync-free candidates per batch at first (doubled up to MAX_CAPACITY when exceeded)
 MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exact path
-# The exact path merges at most this many candidates per frame (the best scores): its (N, N) matrices stay under
-# about half a gigabyte whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix).
-MAX_CANDIDATES = 2 * MAX_CAPACITY
+# Both paths merge at most this many candidates per frame (the best scores): the (N, N) matrices stay bounded
+# whatever the frame (433 views x top_k 100 could be 43,300 candidates: 7.5 GB per matrix), and a one-frame flood
+# (a 4K frame in 85 views of 416 x top_k 100: 8,500) keeps the sync-free path, captured, equal to the exact one.
+MAX_CANDIDATES = MAX_CAPACITY
 MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 MIN_ROUNDS, MAX_ROUNDS = 4, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
 COLUMNS = 8  # x1, y1, x2, y2, score, class, valid, frame
@@ -63,18 +64,26 @@ def valid_first(valid: torch.Tensor) -> torch.Tensor:
     return torch.sort((~valid).to(torch.int32), stable=True).indices
 
 
+def _best(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices of the `count` best `scores`, equal ones taken in index order (both paths cut a flood alike), in
+    index order."""
+    return torch.sort(scores, descending=True, stable=True).indices[:count].sort().values
+
+
 def _strongest(found: PaddedDecoded, plan: BatchPlan, limits: Limits | None) -> PaddedDecoded:
-    """The candidates post-processing takes: the valid rows first, cut to the capacity (sync-free); or exactly
-    the valid rows, at most MAX_CANDIDATES per frame, the best ones in their original order (exact)."""
+    """The candidates post-processing takes: at most the capacity of rows, every valid one when they fit, else the
+    valid ones of the best scores, in their original order (sync-free); or exactly the valid rows, at most
+    MAX_CANDIDATES per frame, the best ones in their original order (exact). A one-frame flood at the largest
+    capacity so keeps the same candidates on both paths."""
     if limits is not None:
         if len(found.valid) <= limits.capacity:
             return found
-        first = valid_first(found.valid)[: limits.capacity]
-        return PaddedDecoded(*(t[first] for t in found))
+        ranked = found.scores.float().masked_fill(~found.valid, float("-inf"))
+        return PaddedDecoded(*(t[_best(ranked, limits.capacity)] for t in found))
     keep = found.valid.nonzero().squeeze(1)
     cap = MAX_CANDIDATES * plan.num_frames
     if len(keep) > cap:  # a candidate flood
-        keep = keep[found.scores[keep].topk(cap).indices.sort().values]
+        keep = keep[_best(found.scores[keep].float(), cap)]
     return PaddedDecoded(*(t[keep] for t in found))
 
 
@@ -98,8 +107,9 @@ def postprocess(
     """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring).
 
     With `limits` no op reads device data on the host; `exact` in the status row says whether the result equals
-    the exact one (`limits` None, always exact)."""
-    needed = found.valid.sum()
+    the exact one (`limits` None, always exact). The candidates needed are at most the exact path's cut
+    (MAX_CANDIDATES per frame): a flood beyond it needs no more capacity than that."""
+    needed = found.valid.sum().clamp_max(MAX_CANDIDATES * plan.num_frames)
     found = _strongest(found, plan, limits)
     boxes = plan.to_frame(found.boxes, found.image_index)
     frame = plan.tensors(boxes.device).frame[found.image_index]

@@ -34,7 +34,7 @@ DEFAULT_SCALE = 1.0 / 255.0
 class InputFormat:
     """How the model wants its input: channel order, a multiplier on 0-255 pixel values (`scale`), then per channel
     (x - mean) / std (in the model's channel order), views resized and placed at the centre or top-left of the
-    input (`letterbox`), padding and pixels past a frame's border at grey level `pad_value` (0-255). The defaults
+    input, or stretched over all of it (`letterbox`), padding and pixels past a frame's border at grey level `pad_value` (0-255). The defaults
     are ultralytics' (RGB, 1/255, centred, 114). Checked on construction (ValueError naming the setting)."""
 
     channel_order: str = "rgb"
@@ -54,8 +54,8 @@ class InputFormat:
                 raise ValueError(f"{name} must be 3 numbers, one per input channel, got {values!r}")
         if 0 in self.std:
             raise ValueError(f"input_std must not hold a 0 (it divides), got {list(self.std)}")
-        if self.letterbox not in ("center", "top_left"):
-            raise ValueError(f"letterbox must be center or top_left, got {self.letterbox!r}")
+        if self.letterbox not in ("center", "top_left", "stretch"):
+            raise ValueError(f"letterbox must be center, top_left or stretch, got {self.letterbox!r}")
         if not number(self.pad_value) or not 0 <= self.pad_value <= 255:
             raise ValueError(f"pad_value must be a grey level in [0, 255], got {self.pad_value!r}")
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
@@ -404,7 +404,7 @@ class Preprocessor:
         self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor
     ) -> None:
         box, sources = plan.frame_letterbox, self._sources(enc)
-        if box.scale <= 1.0:  # downscale: only the pixels the view reads are picked and converted
+        if max(box.scales) <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
             _place(_sampled_bilinear(colors, box.resized_hw, self.format.factor(enc)), box, dst.unsqueeze(0),
                    self.format.pad, sources)  # fmt: skip

@@ -2,10 +2,12 @@
 
 Every image of the batch is a *view*: a rectangle of the frame letterboxed into the model input (resized by
 `scale = min(in_h / h, in_w / w)`, then centred with `pad_x`, `pad_y` pixels of padding, or placed at the
-top-left with none before it: `letterbox="top_left"`, YOLOX's way). Views 0..N-1 are the
-tiles; view N (when `full_frame`) is the whole frame. A point (u, v) of model-input pixels of view i maps to
-the frame point (u * scales[i] + offsets[i, 0], v * scales[i] + offsets[i, 1]), with
-scales[i] = 1 / scale and offsets[i] = view origin - pad / scale.
+top-left with none before it: `letterbox="top_left"`, YOLOX's way), or stretched over the whole input (each axis
+by its own scale, no padding: `letterbox="stretch"`, PP-PicoDet's way). Views 0..N-1 are the tiles; view N (when
+`full_frame`) is the whole frame. A point (u, v) of model-input pixels of view i maps to the frame point
+(u * scales_xy[i, 0] + offsets[i, 0], v * scales_xy[i, 1] + offsets[i, 1]), with scales_xy[i] = 1 / the scale
+the resize applies per axis (the region's size over the resized size: exact, whatever the rounding to whole
+pixels) and offsets[i] = view origin - pad * scales_xy[i]; `scales` (B,) is the larger of the two.
 """
 
 from __future__ import annotations
@@ -96,27 +98,41 @@ def plan_region(
 
 @dataclass(frozen=True)
 class Letterbox:
-    """How a (h, w) region is fitted into the model input: resized to `resized_hw`, then padded."""
+    """How a (h, w) region (`source_hw`) is fitted into the model input: resized by `scale` to `resized_hw` (each
+    axis to its own size when stretched), then padded."""
 
     scale: float
     pad_x: int
     pad_y: int
     resized_hw: tuple[int, int]
+    source_hw: tuple[int, int] | None = None
+
+    @property
+    def scales(self) -> tuple[float, float]:
+        """The x and y scales the resize applies (region pixels * scale = model-input pixels): the resized size
+        over the region's, per axis (a size rounded to whole pixels makes them differ from `scale` slightly)."""
+        if self.source_hw is None:
+            return self.scale, self.scale
+        return self.resized_hw[1] / self.source_hw[1], self.resized_hw[0] / self.source_hw[0]
 
     @classmethod
     def fit(cls, source_hw: tuple[int, int], input_hw: tuple[int, int], anchor: str = "center") -> Letterbox:
         """Largest aspect-preserving resize of `source_hw` into `input_hw` (at least 1 pixel per side), centred
-        (pads rounded down), or at the top-left (`anchor` "top_left": the padding all right and below)."""
-        scale = min(input_hw[0] / source_hw[0], input_hw[1] / source_hw[1])
+        (pads rounded down), or at the top-left (`anchor` "top_left": the padding all right and below); or the
+        whole input, each axis scaled on its own (`anchor` "stretch")."""
+        source = (int(source_hw[0]), int(source_hw[1]))
+        if anchor == "stretch":
+            return cls(input_hw[1] / source[1], 0, 0, (int(input_hw[0]), int(input_hw[1])), source)
+        scale = min(input_hw[0] / source[0], input_hw[1] / source[1])
         resized = (  # at least one pixel: a 1-pixel-thin frame still has a (thin) view
-            max(1, min(input_hw[0], round(source_hw[0] * scale))),
-            max(1, min(input_hw[1], round(source_hw[1] * scale))),
+            max(1, min(input_hw[0], round(source[0] * scale))),
+            max(1, min(input_hw[1], round(source[1] * scale))),
         )
         if anchor == "top_left":
-            return cls(scale, 0, 0, resized)
+            return cls(scale, 0, 0, resized, source)
         if anchor != "center":
-            raise ValueError(f"letterbox must be center or top_left, got {anchor!r}")
-        return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized)
+            raise ValueError(f"letterbox must be center, top_left or stretch, got {anchor!r}")
+        return cls(scale, (input_hw[1] - resized[1]) // 2, (input_hw[0] - resized[0]) // 2, resized, source)
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +140,9 @@ class TilePlan:
     """Everything the pipeline needs about one (frame size, tiling, model input) combination.
 
     Batch image i < len(tiles) is tile i; image len(tiles) (when `full_frame`) is the letterboxed frame.
-    `views` (B, 4) int64 are the frame regions of the batch images; `scales` (B,) and `offsets` (B, 2) float32
-    map model-input pixels to frame pixels (frame = model * scale + offset); `inner_edges` (B, 4) bool marks
+    `views` (B, 4) int64 are the frame regions of the batch images; `scales_xy` (B, 2) and `offsets` (B, 2)
+    float32 map model-input pixels to frame pixels (frame = model * scale + offset, per axis; `scales` (B,) the
+    larger of the two: frame pixels per input pixel); `inner_edges` (B, 4) bool marks
     which view edges (left, top, right, bottom) are seams inside the frame rather than on its border. The tiles
     cover `region` (the pixels of the region of interest `roi`) except what `ignored` covers; the policy
     (`policy.policy_keep`) keeps boxes by the same `roi` and `ignored`. Build plans with `make_plan` (cached);
@@ -146,7 +163,8 @@ class TilePlan:
     inner_edges: np.ndarray
     roi: tuple[float, float, float, float] = FULL_FRAME_ROI
     ignored: Any = None  # a `Coverage` (the frame's ignore mask) or None
-    letterbox: str = "center"  # where resized views sit in the model input: center or top_left
+    letterbox: str = "center"  # where resized views sit in the model input: center, top_left or stretch
+    scales_xy: np.ndarray | None = None  # (B, 2); None: `scales` on both axes
 
     def __post_init__(self) -> None:
         b = self.batch_size
@@ -158,7 +176,11 @@ class TilePlan:
         ):
             if getattr(self, name).shape != shape:
                 raise ValueError(f"TilePlan.{name} must have shape {shape}, got {getattr(self, name).shape}")
-        for array in (self.tiles, self.views, self.scales, self.offsets, self.inner_edges):
+        if self.scales_xy is None:
+            object.__setattr__(self, "scales_xy", np.repeat(self.scales[:, None], 2, 1))
+        if self.scales_xy.shape != (b, 2):
+            raise ValueError(f"TilePlan.scales_xy must have shape {(b, 2)}, got {self.scales_xy.shape}")
+        for array in (self.tiles, self.views, self.scales, self.offsets, self.inner_edges, self.scales_xy):
             array.setflags(write=False)
 
     @property
@@ -224,8 +246,8 @@ def make_plan(
     letterbox: str = "center",
 ) -> TilePlan:
     """The TilePlan for these sizes, tiles over the region of interest `roi` (fractions of the frame) except
-    where `ignored` covers every pixel, views resized to the model input placed by `letterbox` (center or
-    top_left) (cached per argument tuple; `ignored` by identity)."""
+    where `ignored` covers every pixel, views resized to the model input placed by `letterbox` (center, top_left
+    or stretch) (cached per argument tuple; `ignored` by identity)."""
     return _make_plan(
         (_check_size("frame height", frame_hw[0]), _check_size("frame width", frame_hw[1])),
         (_check_size("tile height", tile_hw[0]), _check_size("tile width", tile_hw[1])),
@@ -254,12 +276,12 @@ def _make_plan(
     tile_lb = Letterbox.fit(tile_hw, input_hw, letterbox)
     frame_lb = Letterbox.fit(frame_hw, input_hw, letterbox)
     views = np.concatenate([tiles, [[0, 0, w, h]]]) if full_frame else tiles
-    scales = np.full(len(views), 1.0 / tile_lb.scale)
+    scales = np.tile(1.0 / np.array(tile_lb.scales), (len(views), 1))
     pads = np.tile(np.array([tile_lb.pad_x, tile_lb.pad_y], np.float64), (len(views), 1))
     if full_frame:
-        scales[-1] = 1.0 / frame_lb.scale
+        scales[-1] = 1.0 / np.array(frame_lb.scales)
         pads[-1] = frame_lb.pad_x, frame_lb.pad_y
-    offsets = views[:, :2] - pads * scales[:, None]
+    offsets = views[:, :2] - pads * scales
     inner = np.stack([views[:, 0] > 0, views[:, 1] > 0, views[:, 2] < w, views[:, 3] < h], axis=1)
     if full_frame:
         inner[-1] = False
@@ -273,12 +295,13 @@ def _make_plan(
         tile_letterbox=tile_lb,
         frame_letterbox=frame_lb,
         views=views,
-        scales=scales.astype(np.float32),
+        scales=scales.max(axis=1).astype(np.float32),
         offsets=offsets.astype(np.float32),
         inner_edges=inner,
         roi=roi,
         ignored=ignored,
         letterbox=letterbox,
+        scales_xy=scales.astype(np.float32),
     )
 
 
@@ -328,9 +351,9 @@ class BatchPlan:
             plans = self.plans
             frame = np.repeat(np.arange(len(plans)), [p.batch_size for p in plans])
             bounds = np.array([p.frame_hw[::-1] for p in plans], np.float32).reshape(-1, 2)[frame]
-            scales = np.concatenate([p.scales for p in plans]).astype(np.float32)
+            scales = np.concatenate([p.scales_xy for p in plans]).astype(np.float32)
             offsets = np.concatenate([p.offsets for p in plans]).astype(np.float32)
-            mapping = np.stack([np.repeat(scales[:, None], 4, 1), np.tile(offsets, 2), np.tile(bounds, 2)], 1)
+            mapping = np.stack([np.tile(scales, 2), np.tile(offsets, 2), np.tile(bounds, 2)], 1)
             roi = np.array([np.multiply(p.roi, p.frame_hw[::-1] * 2) for p in plans], np.float32)
             arrays = (
                 (mapping, torch.float32),

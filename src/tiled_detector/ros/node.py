@@ -421,8 +421,15 @@ class DetectorNodeBase(NodeParameters):
         smallest budget that can); for a size not seen yet, the stream raises it with one warning."""
         for hw in self._frame_hw.values():
             if self._detector is not None:
-                plan = make_plan(hw, candidate.tile_hw, candidate.overlap, self._detector.engine.input_hw,
-                                 candidate.full_frame, candidate.roi)  # fmt: skip
+                input_hw = self._detector.engine.input_hw
+                plan = make_plan(
+                    hw,
+                    candidate.tile_hw_for(input_hw),
+                    candidate.overlap,
+                    input_hw,
+                    candidate.full_frame,
+                    candidate.roi,
+                )
                 problem = budget_problem(plan, candidate.tile_budget, candidate.max_tile_age)
                 if problem:
                     raise ValueError(problem)
@@ -468,7 +475,7 @@ class DetectorNodeBase(NodeParameters):
             "device": str(engine.device),
             "precision": engine.precision.value,
             "model": str(config.model),
-            "tile_size": "x".join(map(str, config.tile_size)),
+            "tile_size": "x".join(map(str, config.tile_hw_for(engine.input_hw)[::-1])),
             "full_frame": str(config.full_frame),
             "input_publishers": sum(publishers),
             "active": str(active),

@@ -30,16 +30,15 @@ from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
 from tiled_detector.models import coco_labels
-from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.stream import Stream
-from tiled_detector.tools.peers import model_family, yolox_sahi_model
+from tiled_detector.tools.peers import FAMILIES, model_family, sahi_model
 from tiled_detector.tools.synthetic import make_scene
 from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.types import Detections
 
 T = TypeVar("T")
 
-COLUMNS = ("backend", "precision", "size", "input", "cuda_graph", "views", "views_per_frame", "views_per_frame_max",
+COLUMNS = ("backend", "precision", "size", "input", "tile_size", "cuda_graph", "views", "views_per_frame", "views_per_frame_max",
            "engine_calls", "detections", "total_ms", "total_p95_ms",
            "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
            "tracker_300_ms", "status")  # fmt: skip
@@ -189,6 +188,7 @@ def measure(
     best_alone = min(alone, statistics.median(model_graph)) if graph is not None else alone
     row.values.update(
         input="host" if isinstance(frame, np.ndarray) or frame.device.type == "cpu" else "device",
+        tile_size="x".join(map(str, detector.tile_size)),  # auto: the model's input size
         # the frame captured whole, captured around an engine that cannot be (its calls eager), or not at all
         cuda_graph="split" if detector._runner.split else "whole" if detector._runner.captures else "off",
         views=plan.batch_size,
@@ -362,29 +362,31 @@ def peer_sahi(
     model: Path, sizes: Iterable[tuple[int, int]], runs: int, warmup: int, settings: dict[str, Any]
 ) -> list[Row]:
     """SAHI's default sliced prediction (greedy NMM on IOS 0.5, full frame added) on the same model, frames and
-    tiling: SAHI's ultralytics model, or for a YOLOX file our YOLOX `DetectionModel` (`tools.peers`: YOLOX's own
-    pre/post-processing on the same engine); rows saying why when sahi or ultralytics are not importable (an
-    optional extra)."""
+    tiling (auto: the model's input size): SAHI's ultralytics model, or for a YOLOX, PP-PicoDet or NanoDet file our
+    `DetectionModel` of its family (`tools.peers`: the family's own pre/post-processing on the same engine); rows
+    saying why when sahi or ultralytics are not importable (an optional extra)."""
     device = settings.get("device", "cpu")
-    yolox = model_family(model, settings.get("backend", "auto"), device, settings.get("layout", "auto"))
+    family, input_hw = model_family(
+        model, settings.get("backend", "auto"), device, settings.get("layout", "auto")
+    )
     try:
-        if yolox is not OutputLayout.YOLOX:
+        if family not in FAMILIES:
             import ultralytics  # noqa: F401 - SAHI's ultralytics model needs it
         from sahi import AutoDetectionModel
         from sahi.predict import get_sliced_prediction
     except ImportError as error:
         reason = f"unavailable: {error} (pip install sahi ultralytics)"
         return [Row("sahi", "default", f"{w}x{h}", reason) for w, h in sizes]
-    tile_w, tile_h = settings.get("tile_size", (640, 640))
+    tile_w, tile_h = settings.get("tile_size") or input_hw[::-1]
     overlap = float(settings.get("overlap", 0.2))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     conf = float(settings.get("conf_threshold", 0.25))
     try:
-        if yolox is OutputLayout.YOLOX:  # SAHI has no YOLOX model: ours, with YOLOX's own pre/post-processing
+        if family in FAMILIES:  # SAHI has no model of these families: ours, with the family's own processing
             labels = settings.get("labels") or coco_labels()
-            sahi_model = yolox_sahi_model(model, labels, device, conf, settings.get("backend", "auto"))
+            peer = sahi_model(model, family, labels, device, conf, settings.get("backend", "auto"))
         else:
-            sahi_model = AutoDetectionModel.from_pretrained(
+            peer = AutoDetectionModel.from_pretrained(
                 model_type="ultralytics", model_path=str(model), confidence_threshold=conf, device=device
             )
     except Exception as error:  # SAHI wraps whatever ultralytics raises (a format or device it cannot load)
@@ -399,7 +401,7 @@ def peer_sahi(
         predict = functools.partial(
             get_sliced_prediction,
             frame_for(width, height),
-            sahi_model,
+            peer,
             tile_h,
             tile_w,
             overlap,

@@ -21,9 +21,9 @@ from tiled_detector.engines.base import Backend, ModelFormat, Precision, model_f
 from tiled_detector.engines.cache import sha256_file
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, onnx_input, onnx_metadata
 from tiled_detector.engines.quantize import QuantizedKey, cached_quantized, quantize_onnx
-from tiled_detector.pipeline.decode import detect_layout
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
+from tiled_detector.resolve import file_view, resolve
 from tiled_detector.tools.frames import (
     Frame,
     bag_frames,
@@ -129,7 +129,7 @@ def calibration_set(source: Path | None) -> CalibrationSet:
     return CalibrationSet(source, len(paths), digest.hexdigest(), lambda: _readable(paths))
 
 
-def _model_input_hw(config: DetectorConfig) -> tuple[int, int]:
+def model_input_hw(config: DetectorConfig) -> tuple[int, int]:
     """The ONNX model's input (height, width): the graph's, else input_size, else the exporter's imgsz."""
     given = (config.input_size[1], config.input_size[0]) if config.input_size else None
     model = onnx.load(str(config.model), load_external_data=False)
@@ -137,16 +137,14 @@ def _model_input_hw(config: DetectorConfig) -> tuple[int, int]:
 
 
 def model_input_format(config: DetectorConfig, input_hw: tuple[int, int]) -> InputFormat:
-    """The ONNX model's input conventions as the detector resolves them (settings, file, family by its output
-    shape)."""
-    model = onnx.load(str(config.model), load_external_data=False)
-    shapes = {o.name: [d.dim_value if d.HasField("dim_value") else -1 for d in o.type.tensor_type.shape.dim]
-              for o in model.graph.output}  # fmt: skip
-    try:
-        family = detect_layout(shapes, None, config.layout, input_hw)
-    except ValueError:
-        family = config.layout
-    return config.input_format(family, onnx_metadata(config.model))
+    """The ONNX model's input conventions as the detector resolves them (settings, file, family by its outputs);
+    the settings' and the file's alone where the file cannot be read without an engine."""
+    view = file_view(config)
+    return (
+        resolve(config, view).input_format
+        if view is not None
+        else config.input_format(None, onnx_metadata(config.model))
+    )
 
 
 def needs_quantizing(config: DetectorConfig) -> bool:
@@ -166,7 +164,7 @@ def quantized_key(
     """The cache key of the Q/DQ model `config`'s model makes with `calibration`."""
     import onnxruntime  # the quantizer's version (imported only when quantizing)
 
-    tiling = (("tile_hw", str(config.tile_hw)), ("overlap", repr(config.overlap)),
+    tiling = (("tile_hw", str(config.tile_hw_for(input_hw))), ("overlap", repr(config.overlap)),
               ("full_frame", str(config.full_frame)), ("input_hw", str(input_hw)),
               ("input_format", repr(input_format)))  # fmt: skip
     versions = (("tiled_detector", tiled_detector.__version__), ("onnxruntime", onnxruntime.__version__),
@@ -195,10 +193,10 @@ def int8_model(
     if calibration.count < FEW_FRAMES:
         LOG.warning("int8: only %d calibration frames in %s; %d or more calibrate better", calibration.count,
                     calibration.source, FEW_FRAMES)  # fmt: skip
-    input_hw = _model_input_hw(config)
+    input_hw = model_input_hw(config)
     input_format = model_input_format(config, input_hw)
     key = quantized_key(config, calibration, input_hw, input_format)
-    tiling = runtime_tiling(torch.device("cpu"), torch.float32, input_hw, config.tile_hw, config.overlap,
+    tiling = runtime_tiling(torch.device("cpu"), torch.float32, input_hw, config.tile_hw_for(input_hw), config.overlap,
                             config.full_frame, input_format)  # fmt: skip
 
     def batches() -> Iterator[np.ndarray]:

@@ -1,0 +1,326 @@
+"""What the detector makes of a model file, and why: the decoding of its head (layout), its family, its class names
+and its input conventions, each with where it came from. A file that fits more than one reading that nothing tells
+apart (no names, metadata or probe) is refused in one line naming the candidates and the settings that decide:
+never a guess between families.
+
+`resolve(config, view)` reads a `ModelView`: a loaded engine (`engine_view`), or an ONNX file before any engine is
+built (`file_view`: its graph's shapes, metadata and, for the YOLOX probe, one ONNX Runtime run of the file itself),
+so that a file the detector would refuse is refused before anything is loaded or cached.
+
+Rules, in order: the setting `layout` (checked against the shapes for yolox and gfl); an end-to-end head where the
+file's metadata says so; else the layouts the output shapes fit (`decode.layout_candidates`), narrowed by the class
+count of the names (the labels setting, the file's names, a labels file beside it). One left: it. YOLOX's raw head
+among several: one run on a grey image tells raw offsets (only YOLOX's raw head holds them) from pixel boxes
+(YOLOX's decoded rows, transposed YOLOv8, ...), which stay ambiguous. Families: yolox for YOLOX's head; for a GFL
+head PP-PicoDet (separate outputs from a Paddle2ONNX file) or NanoDet (separate outputs from a PyTorch export,
+or joined columns); an 80-class file of these families without names gets COCO's names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tiled_detector.config import DetectorConfig
+from tiled_detector.engines.base import Engine, ModelFormat, model_format
+from tiled_detector.engines.metadata import ModelMetadata
+from tiled_detector.models import COCO, coco_labels, load_labels
+from tiled_detector.pipeline import gfl
+from tiled_detector.pipeline.decode import (
+    Candidate,
+    OutputLayout,
+    anchor_points,
+    layout_candidates,
+    main_output,
+    yolox_decoded,
+)
+from tiled_detector.pipeline.preprocess import InputFormat
+
+COCO_FAMILIES = frozenset({"yolox", "picodet", "nanodet"})  # released with COCO's 80 classes and no names
+# what a GFL head of no known family must be told: its pre-processing differs between the families
+GFL_INPUTS = ("channel_order", "input_scale", "input_mean", "input_std", "letterbox")
+DECIDING = ("labels", "layout")
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What resolution reads of a model: its output shapes (batch first; -1 dynamic), input (height, width),
+    class names and metadata as stored in the file, and `probe(name)`: that output for one grey image."""
+
+    outputs: Mapping[str, tuple[int, ...]]
+    input_hw: tuple[int, int]
+    labels: tuple[str, ...] | None
+    metadata: ModelMetadata
+    probe: Callable[[str], torch.Tensor]
+
+    def same_head(self, other: ModelView) -> bool:
+        """The same outputs (past the batch) and input: a resolution of one holds for the other."""
+        mine = [(n, s[1:]) for n, s in self.outputs.items()]
+        return mine == [(n, s[1:]) for n, s in other.outputs.items()] and self.input_hw == other.input_hw
+
+
+class AmbiguousModelError(ValueError):
+    """A model file that fits several readings: `candidates` names them, `settings` the settings that decide."""
+
+    def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+        self.settings = DECIDING
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A model file as the detector reads it: the layout its frame program decodes (a decoded YOLOX head: YOLOv5's
+    rows), its family (None: ultralytics-like), how that was decided, the head in words, the class names and
+    their source, the class count, the input format and where each convention came from, and the view read."""
+
+    layout: OutputLayout
+    family: str | None
+    decided_by: str
+    head: str
+    labels: tuple[str, ...] | None
+    labels_from: str
+    num_classes: int | None
+    input_format: InputFormat
+    input_sources: dict[str, tuple[Any, str]]
+    view: ModelView = dataclasses.field(repr=False)
+
+    @property
+    def coco_by_family(self) -> bool:
+        """COCO's names were given for want of any (an 80-class file of a COCO family)."""
+        return self.labels_from.startswith("COCO's names")
+
+
+def engine_view(engine: Engine) -> ModelView:
+    """The view of a loaded engine (its probe: one `infer` of a 0.5-valued image)."""
+
+    def probe(name: str) -> torch.Tensor:
+        grey = torch.full((1, *engine.input.shape[1:]), 0.5, dtype=engine.input.dtype, device=engine.device)
+        return engine.infer(grey.contiguous(memory_format=engine.memory_format))[name]
+
+    shapes = {o.name: tuple(o.shape) for o in engine.outputs}
+    return ModelView(shapes, engine.input_hw, engine.labels, engine.metadata, probe)
+
+
+def file_view(config: DetectorConfig) -> ModelView | None:
+    """The view of an ONNX model file read without building an engine (its probe: ONNX Runtime on the CPU), or
+    None where only an engine can tell (not ONNX, unreadable, shapes past the batch or the input size dynamic)."""
+    if model_format(config.model) is not ModelFormat.ONNX:
+        return None
+    try:
+        import onnx
+
+        from tiled_detector.engines.onnx_model import image_input, onnx_metadata
+
+        model = onnx.load(str(config.model), load_external_data=False)
+        node = image_input(model)
+        metadata = onnx_metadata(Path(config.model))
+    except Exception:  # not ours to report here: the engine that loads it says why
+        return None
+    shapes = {o.name: _dims(o) for o in model.graph.output}
+    image = _dims(node)
+    given = (config.input_size[1], config.input_size[0]) if config.input_size else None
+    input_hw = image[2:] if len(image) == 4 and min(image[2:]) > 0 else given or metadata.hw
+    if input_hw is None or any(d < 0 for s in shapes.values() for d in s[1:]) or len(image) != 4:
+        return None
+
+    def probe(name: str) -> torch.Tensor:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(config.model), options, providers=["CPUExecutionProvider"])
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(node.type.tensor_type.elem_type)
+        grey = np.full((max(image[0], 1), image[1], *input_hw), 0.5, dtype)
+        return torch.from_numpy(session.run([name], {node.name: grey})[0])
+
+    return ModelView(shapes, tuple(input_hw), metadata.labels, metadata, probe)
+
+
+def _dims(value: Any) -> tuple[int, ...]:
+    """An ONNX value's shape, -1 for a symbolic or unknown dimension."""
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim)
+
+
+def _labels(config: DetectorConfig, view: ModelView) -> tuple[tuple[str, ...] | None, str]:
+    """Class names and their source: the labels setting (`[coco]`: COCO's), else the file's, else a labels file
+    beside it."""
+    if config.labels == (COCO,):
+        return coco_labels(), "the labels setting (coco: COCO's 80 names)"
+    if config.labels:
+        return config.labels, "the labels setting"
+    if view.labels:
+        return view.labels, f"the model file ({view.metadata.source or 'its metadata'})"
+    beside = load_labels(config.model)
+    if beside:
+        return tuple(beside), "a labels file beside the model"
+    return None, "none: classes are numbered"
+
+
+def gfl_family(head: gfl.GflHead, metadata: ModelMetadata) -> str | None:
+    """The family of a GFL head: NanoDet for joined columns (NanoDet 1.x's export) or separate outputs of a
+    PyTorch export (NanoDet 0.x), PP-PicoDet for separate outputs of a Paddle2ONNX file; None otherwise."""
+    producer = metadata.producer.lower()
+    if head.joined or producer == "pytorch":
+        return "nanodet"
+    return "picodet" if "paddle" in producer else None
+
+
+def _raw_yolox(view: ModelView, name: str) -> bool:
+    """Whether a YOLOX head's rows hold its raw offsets (one probe), rather than boxes in pixels."""
+    return not yolox_decoded(view.probe(name), view.input_hw)
+
+
+def _check_yolox(config: DetectorConfig, view: ModelView) -> tuple[str, int]:
+    """The head output of a file under `layout: yolox` and its class count (ValueError, one line, when its rows
+    are not YOLOX's anchor points)."""
+    name = main_output(view.outputs)
+    shape = view.outputs[name]
+    rows, columns = shape[1:3] if len(shape) == 3 else (-1, -1)
+    expected = anchor_points(view.input_hw)
+    if rows != expected or columns <= 5:
+        raise ValueError(
+            f"layout yolox: {config.model}'s output {name!r} {list(shape)} is not a YOLOX head, which has one row "
+            f"per anchor point of strides 8, 16, 32 ({expected} for its {view.input_hw[1]}x{view.input_hw[0]} "
+            "input) and 5 + classes columns; set the setting layout to the model's"
+        )
+    return name, columns - 5
+
+
+def _gfl(config: DetectorConfig, view: ModelView, num_classes: int | None) -> gfl.GflHead:
+    try:
+        return gfl.gfl_head(view.outputs, view.input_hw, num_classes)
+    except gfl.GflError as error:
+        raise ValueError(f"layout gfl: {config.model}: {error}") from None
+
+
+def _layout(
+    config: DetectorConfig, view: ModelView, num_classes: int | None
+) -> tuple[OutputLayout, str | None, str, str, int | None]:
+    """(layout decoded, family, how it was decided, the head in words, the class count the head reads)."""
+    if config.layout is OutputLayout.YOLOX:
+        name, classes = _check_yolox(config, view)
+        raw = _raw_yolox(view, name)
+        how = (
+            f"the setting layout; one run on a grey image found {'raw offsets' if raw else 'boxes in pixels'}"
+        )
+        return (OutputLayout.YOLOX if raw else OutputLayout.YOLOV5), "yolox", how, _yolox_words(raw), classes
+    if config.layout is OutputLayout.GFL:
+        head = _gfl(config, view, num_classes)
+        return (
+            OutputLayout.GFL,
+            gfl_family(head, view.metadata),
+            "the setting layout",
+            head.describe(),
+            head.classes,
+        )
+    if config.layout is not OutputLayout.AUTO:
+        return config.layout, None, "the setting layout", f"{config.layout.value} rows", num_classes
+    if view.metadata.end2end:
+        return (
+            OutputLayout.END2END,
+            None,
+            "the model file's metadata (end-to-end head)",
+            "end-to-end rows",
+            None,
+        )
+    if any(d < 0 for s in view.outputs.values() for d in s[1:]):
+        return OutputLayout.AUTO, None, "each call's output shapes (dynamic here)", "dynamic", num_classes
+    try:
+        found = layout_candidates(view.outputs, num_classes, view.input_hw)
+    except gfl.GflError as error:
+        raise ValueError(f"{config.model}: {error}; set the setting layout to the model's") from None
+    except ValueError as error:
+        raise ValueError(f"{config.model}: {error}{_fix(config, view, num_classes)}") from None
+    by = "the output shapes" + (" and the class names" if num_classes is not None else "")
+    yolox = next((c for c in found if c.layout is OutputLayout.YOLOX), None)
+    if yolox is not None:
+        raw = _raw_yolox(view, main_output(view.outputs))
+        if raw or len(found) == 1:
+            probed = f"{by}; one run on a grey image found {'raw offsets' if raw else 'boxes in pixels'}"
+            layout = OutputLayout.YOLOX if raw else OutputLayout.YOLOV5
+            return layout, "yolox", probed, _yolox_words(raw), yolox.classes
+        found = [Candidate(OutputLayout.YOLOV5, yolox.classes) if c is yolox else c for c in found]
+    if len(found) > 1:
+        names = [
+            f"yolox decoded in the graph ({c.classes} classes)"
+            if c.layout is OutputLayout.YOLOV5 and yolox
+            else str(c)
+            for c in found
+        ]
+        shapes = ", ".join(f"{n} {list(s)}" for n, s in view.outputs.items())
+        raise AmbiguousModelError(
+            f"{config.model}: output {shapes} fits {len(found)} layouts: {', '.join(names)}, and nothing in the "
+            f"file tells them apart{_fix(config, view, num_classes)}",
+            tuple(names),
+        )
+    chosen = found[0]
+    if chosen.layout is OutputLayout.GFL:
+        head = gfl.gfl_head(view.outputs, view.input_hw, num_classes)
+        return OutputLayout.GFL, gfl_family(head, view.metadata), by, head.describe(), head.classes
+    return chosen.layout, None, by, f"{chosen.layout.value} rows", chosen.classes
+
+
+def _yolox_words(raw: bool) -> str:
+    return (
+        "YOLOX head, raw offsets (decoded on the device)" if raw else "YOLOX head decoded in the graph (rows)"
+    )
+
+
+def _fix(config: DetectorConfig, view: ModelView, num_classes: int | None) -> str:
+    """Where the class count came from (" (N names from ...)", or ""), and the settings that decide."""
+    source = (
+        "the labels setting"
+        if config.labels
+        else f"its {view.metadata.source or 'file'}'s names"
+        if view.labels
+        else "the labels file beside it"
+    )
+    reason = f" ({num_classes} names from {source})" if num_classes else ""
+    return f"{reason}; give one name per class with the setting labels, or the layout with the setting layout"
+
+
+def _unknown_gfl(config: DetectorConfig, sources: Mapping[str, Any], view: ModelView) -> None:
+    """A GFL head of no known family must be told the conventions the families differ in (ValueError)."""
+    missing = [n for n in GFL_INPUTS if n not in sources]
+    if missing:
+        producer = view.metadata.producer or "no producer named in the file"
+        raise ValueError(
+            f"{config.model}: a GFL head from an unknown exporter ({producer}), so its input conventions are not "
+            f"known: give {', '.join(missing)} (PP-PicoDet: rgb, 1.0, 123.675 116.28 103.53, 58.395 57.12 57.375, "
+            "stretch; NanoDet: bgr, 1.0, 103.53 116.28 123.675, 57.375 57.12 58.395, center)"
+        )
+
+
+def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
+    """The file as the detector reads it (module docstring); ValueError (one line naming the file and the
+    settings that fix it) where it cannot be read, `AmbiguousModelError` where it fits several readings."""
+    labels, labels_from = _labels(config, view)
+    num_classes = len(labels) if labels else None
+    layout, family, decided_by, head, classes = _layout(config, view, num_classes)
+    if labels is None and family in COCO_FAMILIES and classes == len(coco_labels()):
+        labels, labels_from = coco_labels(), f"COCO's names (an 80-class {family} file names none)"
+    num_classes = classes if num_classes is None else num_classes
+    sources = config.input_sources(family, view.metadata)
+    if layout is OutputLayout.GFL and family is None:
+        _unknown_gfl(config, sources, view)
+    values = {n: getattr(v, "value", v) for n, (v, _) in sources.items()}
+    fmt = config.input_format(family, view.metadata)
+    defaults = InputFormat()
+    for name, field in (
+        ("channel_order", "channel_order"),
+        ("input_scale", "scale"),
+        ("input_mean", "mean"),
+        ("input_std", "std"),
+        ("letterbox", "letterbox"),
+        ("pad_value", "pad_value"),
+    ):
+        if name not in values:
+            sources[name] = (getattr(defaults, field), "ultralytics default")
+    return Resolved(layout, family, decided_by, head, labels, labels_from, num_classes, fmt, sources, view)
