@@ -61,7 +61,8 @@ PY
 
 if [[ " $what " == *" checks "* ]]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/test_program.py test/test_bench.py test/test_decode.py \
-    test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py >"$out/pytest_gpu.txt" 2>&1
+    test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py \
+    test/test_motion.py >"$out/pytest_gpu.txt" 2>&1
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
   python3 scripts/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
