@@ -1,7 +1,7 @@
 """Several cameras of very different cost into one node (real processes over Fast DDS): how many of each camera's
 frames are answered, and their latency, with one camera sending large frames as fast as it can.
 
-    .venv/bin/python scripts/camera_share_probe.py [--good 1280x720 --good-rate 4 --frames 120] \
+    .venv/bin/python benchmarks/camera_share_probe.py [--good 1280x720 --good-rate 4 --frames 120] \
         [--big 7680x4320] [--no-big] [--out out/probe.json]
 
 Two "good" cameras send --frames frames at --good-rate Hz; the "big" camera sends --big frames flat out until they
@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHER = (sys.executable, str(ROOT / "scripts" / "transport_check.py"), "publish")
+PUBLISHER = (sys.executable, str(ROOT / "test" / "support" / "publisher.py"))
 CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
 
 
 def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int) -> subprocess.Popen:
     return subprocess.Popen([*PUBLISHER, "--topic", topic, "--size", size, "--rate", str(rate), "--count",
                              str(count), "--reliability", "best_effort"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True)
 
 
 def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Path) -> dict[str, Any]:
@@ -41,12 +41,12 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
     cameras = CAMERAS if big else CAMERAS[:2]
     params = workdir / "params.yaml"
     params.write_text("/**:\n  ros__parameters:\n    cameras: [" + ", ".join(f'"{c}"' for c in cameras)
-                      + "]\n    diagnostics_period: 0.5\n")  # fmt: skip
+                      + "]\n    diagnostics_period: 0.5\n")
     domain = pick_domain_id()
     env = ros_environment(domain)
     with NodeProcess(params, domain_id=domain) as node:
         clients = [DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"probe_{i}")
-                   for i, topic in enumerate(cameras)]  # fmt: skip
+                   for i, topic in enumerate(cameras)]
         diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
         try:
             for client in clients:
@@ -54,13 +54,13 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
             costly = _publish(env, cameras[2], big, 100.0, 100000) if big else None
             publishers = [_publish(env, topic, good, good_rate, frames) for topic in cameras[:2]]
             sent = [json.loads(p.communicate(timeout=frames / good_rate + 120)[0].strip().splitlines()[-1])["sent"]
-                    for p in publishers]  # fmt: skip
+                    for p in publishers]
             time.sleep(3.0)  # the last answers
             if costly is not None:
                 costly.kill()
                 costly.wait()
             statuses = {s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
-                        for s in diagnostics[-1].status[1:]}  # fmt: skip
+                        for s in diagnostics[-1].status[1:]}
             result = {}
             for i, topic in enumerate(cameras):
                 values = statuses.get(topic, {})
@@ -96,7 +96,7 @@ def main() -> int:
     for topic, row in result.items():
         print(f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received, "
               f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
-              f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")  # fmt: skip
+              f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")
     if args.out:
         from tiled_detector.engines.cache import atomic_write
 

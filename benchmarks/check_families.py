@@ -1,7 +1,7 @@
 """Every ultralytics model family as its exporter writes it, loaded with no options (run where ultralytics is
-installed: the device machine, `scripts/device_session.sh families`).
+installed: the device machine, `benchmarks/cuda_runner.sh families`).
 
-    PYTHONPATH=src python3 scripts/check_families.py [--out DIR] [--device cuda]
+    PYTHONPATH=src python3 benchmarks/check_families.py [--out DIR] [--device cuda]
 
 Per family (YOLOv5u, YOLOv8, YOLOv10, YOLO11, YOLO26, RT-DETR; built from ultralytics' yaml, random weights):
 `export(format="torchscript")` and `export(format="onnx")` at their defaults (the ONNX's batch fixed at 1), each
@@ -57,7 +57,7 @@ def main() -> int:
                 engine = detector.engine
                 print(f"{family:<9} {fmt:<12} {backend:<12} {detector._layout.value:<18} {len(detector.labels or ()):>6}  "
                       f"{engine.input.shape!s:<18} {engine.max_batch:>5}  {-(-views // engine.max_batch):>5}  "
-                      f"{len(found):>5}")  # fmt: skip
+                      f"{len(found):>5}")
             except Exception as error:  # what a user would see: the one line
                 print(f"{family:<9} {fmt:<12} {backend:<12} FAIL: {one_line(error)}")
                 failed += 1

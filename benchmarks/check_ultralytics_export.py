@@ -10,7 +10,7 @@ Two steps, in two environments (ultralytics is no dependency of this project):
        /tmp/ulv/bin/pip install --no-deps ultralytics torchvision==0.28.0
        /tmp/ulv/bin/pip install numpy opencv-python-headless pyyaml pillow matplotlib psutil requests scipy \\
            polars ultralytics-thop onnx onnxslim onnxruntime
-       YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/ulcfg /tmp/ulv/bin/python scripts/check_ultralytics_export.py \\
+       YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/ulcfg /tmp/ulv/bin/python benchmarks/check_ultralytics_export.py \\
            export --out /tmp/ulwork
 
    builds YOLOv8n from `yolov8n.yaml` (random weights), exports `yolov8n.onnx` with
@@ -22,7 +22,7 @@ Two steps, in two environments (ultralytics is no dependency of this project):
    features vanish (every score is exactly sigmoid of the head's bias prior, all classes tied), so the convs are
    re-initialised (variance-preserving, LSUV-style) first: scores and boxes then vary per anchor and class.
 
-2. `check`, in the project venv: `.venv/bin/python scripts/check_ultralytics_export.py check --out /tmp/ulwork`
+2. `check`, in the project venv: `.venv/bin/python benchmarks/check_ultralytics_export.py check --out /tmp/ulwork`
    compares our layout detection, engine and decoding (and NMS merge) against a numpy decoding and against
    ultralytics' results, then runs `TiledDetector` on a 1920x1080 frame. Prints PASS or FAIL per check and
    exits 1 on any FAIL. The ONNX Runtime engine needs a static input height and width, so `yolov8n.onnx`

@@ -1,8 +1,8 @@
 """What the 3D step costs per frame: the positions stage alone (`pipeline.depth.locate` on a frame's packed rows),
 and a whole frame of the detector with and without its depth image.
 
-    .venv/bin/python scripts/depth_cost.py --device cpu --size 1920x1080            # the CPU target (<= 5 ms)
-    python3 scripts/depth_cost.py --device cuda --size 3840x2160 --objects 300     # the GPU target (<= 0.3 ms)
+    .venv/bin/python benchmarks/depth_cost.py --device cpu --size 1920x1080            # the CPU target (<= 5 ms)
+    python3 benchmarks/depth_cost.py --device cuda --size 3840x2160 --objects 300     # the GPU target (<= 0.3 ms)
 
 Rows printed as JSON, one per measurement (medians over --runs, after warm-up):
 - `locate`: the stage alone on `--objects` result rows and a depth image of the frame's size (16UC1); on CUDA

@@ -1,7 +1,7 @@
 """GPU acceptance check of the torch-backend pipeline (no ROS, ONNX Runtime or TensorRT needed).
 
-    PYTHONPATH=src python3 scripts/gpu_check.py              # on a CUDA machine
-    PYTHONPATH=src python3 scripts/gpu_check.py --device cpu --runs 3   # dry run of the same code on CPU
+    PYTHONPATH=src python3 benchmarks/gpu_check.py              # on a CUDA machine
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --device cpu --runs 3   # dry run of the same code on CPU
 
 1. equality: SquareDetector (TorchScript) on CPU and on the device over the same structured random frames must
    give the same detections (float tolerance);
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_pipeline import SquareDetector, YoloV8nLike, save_torchscript
+from networks import SquareDetector, YoloV8nLike, save_torchscript
 from tiled_detector.detector import TiledDetector
 from tiled_detector.tools.benchmark import profiled_copies
 from tiled_detector.types import Detections
@@ -138,7 +138,7 @@ def policy_settings(folder: Path) -> dict:
     mask[:, 120:] = 255
     cv2.imwrite(str(folder / "right.png"), mask)
     return dict(class_thresholds=["1:0.6"], roi=(0.0, 0.25, 1.0, 1.0), ignore_mask=[str(folder / "right.png")],
-                min_box_size=6.0, max_box_size=400.0)  # fmt: skip
+                min_box_size=6.0, max_box_size=400.0)
 
 
 def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str], **policy) -> None:

@@ -1,10 +1,10 @@
 """Several cameras on one GPU: one detector batching every camera's frame (what the node does with `cameras`)
 against one detector per camera, each in its own process (one node per camera), on the same GPU.
 
-    PYTHONPATH=src:scripts python scripts/multi_camera_bench.py [--model M.ts] [--cameras 4] [--size 1920x1080]
+    PYTHONPATH=src python benchmarks/multi_camera_bench.py [--model M.ts] [--cameras 4] [--size 1920x1080]
         [--seconds 10] [--precision fp16] [--out results.json]
 
-Without --model the YOLOv8n architecture (seeded random weights, scripts/bench_pipeline.py) is traced to
+Without --model the YOLOv8n architecture (seeded random weights, benchmarks/networks.py) is traced to
 TorchScript. Both setups run flat out for --seconds on frames of the same size (each camera its own synthetic
 scene). Reported per setup: frames/s per camera, the torch allocator's peak (engine weights + activations +
 pipeline buffers) summed over processes, and the GPU memory of the processes as nvidia-smi sees it (CUDA
@@ -44,7 +44,7 @@ def _process_memory_mb() -> dict[int, float]:
         out = subprocess.run(
             ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, check=True, timeout=30,
-        ).stdout  # fmt: skip
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     rows = (line.split(",") for line in out.strip().splitlines() if line.strip())
@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
         time.sleep(0.01)
     calls = _loop(lambda: detector.detect(frame), args.seconds, float(go.read_text()))
     print(json.dumps({"fps": calls / args.seconds, "torch_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-                      "process_mb": _process_memory_mb().get(os.getpid())}), flush=True)  # fmt: skip
+                      "process_mb": _process_memory_mb().get(os.getpid())}), flush=True)
 
 
 def separate(args: argparse.Namespace) -> dict:
@@ -99,7 +99,7 @@ def separate(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         base = [sys.executable, __file__, "--worker", "--model", str(args.model), "--size", args.size,
-                "--seconds", str(args.seconds), "--precision", args.precision]  # fmt: skip
+                "--seconds", str(args.seconds), "--precision", args.precision]
         ready = [folder / f"ready{i}" for i in range(args.cameras)]
         go = folder / "go"
         procs = [
@@ -144,12 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker(args)
         return 0
     if args.model is None:
-        from bench_pipeline import YoloV8nLike, save_torchscript
+        from networks import YoloV8nLike, save_torchscript
 
         torch.manual_seed(0)
         args.model = save_torchscript(YoloV8nLike(), Path(tempfile.mkdtemp()) / "yolov8n.ts", (640, 640))
     results = {"cameras": args.cameras, "size": args.size, "precision": args.precision,
-               "one_detector": batched(args), "one_detector_per_camera": separate(args)}  # fmt: skip
+               "one_detector": batched(args), "one_detector_per_camera": separate(args)}
     one, many = results["one_detector"], results["one_detector_per_camera"]
     results["throughput_ratio"] = one["fps_per_camera"] / many["fps_per_camera"]
     results["torch_memory_ratio"] = one["torch_peak_mb"] / many["torch_peak_mb"]

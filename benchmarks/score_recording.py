@@ -2,7 +2,7 @@
 for the bag `make-bag --truth` writes of it (`tools.stream_scores.score_stream`: the same frames, the same settings,
 the bag's stamps, through the `Stream` the node runs).
 
-    .venv/bin/python scripts/score_recording.py --images DIR --truth gt.txt --truth-class person --rate 30 \
+    .venv/bin/python benchmarks/score_recording.py --images DIR --truth gt.txt --truth-class person --rate 30 \
         --model yolox_nano.onnx --classes person --tracker bytetrack
 
 The frames and the truth are read as `make-bag` reads them (`--images` / `--video`, `--frames`, `--truth`,

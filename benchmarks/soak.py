@@ -3,7 +3,7 @@ the tracker and a tile budget on, a runtime parameter set every 2 s (a bad value
 CPU hogs (a busy host); at the end, every frame the publisher sent is accounted for by /diagnostics (received +
 lost + skipped = sent, within the frames in flight at the end) and the node's memory and threads are compared.
 
-    .venv/bin/python scripts/soak.py [--frames 2000] [--rate 20] [--size 1280x720] [--hogs 1] [--out out/soak.json]
+    .venv/bin/python benchmarks/soak.py [--frames 2000] [--rate 20] [--size 1280x720] [--hogs 1] [--out out/soak.json]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHER = (sys.executable, str(ROOT / "scripts" / "transport_check.py"), "publish")
+PUBLISHER = (sys.executable, str(ROOT / "test" / "support" / "publisher.py"))
 NODE = "/tiled_detector"
 
 
@@ -40,7 +40,7 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
 
     params = workdir / "params.yaml"
     params.write_text("/**:\n  ros__parameters:\n    tracker: bytetrack\n    tile_budget: 3\n"
-                      "    diagnostics_period: 0.5\n")  # fmt: skip
+                      "    diagnostics_period: 0.5\n")
     domain = pick_domain_id()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
@@ -53,7 +53,7 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
                     [*PUBLISHER, "--topic", "/image", "--size", size, "--rate", str(rate), "--count",
                      str(frames), "--reliability", "reliable"], env=ros_environment(domain), stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True,
-                )  # fmt: skip
+                )
                 time.sleep(5.0)
                 start = _usage(node.process.pid)
                 sets = {"applied": 0, "refused": 0, "unanswered": 0}
@@ -79,7 +79,7 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
         k: int(values.get(f"frames_{k}", 0)) for k in ("received", "lost", "skipped", "dropped", "processed")
     }
     return {"sent": sent, **counts, "accounted": counts["received"] + counts["lost"] + counts["skipped"],
-            "parameter_sets": sets, "rss_mb": [round(start[0]), round(end[0])], "threads": [start[1], end[1]]}  # fmt: skip
+            "parameter_sets": sets, "rss_mb": [round(start[0]), round(end[0])], "threads": [start[1], end[1]]}
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
 """Which way of running a torch model is fastest on this GPU, and exact enough: fp32, .half(), autocast,
 channels_last, cuDNN autotuning, torch.compile, each eager and replayed as a CUDA graph.
 
-    PYTHONPATH=src:scripts python scripts/torch_engine_check.py [--runs 50] [--batches 9 33]
+    PYTHONPATH=src python benchmarks/torch_engine_check.py [--runs 50] [--batches 9 33]
 
-The model is the YOLOv8n architecture (random weights, scripts/bench_pipeline.py) traced to TorchScript and
+The model is the YOLOv8n architecture (random weights, benchmarks/networks.py) traced to TorchScript and
 exported with torch.export, as the torch engine loads them. Prints one line per variant and batch: median ms
 eager, median ms as a CUDA graph, and the largest absolute difference of the output from the fp32 result.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench_pipeline import YoloV8nLike
+from networks import YoloV8nLike
 
 
 def _median_ms(function: Callable[[], object], runs: int) -> float:

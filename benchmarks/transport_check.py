@@ -1,11 +1,10 @@
 """How many camera frames reach the detector node over Fast DDS, by size, rate and publisher reliability.
 
-    .venv/bin/python scripts/transport_check.py measure --out /tmp/transport     # the table in docs/TRANSPORT.md
-    .venv/bin/python scripts/transport_check.py publish --topic /image --size 3840x2160 --rate 10 --count 20
+    .venv/bin/python benchmarks/transport_check.py measure --out /tmp/transport     # the table in docs/TRANSPORT.md
 
 `measure` starts the detector node (shipped params and Fast DDS profile, best-effort depth-1 subscription) and,
-for every (size, encoding, rate, reliability), a separate publisher process (this script's `publish`, with the
-same profile unless `--no-profile`); it reads the node's own frames_received / frames_lost from /diagnostics
+for every (size, encoding, rate, reliability), a separate publisher process (`test/support/publisher.py`, with
+the same profile unless `--no-profile`); it reads the node's own frames_received / frames_lost from /diagnostics
 before and after each stream and writes `transport.md` and `transport.json` (atomically) into `--out`.
 """
 
@@ -24,51 +23,7 @@ from typing import Any
 SIZES = ("1920x1080", "2560x1440", "3000x2000", "3840x2160")
 RATES = (2.0, 10.0, 30.0)
 SECONDS = {2.0: 5.0, 10.0: 2.0, 30.0: 1.0}  # stream length per rate (at least 10 frames)
-
-
-def _size(text: str) -> tuple[int, int]:
-    width, _, height = text.partition("x")
-    return int(width), int(height)
-
-
-def publish(args: argparse.Namespace) -> int:
-    """Publish `count` frames at `rate` Hz once a subscriber has matched; print how many went out."""
-    import numpy as np
-    import rclpy
-    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import Image
-
-    width, height = _size(args.size)
-    rclpy.init()
-    node = rclpy.create_node("transport_check_publisher")
-    reliability = (
-        ReliabilityPolicy.RELIABLE if args.reliability == "reliable" else ReliabilityPolicy.BEST_EFFORT
-    )
-    qos = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=reliability)
-    publisher = node.create_publisher(Image, args.topic, qos)
-    deadline = time.monotonic() + args.match_timeout
-    while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # the subscriber's side of the match
-    msg = Image(height=height, width=width, encoding=args.encoding, step=width * 3)
-    msg.header.frame_id = "transport_check"
-    msg.data.frombytes(np.random.default_rng(0).integers(0, 255, height * width * 3, np.uint8).data)
-    small = Image(height=4, width=4, encoding=args.encoding, step=12, data=bytes(48))  # between the frames
-    sent, start = 0, time.monotonic()
-    for index in range(args.count):
-        time.sleep(max(0.0, start + index / args.rate - time.monotonic()))
-        msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + index, 0
-        for frame in (msg, *[small] * args.between):
-            try:
-                publisher.publish(frame)
-                sent += 1
-            except Exception as error:  # rclpy raises RCLError when a reliable history is full
-                print(f"publish failed: {error}", file=sys.stderr)
-    time.sleep(0.5)  # let the last samples leave before the participant goes away
-    print(json.dumps({"sent": sent}))
-    node.destroy_node()
-    rclpy.try_shutdown()
-    return 0
+PUBLISHER = Path(__file__).resolve().parents[1] / "test" / "support" / "publisher.py"
 
 
 def _counters(diagnostics: list[Any]) -> dict[str, int]:
@@ -102,9 +57,9 @@ def measure(args: argparse.Namespace) -> int:
                             count = max(10, round(rate * SECONDS.get(rate, 2.0)))
                             time.sleep(1.5)  # the node catches up: the counters settle
                             before = _counters(diagnostics)
-                            command = [sys.executable, __file__, "publish", "--topic", "/transport/image",
+                            command = [sys.executable, str(PUBLISHER), "--topic", "/transport/image",
                                        "--size", size, "--encoding", encoding, "--rate", str(rate),
-                                       "--count", str(count), "--reliability", reliability]  # fmt: skip
+                                       "--count", str(count), "--reliability", reliability]
                             done = subprocess.run(
                                 command, check=False, env=env, capture_output=True, text=True, timeout=120
                             )
@@ -116,7 +71,7 @@ def measure(args: argparse.Namespace) -> int:
                             row = {"size": size, "encoding": encoding, "rate_hz": rate,
                                    "publisher": reliability, "sent": sent,
                                    "arrived": after["received"] - before["received"],
-                                   "lost_reported": after["lost"] - before["lost"]}  # fmt: skip
+                                   "lost_reported": after["lost"] - before["lost"]}
                             rows.append(row)
                             print(json.dumps(row), flush=True)
         finally:
@@ -152,15 +107,6 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    pub = sub.add_parser("publish", help="publish synthetic frames")
-    pub.add_argument("--topic", default="image")
-    pub.add_argument("--size", default="1920x1080", help="WxH")
-    pub.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
-    pub.add_argument("--rate", type=float, default=10.0)
-    pub.add_argument("--count", type=int, default=10)
-    pub.add_argument("--reliability", default="reliable", choices=("reliable", "best_effort"))
-    pub.add_argument("--match-timeout", type=float, default=20.0)
-    pub.add_argument("--between", type=int, default=0, help="tiny 4x4 frames published after each frame")
     mea = sub.add_parser("measure", help="the transport table")
     mea.add_argument("--out", default="out/transport")
     mea.add_argument("--sizes", nargs="+", default=list(SIZES))
@@ -169,7 +115,7 @@ def main() -> int:
     mea.add_argument("--reliability", nargs="+", default=["reliable", "best_effort"])
     mea.add_argument("--no-profile", action="store_true", help="publishers without the Fast DDS profile")
     args = parser.parse_args()
-    return publish(args) if args.command == "publish" else measure(args)
+    return measure(args)
 
 
 if __name__ == "__main__":

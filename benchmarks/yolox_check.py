@@ -1,7 +1,7 @@
 """YOLOX through the torch backend on a GPU: a TorchScript of the real YOLOX-nano weights, captured as one CUDA graph
 per frame, equal to the CPU path (torch on the CPU, and ONNX Runtime on the original file).
 
-    PYTHONPATH=src:<onnx2torch's site> python3 scripts/yolox_check.py --onnx yolox_nano.onnx --photos DIR \
+    PYTHONPATH=src:<onnx2torch's site> python3 benchmarks/yolox_check.py --onnx yolox_nano.onnx --photos DIR \
         [--device cuda] [--out DIR]
 
 Two TorchScripts: the real weights, from the ONNX file (its batch-1 export rewritten to a dynamic batch by
@@ -77,7 +77,7 @@ def same(name: str, a, b, failures: list[str]) -> None:
         scores = float(np.abs(a.scores[order_a] - b.scores[order_b]).max())
         ok = boxes <= 0.5 and scores <= 1e-3 and bool((a.class_ids[order_a] == b.class_ids[order_b]).all())
     print(f"equality {name}: {len(a)} vs {len(b)} detections, boxes within {boxes:.3g} px, scores within "
-          f"{scores:.3g}: {'ok' if ok else 'FAIL'}")  # fmt: skip
+          f"{scores:.3g}: {'ok' if ok else 'FAIL'}")
     if not ok:
         failures.append(name)
 

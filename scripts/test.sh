@@ -4,8 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-.venv/bin/ruff check src test scripts launch
-.venv/bin/ruff format --check src test scripts launch
+.venv/bin/ruff check src test scripts launch benchmarks
+.venv/bin/ruff format --check src test scripts launch benchmarks
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 if [[ $# -eq 0 ]]; then

@@ -2,7 +2,7 @@
 
 `export_onnx(model, input_hw, batch=None)` and `export_torchscript(model, input_hw, labels=None)` turn any
 module into a model file; `square_onnx` / `square_torchscript` are a ready-made `SquareDetector` (64x64 input,
-8-pixel cells, 2 classes: red and blue squares; see scripts/bench_pipeline.py) exported once per session.
+8-pixel cells, 2 classes: red and blue squares; see test/support/networks.py) exported once per session.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import pytest
 from hypothesis import settings
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_pipeline import SquareDetector, save_onnx, save_torchscript
+from support.networks import SquareDetector, save_onnx, save_torchscript
 
 # CI (CI=true) runs the property tests on a fixed, reproducible set of examples; local runs explore new ones.
 settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -128,7 +128,7 @@ def test_with_config_reuses_the_engine(detector):
 
 
 def test_fixed_batch_engine_and_resized_tiles(export_onnx):
-    from bench_pipeline import SquareDetector
+    from support.networks import SquareDetector
 
     fixed = export_onnx(SquareDetector(SQUARE_INPUT_HW, SQUARE_CELL), SQUARE_INPUT_HW, batch=4)
     # 128-pixel tiles are halved into the 64-pixel input: a 16-pixel square fills one 8-pixel cell
@@ -170,7 +170,7 @@ def test_config_normalises_options(square_onnx):
 def test_tiles_are_the_models_input_size_unless_set(export_onnx) -> None:
     """tile_size auto (the default; 0 0 or "auto"): a model's own input size, so a view is never shrunk; a size set
     is used as it is."""
-    from bench_pipeline import SquareDetector
+    from support.networks import SquareDetector
 
     path = export_onnx(SquareDetector((48, 80), 8), (48, 80))  # input 80 wide, 48 high
     auto = TiledDetector(path)

@@ -210,7 +210,7 @@ def test_yolov8_layout_torchscript_carries_ultralytics_metadata(export_torchscri
     # bench --peer sahi gives ultralytics the same file: it reads `*/extra/config.txt` from the TorchScript zip
     import zipfile
 
-    from bench_pipeline import SquareDetector
+    from support.networks import SquareDetector
 
     path = export_torchscript(SquareDetector((64, 64)), (64, 64), labels=["red", "blue"])
     with zipfile.ZipFile(path) as archive:

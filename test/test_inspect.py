@@ -14,8 +14,7 @@ import torch
 from tiled_detector.cli import main
 from tiled_detector.models import default_model_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_pipeline import GflLike
+from support.networks import GflLike
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 PICODET = MODELS / "picodet_s_416_coco.onnx"

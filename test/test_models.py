@@ -98,21 +98,10 @@ def test_bundled_model_finds_objects(backend: str) -> None:
     assert precision >= 0.7, f"precision {precision:.2f} of {len(found)} detections"
 
 
-def _train_module() -> Any:
-    """scripts/train_model.py (not installed) loaded as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "train_model.py"
-    spec = importlib.util.spec_from_file_location("train_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_training_step_and_export_layout() -> None:
     """One loss/backward step on two generated crops, and the export wrapper's YOLOv8 decoding."""
-    train = _train_module()
+    from tiled_detector.tools import training as train
+
     torch.manual_seed(0)
     model = train.TinyDetector(len(CLASSES))
     images, targets = train.collate([train.CropDataset(3, 2, 128, 0.5)[i] for i in range(2)])

@@ -474,7 +474,7 @@ def test_compressed_transport_subscribes_image_compressed(tmp_path: Path, scenes
 
 # --- frames lost before the node: counted and explained ------------------------------------------------------
 
-PUBLISHER = (sys.executable, str(ROOT / "scripts" / "transport_check.py"), "publish")
+PUBLISHER = (sys.executable, str(ROOT / "test" / "support" / "publisher.py"))
 
 
 def _status(diagnostics: list[Any]) -> dict[str, str]:

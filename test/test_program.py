@@ -384,7 +384,7 @@ class _HostTensorSquares(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        from bench_pipeline import SquareDetector
+        from support.networks import SquareDetector
 
         self.net = SquareDetector((64, 64), 8)
 

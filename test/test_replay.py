@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -352,8 +354,12 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
 ) -> None:
     """make-bag --truth gt.txt on 8 real MOT17 frames, replayed through the node with the real YOLOX-nano: AP50, IDF1,
     MOTA and id_switches against the truth, IDF1 within 0.005 of the same frames run in this process."""
-    from score_recording import scores
     from tiled_detector.cli import main
+    from tiled_detector.commands.settings import add_settings, default_params_file, parameter_values
+    from tiled_detector.harness.recording import frame_stamp
+    from tiled_detector.parameters import build_detector
+    from tiled_detector.tools.stream_scores import score_stream
+    from tiled_detector.tools.truth import recording_frames
 
     truth = ["--truth", str(MOT17_04 / "gt" / "gt.txt"), "--truth-class", "person"]
     source = ["--images", str(MOT17_04 / "img1"), *truth, "--rate", "30"]
@@ -370,7 +376,14 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
     assert {d["class_id"] for f in answers for d in f["detections"]} == {"person"}  # classes:=[person]
     assert 0.1 < replayed["AP50"] < 1 and 0.1 < replayed["IDF1"] < 1 and replayed["MOTA"] < 1, replayed
     assert replayed["id_switches"] >= 0
-    here = scores([*source, "--model", str(YOLOX), "--classes", "person", *small])
+    # the same frames, truth, stamps and settings in this process (what benchmarks/score_recording.py prints)
+    parser = argparse.ArgumentParser()
+    add_settings(parser)
+    flags = ["--params-file", str(default_params_file()), "--model", str(YOLOX), "--classes", "person", *small]
+    detector = build_detector(parameter_values(parser.parse_args(flags)))
+    frames, _ = recording_frames(MOT17_04 / "img1", None, None, MOT17_04 / "gt" / "gt.txt", None, "person")
+    stamps = (frame_stamp(index, 30.0) for index in itertools.count())
+    here = score_stream(detector, frames, stamps, ["person"])
     assert here["frames"] == 8
     assert here["IDF1"] == pytest.approx(replayed["IDF1"], abs=0.005)
     assert here["AP50"] == pytest.approx(replayed["AP50"], abs=0.005)

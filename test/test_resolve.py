@@ -23,8 +23,7 @@ from tiled_detector.pipeline.decode import OutputLayout, anchor_points
 from tiled_detector.resolve import AmbiguousModelError, ModelView, resolve
 from tiled_detector.tools.peers import yolox_demo_postprocess
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_pipeline import GflLike
+from support.networks import GflLike
 
 HW_416, HW_640 = (416, 416), (640, 640)
 

@@ -44,11 +44,7 @@ class SyncCounter(TorchDispatchMode):
 
 @pytest.fixture(scope="module")
 def square_model(tmp_path_factory):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from bench_pipeline import SquareDetector, save_torchscript
+    from support.networks import SquareDetector, save_torchscript
 
     return save_torchscript(
         SquareDetector((640, 640), 8), tmp_path_factory.mktemp("m") / "squares.ts", (640, 640), ["r", "b"]

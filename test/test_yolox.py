@@ -252,7 +252,7 @@ def test_given_settings_win_over_the_model_file_and_the_family() -> None:
 
 
 def test_the_model_file_states_its_input_conventions(export_onnx) -> None:
-    from bench_pipeline import SquareDetector
+    from support.networks import SquareDetector
 
     path = export_onnx(SquareDetector(), (64, 64))
     model = onnx.load(str(path))

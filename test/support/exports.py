@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from bench_pipeline import SquareDetector
+from support.networks import SquareDetector
 
 INPUT_HW = (64, 64)
 NAMES = {0: "red", 1: "blue"}

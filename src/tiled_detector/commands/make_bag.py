@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_truth_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--truth`, `--truth-format` and `--truth-class` (also `scripts/score_recording.py`'s)."""
+    """`--truth`, `--truth-format` and `--truth-class` (also `benchmarks/score_recording.py`'s)."""
     group = parser.add_argument_group("ground truth of --images / --video")
     group.add_argument(
         "--truth",

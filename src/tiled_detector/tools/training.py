@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Train the bundled default detector on synthetic crops and export it (ONNX + TorchScript + labels).
 
 The model is a narrow depthwise-separable CNN with a small FPN and one stride-8 anchor-free head. Its exported
@@ -10,7 +9,7 @@ centre (or that holds the centre) is a positive for that box (the smallest box w
 quality focal loss whose target is the IoU of the predicted box, boxes a GIoU loss. Samples are pure functions of
 (seed, index) so the data order does not depend on the number of workers.
 
-    PYTHONPATH=src python3 scripts/train_model.py --device cuda --out OUT_DIR
+    .venv/bin/python -m tiled_detector.tools.training --device cuda --out OUT_DIR
 """
 
 from __future__ import annotations
