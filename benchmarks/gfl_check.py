@@ -1,8 +1,8 @@
 """GFL heads (PP-PicoDet's and NanoDet's layouts) through the torch backend on a GPU: small GFL networks with random
-weights (`bench_pipeline.GflLike`), traced to TorchScript in each export layout, decoded on the device inside the
+weights (`networks.GflLike`), traced to TorchScript in each export layout, decoded on the device inside the
 frame program, captured as one CUDA graph per frame size and equal to the CPU path.
 
-    PYTHONPATH=src:scripts python3 scripts/gfl_check.py [--device cuda] [--out DIR] [--photos DIR]
+    PYTHONPATH=src python3 benchmarks/gfl_check.py [--device cuda] [--out DIR] [--photos DIR]
 
 Three TorchScripts (written to --out, for `tiled-detector bench`): `picodet_like.ts` (strides 8-64, class scores
 then box distributions per stride, PP-PicoDet's input conventions as extra files), `nanodet_like.ts` (strides
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_pipeline import GflLike
+from networks import GflLike
 from tiled_detector import TiledDetector
 from tiled_detector.models import coco_labels
 from tiled_detector.tools.frames import read_image
