@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# One batched run on a lent CUDA machine (no network; wheels carried in .whl/): the GPU acceptance checks and the
-# measurements quoted in the issues' closing notes. Results (logs, CSVs) go under $OUT.
+# The benchmark runner for a CUDA machine: the GPU checks and the GPU measurements that the README and
+# docs/PERFORMANCE.md quote, one mode or several per run (benchmarks/README.md lists what each program measures).
 #
-#   checks   the CUDA-only tests (pytest -m gpu) and scripts/gpu_check.py (CPU == CUDA, graph == eager, one H2D
+#   benchmarks/cuda_runner.sh [MODE ...]          # default: checks exports; results (logs, CSVs) under $OUT
+#
+# Needs: python3 with a CUDA torch and the package's requirements (requirements/*.txt), run from anywhere (it works
+# in the repository root, with src/ and benchmarks/ on PYTHONPATH); exports, policy, budget and families need
+# ultralytics (and SAHI for `--peer sahi`), yolox needs onnx2torch. Models and photos the modes read: .models/ at the
+# root (yolox: yolox_nano.onnx, yolox_src/, photos/; gfl: picodet_s_416_coco.onnx, nanodet_m_416.onnx, photos/).
+# A machine without network: put the wheels in .whl/ (optional) and they are installed into /tmp/site first.
+# OUT (default out/device) is the results folder.
+#
+#   checks   the CUDA-only tests (pytest -m gpu) and benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
 #            and one D2H copy per frame)
 #   exports  ultralytics' own exports made there (TorchScript, ONNX), loaded with no options, bench with
 #            --peer sahi (host and device input, fp32 and fp16); a capture-hostile YOLOv8n-sized model before
@@ -17,25 +26,28 @@
 #            cost per 1080p and 4K frame (eager, and replayed as a captured graph), eval --motion at 4K torch fp16:
 #            every tile and tile_budget 12 (max_tile_age 8) with its alternatives, still and moving camera
 #   families every ultralytics family (v5u, v8, v10, 11, 26, RT-DETR) exported at its defaults there (TorchScript;
-#            ONNX with its batch fixed at 1), loaded with no options (scripts/check_families.py)
+#            ONNX with its batch fixed at 1), loaded with no options (benchmarks/check_families.py)
 #   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
 #            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
 #            at 1080p and 4K with the default tiles (auto: its 416) against SAHI on the same weights (YOLOX's own
 #            pre/post-processing); the source-built one must be captured whole (`graph_ms`), <= 1.3x its model alone
-#   gfl      GFL heads (PP-PicoDet / NanoDet layouts): scripts/gfl_check.py (GFL networks of each export layout,
+#   gfl      GFL heads (PP-PicoDet / NanoDet layouts): benchmarks/gfl_check.py (GFL networks of each export layout,
 #            random weights, traced: CUDA == CPU, one whole captured graph per frame size), bench torch fp32/fp16
 #            of each at 1080p and 4K (default tiles: 416), `graph_ms` and ratio checked; the real PicoDet and
 #            NanoDet files (carried in .models/) on ONNX Runtime CPU with --peer sahi
 #   depth    3D positions on the GPU: the CUDA tests of the positions stage and of the captured frame program with
 #            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
-#            captured graph and a whole frame with and without its depth (scripts/depth_cost.py: the target is <= 0.3
+#            captured graph and a whole frame with and without its depth (benchmarks/depth_cost.py: the target is <= 0.3
 #            ms at 4K, 300 objects), eval --depth at 4K on the GPU (torch fp16)
 set -uo pipefail
-what="${1:-checks exports}"
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+what="${*:-checks exports}"
 out="${OUT:-out/device}"
 mkdir -p "$out" /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$out/pip.log" 2>&1
-export PYTHONPATH="$PWD/src:$PWD/scripts:/tmp/site" PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$out/pip.log" 2>&1
+fi
+export PYTHONPATH="$PWD/src:$PWD/benchmarks:/tmp/site" PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 td() { python3 -m tiled_detector.cli "$@"; }
 # a bench CSV's main columns, and FAIL where a torch row is not one whole captured graph (fp16: within 1.3x the
@@ -64,7 +76,7 @@ if [[ " $what " == *" checks "* ]]; then
     test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py \
     test/test_motion.py >"$out/pytest_gpu.txt" 2>&1
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
-  python3 scripts/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
+  python3 benchmarks/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
 fi
 
@@ -72,7 +84,7 @@ if [[ " $what " == *" depth "* ]]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/test_depth.py test/test_program.py >"$out/pytest_depth_gpu.txt" 2>&1
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_depth_gpu.txt" | tail -20
   for size in 3840x2160 1920x1080; do
-    python3 scripts/depth_cost.py --device cuda --size "$size" --objects 300 --runs 500 --frame-runs 30 \
+    python3 benchmarks/depth_cost.py --device cuda --size "$size" --objects 300 --runs 500 --frame-runs 30 \
       --backend torch --precision fp16 2>"$out/depth_cost_$size.log" | tee "$out/depth_cost_$size.jsonl"
   done
   td eval --depth --device cuda --backend torch --precision fp16 --width 3840 --height 2160 --frames 20 \
@@ -104,9 +116,8 @@ for m, b in (('/tmp/exports/yolov8n.torchscript', 'torch'), ('/tmp/exports/yolov
   td bench --model /tmp/exports/yolov8n.onnx --backend onnxruntime --device cpu --precision fp32 \
     --size 1920x1080 --runs 5 --warmup 1 --out "$out/ul_onnx_cpu" 2>&1 | grep -v "bench \[" | tail -4
   python3 -c "
-import sys; sys.path.insert(0, 'scripts')
 from pathlib import Path
-from bench_pipeline import YoloV8nLike, save_torchscript
+from networks import YoloV8nLike, save_torchscript
 save_torchscript(YoloV8nLike(host_anchors=True), Path('/tmp/exports/hostile.ts'), (640, 640))
 "
   for graph in --no-cuda-graph --cuda-graph; do
@@ -133,9 +144,8 @@ mask = np.zeros((90, 160), np.uint8); mask[:, 120:] = 255; cv2.imwrite('/tmp/exp
     --ignore-mask /tmp/exports/right.png --min-box-size 4 --max-box-size 600 --out "$out/policy_all" 2>&1 \
     | grep -v "bench \[" | tail -4
   python3 -c "
-import sys; sys.path.insert(0, 'scripts')
 from pathlib import Path
-from bench_pipeline import YoloV8nLike, save_torchscript
+from networks import YoloV8nLike, save_torchscript
 save_torchscript(YoloV8nLike(host_anchors=True), Path('/tmp/exports/hostile.ts'), (640, 640))
 "
   td bench --model /tmp/exports/hostile.ts --backend torch --device cuda --precision fp16 --size 1920x1080 3840x2160 \
@@ -185,7 +195,7 @@ if [[ " $what " == *" budget_eval "* ]]; then
 fi
 
 if [[ " $what " == *" yolox "* ]]; then
-  python3 scripts/yolox_check.py --onnx .models/yolox_nano.onnx --photos .models/photos --device cuda \
+  python3 benchmarks/yolox_check.py --onnx .models/yolox_nano.onnx --photos .models/photos --device cuda \
     --yolox-source .models/yolox_src --out /tmp/yolox >"$out/yolox_check.txt" 2>&1
   grep -E "(equality|captured|input|random|real|ALL|FAIL)" "$out/yolox_check.txt" | tail -40
   yolox=(--peer sahi --size 1920x1080 3840x2160)  # default tiles: auto, the model's 416
@@ -199,7 +209,7 @@ if [[ " $what " == *" yolox "* ]]; then
 fi
 
 if [[ " $what " == *" gfl "* ]]; then
-  python3 scripts/gfl_check.py --device cuda --photos .models/photos --out /tmp/gfl >"$out/gfl_check.txt" 2>&1
+  python3 benchmarks/gfl_check.py --device cuda --photos .models/photos --out /tmp/gfl >"$out/gfl_check.txt" 2>&1
   grep -E "(equality|captured|layout|ALL|FAIL)" "$out/gfl_check.txt" | tail -30
   for ts in picodet_like nanodet_like nanodet_plus_like; do
     td bench --model /tmp/gfl/$ts.ts --backend torch --device cuda --precision fp32 fp16 --runs 30 --warmup 5 \
@@ -214,7 +224,7 @@ if [[ " $what " == *" gfl "* ]]; then
 fi
 
 if [[ " $what " == *" families "* ]]; then
-  (cd /tmp && python3 "$OLDPWD/scripts/check_families.py" --out /tmp/families) >"$out/families.txt" 2>&1
+  (cd /tmp && python3 "$OLDPWD/benchmarks/check_families.py" --out /tmp/families) >"$out/families.txt" 2>&1
   grep -E "^(family|yolo|rtdetr|ALL|[0-9]+ FAILED)" "$out/families.txt"
 fi
 
