@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from networks import YoloV8nLike, save_onnx
 
 

@@ -26,9 +26,25 @@ CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
 
 
 def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int) -> subprocess.Popen:
-    return subprocess.Popen([*PUBLISHER, "--topic", topic, "--size", size, "--rate", str(rate), "--count",
-                             str(count), "--reliability", "best_effort"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            *PUBLISHER,
+            "--topic",
+            topic,
+            "--size",
+            size,
+            "--rate",
+            str(rate),
+            "--count",
+            str(count),
+            "--reliability",
+            "best_effort",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Path) -> dict[str, Any]:
@@ -40,27 +56,38 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
 
     cameras = CAMERAS if big else CAMERAS[:2]
     params = workdir / "params.yaml"
-    params.write_text("/**:\n  ros__parameters:\n    cameras: [" + ", ".join(f'"{c}"' for c in cameras)
-                      + "]\n    diagnostics_period: 0.5\n")
+    params.write_text(
+        "/**:\n  ros__parameters:\n    cameras: ["
+        + ", ".join(f'"{c}"' for c in cameras)
+        + "]\n    diagnostics_period: 0.5\n"
+    )
     domain = pick_domain_id()
     env = ros_environment(domain)
     with NodeProcess(params, domain_id=domain) as node:
-        clients = [DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"probe_{i}")
-                   for i, topic in enumerate(cameras)]
+        clients = [
+            DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"probe_{i}")
+            for i, topic in enumerate(cameras)
+        ]
         diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
         try:
             for client in clients:
                 assert client.wait_for_node(timeout=60), node.log_text()
             costly = _publish(env, cameras[2], big, 100.0, 100000) if big else None
             publishers = [_publish(env, topic, good, good_rate, frames) for topic in cameras[:2]]
-            sent = [json.loads(p.communicate(timeout=frames / good_rate + 120)[0].strip().splitlines()[-1])["sent"]
-                    for p in publishers]
+            sent = [
+                json.loads(p.communicate(timeout=frames / good_rate + 120)[0].strip().splitlines()[-1])[
+                    "sent"
+                ]
+                for p in publishers
+            ]
             time.sleep(3.0)  # the last answers
             if costly is not None:
                 costly.kill()
                 costly.wait()
-            statuses = {s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
-                        for s in diagnostics[-1].status[1:]}
+            statuses = {
+                s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
+                for s in diagnostics[-1].status[1:]
+            }
             result = {}
             for i, topic in enumerate(cameras):
                 values = statuses.get(topic, {})
@@ -94,9 +121,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = probe(args.good, args.good_rate, args.frames, None if args.no_big else args.big, Path(tmp))
     for topic, row in result.items():
-        print(f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received, "
-              f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
-              f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}")
+        print(
+            f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received, "
+            f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
+            f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}"
+        )
     if args.out:
         from tiled_detector.engines.cache import atomic_write
 

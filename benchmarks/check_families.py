@@ -55,9 +55,11 @@ def main() -> int:
                 found = detector.detect(frame)
                 views = detector.plan_for(1080, 1920).batch_size
                 engine = detector.engine
-                print(f"{family:<9} {fmt:<12} {backend:<12} {detector._layout.value:<18} {len(detector.labels or ()):>6}  "
-                      f"{engine.input.shape!s:<18} {engine.max_batch:>5}  {-(-views // engine.max_batch):>5}  "
-                      f"{len(found):>5}")
+                print(
+                    f"{family:<9} {fmt:<12} {backend:<12} {detector._layout.value:<18} {len(detector.labels or ()):>6}  "
+                    f"{engine.input.shape!s:<18} {engine.max_batch:>5}  {-(-views // engine.max_batch):>5}  "
+                    f"{len(found):>5}"
+                )
             except Exception as error:  # what a user would see: the one line
                 print(f"{family:<9} {fmt:<12} {backend:<12} FAIL: {one_line(error)}")
                 failed += 1

@@ -137,8 +137,13 @@ def policy_settings(folder: Path) -> dict:
     mask = np.zeros((90, 160), np.uint8)
     mask[:, 120:] = 255
     cv2.imwrite(str(folder / "right.png"), mask)
-    return dict(class_thresholds=["1:0.6"], roi=(0.0, 0.25, 1.0, 1.0), ignore_mask=[str(folder / "right.png")],
-                min_box_size=6.0, max_box_size=400.0)
+    return dict(
+        class_thresholds=["1:0.6"],
+        roi=(0.0, 0.25, 1.0, 1.0),
+        ignore_mask=[str(folder / "right.png")],
+        min_box_size=6.0,
+        max_box_size=400.0,
+    )
 
 
 def check_transfers(model: Path, device: str, strict_syncs: bool, failures: list[str], **policy) -> None:

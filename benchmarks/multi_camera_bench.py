@@ -43,7 +43,10 @@ def _process_memory_mb() -> dict[int, float]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=True, timeout=30,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -90,16 +93,35 @@ def worker(args: argparse.Namespace) -> None:
     while not go.exists():  # the parent writes the common start time once every worker has loaded
         time.sleep(0.01)
     calls = _loop(lambda: detector.detect(frame), args.seconds, float(go.read_text()))
-    print(json.dumps({"fps": calls / args.seconds, "torch_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-                      "process_mb": _process_memory_mb().get(os.getpid())}), flush=True)
+    print(
+        json.dumps(
+            {
+                "fps": calls / args.seconds,
+                "torch_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+                "process_mb": _process_memory_mb().get(os.getpid()),
+            }
+        ),
+        flush=True,
+    )
 
 
 def separate(args: argparse.Namespace) -> dict:
     """One detector per camera, each in its own process, all running at once."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        base = [sys.executable, __file__, "--worker", "--model", str(args.model), "--size", args.size,
-                "--seconds", str(args.seconds), "--precision", args.precision]
+        base = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--model",
+            str(args.model),
+            "--size",
+            args.size,
+            "--seconds",
+            str(args.seconds),
+            "--precision",
+            args.precision,
+        ]
         ready = [folder / f"ready{i}" for i in range(args.cameras)]
         go = folder / "go"
         procs = [
@@ -148,8 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.manual_seed(0)
         args.model = save_torchscript(YoloV8nLike(), Path(tempfile.mkdtemp()) / "yolov8n.ts", (640, 640))
-    results = {"cameras": args.cameras, "size": args.size, "precision": args.precision,
-               "one_detector": batched(args), "one_detector_per_camera": separate(args)}
+    results = {
+        "cameras": args.cameras,
+        "size": args.size,
+        "precision": args.precision,
+        "one_detector": batched(args),
+        "one_detector_per_camera": separate(args),
+    }
     one, many = results["one_detector"], results["one_detector_per_camera"]
     results["throughput_ratio"] = one["fps_per_camera"] / many["fps_per_camera"]
     results["torch_memory_ratio"] = one["torch_peak_mb"] / many["torch_peak_mb"]

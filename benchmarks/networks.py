@@ -83,8 +83,7 @@ class YoloV8nLike(nn.Module):
             nn.Sequential(Conv(c, 64, 3), Conv(64, 64, 3), nn.Conv2d(64, 64, 1)) for c in (64, 128, 256)
         )
         self.cls = nn.ModuleList(
-            nn.Sequential(Conv(c, 80, 3), Conv(80, 80, 3), nn.Conv2d(80, classes, 1))
-            for c in (64, 128, 256)
+            nn.Sequential(Conv(c, 80, 3), Conv(80, 80, 3), nn.Conv2d(80, classes, 1)) for c in (64, 128, 256)
         )
         for head in self.cls:
             nn.init.constant_(head[-1].bias, -10.0)

@@ -78,12 +78,19 @@ def main() -> None:
         found = []
         for frame in frames:
             rgb = np.ascontiguousarray(frame.image[..., ::-1]) if frame.encoding == "bgr8" else frame.image
-            result = (get_sliced_prediction(rgb, sahi, args.tile, args.tile, args.overlap, args.overlap, verbose=0)
-                      if sliced else get_prediction(rgb, sahi))
+            result = (
+                get_sliced_prediction(rgb, sahi, args.tile, args.tile, args.overlap, args.overlap, verbose=0)
+                if sliced
+                else get_prediction(rgb, sahi)
+            )
             preds = result.object_prediction_list
-            found.append((np.array([p.bbox.to_xyxy() for p in preds], np.float32).reshape(-1, 4),
-                          np.array([p.score.value for p in preds], np.float32),
-                          np.array([p.category.id for p in preds], np.int64)))
+            found.append(
+                (
+                    np.array([p.bbox.to_xyxy() for p in preds], np.float32).reshape(-1, 4),
+                    np.array([p.score.value for p in preds], np.float32),
+                    np.array([p.category.id for p in preds], np.int64),
+                )
+            )
         return found
 
     methods = {
@@ -92,12 +99,19 @@ def main() -> None:
         "ours tiles + full frame": ours(False),
         "SAHI sliced prediction": peer(True),
     }
-    report = {"model": str(args.model), "photos": [str(p) for p, _, _ in images],
-              "objects": int(sum(len(b) for _, b, _ in images)), "tile": args.tile, "overlap": args.overlap}
+    report = {
+        "model": str(args.model),
+        "photos": [str(p) for p, _, _ in images],
+        "objects": int(sum(len(b) for _, b, _ in images)),
+        "tile": args.tile,
+        "overlap": args.overlap,
+    }
     for name, predictions in methods.items():
         stats = coco_stats(truth, predictions)
-        report[name] = {"AP50": None if stats is None else round(float(stats[1]), 4),
-                        "AP": None if stats is None else round(float(stats[0]), 4)}
+        report[name] = {
+            "AP50": None if stats is None else round(float(stats[1]), 4),
+            "AP": None if stats is None else round(float(stats[0]), 4),
+        }
         print(f"{name:<28} AP50 {report[name]['AP50']}  AP {report[name]['AP']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,9 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
     from tiled_detector.harness.process import NodeProcess, pick_domain_id, ros_environment
 
     params = workdir / "params.yaml"
-    params.write_text("/**:\n  ros__parameters:\n    tracker: bytetrack\n    tile_budget: 3\n"
-                      "    diagnostics_period: 0.5\n")
+    params.write_text(
+        "/**:\n  ros__parameters:\n    tracker: bytetrack\n    tile_budget: 3\n    diagnostics_period: 0.5\n"
+    )
     domain = pick_domain_id()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
@@ -50,9 +51,23 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
             try:
                 assert client.wait_for_node(timeout=60), node.log_text()
                 publisher = subprocess.Popen(
-                    [*PUBLISHER, "--topic", "/image", "--size", size, "--rate", str(rate), "--count",
-                     str(frames), "--reliability", "reliable"], env=ros_environment(domain), stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True,
+                    [
+                        *PUBLISHER,
+                        "--topic",
+                        "/image",
+                        "--size",
+                        size,
+                        "--rate",
+                        str(rate),
+                        "--count",
+                        str(frames),
+                        "--reliability",
+                        "reliable",
+                    ],
+                    env=ros_environment(domain),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
                 )
                 time.sleep(5.0)
                 start = _usage(node.process.pid)
@@ -78,8 +93,14 @@ def soak(frames: int, rate: float, size: str, hogs: int, workdir: Path) -> dict[
     counts = {
         k: int(values.get(f"frames_{k}", 0)) for k in ("received", "lost", "skipped", "dropped", "processed")
     }
-    return {"sent": sent, **counts, "accounted": counts["received"] + counts["lost"] + counts["skipped"],
-            "parameter_sets": sets, "rss_mb": [round(start[0]), round(end[0])], "threads": [start[1], end[1]]}
+    return {
+        "sent": sent,
+        **counts,
+        "accounted": counts["received"] + counts["lost"] + counts["skipped"],
+        "parameter_sets": sets,
+        "rss_mb": [round(start[0]), round(end[0])],
+        "threads": [start[1], end[1]],
+    }
 
 
 def main() -> int:

@@ -57,9 +57,22 @@ def measure(args: argparse.Namespace) -> int:
                             count = max(10, round(rate * SECONDS.get(rate, 2.0)))
                             time.sleep(1.5)  # the node catches up: the counters settle
                             before = _counters(diagnostics)
-                            command = [sys.executable, str(PUBLISHER), "--topic", "/transport/image",
-                                       "--size", size, "--encoding", encoding, "--rate", str(rate),
-                                       "--count", str(count), "--reliability", reliability]
+                            command = [
+                                sys.executable,
+                                str(PUBLISHER),
+                                "--topic",
+                                "/transport/image",
+                                "--size",
+                                size,
+                                "--encoding",
+                                encoding,
+                                "--rate",
+                                str(rate),
+                                "--count",
+                                str(count),
+                                "--reliability",
+                                reliability,
+                            ]
                             done = subprocess.run(
                                 command, check=False, env=env, capture_output=True, text=True, timeout=120
                             )
@@ -68,10 +81,15 @@ def measure(args: argparse.Namespace) -> int:
                             )
                             time.sleep(1.5)
                             after = _counters(diagnostics)
-                            row = {"size": size, "encoding": encoding, "rate_hz": rate,
-                                   "publisher": reliability, "sent": sent,
-                                   "arrived": after["received"] - before["received"],
-                                   "lost_reported": after["lost"] - before["lost"]}
+                            row = {
+                                "size": size,
+                                "encoding": encoding,
+                                "rate_hz": rate,
+                                "publisher": reliability,
+                                "sent": sent,
+                                "arrived": after["received"] - before["received"],
+                                "lost_reported": after["lost"] - before["lost"],
+                            }
                             rows.append(row)
                             print(json.dumps(row), flush=True)
         finally:

@@ -76,8 +76,10 @@ def same(name: str, a, b, failures: list[str]) -> None:
         boxes = float(np.abs(a.boxes[order_a] - b.boxes[order_b]).max())
         scores = float(np.abs(a.scores[order_a] - b.scores[order_b]).max())
         ok = boxes <= 0.5 and scores <= 1e-3 and bool((a.class_ids[order_a] == b.class_ids[order_b]).all())
-    print(f"equality {name}: {len(a)} vs {len(b)} detections, boxes within {boxes:.3g} px, scores within "
-          f"{scores:.3g}: {'ok' if ok else 'FAIL'}")
+    print(
+        f"equality {name}: {len(a)} vs {len(b)} detections, boxes within {boxes:.3g} px, scores within "
+        f"{scores:.3g}: {'ok' if ok else 'FAIL'}"
+    )
     if not ok:
         failures.append(name)
 

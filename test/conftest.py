@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 

@@ -5,16 +5,14 @@ an ambiguous file named so with its candidates and the deciding settings (exit 1
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from support.networks import GflLike
 from tiled_detector.cli import main
 from tiled_detector.models import default_model_path
-
-from support.networks import GflLike
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 PICODET = MODELS / "picodet_s_416_coco.onnx"

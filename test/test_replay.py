@@ -379,7 +379,15 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
     # the same frames, truth, stamps and settings in this process (what benchmarks/score_recording.py prints)
     parser = argparse.ArgumentParser()
     add_settings(parser)
-    flags = ["--params-file", str(default_params_file()), "--model", str(YOLOX), "--classes", "person", *small]
+    flags = [
+        "--params-file",
+        str(default_params_file()),
+        "--model",
+        str(YOLOX),
+        "--classes",
+        "person",
+        *small,
+    ]
     detector = build_detector(parameter_values(parser.parse_args(flags)))
     frames, _ = recording_frames(MOT17_04 / "img1", None, None, MOT17_04 / "gt" / "gt.txt", None, "person")
     stamps = (frame_stamp(index, 30.0) for index in itertools.count())

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from support.networks import GflLike
 from tiled_detector import TiledDetector
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
@@ -22,8 +22,6 @@ from tiled_detector.models import coco_labels, default_model_path
 from tiled_detector.pipeline.decode import OutputLayout, anchor_points
 from tiled_detector.resolve import AmbiguousModelError, ModelView, resolve
 from tiled_detector.tools.peers import yolox_demo_postprocess
-
-from support.networks import GflLike
 
 HW_416, HW_640 = (416, 416), (640, 640)
 

@@ -59,7 +59,9 @@ def publish(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--topic", default="image")
     parser.add_argument("--size", default="1920x1080", help="WxH")
     parser.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
