@@ -33,17 +33,70 @@ def test_the_layer_diagrams_are_the_import_contracts() -> None:
     assert drawn == [contracts["Layers"]["layers"], contracts["Frame-path layers"]["layers"]]
 
 
-def test_the_repository_top_level_holds_only_what_the_layout_names() -> None:
-    """A stray file at the top (a profile, a temp model, an output folder someone forgot to ignore) fails here."""
+def _tracked_files() -> list[str]:
+    """Every file git would commit: tracked, and untracked but not ignored."""
     import subprocess
 
-    named = set(re.findall(r"`([^`/]+)`", "\n".join(
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [path for path in listed.stdout.split() if (ROOT / path).exists()]
+
+
+def test_the_repository_top_level_holds_only_what_the_layout_names() -> None:
+    """A stray file at the top (a profile, a temp model, an output folder someone forgot to ignore) fails here."""
+    rows = [
         line.split("|")[1] for line in _section("Repository layout").splitlines() if line.startswith("| `")
-    )))  # fmt: skip
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    top = {path.split("/")[0] for path in listed}
+    ]
+    named = set(re.findall(r"`([^`/]+)`", "\n".join(rows)))
+    top = {path.split("/")[0] for path in _tracked_files()}
     assert top, "git lists no file"
     assert sorted(top - named) == [], (
         "entries at the repository's top level that docs/DESIGN.md's layout does not name"
     )
+
+
+SCRIPTS = {"setup.sh", "test.sh", "numpy1.sh"}  # the README's two commands and CI's (.ci/run)
+
+
+def test_scripts_holds_only_the_setup_and_the_test_command() -> None:
+    """A probe or measurement program belongs in benchmarks/ (with its row in benchmarks/README.md)."""
+    scripts = {path.split("/", 1)[1] for path in _tracked_files() if path.startswith("scripts/")}
+    assert scripts, "git lists nothing in scripts/"
+    assert sorted(scripts - SCRIPTS) == [], "scripts/ holds more than the setup and the test command"
+
+
+def _programs_named(source: str, programs: set[str]) -> list[str]:
+    """The benchmark or script modules a test's source imports, or names as a path to load or run."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in programs]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [node.module] if node.module.split(".")[0] in programs else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [node.value] if node.value.strip("/") in {"scripts", "benchmarks"} else []
+            found += [node.value] if re.match(r"(scripts|benchmarks)/\w+\.py", node.value) else []
+    return found
+
+
+def test_no_test_imports_or_runs_scripts_or_benchmarks() -> None:
+    """Tests use the package and test/support/ only: a benchmark may change or go without breaking a test."""
+    programs = {p.stem for folder in ("scripts", "benchmarks") for p in (ROOT / folder).glob("*.py")}
+    assert "networks" in programs  # the benchmarks' module of networks, which tests take from test/support
+    found = {
+        str(path.relative_to(ROOT)): named
+        for path in sorted((ROOT / "test").rglob("*.py"))
+        if path != Path(__file__).resolve() and (named := _programs_named(path.read_text(), programs))
+    }
+    assert found == {}, "tests that import or run programs of scripts/ or benchmarks/"
+    assert _programs_named('from networks import YoloV8nLike\nx = ROOT / "benchmarks"', programs) == [
+        "networks",
+        "benchmarks",
+    ]
