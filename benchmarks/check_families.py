@@ -1,5 +1,5 @@
 """Every ultralytics model family as its exporter writes it, loaded with no options (run where ultralytics is
-installed: the device machine, `benchmarks/cuda_runner.sh families`).
+installed, e.g. a CUDA machine: `benchmarks/cuda_runner.sh families`).
 
     PYTHONPATH=src python3 benchmarks/check_families.py [--out DIR] [--device cuda]
 
