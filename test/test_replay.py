@@ -379,16 +379,9 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
     # the same frames, truth, stamps and settings in this process (what benchmarks/score_recording.py prints)
     parser = argparse.ArgumentParser()
     add_settings(parser)
-    flags = [
-        "--params-file",
-        str(default_params_file()),
-        "--model",
-        str(YOLOX),
-        "--classes",
-        "person",
-        *small,
-    ]
-    detector = build_detector(parameter_values(parser.parse_args(flags)))
+    args = parser.parse_args(["--model", str(YOLOX), "--classes", "person", *small])
+    args.params_file = default_params_file()  # the node's params file, as replay starts it
+    detector = build_detector(parameter_values(args))
     frames, _ = recording_frames(MOT17_04 / "img1", None, None, MOT17_04 / "gt" / "gt.txt", None, "person")
     stamps = (frame_stamp(index, 30.0) for index in itertools.count())
     here = score_stream(detector, frames, stamps, ["person"])
