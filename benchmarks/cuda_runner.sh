@@ -4,8 +4,8 @@
 #
 #   benchmarks/cuda_runner.sh [MODE ...]          # default: checks exports; results (logs, CSVs) under $OUT
 #
-# Needs: python3 with a CUDA torch and the package's requirements (requirements/*.txt), run from anywhere (it works
-# in the repository root, with src/ and benchmarks/ on PYTHONPATH); exports, policy, budget and families need
+# Needs: python3 with a CUDA torch and the package's requirements (requirements/*.txt). Run from anywhere: it works
+# in the repository root, with src/ and benchmarks/ on PYTHONPATH. exports, policy, budget and families need
 # ultralytics (and SAHI for `--peer sahi`), yolox needs onnx2torch. Models and photos the modes read: .models/ at the
 # root (yolox: yolox_nano.onnx, yolox_src/, photos/; gfl: picodet_s_416_coco.onnx, nanodet_m_416.onnx, photos/).
 # A machine without network: put the wheels in .whl/ (optional) and they are installed into /tmp/site first.
@@ -27,14 +27,14 @@
 #            every tile and tile_budget 12 (max_tile_age 8) with its alternatives, still and moving camera
 #   families every ultralytics family (v5u, v8, v10, 11, 26, RT-DETR) exported at its defaults there (TorchScript;
 #            ONNX with its batch fixed at 1), loaded with no options (benchmarks/check_families.py)
-#   yolox    the real YOLOX-nano (carried in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
+#   yolox    the real YOLOX-nano (in .models/, photos in .models/photos/): its TorchScript (onnx2torch) on
 #            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
 #            at 1080p and 4K with the default tiles (auto: its 416) against SAHI on the same weights (YOLOX's own
 #            pre/post-processing); the source-built one must be captured whole (`graph_ms`), <= 1.3x its model alone
 #   gfl      GFL heads (PP-PicoDet / NanoDet layouts): benchmarks/gfl_check.py (GFL networks of each export layout,
 #            random weights, traced: CUDA == CPU, one whole captured graph per frame size), bench torch fp32/fp16
 #            of each at 1080p and 4K (default tiles: 416), `graph_ms` and ratio checked; the real PicoDet and
-#            NanoDet files (carried in .models/) on ONNX Runtime CPU with --peer sahi
+#            NanoDet files (in .models/) on ONNX Runtime CPU with --peer sahi
 #   depth    3D positions on the GPU: the CUDA tests of the positions stage and of the captured frame program with
 #            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
 #            captured graph and a whole frame with and without its depth (benchmarks/depth_cost.py: the target is <= 0.3
