@@ -34,7 +34,8 @@
 #   gfl      GFL heads (PP-PicoDet / NanoDet layouts): benchmarks/gfl_check.py (GFL networks of each export layout,
 #            random weights, traced: CUDA == CPU, one whole captured graph per frame size), bench torch fp32/fp16
 #            of each at 1080p and 4K (default tiles: 416), `graph_ms` and ratio checked; the real PicoDet and
-#            NanoDet files (in .models/) on ONNX Runtime CPU with --peer sahi
+#            NanoDet files (in .models/) on ONNX Runtime CPU with --peer sahi, and on the GPU converted by onnx2torch
+#            (benchmarks/gfl_real_weights.py: CUDA == ONNX Runtime CPU; bench torch fp32/fp16)
 #   depth    3D positions on the GPU: the CUDA tests of the positions stage and of the captured frame program with
 #            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
 #            captured graph and a whole frame with and without its depth (benchmarks/depth_cost.py: the target is <= 0.3
@@ -216,7 +217,13 @@ if [[ " $what " == *" gfl "* ]]; then
       --size 1920x1080 3840x2160 --out "$out/gfl_$ts" 2>&1 | grep -v "bench \[" | tail -6
     graph_rows "$out/gfl_$ts/bench.csv"
   done
+  python3 benchmarks/gfl_real_weights.py --models .models --photos .models/photos --out /tmp/gfl_real \
+    >"$out/gfl_real_weights.txt" 2>&1
+  grep -E "(equality|convert|ALL|FAIL)" "$out/gfl_real_weights.txt"
   for model in picodet_s_416_coco nanodet_m_416; do
+    [[ -f /tmp/gfl_real/$model.ts ]] && td bench --model /tmp/gfl_real/$model.ts --backend torch --device cuda \
+      --precision fp32 fp16 --runs 20 --warmup 5 --size 1920x1080 3840x2160 --out "$out/real_$model" 2>&1 \
+      | grep -v "bench \[" | tail -6
     td inspect .models/$model.onnx | tee "$out/inspect_$model.txt" | grep -E "^(layout|family|tile_size|frame)"
     td bench --model .models/$model.onnx --backend onnxruntime --device cpu --precision fp32 --runs 5 --warmup 1 \
       --size 3840x2160 --peer sahi --out "$out/${model}_cpu" 2>&1 | grep -v "bench \[" | tail -4
