@@ -203,9 +203,13 @@ class TiledDetector:
         self._labels, self._num_classes, self._layout = labels, resolved.num_classes, resolved.layout
         self._input_format, self._resolved = input_format, resolved
         preprocessor = Preprocessor(
-            engine.device, engine.input.dtype, engine.input_hw, input_format, engine.memory_format,
+            engine.device,
+            engine.input.dtype,
+            engine.input_hw,
+            input_format,
+            engine.memory_format,
             capacity=engine.max_batch,
-        )  # fmt: skip
+        )
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         self._uploader = Uploader(engine.device)
@@ -407,10 +411,14 @@ class TiledDetector:
         return [Encoding.from_value(e) for e in encodings]
 
     def _detect(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], cameras: Sequence[str | None],
-        clock: _StageClock, tiles: Sequence[np.ndarray | None] | None = None,
+        self,
+        frames: list[torch.Tensor],
+        encodings: list[Encoding],
+        cameras: Sequence[str | None],
+        clock: _StageClock,
+        tiles: Sequence[np.ndarray | None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
-    ) -> list[Detections]:  # fmt: skip
+    ) -> list[Detections]:
         if not frames:
             return []
         plan = batch_plan(
@@ -473,9 +481,14 @@ class TiledDetector:
         return select_views(plan, counts, buffer)
 
     def _sync_free_pass(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], plan: BatchPlan, clock: _StageClock,
-        chosen: ViewSelection | None = None, depths: Sequence[DepthImage | None] | None = None,
-    ) -> tuple[np.ndarray | None, PaddedDecoded]:  # fmt: skip
+        self,
+        frames: list[torch.Tensor],
+        encodings: list[Encoding],
+        plan: BatchPlan,
+        clock: _StageClock,
+        chosen: ViewSelection | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
+    ) -> tuple[np.ndarray | None, PaddedDecoded]:
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
         settings, limits = self._frame_settings, self._limits

@@ -274,8 +274,10 @@ class Size(Kind):
             width, height = pair
         except (TypeError, ValueError):
             width = height = None
-        if not all(isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
-                   for v in (width, height)):  # fmt: skip
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
+            for v in (width, height)
+        ):
             raise ValueError(
                 f"{name} must be two positive integers (width, height) in [{self.low}, {self.high}], got {value!r}"
             )
@@ -351,8 +353,10 @@ def class_id(key: int | str, labels: Sequence[str] | None, name: str) -> int:
     are known)."""
     if isinstance(key, int):
         if labels and key >= len(labels):
-            raise ValueError(f"{name}: unknown class id {key} (the model has {len(labels)} classes, 0 to "
-                             f"{len(labels) - 1})")  # fmt: skip
+            raise ValueError(
+                f"{name}: unknown class id {key} (the model has {len(labels)} classes, 0 to "
+                f"{len(labels) - 1})"
+            )
         return key
     if labels and key in labels:
         return list(labels).index(key)
@@ -517,8 +521,10 @@ class Channels(Kind):
             return None
         shown = list(value) if _is_list(value) else value
         if len(numbers) != 3:
-            raise ValueError(f"{name} must be 3 numbers, one per input channel (in the model's channel order), "
-                             f"got {shown!r}")  # fmt: skip
+            raise ValueError(
+                f"{name} must be 3 numbers, one per input channel (in the model's channel order), "
+                f"got {shown!r}"
+            )
         if self.nonzero and 0.0 in numbers:
             raise ValueError(f"{name} must not hold a 0 (it divides), got {shown!r}")
         return tuple(numbers)

@@ -49,8 +49,10 @@ def onnx_input_hw(
     given = (int(input_hw[0]), int(input_hw[1])) if input_hw is not None else None
     if min(graph) > 0:
         if given is not None and given != graph:
-            raise ValueError(f"{model}: input_size {given[1]}x{given[0]} contradicts the model's fixed input "
-                             f"{graph[1]}x{graph[0]}")  # fmt: skip
+            raise ValueError(
+                f"{model}: input_size {given[1]}x{given[0]} contradicts the model's fixed input "
+                f"{graph[1]}x{graph[0]}"
+            )
         if given is None and metadata.hw is not None and metadata.hw != graph:
             raise ValueError(
                 f"{model}: its {metadata.source} metadata says imgsz {list(metadata.hw)} but its input is "

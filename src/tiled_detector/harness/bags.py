@@ -184,8 +184,10 @@ def image_message(image: np.ndarray, stamp: int, frame_id: str, compressed: bool
 
 def camera_motion_message(matrix: np.ndarray) -> Any:
     """std_msgs/Float64MultiArray of a (2, 3) camera motion (`CAMERA_MOTION_TOPIC`)."""
-    dims = [new_message("std_msgs/msg/MultiArrayDimension", label=label, size=size, stride=stride)
-            for label, size, stride in (("rows", 2, 6), ("columns", 3, 3))]  # fmt: skip
+    dims = [
+        new_message("std_msgs/msg/MultiArrayDimension", label=label, size=size, stride=stride)
+        for label, size, stride in (("rows", 2, 6), ("columns", 3, 3))
+    ]
     layout = new_message("std_msgs/msg/MultiArrayLayout", dim=dims, data_offset=0)
     return new_message(CAMERA_MOTION, layout=layout, data=np.asarray(matrix, np.float64).reshape(6))
 

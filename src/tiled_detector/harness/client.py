@@ -176,11 +176,19 @@ class DetectorClient:
                 "active": Transition.TRANSITION_ACTIVE_SHUTDOWN,
             }[self.lifecycle(node, timeout=timeout)]
         else:
-            transition_id = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-                             "deactivate": Transition.TRANSITION_DEACTIVATE,
-                             "cleanup": Transition.TRANSITION_CLEANUP}[transition]  # fmt: skip
-        goal = {"configure": "inactive", "activate": "active", "deactivate": "inactive",
-                "cleanup": "unconfigured", "shutdown": "finalized"}[transition]  # fmt: skip
+            transition_id = {
+                "configure": Transition.TRANSITION_CONFIGURE,
+                "activate": Transition.TRANSITION_ACTIVATE,
+                "deactivate": Transition.TRANSITION_DEACTIVATE,
+                "cleanup": Transition.TRANSITION_CLEANUP,
+            }[transition]
+        goal = {
+            "configure": "inactive",
+            "activate": "active",
+            "deactivate": "inactive",
+            "cleanup": "unconfigured",
+            "shutdown": "finalized",
+        }[transition]
         request = ChangeState.Request(transition=Transition(id=transition_id))
         try:
             return bool(self.call(ChangeState, f"{node}/change_state", request, timeout=10.0).success)

@@ -56,8 +56,9 @@ def _yolox_grid(input_hw: tuple[int, int], device: torch.device) -> torch.Tensor
     cells row by row: yolox/models/yolo_head.py `decode_outputs`), built once per input size and device."""
     rows = []
     for stride in YOLOX_STRIDES:
-        ys, xs = torch.meshgrid(torch.arange(input_hw[0] // stride), torch.arange(input_hw[1] // stride),
-                                indexing="ij")  # fmt: skip
+        ys, xs = torch.meshgrid(
+            torch.arange(input_hw[0] // stride), torch.arange(input_hw[1] // stride), indexing="ij"
+        )
         rows.append(torch.stack([xs.reshape(-1), ys.reshape(-1), torch.full_like(xs.reshape(-1), stride)], 1))
     return torch.cat(rows).float().to(device)
 
@@ -285,8 +286,9 @@ def _cached_thresholds(pairs: Thresholds, conf_threshold: float, device: torch.d
     return values.to(device)
 
 
-def _thresholds(pairs: Sequence[tuple[int, float]], conf_threshold: float, device: torch.device
-                ) -> torch.Tensor | None:  # fmt: skip
+def _thresholds(
+    pairs: Sequence[tuple[int, float]], conf_threshold: float, device: torch.device
+) -> torch.Tensor | None:
     """The per-class thresholds on `device` (`_cached_thresholds`), or None when no class has its own."""
     if not pairs:
         return None
@@ -331,9 +333,11 @@ def _decode_raw(
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
     if layout is OutputLayout.YOLOX:
         if input_hw is None or head.shape[1] != anchor_points(input_hw):
-            raise ValueError(f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
-                             f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
-                             f"got {tuple(head.shape)}")  # fmt: skip
+            raise ValueError(
+                f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
+                f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
+                f"got {tuple(head.shape)}"
+            )
         boxes_of = lambda i, a: yolox_boxes(gfl.rows_at(head, i, a)[:, :4], a, input_hw)  # noqa: E731
     elif layout is OutputLayout.YOLOV8:
         boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731

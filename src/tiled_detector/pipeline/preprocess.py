@@ -381,8 +381,13 @@ class Preprocessor:
                 for channels, source, step in views:
                     out = target[:, :, channels]
                     size = (*out.shape[:3], *copy.tile_hw)
-                    strides = (block.step[0] * row_stride, block.step[1] * col_stride, step * channel_stride,
-                               row_stride, col_stride)  # fmt: skip
+                    strides = (
+                        block.step[0] * row_stride,
+                        block.step[1] * col_stride,
+                        step * channel_stride,
+                        row_stride,
+                        col_stride,
+                    )
                     pairs.append((out, frame.as_strided(size, strides, first + source * channel_stride)))
                 for top in range(0, copy.tile_hw[0], band):
                     rows = slice(top, top + band)
@@ -406,8 +411,8 @@ class Preprocessor:
         box, sources = plan.frame_letterbox, self._sources(enc)
         if max(box.scales) <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
-            _place(_sampled_bilinear(colors, box.resized_hw, self.format.factor(enc)), box, dst.unsqueeze(0),
-                   self.format.pad, sources)  # fmt: skip
+            resized = _sampled_bilinear(colors, box.resized_hw, self.format.factor(enc))
+            _place(resized, box, dst.unsqueeze(0), self.format.pad, sources)
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
@@ -457,8 +462,9 @@ def _letterbox_into(
     )
 
 
-def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float,
-           sources: tuple[int, ...] | None) -> None:  # fmt: skip
+def _place(
+    resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float, sources: tuple[int, ...] | None
+) -> None:
     """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded with `pad` into `dst`
     (N, 3, H, W)."""
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x

@@ -46,8 +46,13 @@ class EngineShare:
     """Equal shares of the engine's time between the cameras that are sending (thread-safe: frames arrive on the
     executor's thread, batches are charged on the worker's)."""
 
-    def __init__(self, cameras: int, tau_s: float = TAU_S, active_s: float = ACTIVE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cameras: int,
+        tau_s: float = TAU_S,
+        active_s: float = ACTIVE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._tau, self._active = tau_s, active_s

@@ -122,10 +122,15 @@ class Worker:
             self.frame_hw[arrival.index] = (int(frame.shape[0]), int(frame.shape[1]))
             jobs.append(
                 Job(
-                    self.names[arrival.index], frame, self.host.stamp(arrival.message), encoding,
-                    slot=arrival.index, mask_camera=self.mask_cameras[arrival.index], context=arrival,
+                    self.names[arrival.index],
+                    frame,
+                    self.host.stamp(arrival.message),
+                    encoding,
+                    slot=arrival.index,
+                    mask_camera=self.mask_cameras[arrival.index],
+                    context=arrival,
                 )
-            )  # fmt: skip
+            )
         paired = self.host.depths([(j.context.index, j.stamp_ns, j.frame.shape[:2]) for j in jobs])
         jobs = [replace(job, depth=depth) for job, depth in zip(jobs, paired, strict=True)]
         jobs.extend(parts)

@@ -96,8 +96,9 @@ def _patches(thumb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     top = (thumb.shape[0] - (rows - 1) * stride - PATCH) // 2
     left = (thumb.shape[1] - (cols - 1) * stride - PATCH) // 2
     patches = thumb[top:, left:].unfold(0, PATCH, stride).unfold(1, PATCH, stride)[:rows, :cols]
-    ys, xs = torch.meshgrid(torch.arange(rows, device=thumb.device), torch.arange(cols, device=thumb.device),
-                            indexing="ij")  # fmt: skip
+    ys, xs = torch.meshgrid(
+        torch.arange(rows, device=thumb.device), torch.arange(cols, device=thumb.device), indexing="ij"
+    )
     centres = torch.stack([left + xs * stride + PATCH / 2, top + ys * stride + PATCH / 2], dim=-1)
     return patches.reshape(-1, PATCH, PATCH), centres.reshape(-1, 2).float()
 
@@ -154,8 +155,8 @@ def fit_similarity(
     weight = textured * peak.double()
     for _ in range(REFITS + 1):
         w = weight[:, None, None]
-        normal = (design.transpose(1, 2) @ (w * design)).sum(0) + 1e-9 * torch.eye(4, device=x.device,
-                                                                                   dtype=torch.float64)  # fmt: skip
+        ridge = 1e-9 * torch.eye(4, device=x.device, dtype=torch.float64)
+        normal = (design.transpose(1, 2) @ (w * design)).sum(0) + ridge
         rhs = (design.transpose(1, 2) @ (w * target[:, :, None])).sum(0)
         params = torch.linalg.solve_ex(normal, rhs)[0][:, 0]
         error = (target - (design @ params)).norm(dim=1)
@@ -170,10 +171,11 @@ def fit_similarity(
     ok = (
         (confident >= MIN_PATCHES)
         & ((textured * agree).sum() >= 0.5 * confident)
-        & (scale >= SCALE_RANGE[0]) & (scale <= SCALE_RANGE[1])
+        & (scale >= SCALE_RANGE[0])
+        & (scale <= SCALE_RANGE[1])
         & (angle <= math.radians(MAX_ROTATION_DEG))
         & (torch.stack([tx, ty]).abs().max() <= MAX_SHIFT * max(size_hw))
-    )  # fmt: skip
+    )
     return matrix, ok
 
 
