@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tiled_detector.class_kinds import Classes, ClassValues
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.kinds import (
     CameraFiles,
     Channels,
     Choice,
-    Classes,
-    ClassValues,
     File,
     Flag,
     Kind,
