@@ -97,9 +97,8 @@ def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
     for output in graph.output:
         _symbolic_batch(output)
     del graph.value_info[:]
-    if (
-        result.ir_version >= 4
-    ):  # initializers need not be inputs: as inputs they could be fed, so are not folded
+    # initializers need not be inputs: as inputs they could be fed, so are not folded
+    if result.ir_version >= 4:
         weights = {init.name for init in graph.initializer}
         inputs = [value for value in graph.input if value.name not in weights]
         del graph.input[:]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -323,9 +323,8 @@ def _decode_raw(
     else:
         with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
         class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
-        if (
-            with_objectness
-        ):  # objectness >= 0: the best of (class x objectness) is the best class x objectness
+        # objectness >= 0: the best of (class x objectness) is the best class x objectness
+        if with_objectness:
             objectness = head[..., 4].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
@@ -361,9 +360,8 @@ def _decode_raw(
         conf = best.float()
     else:
         conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
-    if (
-        objectness is not None
-    ):  # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+    # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+    if objectness is not None:
         conf = (conf * objectness).nan_to_num(nan=float("-inf"))
     return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
 
@@ -451,22 +449,11 @@ def _decode_nms_done(
 
 
 def decode_outputs(
-    outputs: Mapping[str, torch.Tensor],
-    layout: str | OutputLayout,
-    conf_threshold: float,
-    top_k: int,
-    class_filter: Iterable[int] | None = None,
-    num_classes: int | None = None,
-    class_thresholds: Sequence[tuple[int, float]] = (),
-    input_hw: tuple[int, int] | None = None,
+    outputs: Mapping[str, torch.Tensor], layout: str | OutputLayout, *args: Any, **kwargs: Any
 ) -> Decoded:
-    """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device.
-
-    The valid rows of `decode_padded` (see there).
-    """
-    return decode_padded(
-        outputs, layout, conf_threshold, top_k, class_filter, num_classes, class_thresholds, input_hw
-    ).compact()
+    """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device: the valid
+    rows of `decode_padded`, which takes the same arguments."""
+    return decode_padded(outputs, layout, *args, **kwargs).compact()
 
 
 def decode_padded(

@@ -365,9 +365,8 @@ def budget_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     names = sorted(results, key=lambda n: results[n]["views_per_frame"])
     fig, quality = plt.subplots(figsize=(7.5, 4.5))
     speed = quality.twinx()
-    for kind, style in zip(
-        ScheduleKind, ("-", ":", "-."), strict=True
-    ):  # the budget's schedule and the others
+    styles = ("-", ":", "-.")  # the budget's schedule and the others
+    for kind, style in zip(ScheduleKind, styles, strict=True):
         series = [n for n in names if schedule_kind(n) is kind or n == "every tile"]
         views = [results[n]["views_per_frame"] for n in series]
         label = "" if kind is ScheduleKind.TRACKS else f" ({kind.value})"
