@@ -73,9 +73,8 @@ def test_onnxruntime_reuses_one_binding_and_output_buffers_at_max_batch(two_head
     bindings = []
     io_binding = engine._session.io_binding
     monkeypatch.setattr(engine._session, "io_binding", lambda: bindings.append(1) or io_binding())
-    bound = {
-        "12"
-    }  # the static-shaped output (batch, 4); output0's flattened dims are symbolic: ORT allocates it
+    # the static-shaped output (batch, 4); output0's flattened dims are symbolic: ORT allocates it
+    bound = {"12"}
     assert set(engine._buffers) == bound
     first = engine.infer(_batch(5))
     pointers = {name: first[name].data_ptr() for name in bound}

@@ -35,7 +35,7 @@ def test_ultralytics_torchscript_loads_as_written(tmp_path: Path) -> None:
     engine = detector.engine
     assert engine.backend.value == "torch" and engine.input.shape == (-1, 3, 64, 64)  # any batch (no nms)
     assert detector.labels == LABELS and engine.metadata.source == "ultralytics 8.4.190"
-    assert detector._layout is OutputLayout.YOLOV8
+    assert detector.resolved.layout is OutputLayout.YOLOV8
     _finds_the_squares(detector)
 
 
@@ -44,7 +44,7 @@ def test_an_nms_torchscript_runs_its_export_batch_end_to_end(tmp_path: Path) -> 
         tmp_path / "e2e.torchscript", exports.EndToEndHead(), batch=2, nms=True
     )
     detector = TiledDetector(path, **SETTINGS)
-    assert detector.engine.fixed_batch == 2 and detector._layout is OutputLayout.END2END
+    assert detector.engine.fixed_batch == 2 and detector.resolved.layout is OutputLayout.END2END
     assert detector.labels == LABELS
     _finds_the_squares(detector, 1)
 
@@ -56,7 +56,7 @@ def test_ultralytics_onnx_loads_as_written(tmp_path: Path, dynamic: bool) -> Non
     engine = detector.engine
     # the default export is one image per call (batch 1, static); dynamic=True: any batch, the size from imgsz
     assert engine.input.shape == ((-1, 3, 64, 64) if dynamic else (1, 3, 64, 64))
-    assert detector.labels == LABELS and detector._layout is OutputLayout.YOLOV8
+    assert detector.labels == LABELS and detector.resolved.layout is OutputLayout.YOLOV8
     _finds_the_squares(detector, 2)
 
 
@@ -65,14 +65,14 @@ def test_an_end_to_end_onnx_is_read_as_such(tmp_path: Path) -> None:
         tmp_path / "yolo26n.onnx", exports.EndToEndHead(), dynamic=True, end2end=True
     )
     detector = TiledDetector(path, **SETTINGS)
-    assert detector._layout is OutputLayout.END2END and detector.labels == LABELS
+    assert detector.resolved.layout is OutputLayout.END2END and detector.labels == LABELS
     _finds_the_squares(detector, 3)
 
 
 def test_yolov5_torchscript_loads_as_written(tmp_path: Path) -> None:
     detector = TiledDetector(exports.yolov5_torchscript(tmp_path / "yolov5n.torchscript"), **SETTINGS)
     assert detector.engine.metadata.source == "yolov5" and detector.labels == LABELS
-    assert detector.engine.input.shape == (-1, 3, 64, 64) and detector._layout is OutputLayout.YOLOV5
+    assert detector.engine.input.shape == (-1, 3, 64, 64) and detector.resolved.layout is OutputLayout.YOLOV5
     _finds_the_squares(detector, 4)
 
 

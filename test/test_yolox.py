@@ -146,9 +146,9 @@ def test_the_raw_file_equals_the_same_weights_with_the_decode_in_the_graph(tmp_p
     decoded = decoded_yolox(YOLOX, tmp_path)
     settings = dict(tile_size=(416, 416), conf_threshold=0.05)
     raw = TiledDetector(YOLOX, **settings)
-    assert raw._layout is OutputLayout.YOLOX and raw.labels == coco_labels()
+    assert raw.resolved.layout is OutputLayout.YOLOX and raw.labels == coco_labels()
     folded = TiledDetector(decoded, layout="yolox", **settings)
-    assert folded._layout is OutputLayout.YOLOV5  # the probe found boxes in pixels
+    assert folded.resolved.layout is OutputLayout.YOLOV5  # the probe found boxes in pixels
     as_v5 = TiledDetector(decoded, layout="yolov5", labels=["coco"], channel_order="bgr", input_scale=1.0,
                           letterbox="top_left", pad_value=114, **settings)  # fmt: skip
     assert raw.input_format == folded.input_format == as_v5.input_format
