@@ -136,13 +136,13 @@ class Worker:
         jobs.extend(parts)
         self.largest_batch = max(self.largest_batch, len(jobs))
         start = time.monotonic()
-        steps = self._detect(jobs, self._view_cap(jobs))
+        steps = self._detect(jobs, self.frame_view_cap(jobs))
         self.share.charge([(s.job.context.index, s.views) for s in steps], time.monotonic() - start)
         for step in steps:
             if step.result is not None:
                 self.host.publish(step.job.context, step.job, step.result)
 
-    def _view_cap(self, jobs: Sequence[Job]) -> int:
+    def frame_view_cap(self, jobs: Sequence[Job]) -> int:
         """The most views a frame runs in one batch (`ros.share.view_cap`), from the views of the frames of the
         cameras sending (their last size, or the size in this batch)."""
         if len(self.names) < 2:
