@@ -355,9 +355,14 @@ def test_onnxruntime_dynamic_height_width_from_imgsz_metadata_or_option(tmp_path
     path = tmp_path / "dynamic_hw.onnx"
     dynamic = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch"}}
     torch.onnx.export(
-        nn.Conv2d(3, 4, 1), (torch.rand(1, 3, 32, 48),), str(path),
-        input_names=["images"], output_names=["output0"], dynamic_axes=dynamic, dynamo=False,
-    )  # fmt: skip
+        nn.Conv2d(3, 4, 1),
+        (torch.rand(1, 3, 32, 48),),
+        str(path),
+        input_names=["images"],
+        output_names=["output0"],
+        dynamic_axes=dynamic,
+        dynamo=False,
+    )
     with pytest.raises(
         ValueError, match=r"no imgsz metadata: give the model.s input size with the setting input_size"
     ):

@@ -129,13 +129,19 @@ def test_a_torchscript_without_shape_information_asks_for_input_size(tmp_path: P
 
 def test_metadata_that_contradicts_the_graph_is_refused(tmp_path: Path) -> None:
     onnx_path = exports.ultralytics_onnx(tmp_path / "small.onnx", imgsz=[32, 32])  # a static 64x64 input
-    with pytest.raises(ValueError, match=r"small.onnx: its ultralytics 8.4.190 metadata says imgsz \[32, 32\] but its "
-                                         r"input is 64x64 .* setting input_size \(--input-size 64 64\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"small.onnx: its ultralytics 8.4.190 metadata says imgsz \[32, 32\] but its "
+        r"input is 64x64 .* setting input_size \(--input-size 64 64\)",
+    ):
         TiledDetector(onnx_path, **SETTINGS)
     assert TiledDetector(onnx_path, input_size=(64, 64), **SETTINGS).engine.input_hw == (64, 64)
     three = exports.ultralytics_onnx(tmp_path / "three.onnx", names={0: "red", 1: "blue", 2: "green"})
-    with pytest.raises(ValueError, match=r"three.onnx: .* has 2 classes, not 3 \(3 names from its ultralytics "
-                                         r"8.4.190's names\); give one name per class with the setting labels"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"three.onnx: .* has 2 classes, not 3 \(3 names from its ultralytics "
+        r"8.4.190's names\); give one name per class with the setting labels",
+    ):
         TiledDetector(three, **SETTINGS)
     assert TiledDetector(three, labels=list(LABELS), **SETTINGS).labels == LABELS
 
@@ -151,8 +157,11 @@ def test_metadata_contradicting_our_own_input_shape_is_refused(tmp_path: Path) -
 def test_a_pytorch_checkpoint_is_refused_with_the_export_command(tmp_path: Path) -> None:
     path = tmp_path / "yolov8n.pt"
     torch.save({"model": exports.SquareDetector((64, 64), 8)}, path)
-    with pytest.raises(ValueError, match=r"yolov8n.pt is a PyTorch checkpoint \(torch.save\), not TorchScript: "
-                                         r"export it first, e.g. `yolo export model=yolov8n.pt format=torchscript`"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"yolov8n.pt is a PyTorch checkpoint \(torch.save\), not TorchScript: "
+        r"export it first, e.g. `yolo export model=yolov8n.pt format=torchscript`",
+    ):
         TiledDetector(path, backend="torch")
 
 

@@ -262,10 +262,11 @@ def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encodin
 
 
 @pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "mono16"])
+# a grid of tiles inside the frame, tiles letterboxed into a smaller input, tiles past the border (a gather)
 @pytest.mark.parametrize(
     ("size", "tile", "input_hw"),
     [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
-)  # a grid of tiles inside the frame, tiles letterboxed into a smaller input, tiles past the border (a gather)
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_hw, dtype):
     frame = _frame(np.random.default_rng(11), *size, encoding)
@@ -285,10 +286,11 @@ def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_
 
 
 @pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "bgra8", "mono16"])
+# windows of the frame, windows letterboxed into a smaller input, tiles past the border (a gather)
 @pytest.mark.parametrize(
     ("size", "tile", "input_hw"),
     [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
-)  # windows of the frame, windows letterboxed into a smaller input, tiles past the border (a gather)
+)
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_chosen_tiles_equal_the_same_tiles_of_the_whole_batch(

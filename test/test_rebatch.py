@@ -171,8 +171,9 @@ def test_tensorrt_builds_a_batch_one_export_from_its_rewrite(export_onnx, cache,
     monkeypatch.setattr(tensorrt_build, "deserialize", lambda runtime, data: ("engine", data))
     trt = types.SimpleNamespace(__version__="10.3.0")
     options = BuildOptions(max_batch=8, opt_batch=4)
-    engine, _ = tensorrt_build.load_or_build(trt, None, None, path, options, torch.device("cpu"), None, None,
-                                             ("GPU", (8, 7)))  # fmt: skip
+    engine, _ = tensorrt_build.load_or_build(
+        trt, None, None, path, options, torch.device("cpu"), None, None, ("GPU", (8, 7))
+    )
     assert engine == ("engine", b"engine")
     ((model_path, used),) = built
     assert model_path != path and not fixed_batch_one(onnx.load(str(model_path)))
@@ -189,8 +190,14 @@ def test_engine_calls_per_frame_in_bench(export_onnx, cache) -> None:
     from tiled_detector.tools.benchmark import Row, measure
 
     path = export_onnx(FlatHead(), (32, 32), batch=1)
-    detector = TiledDetector(path, backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32),
-                             layout="yolov8_transposed", labels=["a", "b"])  # fmt: skip
+    detector = TiledDetector(
+        path,
+        backend="onnxruntime",
+        tile_size=(32, 32),
+        input_size=(32, 32),
+        layout="yolov8_transposed",
+        labels=["a", "b"],
+    )
     frame = make_scene(0, 200, 100).image
     row = measure(detector, frame, runs=2, warmup=0, row=Row("onnxruntime", "fp32", "200x100"))
     views = detector.plan_for(100, 200).batch_size

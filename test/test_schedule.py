@@ -54,9 +54,8 @@ def test_every_tile_runs_within_max_age_frames_on_the_whole_budget(stream):
     for frame, (ages, claimed, chosen) in enumerate(run_stream(stream, some_claims), start=1):
         assert chosen.tolist() == sorted(set(chosen.tolist())) and set(chosen.tolist()) <= set(range(tiles))
         assert len(chosen) == min(budget, tiles)  # no more than the budget, and none of it left unused
-        assert np.array_equal(
-            chosen, schedule(ages, claimed, budget, max_age)
-        )  # the same inputs, the same tiles
+        # the same inputs, the same tiles
+        assert np.array_equal(chosen, schedule(ages, claimed, budget, max_age))
         last_run[chosen] = frame
         assert frame - last_run.min() < max_age  # no tile has waited max_age frames
         # a tile older than a chosen one, claimed at least as much, is chosen too

@@ -113,8 +113,13 @@ def test_several_cameras_go_through_one_batch_and_a_bad_frame_costs_only_its_cam
     worker, host = _worker(detector, ["a", "b", "c"])
     calls = _spy(worker, [])
     frames = [make_scene(i, 64, 48 + 16 * i).image for i in range(3)]
-    worker.process([Arrival(0, Message(frames[0], 5), 0.0), Arrival(1, Message(None, 5), 0.0),
-                    Arrival(2, Message(frames[2], 5), 0.0)])  # fmt: skip
+    worker.process(
+        [
+            Arrival(0, Message(frames[0], 5), 0.0),
+            Arrival(1, Message(None, 5), 0.0),
+            Arrival(2, Message(frames[2], 5), 0.0),
+        ]
+    )
     assert len(calls) == 1 and len(calls[0]) == 2  # one batch of the two good frames
     assert [p[0] for p in host.published] == [0, 2] and host.counts[1, "malformed"] == 1
     assert worker.frame_hw == {0: (48, 64), 2: (80, 64)}
