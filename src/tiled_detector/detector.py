@@ -276,8 +276,9 @@ class TiledDetector:
         )
 
     def update(self, **changes: Any) -> None:
-        """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call, keeping
-        the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
+        """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call.
+
+        Keeps the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
         self.reconfigure(self._config.replace(**changes))
 
     def reconfigure(self, config: DetectorConfig) -> None:

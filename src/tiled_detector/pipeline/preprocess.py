@@ -450,9 +450,10 @@ def _letterbox_into(
     pad: float,
     sources: tuple[int, ...] | None = None,
 ) -> None:
-    """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
-    result (reorder / mono -> 3 channels on the small image) and write them padded with `pad` into `dst`
-    (N, 3, H, W)."""
+    """Letterbox (N, C, h, w) `images` into `dst` (N, 3, H, W), padded with `pad`.
+
+    One bilinear resize to `box.resized_hw`, then channels `sources` of the result picked (reorder / mono -> 3
+    channels on the small image)."""
     _place(
         F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False),
         box,

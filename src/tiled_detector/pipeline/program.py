@@ -213,9 +213,11 @@ class FrameProgram:
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
     ) -> PaddedDecoded:
-        """Every view of every frame (or the `chosen` ones) through the engine, in chunks of at most `max_batch`
-        images (one engine call whenever the batch fits), each chunk decoded to its per-image top-k before the
-        next runs, so memory follows the engine batch, not the frames. Image indices are the batch plan's."""
+        """Every view of every frame (or the `chosen` ones) through the engine, decoded to candidates.
+
+        Chunks of at most `max_batch` images (one engine call whenever the batch fits), each decoded to its
+        per-image top-k before the next runs, so memory follows the engine batch, not the frames. Image indices are
+        the batch plan's."""
         parts = []
         for start, stop in self._chunks(plan, chosen):
             # the engine's bound input when it has one (written in place), else the preprocessor's batch

@@ -139,9 +139,10 @@ def patch_shifts(
 def fit_similarity(
     centres: torch.Tensor, shifts: torch.Tensor, peak: torch.Tensor, size_hw: tuple[int, int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The similarity (2, 3) (thumbnail pixels, float64) that moves `centres` by `shifts`, by least squares weighted
-    by the peaks of the textured patches and reweighted `REFITS` times (patches off the fit by more than
-    `INLIER_PX` set aside), and whether it passes the checks of the module docstring (a 0-d bool tensor)."""
+    """The similarity (2, 3) that moves `centres` by `shifts`, and whether it passes the module's checks.
+
+    Thumbnail pixels, float64; least squares weighted by the peaks of the textured patches and reweighted `REFITS`
+    times (patches off the fit by more than `INLIER_PX` set aside); the checks' result is a 0-d bool tensor."""
     # the centre as python numbers: no host-to-device copy (the estimate is captured as a CUDA graph)
     ox, oy = size_hw[1] / 2, size_hw[0] / 2
     x, y = centres[:, 0].double() - ox, centres[:, 1].double() - oy
@@ -180,9 +181,10 @@ def fit_similarity(
 
 
 def estimate(previous: torch.Tensor, current: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The camera motion from the previous thumbnail's frame to the current one's, as a (2, 3) float64 similarity
-    in frame pixels (a thumbnail pixel is `factor` frame pixels), and whether it passed the checks (a 0-d bool
-    tensor); both on the thumbnails' device, nothing read back."""
+    """The camera motion from the previous thumbnail's frame to the current one's, and whether it passed the checks.
+
+    A (2, 3) float64 similarity in frame pixels (a thumbnail pixel is `factor` frame pixels) and a 0-d bool tensor,
+    both on the thumbnails' device, nothing read back."""
     centres, shifts, peak = patch_shifts(previous, current)
     matrix, ok = fit_similarity(centres, shifts, peak, (previous.shape[0], previous.shape[1]))
     # frame pixel p = factor x (thumbnail pixel q + 1/2) - 1/2: conjugate the thumbnail's similarity into frames
