@@ -790,6 +790,33 @@ def test_an_integer_for_a_float_parameter_is_taken_as_that_number(tmp_path: Path
 CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
 
 
+@contextlib.contextmanager
+def _camera_clients(tmp_path: Path, name: str) -> Iterator[tuple[list[DetectorClient], list]]:
+    """The node with `CAMERAS` (conf_threshold 0.4, /diagnostics every 0.5 s), a client per camera (`<name>_<i>`)
+    and the /diagnostics it received; afterwards the clients still open are closed and the node must have exited
+    cleanly."""
+    domain = pick_domain_id()
+    params = _write_params(
+        tmp_path / "params.yaml", cameras=list(CAMERAS), conf_threshold=0.4, diagnostics_period=0.5
+    )
+    with NodeProcess(params, domain_id=domain) as node:
+        clients = [
+            DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"{name}_{i}")
+            for i, topic in enumerate(CAMERAS)
+        ]
+        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            for client in clients:
+                assert client.wait_for_node(timeout=60), node.log_text()
+            yield clients, diagnostics
+        finally:
+            for client in clients:
+                if client.context.ok():  # a test may have closed one (its camera stopped)
+                    client.close()
+    assert node.returncode == 0, node.log_text()
+    assert "Traceback" not in node.log_text()
+
+
 def _camera_statuses(diagnostics: list[Any]) -> dict[str, Any]:
     return {s.name.rpartition(": camera ")[2]: s for s in diagnostics[-1].status[1:]} if diagnostics else {}
 
@@ -801,67 +828,50 @@ def test_one_node_answers_every_camera_with_its_own_detections(tmp_path: Path) -
     frames = [make_scene(910 + i, w, h).image for i, (w, h) in enumerate(sizes)]
     reference = TiledDetector(conf_threshold=0.4)
     expected = [reference.detect(frame) for frame in frames]
-    domain = pick_domain_id()
-    params = _write_params(
-        tmp_path / "params.yaml", cameras=list(CAMERAS), conf_threshold=0.4, diagnostics_period=0.5
-    )
-    with NodeProcess(params, domain_id=domain) as node:
-        clients = [
-            DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"camera_{i}")
-            for i, topic in enumerate(CAMERAS)
-        ]
-        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
-        try:
-            for client in clients:
-                assert client.wait_for_node(timeout=60), node.log_text()
-            pending = dict(enumerate(clients))
-            deadline = time.monotonic() + 60
-            while pending and time.monotonic() < deadline:  # all at once: the node batches what it finds
-                for i, client in pending.items():
-                    client.publish(_image(frames[i], i, frame_id=f"cam_{i}"))
-                for i in [i for i, c in pending.items() if c.wait_for_stamp(_stamp(i), timeout=2.0)]:
-                    reply = pending.pop(i).detections[_stamp(i)]
-                    assert reply.header.frame_id == f"cam_{i}"
-                    _assert_same(reply, expected[i])
-            assert not pending, f"cameras {sorted(pending)} not answered"
-            assert not any(_stamp(j) in clients[i].detections for i in range(3) for j in range(3) if i != j)
-            clients[2].close()  # camera c stops (its publisher is gone)
-            for k in range(3, 6):
-                for i in (0, 1):
-                    reply = _send(
-                        clients[i], _image(frames[i], 10 * k + i, frame_id=f"cam_{i}"), _stamp(10 * k + i)
-                    )
-                    _assert_same(reply, expected[i])
+    with _camera_clients(tmp_path, "camera") as (clients, diagnostics):
+        pending = dict(enumerate(clients))
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:  # all at once: the node batches what it finds
+            for i, client in pending.items():
+                client.publish(_image(frames[i], i, frame_id=f"cam_{i}"))
+            for i in [i for i, c in pending.items() if c.wait_for_stamp(_stamp(i), timeout=2.0)]:
+                reply = pending.pop(i).detections[_stamp(i)]
+                assert reply.header.frame_id == f"cam_{i}"
+                _assert_same(reply, expected[i])
+        assert not pending, f"cameras {sorted(pending)} not answered"
+        assert not any(_stamp(j) in clients[i].detections for i in range(3) for j in range(3) if i != j)
+        clients[2].close()  # camera c stops (its publisher is gone)
+        for k in range(3, 6):
+            for i in (0, 1):
+                reply = _send(
+                    clients[i], _image(frames[i], 10 * k + i, frame_id=f"cam_{i}"), _stamp(10 * k + i)
+                )
+                _assert_same(reply, expected[i])
 
-            def settled() -> bool:  # c reported silent in a report that counts every frame a and b sent
-                cameras = _camera_statuses(diagnostics)
-                if set(cameras) != set(CAMERAS):  # no report received yet (a slow discovery under load)
-                    return False
-                processed = [
-                    {kv.key: kv.value for kv in cameras[t].values}["frames_processed"] for t in CAMERAS[:2]
-                ]
-                silent = "no publisher on /cam_c/image" in cameras["/cam_c/image"].message
-                return silent and all(int(n) >= 4 for n in processed)
-
-            assert clients[0].wait_until(settled, timeout=30), [
-                s.message for m in diagnostics[-1:] for s in m.status
-            ]
+        def settled() -> bool:  # c reported silent in a report that counts every frame a and b sent
             cameras = _camera_statuses(diagnostics)
-            assert set(cameras) == set(CAMERAS)
-            for i, topic in enumerate(CAMERAS):
-                values = {kv.key: kv.value for kv in cameras[topic].values}
-                assert values["image_topic"] == topic
-                assert values["detections_topic"] == topic.rpartition("/")[0] + "/detections"
-                assert int(values["frames_processed"]) >= (4 if i < 2 else 1)
-                assert values["frame_size"] == "{}x{}".format(*sizes[i])
-            pipeline = _status(diagnostics)
-            # every camera's frames
-            assert int(pipeline["frames_processed"]) >= 9 and pipeline["cameras"] == "3"
-        finally:
-            for client in clients[:2]:
-                client.close()
-    assert node.returncode == 0, node.log_text()
-    assert "Traceback" not in node.log_text()
+            if set(cameras) != set(CAMERAS):  # no report received yet (a slow discovery under load)
+                return False
+            processed = [
+                {kv.key: kv.value for kv in cameras[t].values}["frames_processed"] for t in CAMERAS[:2]
+            ]
+            silent = "no publisher on /cam_c/image" in cameras["/cam_c/image"].message
+            return silent and all(int(n) >= 4 for n in processed)
+
+        assert clients[0].wait_until(settled, timeout=30), [
+            s.message for m in diagnostics[-1:] for s in m.status
+        ]
+        cameras = _camera_statuses(diagnostics)
+        assert set(cameras) == set(CAMERAS)
+        for i, topic in enumerate(CAMERAS):
+            values = {kv.key: kv.value for kv in cameras[topic].values}
+            assert values["image_topic"] == topic
+            assert values["detections_topic"] == topic.rpartition("/")[0] + "/detections"
+            assert int(values["frames_processed"]) >= (4 if i < 2 else 1)
+            assert values["frame_size"] == "{}x{}".format(*sizes[i])
+        pipeline = _status(diagnostics)
+        # every camera's frames
+        assert int(pipeline["frames_processed"]) >= 9 and pipeline["cameras"] == "3"
 
 
 def test_a_costly_camera_runs_in_parts_between_the_other_cameras_frames(tmp_path: Path) -> None:
@@ -873,55 +883,38 @@ def test_a_costly_camera_runs_in_parts_between_the_other_cameras_frames(tmp_path
     small = [make_scene(930 + i, 640, 480).image for i in range(2)]
     big = make_scene(932, 3840, 2160).image
     whole = TiledDetector(conf_threshold=0.4).detect(big)
-    domain = pick_domain_id()
-    params = _write_params(
-        tmp_path / "params.yaml", cameras=list(CAMERAS), conf_threshold=0.4, diagnostics_period=0.5
-    )
-    with NodeProcess(params, domain_id=domain) as node:
-        clients = [
-            DetectorClient(domain, topic, topic.rpartition("/")[0] + "/detections", node_name=f"cost_{i}")
-            for i, topic in enumerate(CAMERAS)
+    with _camera_clients(tmp_path, "cost") as (clients, diagnostics):
+        for i in (0, 1):  # the cheap cameras' sizes are known before the costly frame comes
+            _send(clients[i], _image(small[i], i), _stamp(i))
+        clients[2].publish(_image(big, 50))
+        sent = time.monotonic()
+        index = 100
+        while _stamp(50) not in clients[2].detections and time.monotonic() - sent < 60:
+            for i in (0, 1):
+                clients[i].publish(_image(small[i], index + i))
+            index += 2
+            time.sleep(0.05)
+        reply = clients[2].wait_for_stamp(_stamp(50), timeout=5.0)
+        if reply is None:  # the best-effort 4K frame was lost right after discovery: send it again
+            reply = _send(clients[2], _image(big, 50), _stamp(50))
+        done = clients[2].arrivals[_stamp(50)]
+        answered_while = [
+            t for c in clients[:2] for k, t in c.arrivals.items() if k >= _stamp(100) and t < done
         ]
-        diagnostics = clients[0].subscribe(DiagnosticArray, "/diagnostics")
-        try:
-            for client in clients:
-                assert client.wait_for_node(timeout=60), node.log_text()
-            for i in (0, 1):  # the cheap cameras' sizes are known before the costly frame comes
-                _send(clients[i], _image(small[i], i), _stamp(i))
-            clients[2].publish(_image(big, 50))
-            sent = time.monotonic()
-            index = 100
-            while _stamp(50) not in clients[2].detections and time.monotonic() - sent < 60:
-                for i in (0, 1):
-                    clients[i].publish(_image(small[i], index + i))
-                index += 2
-                time.sleep(0.05)
-            reply = clients[2].wait_for_stamp(_stamp(50), timeout=5.0)
-            if reply is None:  # the best-effort 4K frame was lost right after discovery: send it again
-                reply = _send(clients[2], _image(big, 50), _stamp(50))
-            done = clients[2].arrivals[_stamp(50)]
-            answered_while = [
-                t for c in clients[:2] for k, t in c.arrivals.items() if k >= _stamp(100) and t < done
-            ]
-            assert len(answered_while) >= 2, (len(answered_while), done - sent)
-            boxes, _, class_ids = msg_to_detections(reply, list(CLASSES))
-            iou = box_iou(whole.boxes.astype(np.float64), boxes.astype(np.float64))
-            same = np.where(whole.class_ids[:, None] == class_ids[None, :], iou, 0)
-            assert (same.max(axis=1) >= 0.7).mean() >= 0.95 and abs(len(boxes) - len(whole.boxes)) <= 3
+        assert len(answered_while) >= 2, (len(answered_while), done - sent)
+        boxes, _, class_ids = msg_to_detections(reply, list(CLASSES))
+        iou = box_iou(whole.boxes.astype(np.float64), boxes.astype(np.float64))
+        same = np.where(whole.class_ids[:, None] == class_ids[None, :], iou, 0)
+        assert (same.max(axis=1) >= 0.7).mean() >= 0.95 and abs(len(boxes) - len(whole.boxes)) <= 3
 
-            def counted() -> bool:
-                status = _camera_statuses(diagnostics).get(CAMERAS[2], DiagnosticStatus())
-                return int({kv.key: kv.value for kv in status.values}.get("frames_processed", 0)) >= 1
+        def counted() -> bool:
+            status = _camera_statuses(diagnostics).get(CAMERAS[2], DiagnosticStatus())
+            return int({kv.key: kv.value for kv in status.values}.get("frames_processed", 0)) >= 1
 
-            assert clients[0].wait_until(counted, timeout=30)
-            values = {kv.key: kv.value for kv in _camera_statuses(diagnostics)[CAMERAS[2]].values}
-            # 32 tiles in 4 parts, each with the full view
-            assert float(values["views_per_frame_max"]) == 32 + 4
-        finally:
-            for client in clients:
-                client.close()
-    assert node.returncode == 0, node.log_text()
-    assert "Traceback" not in node.log_text()
+        assert clients[0].wait_until(counted, timeout=30)
+        values = {kv.key: kv.value for kv in _camera_statuses(diagnostics)[CAMERAS[2]].values}
+        # 32 tiles in 4 parts, each with the full view
+        assert float(values["views_per_frame_max"]) == 32 + 4
 
 
 # --- the managed (lifecycle) node -------------------------------------------------------------------------

@@ -65,21 +65,11 @@ ENCODINGS = (
     "rgb8\x00",
     "\u00e9\u00e8",
 )
-BYTES_PER_PIXEL = {
-    "rgb8": 3,
-    "bgr8": 3,
-    "rgba8": 4,
-    "bgra8": 4,
-    "mono8": 1,
-    "mono16": 2,
-    "8UC1": 1,
-    "8UC3": 3,
-    "16UC1": 2,
-    "yuv422": 2,
-    "uyvy": 2,
-    "yuyv": 2,
-    "yuv422_yuy2": 2,
-    "bayer_rggb8": 1,
+BYTES_PER_PIXEL = {  # as stored, by encoding
+    **dict.fromkeys(("mono8", "8UC1", "bayer_rggb8"), 1),
+    **dict.fromkeys(("mono16", "16UC1", "yuv422", "uyvy", "yuyv", "yuv422_yuy2"), 2),
+    **dict.fromkeys(("rgb8", "bgr8", "8UC3"), 3),
+    **dict.fromkeys(("rgba8", "bgra8"), 4),
 }
 SIZES = (0, 1, 2, 3, 7, 16, 33, 64, 640, 4096, 65535, 100_000, 2**31 - 1, 2**32 - 1)
 VALID = (  # degenerate but legal frames, answered like any other
