@@ -96,12 +96,13 @@ def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() ->
 
     skipped = SkippedFrames()
     a, b = (1, 2, 3), (9, 9, 9)  # two publishers (their gids)
+    # the first counts nothing, then the gaps
     assert [skipped.add(a, n) for n in (5, 6, 9, 10)] == [
         0,
         0,
         2,
         0,
-    ]  # the first counts nothing, then the gaps
+    ]
     assert skipped.add(b, 1) == 0 and skipped.add(b, 4) == 2  # per publisher
     skipped.lost(3)  # the middleware reported 3 lost: they are gaps, not skips
     assert skipped.add(a, 15) == 4 - 3 and skipped.add(a, 17) == 1 and skipped.add(a, 19) == 1

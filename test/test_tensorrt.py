@@ -282,10 +282,11 @@ def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path
     )
     engine, context = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
+    # input and output, at the profile maximum
     assert allocated == [
         (MAX_BATCH, C, H, W),
         (MAX_BATCH, 84, 21),
-    ]  # input and output, at the profile maximum
+    ]
     first = eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr()
     assert eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr() == first
     changed = eng.infer(torch.rand(2, C, H, W))["output0"]

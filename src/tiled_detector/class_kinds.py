@@ -132,9 +132,8 @@ class ClassValues(Kind):
         return {"nargs": "+", "metavar": "CLASS:VALUE"}
 
     def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
-        resolved = {
-            class_id(key, labels, name): number for key, number in value
-        }  # a name and its id: the last
+        # a name and its id: the last
+        resolved = {class_id(key, labels, name): number for key, number in value}
         return tuple(sorted(resolved.items()))
 
     def describe(self) -> str:

@@ -287,9 +287,8 @@ class TiledDetector:
         if Applies.DETECTOR in self._same_engine(config).changed(self._config):
             self._setup(config, self._engine, self._capture)
             return
-        frame_settings = config.frame_settings(
-            self._labels
-        )  # raises for an unknown class name: nothing changes
+        # raises for an unknown class name: nothing changes
+        frame_settings = config.frame_settings(self._labels)
         self._config, self._frame_settings = config, frame_settings
 
     def _same_engine(self, config: DetectorConfig) -> DetectorConfig:

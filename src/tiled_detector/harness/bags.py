@@ -45,6 +45,7 @@ CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
 CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag
 DEPTH_TOPIC_KEY = "depth_topic"  # bag metadata: the topic of the depth images aligned to the image topic
+# dependency order
 _VISION_MSGS = (
     "Point2D",
     "Pose2D",
@@ -57,7 +58,7 @@ _VISION_MSGS = (
     "BoundingBox3D",
     "Detection3D",
     "Detection3DArray",
-)  # dependency order
+)
 _DTYPES = {
     "bool": np.bool_,
     "byte": np.uint8,
@@ -97,9 +98,8 @@ def vision_msgs_dir() -> Path:
     except (ImportError, LookupError, OSError):
         pass  # no ament index: try the locations below
     candidates.append(Path(sys.prefix) / "share" / "vision_msgs" / "msg")
-    candidates.append(
-        Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg"
-    )  # a source checkout
+    # a source checkout
+    candidates.append(Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg")
     for candidate in candidates:
         if (candidate / "Detection2DArray.msg").is_file():
             return candidate

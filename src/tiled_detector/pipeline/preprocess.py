@@ -416,9 +416,8 @@ class Preprocessor:
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
-        torch.mul(
-            color, self.format.factor(enc), out=scaled
-        )  # scale before any fp16 cast: mono16 overflows fp16
+        # scale before any fp16 cast: mono16 overflows fp16
+        torch.mul(color, self.format.factor(enc), out=scaled)
         _letterbox_into(scaled, box, dst.unsqueeze(0), self.format.pad, sources)
 
 

@@ -127,11 +127,8 @@ class Stats:
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
         self.stages: dict[str, deque[float]] = {}
-        self.views, self.views_max, self.predicted = (
-            0,
-            0,
-            0,
-        )  # engine views run, their most in a frame, carried
+        # engine views run, their most in a frame, carried
+        self.views = self.views_max = self.predicted = 0
         self._last_counts = dict(self.counts)
         self._last_time = time.monotonic()
 

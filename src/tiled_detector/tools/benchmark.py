@@ -143,9 +143,10 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
     model whose forward cannot be captured)."""
     engine = detector.engine
     shape = (views, *engine.input.shape[1:])
+    # in the layout the pipeline's preprocessor writes
     batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
         engine.device, engine.input.dtype, memory_format=engine.memory_format
-    )  # in the layout the pipeline's preprocessor writes
+    )
     chunks = torch.split(batch, engine.max_batch)
     eager = lambda: [engine.infer(chunk) for chunk in chunks]  # noqa: E731
     if engine.device.type != "cuda" or not engine.capturable:

@@ -106,10 +106,11 @@ def yolox_detections(
 
 
 PICODET_MEAN, PICODET_STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # RGB, on 0-1
+# BGR, 0-255
 NANODET_MEAN, NANODET_STD = (
     np.array([103.53, 116.28, 123.675]),
     np.array([57.375, 57.12, 58.395]),
-)  # BGR, 0-255
+)
 GFL_NMS_PRE = 1000  # anchors kept per stride before NMS (both families)
 
 

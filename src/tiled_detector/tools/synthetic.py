@@ -550,9 +550,8 @@ def _arrive(
         inward = [0.0, 0.5 * math.pi, math.pi, 1.5 * math.pi][edge] + rng.uniform(-0.8, 0.8)
         speed = max(float(np.hypot(*velocity[k])), 60.0 / max(frames, 1), 1.5)
         velocity[k] = speed * np.array([math.cos(inward), math.sin(inward)])
-        at = move_points(np.linalg.inv(views[min(int(enter), frames - 1)])[:2], np.array([point]))[
-            0
-        ]  # in the world
+        # in the world
+        at = move_points(np.linalg.inv(views[min(int(enter), frames - 1)])[:2], np.array([point]))[0]
         start[k] = at - velocity[k] * enter
 
 

@@ -148,9 +148,8 @@ def fit_similarity(
     x, y = centres[:, 0].double() - ox, centres[:, 1].double() - oy
     one, zero = torch.ones_like(x), torch.zeros_like(x)
     # shift = [[s - 1, -r], [r, s - 1]] (x, y) + (tx, ty): linear in (s - 1, r, tx, ty)
-    design = torch.stack(
-        [torch.stack([x, -y, one, zero], 1), torch.stack([y, x, zero, one], 1)], 1
-    )  # (K, 2, 4)
+    # (K, 2, 4)
+    design = torch.stack([torch.stack([x, -y, one, zero], 1), torch.stack([y, x, zero, one], 1)], 1)
     target = shifts.double()
     textured = (peak > MIN_PEAK).double()
     weight = textured * peak.double()
