@@ -89,7 +89,7 @@ def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(
     assert detector.engine.max_batch == 1
     why = [r.getMessage() for r in caplog.records if "cannot be made dynamic" in r.getMessage()]
     assert len(why) == 1 and "each view is an engine call" in why[0]
-    assert not list(cache.glob("*.onnx")) if cache.exists() else True
+    assert not list(cache.glob("*.onnx"))  # nothing cached (the folder may not exist)
     calls: list[int] = []
     infer = detector.engine.infer
 
