@@ -6,16 +6,22 @@ import numpy as np
 
 
 def test_the_debug_image_draws_each_box_in_its_tracks_colour_with_its_id():
-    from tiled_detector.tools.annotate import _PALETTE, annotate
+    from tiled_detector.tools.annotate import annotate
     from tiled_detector.types import Detections
 
-    image = np.zeros((120, 200, 3), np.uint8)
-    found = Detections(np.array([[40, 50, 90, 100]], np.float32), np.array([0.9]), np.array([0]))
-    plain = annotate(image, found, ["red_disc"])
-    tracked = annotate(image, found, ["red_disc"], track_ids=np.array([17]))
-    assert tuple(plain[75, 40]) == tuple(_PALETTE[0])  # by class without a tracker
-    assert tuple(tracked[75, 40]) == tuple(_PALETTE[17 % len(_PALETTE)])  # by track with one
-    label = (slice(30, 48), slice(40, 200))  # the text above the box: "#17 red_disc 0.90" is longer
-    assert (tracked[label].any(axis=2).sum(axis=0) > 0).sum() > (
-        plain[label].any(axis=2).sum(axis=0) > 0
-    ).sum()
+    image = np.zeros((120, 520, 3), np.uint8)
+    lefts = (40, 200, 360)  # three boxes, far enough apart for their labels
+    boxes = np.array([[x, 50, x + 50, 100] for x in lefts], np.float32)
+    found = Detections(boxes, np.full(3, 0.9), np.array([0, 0, 1]))
+    labels = ["red_disc", "blue_square"]
+    plain = annotate(image, found, labels)
+    tracked = annotate(image, found, labels, track_ids=np.array([17, 5, 17]))
+    plain_colours = [tuple(plain[75, x]) for x in lefts]
+    tracked_colours = [tuple(tracked[75, x]) for x in lefts]
+    assert plain_colours[0] == plain_colours[1] != plain_colours[2]  # by class without a tracker
+    assert tracked_colours[0] == tracked_colours[2] != tracked_colours[1]  # by track with one
+    assert all(any(colour) for colour in plain_colours + tracked_colours)  # the edges are drawn
+    label = (slice(30, 48), slice(lefts[0], lefts[1]))  # the text above the first box: "#17 red_disc 0.90"
+    tracked_width = (tracked[label].any(axis=2).sum(axis=0) > 0).sum()
+    plain_width = (plain[label].any(axis=2).sum(axis=0) > 0).sum()
+    assert tracked_width > plain_width

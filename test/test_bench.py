@@ -17,8 +17,27 @@ from tiled_detector.models import default_model_path
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     out = tmp_path_factory.mktemp("bench")
-    argv = ["bench", "--size", "640x480", "1280x720", "--runs", "3", "--warmup", "1", "--backend", "onnxruntime",
-            "torch", "--precision", "fp32", "int8", "--out", str(out), "--peer", "sahi", "--json"]  # fmt: skip
+    argv = [
+        "bench",
+        "--size",
+        "640x480",
+        "1280x720",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--backend",
+        "onnxruntime",
+        "torch",
+        "--precision",
+        "fp32",
+        "int8",
+        "--out",
+        str(out),
+        "--peer",
+        "sahi",
+        "--json",
+    ]
     return out, argv
 
 
@@ -122,8 +141,28 @@ def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path,
         return []
 
     _stand_in_sahi(monkeypatch, from_pretrained, get_sliced_prediction)
-    argv = ["bench", "--size", "640x480", "--runs", "2", "--warmup", "1", "--backend", "onnxruntime", "--precision",
-            "fp32", "--tile-size", "320", "256", "--overlap", "0.25", "--out", str(tmp_path), "--peer", "sahi"]  # fmt: skip
+    argv = [
+        "bench",
+        "--size",
+        "640x480",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--backend",
+        "onnxruntime",
+        "--precision",
+        "fp32",
+        "--tile-size",
+        "320",
+        "256",
+        "--overlap",
+        "0.25",
+        "--out",
+        str(tmp_path),
+        "--peer",
+        "sahi",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     expected = {"model_type": "ultralytics", "model_path": str(default_model_path())}
@@ -141,8 +180,27 @@ def test_bench_times_sahis_default_on_the_same_model_frames_and_tiling(tmp_path,
 @pytest.mark.gpu
 def test_bench_times_frames_already_on_the_device_with_no_upload(tmp_path) -> None:
     model = default_model_path().with_suffix(".ts")  # the bundled model as TorchScript
-    argv = ["bench", "--model", str(model), "--size", "1280x720", "--runs", "3", "--warmup", "1", "--backend",
-            "torch", "--precision", "fp32", "--device", "cuda", "--input", "device", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "bench",
+        "--model",
+        str(model),
+        "--size",
+        "1280x720",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--backend",
+        "torch",
+        "--precision",
+        "fp32",
+        "--device",
+        "cuda",
+        "--input",
+        "device",
+        "--out",
+        str(tmp_path),
+    ]
     code = main(argv)
     (row,) = csv.DictReader((tmp_path / "bench.csv").open())
     assert code == 0, row["status"]
@@ -167,8 +225,19 @@ def test_a_peer_that_cannot_load_the_model_is_a_row_with_the_reason(monkeypatch)
 def test_a_region_of_interest_row_shows_fewer_engine_views(tmp_path: Path, capsys) -> None:
     # 1080p, 640 px tiles: the lower half of the frame is 4 tiles + the full-frame view instead of 8 + 1 (at 4K:
     # 16 + 1 instead of 32 + 1, test_policy.py)
-    common = ["bench", "--size", "1920x1080", "--runs", "1", "--warmup", "0", "--backend", "onnxruntime",
-              "--precision", "fp32"]  # fmt: skip
+    common = [
+        "bench",
+        "--size",
+        "1920x1080",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--backend",
+        "onnxruntime",
+        "--precision",
+        "fp32",
+    ]
     views = {}
     for name, extra in (("full", []), ("half", ["--roi", "0", "0.5", "1", "1"])):
         assert main([*common, "--out", str(tmp_path / name), *extra]) == 0
@@ -182,8 +251,23 @@ def test_a_region_of_interest_row_shows_fewer_engine_views(tmp_path: Path, capsy
 
 def test_a_tile_budget_row_is_a_stream_with_its_views_per_frame(tmp_path: Path, capsys) -> None:
     # 1080p: 8 tiles; a budget of 2 runs 2 tiles + the full-frame view once the warm-up gave the stream history
-    argv = ["bench", "--size", "1920x1080", "--runs", "2", "--warmup", "1", "--backend", "onnxruntime",
-            "--precision", "fp32", "--tile-budget", "2", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "bench",
+        "--size",
+        "1920x1080",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--backend",
+        "onnxruntime",
+        "--precision",
+        "fp32",
+        "--tile-budget",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     (row,) = csv.DictReader((tmp_path / "bench.csv").open())
     assert (row["views"], row["views_per_frame"], row["views_per_frame_max"]) == ("9", "3.0", "3")

@@ -33,9 +33,8 @@ def test_assignment_equals_the_dense_assignment_with_a_cost_limit(sets, limit):
     assert len(set(rows.tolist())) == len(rows) and len(set(cols.tolist())) == len(cols)
     cost = 1.0 - box_iou(a, b)
     assert (cost[rows, cols] < limit).all()
-    if len(a) and len(
-        b
-    ):  # the dense reference: every pair, a pair at or above the limit costs more than any other
+    # the dense reference: every pair, a pair at or above the limit costs more than any other
+    if len(a) and len(b):
         dense = np.where(cost < limit, cost, limit + 1.0)
         r, c = linear_sum_assignment(dense)
         ok = dense[r, c] < limit
@@ -98,9 +97,8 @@ def test_a_shrinking_track_not_looked_for_never_turns_inside_out():
     tracker = ByteTrack(TrackerSettings())
     for size in (60.0, 45.0, 30.0):  # shrinking fast: its height's velocity is negative
         tracker.update(np.array([_box(100, 100, size)]), np.array([0.9]), np.array([0]), 1 / 30)
-    nowhere = Looks(
-        np.zeros((0, 4)), np.zeros((0, 4), bool), 4.0
-    )  # no tile run held it: reported as predicted
+    # no tile run held it: reported as predicted
+    nowhere = Looks(np.zeros((0, 4)), np.zeros((0, 4), bool), 4.0)
     for _ in range(8):
         out = tracker.update(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), 1 / 30, looks=nowhere)
         assert len(out.boxes) == 1 and (out.boxes[:, 2:] >= out.boxes[:, :2]).all()
@@ -138,8 +136,12 @@ def test_a_small_fast_object_keeps_its_id_where_iou_alone_loses_it():
         ids.append(out.track_ids.tolist())
     # lost on the frame it was missed (not shown), then taken up again
     assert ids == [[1]] * 4 + [[]] + [[1]] * 3, ids
-    far = tracker.update(np.array([[400.0, 50.0, 408.0, 58.0], [156.0, 50.0, 164.0, 58.0]]), np.array([0.9, 0.9]),
-                         np.array([0, 1]), 1 / 30)  # fmt: skip
+    far = tracker.update(
+        np.array([[400.0, 50.0, 408.0, 58.0], [156.0, 50.0, 164.0, 58.0]]),
+        np.array([0.9, 0.9]),
+        np.array([0, 1]),
+        1 / 30,
+    )
     assert 1 not in far.track_ids.tolist()
 
 
@@ -167,8 +169,13 @@ def test_the_tracker_moves_with_the_camera() -> None:
 
 
 def _step(tracker: ByteTrack, boxes: list, looks: Looks | None = None) -> list[int]:
-    out = tracker.update(np.array(boxes, float).reshape(-1, 4), np.full(len(boxes), 0.9), np.zeros(len(boxes), int),
-                         1 / 30, looks=looks)  # fmt: skip
+    out = tracker.update(
+        np.array(boxes, float).reshape(-1, 4),
+        np.full(len(boxes), 0.9),
+        np.zeros(len(boxes), int),
+        1 / 30,
+        looks=looks,
+    )
     return out.track_ids.tolist()
 
 

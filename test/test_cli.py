@@ -186,8 +186,14 @@ def test_debug_shows_the_traceback_and_version(files: Path) -> None:
 def test_our_processes_set_a_short_cpu_thread_spin_before_torch_loads(code, env, expected) -> None:
     script = f"import os, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint(os.environ.get('GOMP_SPINCOUNT'))"
     clean = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
-    done = subprocess.run([sys.executable, "-c", script], env={**clean, **env}, capture_output=True, text=True,
-                          check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert done.stdout.split()[-1] == expected
 
 

@@ -318,8 +318,9 @@ def test_class_filter_tensors_are_built_once_per_filter_and_device(exported):
     half=st.booleans(),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_class_ids_are_each_kept_anchors_first_best_class(layout, images, anchors, classes, levels, top_k, half,
-                                                          seed):  # fmt: skip
+def test_class_ids_are_each_kept_anchors_first_best_class(
+    layout, images, anchors, classes, levels, top_k, half, seed
+):
     # the reference: one max with indices over every anchor (the first of equal scores), then the kept anchors
     generator = torch.Generator().manual_seed(seed)
     first = 5 if layout is OutputLayout.YOLOV5 else 4
@@ -352,8 +353,9 @@ def test_class_ids_are_each_kept_anchors_first_best_class(layout, images, anchor
     listed=st.dictionaries(st.integers(0, 7), st.floats(0.0, 1.0), max_size=4),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_class_thresholds_equal_filtering_the_unfiltered_candidates(layout, images, anchors, classes, conf, listed,
-                                                                   seed):  # fmt: skip
+def test_class_thresholds_equal_filtering_the_unfiltered_candidates(
+    layout, images, anchors, classes, conf, listed, seed
+):
     # decoding with per-class thresholds keeps exactly the candidates that decoding at the lowest threshold keeps
     # and that are above their class's own (same boxes, same order): a class below its threshold takes no place
     generator = torch.Generator().manual_seed(seed)

@@ -16,8 +16,11 @@ def test_demo_prints_a_json_report_and_writes_the_annotated_frame(tmp_path: Path
     out = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "tiled_detector.cli", "demo", "--frames", "3", "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["frames"] == report["frames_sent"] == 3
@@ -37,10 +40,26 @@ def test_demo_prints_a_json_report_and_writes_the_annotated_frame(tmp_path: Path
 def test_demo_motion_tracks_the_moving_scene_and_prints_idf1_with_ap50(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "tiled_detector.cli", "demo", "--motion", "--frames", "8", "--width", "960", "--height",
-         "540", "--out", str(out)],
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tiled_detector.cli",
+            "demo",
+            "--motion",
+            "--frames",
+            "8",
+            "--width",
+            "960",
+            "--height",
+            "540",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stdout.splitlines()
     ap50 = next(line for line in lines if line.startswith("against ground truth: AP50 "))

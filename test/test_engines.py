@@ -73,9 +73,8 @@ def test_onnxruntime_reuses_one_binding_and_output_buffers_at_max_batch(two_head
     bindings = []
     io_binding = engine._session.io_binding
     monkeypatch.setattr(engine._session, "io_binding", lambda: bindings.append(1) or io_binding())
-    bound = {
-        "12"
-    }  # the static-shaped output (batch, 4); output0's flattened dims are symbolic: ORT allocates it
+    # the static-shaped output (batch, 4); output0's flattened dims are symbolic: ORT allocates it
+    bound = {"12"}
     assert set(engine._buffers) == bound
     first = engine.infer(_batch(5))
     pointers = {name: first[name].data_ptr() for name in bound}
@@ -356,9 +355,14 @@ def test_onnxruntime_dynamic_height_width_from_imgsz_metadata_or_option(tmp_path
     path = tmp_path / "dynamic_hw.onnx"
     dynamic = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch"}}
     torch.onnx.export(
-        nn.Conv2d(3, 4, 1), (torch.rand(1, 3, 32, 48),), str(path),
-        input_names=["images"], output_names=["output0"], dynamic_axes=dynamic, dynamo=False,
-    )  # fmt: skip
+        nn.Conv2d(3, 4, 1),
+        (torch.rand(1, 3, 32, 48),),
+        str(path),
+        input_names=["images"],
+        output_names=["output0"],
+        dynamic_axes=dynamic,
+        dynamo=False,
+    )
     with pytest.raises(
         ValueError, match=r"no imgsz metadata: give the model.s input size with the setting input_size"
     ):

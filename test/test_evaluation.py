@@ -156,9 +156,8 @@ def test_eval_motion_tracks_one_moving_scene_and_adds_the_mot_metrics(tmp_path, 
     assert main([*args, "--json", "--configs", "tiles+full"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     values = report["configs"]["tiles+full"]
-    assert (
-        report["motion"] and report["tracker"] == "bytetrack"
-    )  # the tracker is on unless --tracker says not
+    # the tracker is on unless --tracker says not
+    assert report["motion"] and report["tracker"] == "bytetrack"
     assert set(values) == {*METRICS, "IDF1", "MOTA", "id_switches", *STREAM_METRICS} and values["IDF1"] > 0.7
     assert values["views_per_frame"] == values["views_per_frame_max"] == 3 and values["predicted_boxes"] == 0
     assert "| IDF1 | MOTA | id_switches | views_per_frame |" in (tmp_path / "eval.md").read_text()
@@ -253,8 +252,14 @@ def test_new_object_latency_counts_frames_from_appearance_and_from_full_tilings_
         found, fresh = [], []
         for index in range(5):
             boxes = np.concatenate([box, other]) if index in frames_with_2 | carried_at else box
-            found.append(Detections(boxes.astype(np.float32), np.ones(len(boxes), np.float32),
-                                    np.zeros(len(boxes), np.int64), {}))  # fmt: skip
+            found.append(
+                Detections(
+                    boxes.astype(np.float32),
+                    np.ones(len(boxes), np.float32),
+                    np.zeros(len(boxes), np.int64),
+                    {},
+                )
+            )
             fresh.append(np.array([True, index not in carried_at])[: len(boxes)])
         return found, fresh
 

@@ -35,7 +35,7 @@ def test_ultralytics_torchscript_loads_as_written(tmp_path: Path) -> None:
     engine = detector.engine
     assert engine.backend.value == "torch" and engine.input.shape == (-1, 3, 64, 64)  # any batch (no nms)
     assert detector.labels == LABELS and engine.metadata.source == "ultralytics 8.4.190"
-    assert detector._layout is OutputLayout.YOLOV8
+    assert detector.resolved.layout is OutputLayout.YOLOV8
     _finds_the_squares(detector)
 
 
@@ -44,7 +44,7 @@ def test_an_nms_torchscript_runs_its_export_batch_end_to_end(tmp_path: Path) -> 
         tmp_path / "e2e.torchscript", exports.EndToEndHead(), batch=2, nms=True
     )
     detector = TiledDetector(path, **SETTINGS)
-    assert detector.engine.fixed_batch == 2 and detector._layout is OutputLayout.END2END
+    assert detector.engine.fixed_batch == 2 and detector.resolved.layout is OutputLayout.END2END
     assert detector.labels == LABELS
     _finds_the_squares(detector, 1)
 
@@ -56,7 +56,7 @@ def test_ultralytics_onnx_loads_as_written(tmp_path: Path, dynamic: bool) -> Non
     engine = detector.engine
     # the default export is one image per call (batch 1, static); dynamic=True: any batch, the size from imgsz
     assert engine.input.shape == ((-1, 3, 64, 64) if dynamic else (1, 3, 64, 64))
-    assert detector.labels == LABELS and detector._layout is OutputLayout.YOLOV8
+    assert detector.labels == LABELS and detector.resolved.layout is OutputLayout.YOLOV8
     _finds_the_squares(detector, 2)
 
 
@@ -65,14 +65,14 @@ def test_an_end_to_end_onnx_is_read_as_such(tmp_path: Path) -> None:
         tmp_path / "yolo26n.onnx", exports.EndToEndHead(), dynamic=True, end2end=True
     )
     detector = TiledDetector(path, **SETTINGS)
-    assert detector._layout is OutputLayout.END2END and detector.labels == LABELS
+    assert detector.resolved.layout is OutputLayout.END2END and detector.labels == LABELS
     _finds_the_squares(detector, 3)
 
 
 def test_yolov5_torchscript_loads_as_written(tmp_path: Path) -> None:
     detector = TiledDetector(exports.yolov5_torchscript(tmp_path / "yolov5n.torchscript"), **SETTINGS)
     assert detector.engine.metadata.source == "yolov5" and detector.labels == LABELS
-    assert detector.engine.input.shape == (-1, 3, 64, 64) and detector._layout is OutputLayout.YOLOV5
+    assert detector.engine.input.shape == (-1, 3, 64, 64) and detector.resolved.layout is OutputLayout.YOLOV5
     _finds_the_squares(detector, 4)
 
 
@@ -129,13 +129,19 @@ def test_a_torchscript_without_shape_information_asks_for_input_size(tmp_path: P
 
 def test_metadata_that_contradicts_the_graph_is_refused(tmp_path: Path) -> None:
     onnx_path = exports.ultralytics_onnx(tmp_path / "small.onnx", imgsz=[32, 32])  # a static 64x64 input
-    with pytest.raises(ValueError, match=r"small.onnx: its ultralytics 8.4.190 metadata says imgsz \[32, 32\] but its "
-                                         r"input is 64x64 .* setting input_size \(--input-size 64 64\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"small.onnx: its ultralytics 8.4.190 metadata says imgsz \[32, 32\] but its "
+        r"input is 64x64 .* setting input_size \(--input-size 64 64\)",
+    ):
         TiledDetector(onnx_path, **SETTINGS)
     assert TiledDetector(onnx_path, input_size=(64, 64), **SETTINGS).engine.input_hw == (64, 64)
     three = exports.ultralytics_onnx(tmp_path / "three.onnx", names={0: "red", 1: "blue", 2: "green"})
-    with pytest.raises(ValueError, match=r"three.onnx: .* has 2 classes, not 3 \(3 names from its ultralytics "
-                                         r"8.4.190's names\); give one name per class with the setting labels"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"three.onnx: .* has 2 classes, not 3 \(3 names from its ultralytics "
+        r"8.4.190's names\); give one name per class with the setting labels",
+    ):
         TiledDetector(three, **SETTINGS)
     assert TiledDetector(three, labels=list(LABELS), **SETTINGS).labels == LABELS
 
@@ -151,8 +157,11 @@ def test_metadata_contradicting_our_own_input_shape_is_refused(tmp_path: Path) -
 def test_a_pytorch_checkpoint_is_refused_with_the_export_command(tmp_path: Path) -> None:
     path = tmp_path / "yolov8n.pt"
     torch.save({"model": exports.SquareDetector((64, 64), 8)}, path)
-    with pytest.raises(ValueError, match=r"yolov8n.pt is a PyTorch checkpoint \(torch.save\), not TorchScript: "
-                                         r"export it first, e.g. `yolo export model=yolov8n.pt format=torchscript`"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"yolov8n.pt is a PyTorch checkpoint \(torch.save\), not TorchScript: "
+        r"export it first, e.g. `yolo export model=yolov8n.pt format=torchscript`",
+    ):
         TiledDetector(path, backend="torch")
 
 

@@ -18,8 +18,12 @@ def _lint(source_root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(source_root)}
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
-        cwd=source_root, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=source_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def _contracts() -> dict[str, dict]:

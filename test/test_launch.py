@@ -46,9 +46,13 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     ros_substitutions = types.ModuleType("launch_ros.substitutions")
     ros_substitutions.FindPackageShare = type("FindPackageShare", (_Recorder,), {})
     return {
-        "launch": launch, "launch.actions": actions, "launch.substitutions": substitutions,
-        "launch_ros": launch_ros, "launch_ros.actions": ros_actions, "launch_ros.substitutions": ros_substitutions,
-    }  # fmt: skip
+        "launch": launch,
+        "launch.actions": actions,
+        "launch.substitutions": substitutions,
+        "launch_ros": launch_ros,
+        "launch_ros.actions": ros_actions,
+        "launch_ros.substitutions": ros_substitutions,
+    }
 
 
 @pytest.fixture
@@ -122,9 +126,11 @@ def test_launch_node_action(launch_description: Any) -> None:
     assert node.kwargs["name"] == "tiled_detector"
     assert node.kwargs["namespace"].args == ("namespace",)
     assert node.kwargs["remappings"] == [
-        ("image", "/front/image_raw"), ("image/compressed", "/front/image_raw/compressed"),
-        ("depth_image", "depth_image"), ("camera_info", "/front/color/camera_info"),
-    ]  # fmt: skip
+        ("image", "/front/image_raw"),
+        ("image/compressed", "/front/image_raw/compressed"),
+        ("depth_image", "depth_image"),
+        ("camera_info", "/front/color/camera_info"),
+    ]
     params_file, overrides = node.kwargs["parameters"]
     assert params_file.args == ("params_file",)
     assert overrides == {"use_sim_time": True}  # no model: the params file's model stays in force

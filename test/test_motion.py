@@ -50,8 +50,12 @@ def test_no_texture_and_a_cut_fall_back_to_the_identity() -> None:
     """A flat frame (a covered lens) and a cut to another scene fail the checks: the identity, counted as a
     fallback; the next good pair is estimated again."""
     tracker, estimator = motion.CameraMotion(), motion.Estimator()
-    scenes = [make_scene(1, W, H).image, np.full((H, W, 3), 90, np.uint8), make_scene(1, W, H).image,
-              make_scene(2, W, H).image]  # fmt: skip
+    scenes = [
+        make_scene(1, W, H).image,
+        np.full((H, W, 3), 90, np.uint8),
+        make_scene(1, W, H).image,
+        make_scene(2, W, H).image,
+    ]
     results = []
     for image in scenes:
         tracker.observe(torch.from_numpy(image), estimator)

@@ -24,19 +24,66 @@ from tiled_detector.harness.process import NodeProcess, pick_domain_id  # noqa: 
 
 # every encoding of sensor_msgs/image_encodings.hpp, plus junk
 ENCODINGS = (
-    "rgb8", "rgba8", "rgb16", "rgba16", "bgr8", "bgra8", "bgr16", "bgra16", "mono8", "mono16",
-    "8UC1", "8UC2", "8UC3", "8UC4", "8SC1", "8SC3", "16UC1", "16UC3", "16SC1", "32SC1", "32FC1", "32FC3", "64FC1",
-    "bayer_rggb8", "bayer_bggr8", "bayer_gbrg8", "bayer_grbg8", "bayer_rggb16", "bayer_bggr16",
-    "yuv422", "uyvy", "yuyv", "yuv422_yuy2", "nv21", "nv24", "", "RGB8", "hsv_magic", "rgb8\x00", "\u00e9\u00e8",
-)  # fmt: skip
-BYTES_PER_PIXEL = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "mono16": 2, "8UC1": 1, "8UC3": 3,
-                   "16UC1": 2, "yuv422": 2, "uyvy": 2, "yuyv": 2, "yuv422_yuy2": 2, "bayer_rggb8": 1}  # fmt: skip
+    "rgb8",
+    "rgba8",
+    "rgb16",
+    "rgba16",
+    "bgr8",
+    "bgra8",
+    "bgr16",
+    "bgra16",
+    "mono8",
+    "mono16",
+    "8UC1",
+    "8UC2",
+    "8UC3",
+    "8UC4",
+    "8SC1",
+    "8SC3",
+    "16UC1",
+    "16UC3",
+    "16SC1",
+    "32SC1",
+    "32FC1",
+    "32FC3",
+    "64FC1",
+    "bayer_rggb8",
+    "bayer_bggr8",
+    "bayer_gbrg8",
+    "bayer_grbg8",
+    "bayer_rggb16",
+    "bayer_bggr16",
+    "yuv422",
+    "uyvy",
+    "yuyv",
+    "yuv422_yuy2",
+    "nv21",
+    "nv24",
+    "",
+    "RGB8",
+    "hsv_magic",
+    "rgb8\x00",
+    "\u00e9\u00e8",
+)
+BYTES_PER_PIXEL = {  # as stored, by encoding
+    **dict.fromkeys(("mono8", "8UC1", "bayer_rggb8"), 1),
+    **dict.fromkeys(("mono16", "16UC1", "yuv422", "uyvy", "yuyv", "yuv422_yuy2"), 2),
+    **dict.fromkeys(("rgb8", "bgr8", "8UC3"), 3),
+    **dict.fromkeys(("rgba8", "bgra8"), 4),
+}
 SIZES = (0, 1, 2, 3, 7, 16, 33, 64, 640, 4096, 65535, 100_000, 2**31 - 1, 2**32 - 1)
 VALID = (  # degenerate but legal frames, answered like any other
-    ("rgb8", 48, 64, 0), ("bgr8", 1, 1280, 0), ("rgb8", 1300, 1, 0), ("rgb8", 2, 30000, 0), ("mono16", 40, 50, 1),
-    ("mono8", 30, 20, 3), ("16UC1", 31, 17, 0), ("bgra8", 5, 700, 4), ("yuv422", 10, 12, 0),
+    ("rgb8", 48, 64, 0),
+    ("bgr8", 1, 1280, 0),
+    ("rgb8", 1300, 1, 0),
+    ("rgb8", 2, 30000, 0),
+    ("mono16", 40, 50, 1),
+    ("mono8", 30, 20, 3),
+    ("16UC1", 31, 17, 0),
+    ("bgra8", 5, 700, 4),
+    ("yuv422", 10, 12, 0),
     ("bayer_rggb8", 16, 16, 0),
-)  # fmt: skip
+)
 
 
 def _junk(rng: random.Random, index: int) -> Image:

@@ -25,8 +25,19 @@ def test_every_parameter_has_a_description_and_a_valid_default() -> None:
         assert descriptor(param).read_only == param.read_only
     engine = {"model", "backend", "device", "precision", "max_batch", "labels", "transport"}
     assert all(BY_NAME[name].read_only for name in engine)
-    runtime = {"tile_width", "tile_height", "overlap", "full_frame", "conf_threshold", "merge", "match_metric",
-               "merge_threshold", "class_agnostic", "max_detections", "classes"}  # fmt: skip
+    runtime = {
+        "tile_width",
+        "tile_height",
+        "overlap",
+        "full_frame",
+        "conf_threshold",
+        "merge",
+        "match_metric",
+        "merge_threshold",
+        "class_agnostic",
+        "max_detections",
+        "classes",
+    }
     assert not any(BY_NAME[name].read_only for name in runtime)
 
 
@@ -69,8 +80,14 @@ def test_message_lost_events_count_what_they_can_mean() -> None:
     assert [lost.add(total, change) for total, change in ((3, 3), (10, 7), (10, 0), (12, 2))] == [3, 7, 1, 2]
     # what rmw_fastrtps handed over for fragmented frames (provoked in test_node): one frame per event
     garbage = LostFrames()
-    values = [(0xFFFFFFFF80000000,) * 2, (0, 0xFFFFFFFF80000000), (2**64 - 1,) * 2, (2**31 - 1,) * 2, (0, 0),
-              (48 * 2**32 + 413, 48 * 2**32 + 413)]  # fmt: skip
+    values = [
+        (0xFFFFFFFF80000000,) * 2,
+        (0, 0xFFFFFFFF80000000),
+        (2**64 - 1,) * 2,
+        (2**31 - 1,) * 2,
+        (0, 0),
+        (48 * 2**32 + 413, 48 * 2**32 + 413),
+    ]
     assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
 
 
@@ -79,12 +96,13 @@ def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() ->
 
     skipped = SkippedFrames()
     a, b = (1, 2, 3), (9, 9, 9)  # two publishers (their gids)
+    # the first counts nothing, then the gaps
     assert [skipped.add(a, n) for n in (5, 6, 9, 10)] == [
         0,
         0,
         2,
         0,
-    ]  # the first counts nothing, then the gaps
+    ]
     assert skipped.add(b, 1) == 0 and skipped.add(b, 4) == 2  # per publisher
     skipped.lost(3)  # the middleware reported 3 lost: they are gaps, not skips
     assert skipped.add(a, 15) == 4 - 3 and skipped.add(a, 17) == 1 and skipped.add(a, 19) == 1
@@ -167,8 +185,10 @@ def test_the_override_chain_is_read_as_rcl_applies_it(tmp_path) -> None:
     from tiled_detector.ros.node_parameters import given_parameters
 
     base = tmp_path / "base.yaml"
-    base.write_text("/**:\n  ros__parameters:\n    conf_threshold: 0.25\n    overlap: 0.2\n"
-                    "/rear/tiled_detector:\n  ros__parameters:\n    overlap: 0.5\n")  # fmt: skip
+    base.write_text(
+        "/**:\n  ros__parameters:\n    conf_threshold: 0.25\n    overlap: 0.2\n"
+        "/rear/tiled_detector:\n  ros__parameters:\n    overlap: 0.5\n"
+    )
     site = tmp_path / "site.yaml"
     site.write_text('tiled_detector:\n  ros__parameters:\n    conf_threshold: "abc"\n    top_k: 7\n')
     argv = ["node", "--ros-args", "--params-file", str(base), "-p", "top_k:=9", "--params-file", str(site)]
@@ -267,8 +287,9 @@ def test_camera_topics_map_each_camera_to_its_namespace() -> None:
     assert camera_topics([]) == [CameraTopics("image", "image", "detections", "debug_image")]
     assert camera_topics([], compressed=True)[0].image == "image/compressed"
     front, rear = camera_topics(["/front/image_raw", "robot/rear/image/"], compressed=True)
-    assert front == CameraTopics("/front/image_raw", "/front/image_raw/compressed", "/front/detections",
-                                 "/front/debug_image")  # fmt: skip
+    assert front == CameraTopics(
+        "/front/image_raw", "/front/image_raw/compressed", "/front/detections", "/front/debug_image"
+    )
     assert (rear.image, rear.detections) == ("robot/rear/image/compressed", "robot/rear/detections")
     with pytest.raises(ValueError, match="'/image' needs a namespace of its own"):
         camera_topics(["/front/image", "/image"])
@@ -293,8 +314,10 @@ def test_frames_of_several_cameras_go_through_one_detect_many_call(tmp_path) -> 
     cameras = ["/a/image", "/b/image", "/c/image"]
     cv2.imwrite(str(tmp_path / "c.png"), np.full((2, 2), 255, np.uint8))
     masks = [f"/c/image={tmp_path / 'c.png'}"]  # camera c's own mask; the others have none
-    node = DetectorNode(context=context, parameter_overrides=[Parameter("cameras", value=cameras),
-                                                              Parameter("ignore_mask", value=masks)])  # fmt: skip
+    node = DetectorNode(
+        context=context,
+        parameter_overrides=[Parameter("cameras", value=cameras), Parameter("ignore_mask", value=masks)],
+    )
     try:
         node.shutdown()  # no worker: this test hands the frames over itself
         calls: list[tuple[int, list[int], list[str]]] = []

@@ -90,8 +90,9 @@ def frames_with_boxes(draw, max_side: int = 48):
     corners = rng.uniform(0, 1, (n, 4)) * [w, h, w, h]
     # quantised coordinates put box edges on pixel centres and borders often; thin boxes too
     corners = np.round(corners * 4) / 4
-    boxes = np.concatenate([np.minimum(corners[:, :2], corners[:, 2:]), np.maximum(corners[:, :2], corners[:, 2:])],
-                           axis=1).astype(np.float32)  # fmt: skip
+    boxes = np.concatenate(
+        [np.minimum(corners[:, :2], corners[:, 2:]), np.maximum(corners[:, :2], corners[:, 2:])], axis=1
+    ).astype(np.float32)
     mask = rng.uniform(size=(draw(st.integers(1, 20)), draw(st.integers(1, 20)))) < draw(st.floats(0, 1))
     return (h, w), boxes, mask
 
@@ -148,15 +149,24 @@ def test_covers_equals_every_pixel_ignored(case, rects):
 def test_policy_keep_equals_the_reference_on_two_frames(first, second, rois, masked, min_size, max_size):
     cases = (first, second)
     masks = [IgnoreMask.of("m.png", c[2], c[0]) if on else None for c, on in zip(cases, masked, strict=True)]
-    plans = [make_plan(c[0], (16, 16), 0.2, (32, 32), True, roi, m) for c, roi, m in zip(cases, rois, masks,
-                                                                                           strict=True)]  # fmt: skip
+    plans = [
+        make_plan(c[0], (16, 16), 0.2, (32, 32), True, roi, m)
+        for c, roi, m in zip(cases, rois, masks, strict=True)
+    ]
     boxes = np.concatenate([c[1] for c in cases])
     frames = np.repeat([0, 1], [len(c[1]) for c in cases])
     keep = policy_keep(
         torch.from_numpy(boxes), torch.from_numpy(frames), batch_plan(plans), min_size, max_size
     )
-    want = reference_keep(boxes, frames, rois, [c[0][::-1] for c in cases], min_size, max_size,
-                          [None if m is None else m.ignored for m in masks])  # fmt: skip
+    want = reference_keep(
+        boxes,
+        frames,
+        rois,
+        [c[0][::-1] for c in cases],
+        min_size,
+        max_size,
+        [None if m is None else m.ignored for m in masks],
+    )
     if keep is None:  # no rule set: everything passes
         assert rois == (FULL_FRAME_ROI, FULL_FRAME_ROI) and not any(masked) and min_size == max_size == 0
         assert want.all()
@@ -247,10 +257,12 @@ def test_a_mask_file_changed_on_disk_is_read_again(tmp_path: Path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "ignore_mask: cannot read .*missing.png: No such file"),
-     (b"not a png", "ignore_mask: .*bad.png is not an image OpenCV can read"),
-     (b"", "ignore_mask: .*empty.png is not an image")],
-)  # fmt: skip
+    [
+        (None, "ignore_mask: cannot read .*missing.png: No such file"),
+        (b"not a png", "ignore_mask: .*bad.png is not an image OpenCV can read"),
+        (b"", "ignore_mask: .*empty.png is not an image"),
+    ],
+)
 def test_bad_mask_files_are_refused_naming_the_setting_and_file(tmp_path: Path, content, message):
     name = {None: "missing.png", b"not a png": "bad.png", b"": "empty.png"}[content]
     if content is not None:
@@ -386,10 +398,31 @@ def test_detect_json_applies_the_same_policy(tmp_path: Path, capsys):
     mask = np.zeros((720, 1280), np.uint8)
     mask[:, 1000:] = 255
     cv2.imwrite(str(tmp_path / "mask.png"), mask)
-    policy = {"class_thresholds": ["red_disc:0.6"], "roi": [0.0, 0.25, 1.0, 1.0],
-              "ignore_mask": [str(tmp_path / "mask.png")], "min_box_size": 12.0, "max_box_size": 80.0}  # fmt: skip
-    argv = ["detect", str(tmp_path / "scene.png"), "--json", "--class-thresholds", "red_disc:0.6", "--roi", "0", "0.25",
-            "1", "1", "--ignore-mask", str(tmp_path / "mask.png"), "--min-box-size", "12", "--max-box-size", "80"]  # fmt: skip
+    policy = {
+        "class_thresholds": ["red_disc:0.6"],
+        "roi": [0.0, 0.25, 1.0, 1.0],
+        "ignore_mask": [str(tmp_path / "mask.png")],
+        "min_box_size": 12.0,
+        "max_box_size": 80.0,
+    }
+    argv = [
+        "detect",
+        str(tmp_path / "scene.png"),
+        "--json",
+        "--class-thresholds",
+        "red_disc:0.6",
+        "--roi",
+        "0",
+        "0.25",
+        "1",
+        "1",
+        "--ignore-mask",
+        str(tmp_path / "mask.png"),
+        "--min-box-size",
+        "12",
+        "--max-box-size",
+        "80",
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     found = report["images"][0]["detections"]
@@ -406,8 +439,15 @@ def test_every_policy_setting_on_cuda_is_one_captured_graph_equal_to_the_cpu(tmp
     mask = np.zeros((72, 128), np.uint8)
     mask[:, 96:] = 255
     cv2.imwrite(str(tmp_path / "right.png"), mask)
-    policy = dict(class_thresholds=["red_disc:0.5"], roi=(0.0, 0.25, 1.0, 1.0), ignore_mask=[str(tmp_path / "right.png")],
-                  min_box_size=10.0, max_box_size=90.0, backend="torch", conf_threshold=0.1)  # fmt: skip
+    policy = dict(
+        class_thresholds=["red_disc:0.5"],
+        roi=(0.0, 0.25, 1.0, 1.0),
+        ignore_mask=[str(tmp_path / "right.png")],
+        min_box_size=10.0,
+        max_box_size=90.0,
+        backend="torch",
+        conf_threshold=0.1,
+    )
     cpu = TiledDetector(**policy)
     captures: list[int] = []
     gpu = TiledDetector.from_config(

@@ -9,7 +9,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.pipeline import preprocess
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.preprocess import PAD_VALUE, Preprocessor
 from tiled_detector.pipeline.tiling import Letterbox, make_plan
@@ -253,19 +252,24 @@ def test_downscaled_views_sample_only_what_bilinear_reads(height, width, encodin
     plan = make_plan((height, width), (640, 640), 0.2, (640, 640), True)
     pre = Preprocessor("cpu", torch.float32, (640, 640))
     sampled = pre.run(frame, plan, encoding)[-1].clone()
-    # the reference: F.interpolate of the whole frame converted to float (what the sampling avoids)
+    # the reference: F.interpolate of the whole frame converted to float (what the sampling avoids), its channels
+    # in RGB order, placed in the letterbox
     enc = Encoding.from_value(encoding)
     whole = torch.from_numpy(frame.astype(np.float32)).permute(2, 0, 1).unsqueeze(0) * enc.scale
-    expected = torch.empty(1, 3, 640, 640)
-    preprocess._letterbox_into(whole, plan.frame_letterbox, expected, PAD_VALUE, pre._sources(enc))
-    torch.testing.assert_close(sampled, expected[0], rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)
+    box = plan.frame_letterbox
+    (rh, rw), top, left = box.resized_hw, box.pad_y, box.pad_x
+    resized = torch.nn.functional.interpolate(whole, size=(rh, rw), mode="bilinear", align_corners=False)
+    expected = torch.full((3, 640, 640), PAD_VALUE)
+    expected[:, top : top + rh, left : left + rw] = resized[0, list(enc.rgb_order)]
+    torch.testing.assert_close(sampled, expected, rtol=0, atol=1e-6 if encoding != "mono16" else 2e-4)
 
 
 @pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "mono16"])
+# a grid of tiles inside the frame, tiles letterboxed into a smaller input, tiles past the border (a gather)
 @pytest.mark.parametrize(
     ("size", "tile", "input_hw"),
     [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
-)  # a grid of tiles inside the frame, tiles letterboxed into a smaller input, tiles past the border (a gather)
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_hw, dtype):
     frame = _frame(np.random.default_rng(11), *size, encoding)
@@ -285,10 +289,11 @@ def test_channels_last_batches_hold_the_same_values(encoding, size, tile, input_
 
 
 @pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "mono8", "rgba8", "bgra8", "mono16"])
+# windows of the frame, windows letterboxed into a smaller input, tiles past the border (a gather)
 @pytest.mark.parametrize(
     ("size", "tile", "input_hw"),
     [((120, 200), (32, 32), (32, 32)), ((90, 100), (40, 40), (32, 32)), ((50, 37), (32, 32), (32, 32))],
-)  # windows of the frame, windows letterboxed into a smaller input, tiles past the border (a gather)
+)
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_chosen_tiles_equal_the_same_tiles_of_the_whole_batch(

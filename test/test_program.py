@@ -116,8 +116,9 @@ def test_merge_and_seams_keep_frames_apart():
     keep = suppress_truncated(cut, torch.tensor([0.9, 0.9]), torch.zeros(2, dtype=torch.int64), image, plan)
     assert keep.tolist() == [True, True]
     same_frame = torch.tensor([0, 1])
-    assert suppress_truncated(cut, torch.tensor([0.9, 0.9]), torch.zeros(2, dtype=torch.int64), same_frame,
-                              plan).tolist() == [False, True]  # fmt: skip
+    assert suppress_truncated(
+        cut, torch.tensor([0.9, 0.9]), torch.zeros(2, dtype=torch.int64), same_frame, plan
+    ).tolist() == [False, True]
 
 
 def _replaying_capture(log: list[str]):
@@ -168,15 +169,36 @@ def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
 # For every runtime setting, a value that changes the bundled model's detections on SETTINGS_SCENE (asserted
 # below, so that a replay with a stale setting could not pass unseen).
 ALTERNATES = {
-    "tile_size": (512, 512), "overlap": 0.4, "full_frame": False, "conf_threshold": 0.5, "merge": "greedy_nmm",
-    "match_metric": "iou", "merge_threshold": 0.9, "class_agnostic": True, "max_detections": 5,
-    "classes": ["blue_square"], "top_k": 3, "seam_suppression": False, "profile": True,
-    "class_thresholds": ["red_disc:0.9", "3:0.8"], "roi": (0.0, 0.5, 1.0, 1.0), "min_box_size": 40.0,
-    "max_box_size": 30.0, "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
-    "tracker": "bytetrack", "track_activation_threshold": 0.5, "lost_track_buffer": 3.0,
-    "track_matching_threshold": 0.5, "tile_budget": 3, "max_tile_age": 2, "motion_compensation": "none",
-    "depth_scale": 0.002, "depth_sync_tolerance": 0.5, "depth_min": 20.0, "depth_max": 5.0,
-}  # fmt: skip
+    "tile_size": (512, 512),
+    "overlap": 0.4,
+    "full_frame": False,
+    "conf_threshold": 0.5,
+    "merge": "greedy_nmm",
+    "match_metric": "iou",
+    "merge_threshold": 0.9,
+    "class_agnostic": True,
+    "max_detections": 5,
+    "classes": ["blue_square"],
+    "top_k": 3,
+    "seam_suppression": False,
+    "profile": True,
+    "class_thresholds": ["red_disc:0.9", "3:0.8"],
+    "roi": (0.0, 0.5, 1.0, 1.0),
+    "min_box_size": 40.0,
+    "max_box_size": 30.0,
+    "ignore_mask": "LEFT_HALF_MASK",  # (written by the test)
+    "tracker": "bytetrack",
+    "track_activation_threshold": 0.5,
+    "lost_track_buffer": 3.0,
+    "track_matching_threshold": 0.5,
+    "tile_budget": 3,
+    "max_tile_age": 2,
+    "motion_compensation": "none",
+    "depth_scale": 0.002,
+    "depth_sync_tolerance": 0.5,
+    "depth_min": 20.0,
+    "depth_max": 5.0,
+}
 SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
 # the scene's depth (every frame of the settings test has it): 10 m in millimetres, a half-size 16UC1 image
 SETTINGS_DEPTH = DepthImage(np.full((360, 640), 10000, np.uint16), Intrinsics(900.0, 900.0, 639.5, 359.5))
@@ -346,8 +368,9 @@ def test_an_engine_that_cannot_be_captured_runs_eagerly_between_the_captured_par
     eager = TiledDetector(square_torchscript, **options)
     log: list[str] = []
     detector = TiledDetector(square_torchscript, **options)
-    detector = TiledDetector.from_config(detector.config, engine=detector.engine,
-                                         capture=_capture_refusing_the_engine(log, detector.engine))  # fmt: skip
+    detector = TiledDetector.from_config(
+        detector.config, engine=detector.engine, capture=_capture_refusing_the_engine(log, detector.engine)
+    )
     detector._sync_free = True
     with caplog.at_level("WARNING", logger="tiled_detector.pipeline.program"):
         frames = [_scene(seed)[0] for seed in (0, 1, 2)]
@@ -457,8 +480,12 @@ def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
     assert (
         detector._program is program and detector._uploader is uploader and detector._limits.capacity == 2048
     )
-    _same(detector.detect(scenes[2]), bundled.with_config(
-        conf_threshold=0.5, tile_size=(512, 512), overlap=0.1, merge="greedy_nmm").detect(scenes[2]))  # fmt: skip
+    _same(
+        detector.detect(scenes[2]),
+        bundled.with_config(conf_threshold=0.5, tile_size=(512, 512), overlap=0.1, merge="greedy_nmm").detect(
+            scenes[2]
+        ),
+    )
     with pytest.raises(ValueError, match="needs a new engine"):
         detector.update(precision="fp16")
 
@@ -472,9 +499,8 @@ def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
     cuda = SimpleNamespace(device=torch.device("cuda", 0))
     config = DetectorConfig()
     assert not config.compile and detector_module.default_compiler(config, cuda) is None  # off by default
-    monkeypatch.setattr(
-        detector_module.importlib.util, "find_spec", lambda name: object()
-    )  # triton "installed"
+    # triton "installed"
+    monkeypatch.setattr(detector_module.importlib.util, "find_spec", lambda name: object())
     assert detector_module.default_compiler(config.replace(compile=True), cuda) is fused
     with caplog.at_level("WARNING", logger="tiled_detector.detector"):
         cpu = SimpleNamespace(device=torch.device("cpu"))
@@ -514,8 +540,9 @@ def test_fused_runs_uncompiled_after_compiling_fails(monkeypatch, caplog) -> Non
         assert call(torch.ones(1)).tolist() == [2.0]
     assert len(tries) == 2  # not tried again after it failed on good input
     lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.pipeline.program"]
-    assert lines == ["torch.compile of double failed (Cannot find a working triton installation); running it "
-                     "uncompiled"]  # fmt: skip
+    assert lines == [
+        "torch.compile of double failed (Cannot find a working triton installation); running it uncompiled"
+    ]
 
 
 def test_fused_keeps_a_compiled_variant_per_frame_size_and_limits(monkeypatch) -> None:

@@ -263,8 +263,25 @@ def test_build_engine_writes_the_qdq_model_for_onnxruntime(frames_dir: Path, tmp
 
 
 def test_eval_puts_fp32_and_int8_side_by_side(tmp_path: Path, capsys, caplog) -> None:
-    argv = ["eval", "--frames", "2", "--width", "800", "--height", "600", "--configs", "tiles+full", "--backend",
-            "onnxruntime", "--precision", "fp32", "int8", "--out", str(tmp_path), "--json"]  # fmt: skip
+    argv = [
+        "eval",
+        "--frames",
+        "2",
+        "--width",
+        "800",
+        "--height",
+        "600",
+        "--configs",
+        "tiles+full",
+        "--backend",
+        "onnxruntime",
+        "--precision",
+        "fp32",
+        "int8",
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
     with caplog.at_level(logging.WARNING):
         assert main(argv) == 0
     assert "bundled synthetic sample frames" in caplog.text  # no --calibration: a warning

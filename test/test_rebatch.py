@@ -76,16 +76,38 @@ def test_a_batch_one_export_is_rewritten_proven_cached_and_run_as_one_batch(
     assert not any("rewritten" in r.getMessage() for r in caplog.records)
 
 
-def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(export_onnx, cache, caplog) -> None:
+def test_a_rewrite_that_is_not_equal_runs_view_by_view_and_caches_nothing(
+    export_onnx, cache, caplog, monkeypatch
+) -> None:
+    torch.manual_seed(0)
     path = export_onnx(BatchMixer(), (32, 32), batch=1)
+    torch.manual_seed(0)  # the same weights: one view at a time, the mixer is this head
+    same_head = export_onnx(FlatHead(), (32, 32))
+    options = dict(backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32), layout="yolov8_transposed")
     with caplog.at_level(logging.INFO):
-        detector = TiledDetector(path, backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32),
-                                 layout="yolov8_transposed", labels=["a", "b"])  # fmt: skip
+        detector = TiledDetector(path, labels=["a", "b"], **options)
     assert detector.engine.max_batch == 1
     why = [r.getMessage() for r in caplog.records if "cannot be made dynamic" in r.getMessage()]
     assert len(why) == 1 and "each view is an engine call" in why[0]
-    assert not list(cache.glob("*.onnx")) if cache.exists() else True
-    assert len(detector.detect(make_scene(0, 80, 60).image).scores) >= 0  # runs, one view per call
+    assert not list(cache.glob("*.onnx"))  # nothing cached (the folder may not exist)
+    calls: list[int] = []
+    infer = detector.engine.infer
+
+    def counted(batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        calls.append(len(batch))
+        return infer(batch)
+
+    monkeypatch.setattr(detector.engine, "infer", counted)
+    frame = make_scene(0, 80, 60).image
+    found = detector.detect(frame)
+    batched = TiledDetector(same_head, labels=["a", "b"], **options)
+    assert batched.engine.max_batch > 1
+    want = batched.detect(frame)
+    assert len(calls) > 1 and set(calls) == {1}  # every view, one per call
+    assert len(want.scores) > 0
+    np.testing.assert_allclose(found.boxes, want.boxes, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(found.scores, want.scores, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(found.class_ids, want.class_ids)
 
 
 def resize_to_constant_sizes(path: Path) -> Path:
@@ -149,8 +171,9 @@ def test_tensorrt_builds_a_batch_one_export_from_its_rewrite(export_onnx, cache,
     monkeypatch.setattr(tensorrt_build, "deserialize", lambda runtime, data: ("engine", data))
     trt = types.SimpleNamespace(__version__="10.3.0")
     options = BuildOptions(max_batch=8, opt_batch=4)
-    engine, _ = tensorrt_build.load_or_build(trt, None, None, path, options, torch.device("cpu"), None, None,
-                                             ("GPU", (8, 7)))  # fmt: skip
+    engine, _ = tensorrt_build.load_or_build(
+        trt, None, None, path, options, torch.device("cpu"), None, None, ("GPU", (8, 7))
+    )
     assert engine == ("engine", b"engine")
     ((model_path, used),) = built
     assert model_path != path and not fixed_batch_one(onnx.load(str(model_path)))
@@ -167,8 +190,14 @@ def test_engine_calls_per_frame_in_bench(export_onnx, cache) -> None:
     from tiled_detector.tools.benchmark import Row, measure
 
     path = export_onnx(FlatHead(), (32, 32), batch=1)
-    detector = TiledDetector(path, backend="onnxruntime", tile_size=(32, 32), input_size=(32, 32),
-                             layout="yolov8_transposed", labels=["a", "b"])  # fmt: skip
+    detector = TiledDetector(
+        path,
+        backend="onnxruntime",
+        tile_size=(32, 32),
+        input_size=(32, 32),
+        layout="yolov8_transposed",
+        labels=["a", "b"],
+    )
     frame = make_scene(0, 200, 100).image
     row = measure(detector, frame, runs=2, warmup=0, row=Row("onnxruntime", "fp32", "200x100"))
     views = detector.plan_for(100, 200).batch_size

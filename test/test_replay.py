@@ -293,8 +293,10 @@ def test_a_moving_bag_carries_identities_and_is_the_same_every_time(moving_bag: 
     first = [m.data for m in bags.read_messages(moving_bag, topics)]
     assert first == [m.data for m in bags.read_messages(again, topics)]
     # the true camera motion of every frame, as the scene was rendered
-    stored = [bags.deserialize(m.data, bags.CAMERA_MOTION).data.reshape(2, 3)
-              for m in bags.read_messages(moving_bag, [bags.CAMERA_MOTION_TOPIC])]  # fmt: skip
+    stored = [
+        bags.deserialize(m.data, bags.CAMERA_MOTION).data.reshape(2, 3)
+        for m in bags.read_messages(moving_bag, [bags.CAMERA_MOTION_TOPIC])
+    ]
     rendered = [scene.camera for scene in make_sequence(5, 12, 960, 540, ROBOT)]
     assert len(stored) == 12 and np.allclose(stored, rendered)
     assert np.allclose(stored[0], np.eye(3)[:2]) and not np.allclose(stored[5], np.eye(3)[:2])

@@ -214,9 +214,8 @@ def test_bad_gfl_files_are_one_line_at_start_and_nothing_is_cached(
 ) -> None:
     import cv2
 
-    model = export_onnx(
-        BadHead(shapes), (64, 64), batch=1
-    )  # a batch-1 file: loading it would cache a rewrite
+    # a batch-1 file: loading it would cache a rewrite
+    model = export_onnx(BadHead(shapes), (64, 64), batch=1)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     image = tmp_path / "frame.png"
     cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))

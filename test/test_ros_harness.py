@@ -95,14 +95,18 @@ def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
 def test_node_process_dies_with_its_parent(tmp_path: Path) -> None:
     """A `demo` / `replay` killed with SIGKILL leaves no node behind (Linux parent-death signal)."""
     parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time\n"
-         "from tiled_detector.harness.process import NodeProcess\n"
-         "node = NodeProcess(program=(sys.executable, '-c', 'import time; time.sleep(120)')).start()\n"
-         "print(node.process.pid, flush=True)\n"
-         "time.sleep(120)\n"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from tiled_detector.harness.process import NodeProcess\n"
+            "node = NodeProcess(program=(sys.executable, '-c', 'import time; time.sleep(120)')).start()\n"
+            "print(node.process.pid, flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     child = int(parent.stdout.readline())
     assert Path(f"/proc/{child}").exists()
     parent.kill()

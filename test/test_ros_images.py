@@ -27,10 +27,24 @@ from tiled_detector.messages.images import (
 
 # Independent of the module's table: bytes per pixel as stored, and the extra size rules.
 BYTES_PER_PIXEL = {
-    "rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "mono16": 2, "8UC1": 1, "8UC3": 3, "16UC1": 2,
-    "yuv422": 2, "uyvy": 2, "yuv422_yuy2": 2, "yuyv": 2,
-    "bayer_rggb8": 1, "bayer_bggr8": 1, "bayer_gbrg8": 1, "bayer_grbg8": 1,
-}  # fmt: skip
+    "rgb8": 3,
+    "bgr8": 3,
+    "rgba8": 4,
+    "bgra8": 4,
+    "mono8": 1,
+    "mono16": 2,
+    "8UC1": 1,
+    "8UC3": 3,
+    "16UC1": 2,
+    "yuv422": 2,
+    "uyvy": 2,
+    "yuv422_yuy2": 2,
+    "yuyv": 2,
+    "bayer_rggb8": 1,
+    "bayer_bggr8": 1,
+    "bayer_gbrg8": 1,
+    "bayer_grbg8": 1,
+}
 CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "mono16": 1}
 RNG = np.random.default_rng(7)
 

@@ -51,8 +51,10 @@ def _package_files() -> list[str]:
     if (ROOT / ".git").exists() and shutil.which("git"):
         listed = subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=ROOT, check=True, capture_output=True,
-        ).stdout.decode()  # fmt: skip
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
         return [f for f in listed.split("\0") if f and (ROOT / f).is_file()]
     skip = {".venv", ".git", "build", "install", "log", "__pycache__"}
     return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.parts)]
@@ -92,10 +94,20 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         "CMAKE_PREFIX_PATH": str(VENV),
     }
     build = subprocess.run(
-        [str(VENV / "bin" / "colcon"), "build", "--cmake-args", "-DBUILD_TESTING=OFF",
-         f"-DPython3_EXECUTABLE={VENV / 'bin' / 'python'}"],
-        cwd=ws, env=base, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            str(VENV / "bin" / "colcon"),
+            "build",
+            "--cmake-args",
+            "-DBUILD_TESTING=OFF",
+            f"-DPython3_EXECUTABLE={VENV / 'bin' / 'python'}",
+        ],
+        cwd=ws,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
     env = _sourced_environment(ws / "install" / "setup.bash", base)
     share = ws / "install" / "tiled_detector" / "share" / "tiled_detector"
@@ -124,9 +136,13 @@ class Background:
         self.log = log
         self._file = log.open("wb")
         self.process = subprocess.Popen(
-            ["ros2", *args], env=_env(ws, domain), stdout=self._file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            ["ros2", *args],
+            env=_env(ws, domain),
+            stdout=self._file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -182,13 +198,20 @@ def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
     assert "tiled_detector detector_node" in executables.stdout, executables
     assert "tiled_detector detector_lifecycle_node" in executables.stdout, executables
     assert os.access(workspace.path / "install/tiled_detector/lib/tiled_detector/detector_node", os.X_OK)
-    for name in ("launch/detector.launch.py", "config/detector.yaml", "config/fastdds_large_images.xml",
-                 "package.xml"):  # fmt: skip
+    for name in (
+        "launch/detector.launch.py",
+        "config/detector.yaml",
+        "config/fastdds_large_images.xml",
+        "package.xml",
+    ):
         assert (workspace.share / name).is_file(), name
     found = subprocess.run(
         [sys.executable, "-c", "import tiled_detector as t; print(t.default_model_path())"],
-        env=workspace.env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        env=workspace.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     model = Path(found.stdout.strip())
     assert model.is_file() and workspace.path / "install" in model.parents, model
     helped = ros2(workspace, domain, "run", "tiled_detector", "detector_node", "--help")
@@ -208,21 +231,40 @@ def two_cameras(
     model = next(model.glob("default.onnx"), None) or next(workspace.path.glob("install/**/default.onnx"))
     domain = pick_domain_id()
     front = Background(
-        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "namespace:=front",
-        "image:=/front/image_raw", f"params_file:={params}", f"model:={model}", "log_level:=debug",
-        "image_reliability:=reliable", "transport:=raw", log=tmp / "front.log",
-    )  # fmt: skip
+        workspace,
+        domain,
+        "launch",
+        "tiled_detector",
+        "detector.launch.py",
+        "namespace:=front",
+        "image:=/front/image_raw",
+        f"params_file:={params}",
+        f"model:={model}",
+        "log_level:=debug",
+        "image_reliability:=reliable",
+        "transport:=raw",
+        log=tmp / "front.log",
+    )
     rear = Background(
-        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "namespace:=rear",
-        "image:=/rear/image_raw", log=tmp / "rear.log",
-    )  # fmt: skip
+        workspace,
+        domain,
+        "launch",
+        "tiled_detector",
+        "detector.launch.py",
+        "namespace:=rear",
+        "image:=/rear/image_raw",
+        log=tmp / "rear.log",
+    )
     clients = {
         name: DetectorClient(
-            domain_id=domain, image_topic=f"/{name}/image_raw", detections_topic=f"/{name}/detections",
-            image_reliable=True, node_name=f"client_{name}",
+            domain_id=domain,
+            image_topic=f"/{name}/image_raw",
+            detections_topic=f"/{name}/detections",
+            image_reliable=True,
+            node_name=f"client_{name}",
         )
         for name in ("front", "rear")
-    }  # fmt: skip
+    }
     try:
         for client in clients.values():
             assert client.wait_for_node(timeout=90), (front.text(), rear.text())
@@ -288,9 +330,8 @@ def test_ros2_param_set_get_describe_dump(two_cameras: SimpleNamespace) -> None:
         refused = param("set", name, value)
         assert "Setting parameter failed" in refused.stdout + refused.stderr, refused
         assert reason in refused.stdout + refused.stderr, (reason, refused)
-    reset = param(
-        "set", "classes", "[]"
-    )  # an empty list from the command line (typed as a bool array): all classes
+    # an empty list from the command line (typed as a bool array): all classes
+    reset = param("set", "classes", "[]")
     assert "Set parameter successful" in reset.stdout, reset
 
     described = param("describe", "overlap")
@@ -349,10 +390,18 @@ def test_sigint_ends_each_launch_cleanly(two_cameras: SimpleNamespace) -> None:
 def test_ros2_run_with_the_installed_params_file(workspace: SimpleNamespace, tmp_path: Path) -> None:
     domain = pick_domain_id()
     node = Background(
-        workspace, domain, "run", "tiled_detector", "detector_node", "--ros-args", "--params-file",
-        str(workspace.share / "config" / "detector.yaml"), "-r", "image:=/camera/image_raw",
+        workspace,
+        domain,
+        "run",
+        "tiled_detector",
+        "detector_node",
+        "--ros-args",
+        "--params-file",
+        str(workspace.share / "config" / "detector.yaml"),
+        "-r",
+        "image:=/camera/image_raw",
         log=tmp_path / "run.log",
-    )  # fmt: skip
+    )
     client = DetectorClient(domain_id=domain, image_topic="/camera/image_raw", node_name="client_run")
     try:
         assert client.wait_for_node(timeout=90), node.text()
@@ -369,9 +418,14 @@ def test_ros2_run_with_the_installed_params_file(workspace: SimpleNamespace, tmp
 def test_sim_time_launch_stops_on_ctrl_c(workspace: SimpleNamespace, tmp_path: Path) -> None:
     domain = pick_domain_id()
     launch = Background(
-        workspace, domain, "launch", "tiled_detector", "detector.launch.py", "use_sim_time:=true",
+        workspace,
+        domain,
+        "launch",
+        "tiled_detector",
+        "detector.launch.py",
+        "use_sim_time:=true",
         log=tmp_path / "sim.log",
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 90
     while "ready:" not in launch.text() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -383,8 +437,9 @@ def test_sim_time_launch_stops_on_ctrl_c(workspace: SimpleNamespace, tmp_path: P
 
 
 def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None:
-    refused = ros2(workspace, pick_domain_id(), "launch", "tiled_detector", "detector.launch.py",
-                   "conf_treshold:=0.4")  # fmt: skip
+    refused = ros2(
+        workspace, pick_domain_id(), "launch", "tiled_detector", "detector.launch.py", "conf_treshold:=0.4"
+    )
     assert refused.returncode != 0
     assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
 
@@ -393,10 +448,23 @@ def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_
     """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` configures, activates,
     deactivates, cleans up and shuts it down, and it detects only while active."""
     domain, node = pick_domain_id(), "/managed/tiled_detector"
-    launch = Background(workspace, domain, "launch", "tiled_detector", "detector.launch.py", "lifecycle:=true",
-                        "namespace:=managed", "image:=/managed/image_raw", log=tmp_path / "managed.log")  # fmt: skip
-    client = DetectorClient(domain_id=domain, image_topic="/managed/image_raw",
-                            detections_topic="/managed/detections", node_name="client_managed")  # fmt: skip
+    launch = Background(
+        workspace,
+        domain,
+        "launch",
+        "tiled_detector",
+        "detector.launch.py",
+        "lifecycle:=true",
+        "namespace:=managed",
+        "image:=/managed/image_raw",
+        log=tmp_path / "managed.log",
+    )
+    client = DetectorClient(
+        domain_id=domain,
+        image_topic="/managed/image_raw",
+        detections_topic="/managed/detections",
+        node_name="client_managed",
+    )
 
     def lifecycle(*args: str) -> subprocess.CompletedProcess:
         deadline = time.monotonic() + 60

@@ -8,41 +8,85 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.pipeline.tiling import plan_tiles
-from tiled_detector.tracking.schedule import ScheduleKind, alternative, claims, due, schedule, smallest_budget
+from tiled_detector.tracking.schedule import ScheduleKind, alternative, claims, schedule, smallest_budget
 
 
 @st.composite
-def streams(draw):
+def streams(draw, max_age=None):
+    """(tiles, max_age, budget, frames, rng): a stream of `frames` frames under a budget that can keep the bound."""
     tiles = draw(st.integers(1, 40))
-    max_age = draw(st.integers(1, 8))
-    budget = draw(st.integers(smallest_budget(tiles, max_age), tiles))
+    age_bound = draw(st.integers(1, 8)) if max_age is None else max_age
+    budget = draw(st.integers(smallest_budget(tiles, age_bound), tiles))
     frames = draw(st.integers(1, 40))
     seed = draw(st.integers(0, 2**31 - 1))
-    return tiles, max_age, budget, frames, np.random.default_rng(seed)
+    return tiles, age_bound, budget, frames, np.random.default_rng(seed)
+
+
+def run_stream(stream, claims_of):
+    """Each frame's (ages, claims, chosen tiles) of a stream whose first frame ran every tile; `claims_of(rng,
+    tiles)` draws a frame's claims."""
+    tiles, max_age, budget, frames, rng = stream
+    ages = np.ones(tiles, np.int64)
+    for _ in range(frames):
+        claimed = claims_of(rng, tiles)
+        before = (ages.copy(), claimed.copy())
+        chosen = schedule(ages, claimed, budget, max_age)
+        # the inputs are left as they were
+        assert np.array_equal(ages, before[0]) and np.array_equal(claimed, before[1])
+        yield before[0], before[1], chosen
+        ages += 1
+        ages[chosen] = 1
+
+
+def some_claims(rng, tiles):
+    return rng.integers(0, 3, tiles) * (rng.random(tiles) < rng.random())
+
+
+def no_claims(rng, tiles):
+    return np.zeros(tiles, np.int64)
 
 
 @settings(max_examples=200, deadline=None)
 @given(stream=streams())
-def test_the_age_bound_always_holds_and_the_rest_goes_by_need(stream):
-    tiles, max_age, budget, frames, rng = stream
-    ages = np.ones(tiles, np.int64)  # every tile ran on the frame before (a stream's first frame runs all)
-    for _ in range(frames):
-        claimed = rng.integers(0, 3, tiles) * (rng.random(tiles) < rng.random())
-        chosen = schedule(ages, claimed, budget, max_age)
-        assert len(chosen) <= budget and np.array_equal(chosen, np.unique(chosen))
-        assert np.array_equal(chosen, schedule(ages.copy(), claimed.copy(), budget, max_age))  # deterministic
-        assert set(np.flatnonzero(ages >= max_age)) <= set(chosen.tolist())  # a tile at the bound runs now
-        must = set(due(ages, budget, max_age).tolist())
-        assert must <= set(chosen.tolist())
-        # beyond the due tiles, the budget goes to the tiles of most need: claims x age squared, then age
-        need = claimed * ages**2 * (max_age + 1) + ages
-        rest = np.array(sorted(set(chosen.tolist()) - must), np.int64)
+def test_every_tile_runs_within_max_age_frames_on_the_whole_budget(stream):
+    tiles, max_age, budget, _, _ = stream
+    last_run = np.zeros(tiles, np.int64)  # frame 0 ran every tile
+    for frame, (ages, claimed, chosen) in enumerate(run_stream(stream, some_claims), start=1):
+        assert chosen.tolist() == sorted(set(chosen.tolist())) and set(chosen.tolist()) <= set(range(tiles))
+        assert len(chosen) == min(budget, tiles)  # no more than the budget, and none of it left unused
+        # the same inputs, the same tiles
+        assert np.array_equal(chosen, schedule(ages, claimed, budget, max_age))
+        last_run[chosen] = frame
+        assert frame - last_run.min() < max_age  # no tile has waited max_age frames
+        # a tile older than a chosen one, claimed at least as much, is chosen too
         left = np.setdiff1d(np.arange(tiles), chosen)
-        if len(rest) and len(left):
-            assert need[rest].min() >= need[left].max()
-        ages += 1
-        ages[chosen] = 1
-        assert ages.max() <= max_age  # no tile waits longer than the bound
+        for i in chosen:
+            assert not np.any((ages[left] > ages[i]) & (claimed[left] >= claimed[i]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(stream=streams())
+def test_without_claims_the_oldest_tiles_run_first(stream):
+    tiles = stream[0]
+    for ages, _, chosen in run_stream(stream, no_claims):
+        left = np.setdiff1d(np.arange(tiles), chosen)
+        if len(left):
+            assert ages[chosen].min() >= ages[left].max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(stream=streams(max_age=10_000))
+def test_far_from_the_age_bound_the_budget_goes_to_the_claimed_tiles_then_the_oldest(stream):
+    tiles = stream[0]
+    for ages, claimed, chosen in run_stream(stream, some_claims):
+        left = np.setdiff1d(np.arange(tiles), chosen)
+        if not len(left):
+            continue
+        if (claimed[chosen] == 0).any():  # an unclaimed tile runs only when every claimed one does
+            assert (claimed[left] == 0).all()
+        for i in chosen:  # nothing left out is as old and more claimed, or as claimed and older
+            better = (ages[left] >= ages[i]) & (claimed[left] >= claimed[i])
+            assert not np.any(better & ((ages[left] > ages[i]) | (claimed[left] > claimed[i])))
 
 
 def test_a_budget_below_the_smallest_is_refused_with_the_smallest():

@@ -202,8 +202,21 @@ def test_policy_flags_reach_the_node_of_replay_and_demo_as_its_parameters(tmp_pa
     from tiled_detector.commands.settings import flag_parameters
 
     cv2.imwrite(str(tmp_path / "m.png"), np.zeros((2, 2), np.uint8))
-    flags = ["--class-thresholds", "red_disc:0.5", "3:0.7", "--roi", "0", "0.5", "1", "1", "--min-box-size", "4",
-             "--ignore-mask", f"/front/image_raw={tmp_path / 'm.png'}", str(tmp_path / "m.png")]  # fmt: skip
+    flags = [
+        "--class-thresholds",
+        "red_disc:0.5",
+        "3:0.7",
+        "--roi",
+        "0",
+        "0.5",
+        "1",
+        "1",
+        "--min-box-size",
+        "4",
+        "--ignore-mask",
+        f"/front/image_raw={tmp_path / 'm.png'}",
+        str(tmp_path / "m.png"),
+    ]
     for command in ("replay", "demo"):
         args = _parser(command).parse_args(["bag", *flags] if command == "replay" else flags)
         assert flag_parameters(args) == {
@@ -215,9 +228,11 @@ def test_policy_flags_reach_the_node_of_replay_and_demo_as_its_parameters(tmp_pa
     # and back: the node's parameter values give the same config
     values = flag_parameters(args)
     assert DetectorConfig(**config_changes(values)) == DetectorConfig(
-        class_thresholds=[("red_disc", 0.5), (3, 0.7)], roi=(0, 0.5, 1, 1), min_box_size=4,
+        class_thresholds=[("red_disc", 0.5), (3, 0.7)],
+        roi=(0, 0.5, 1, 1),
+        min_box_size=4,
         ignore_mask=[("/front/image_raw", tmp_path / "m.png"), ("", tmp_path / "m.png")],
-    )  # fmt: skip
+    )
 
 
 def test_a_bad_params_file_is_one_clear_error(tmp_path: Path) -> None:

@@ -86,8 +86,16 @@ def test_a_box_at_an_inner_edge_of_a_tile_run_is_not_seen_whole(detector):
     plan = detector.plan_for(720, 1280)
     x1, y1, x2, y2 = plan.tiles[0].tolist()
     assert (x1, y1) == (0, 0) and x2 < 1280 and y2 < 720
-    boxes = np.array([[x2 - 30, 100, x2 - 1, 130], [100, y2 - 30, 130, y2 - 2], [x2 - 40, 100, x2 - 10, 130],
-                      [0, 0, 30, 30], [-12, 100, 18, 130]], float)  # fmt: skip
+    boxes = np.array(
+        [
+            [x2 - 30, 100, x2 - 1, 130],
+            [100, y2 - 30, 130, y2 - 2],
+            [x2 - 40, 100, x2 - 10, 130],
+            [0, 0, 30, 30],
+            [-12, 100, 18, 130],
+        ],
+        float,
+    )
     assert looks(plan, np.array([0])).held(boxes).tolist() == [False, False, True, True, True]
     assert inside_any(boxes, plan.tiles[:1].astype(float)).tolist() == [True] * 4 + [False]
 
@@ -104,12 +112,18 @@ def test_a_box_cut_by_the_edge_of_a_tile_run_does_not_reach_the_tracker(detector
             return found
         x1, y1, x2, _ = plan.tiles[tiles[0][0]].tolist()
         clear = 20 * len(added)  # the first box touches a seam of the tile, the second stands clear of it
-        seam = (
-            x2 - 1 - clear if x2 < 1280 else x1 + 24 + clear
-        )  # its right edge: at the tile's right seam or left
+        # its right edge: at the tile's right seam or left
+        seam = x2 - 1 - clear if x2 < 1280 else x1 + 24 + clear
         added.append(np.array([seam - 23, y1 + 200, seam, y1 + 230], np.float32))
-        return [Detections(np.concatenate([f.boxes, added[-1][None]]), np.append(f.scores, np.float32(0.95)),
-                           np.append(f.class_ids, 0), f.timings) for f in found]  # fmt: skip
+        return [
+            Detections(
+                np.concatenate([f.boxes, added[-1][None]]),
+                np.append(f.scores, np.float32(0.95)),
+                np.append(f.class_ids, 0),
+                f.timings,
+            )
+            for f in found
+        ]
 
     monkeypatch.setattr(stream.detector, "detect_many", with_box)
     for index, scene in enumerate(sequence[:4]):
@@ -322,10 +336,14 @@ def test_a_plan_change_mid_frame_starts_the_frame_over(detector):
 
 def _with(found: list[Detections], box: list[float], score: float = 0.95) -> list[Detections]:
     return [
-        Detections(np.concatenate([f.boxes, np.array([box], np.float32)]), np.append(f.scores, np.float32(score)),
-                   np.append(f.class_ids, 0), f.timings)
+        Detections(
+            np.concatenate([f.boxes, np.array([box], np.float32)]),
+            np.append(f.scores, np.float32(score)),
+            np.append(f.class_ids, 0),
+            f.timings,
+        )
         for f in found
-    ]  # fmt: skip
+    ]
 
 
 def test_the_seam_rule_applies_across_the_parts_of_a_frame(detector, monkeypatch):

@@ -177,8 +177,15 @@ def test_pairwise_overlap_and_group_keys_equal_the_plain_formulas(seed):
             assert bool((key >= 0).all()) and torch.equal(key[:, None] == key[None], want)
             # the match matrix: every pair that overlaps enough, keys and validity
             for agnostic in (True, False):
-                match = merge_module._match_matrix(boxes, c if c is not None else frames, f, valid,
-                                                   MatchMetric.IOS, 0.5, c is None or agnostic)  # fmt: skip
+                match = merge_module._match_matrix(
+                    boxes,
+                    c if c is not None else frames,
+                    f,
+                    valid,
+                    MatchMetric.IOS,
+                    0.5,
+                    c is None or agnostic,
+                )
                 pairs = (overlap(boxes[:, None], boxes[None], MatchMetric.IOS) >= 0.5).triu(1)
                 pairs &= valid[:, None] & valid[None]
                 if f is not None:

@@ -282,10 +282,11 @@ def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path
     )
     engine, context = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
+    # input and output, at the profile maximum
     assert allocated == [
         (MAX_BATCH, C, H, W),
         (MAX_BATCH, 84, 21),
-    ]  # input and output, at the profile maximum
+    ]
     first = eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr()
     assert eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr() == first
     changed = eng.infer(torch.rand(2, C, H, W))["output0"]
@@ -327,10 +328,13 @@ def test_prebuilt_engine_reports_the_precision_it_was_built_with(
 
     layers = {
         "Layers": [
-            {"Name": "conv", "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
-             "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
+            {
+                "Name": "conv",
+                "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
+                "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}],
+            },
         ]
-    }  # fmt: skip
+    }
     engine, _ = named_engine({"output0": (84, 21)})
     engine.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     inspector = mock.create_autospec(Inspector, instance=True)
@@ -655,8 +659,10 @@ def test_build_engine_sizes_the_profile_for_the_cameras_of_one_node(capsys) -> N
     add_arguments(parser)
     config = DetectorConfig()
     one_1080p = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True).batch_size  # 8 tiles + the frame
-    assert camera_batch([(1920, 1080)] * 2 + [(1280, 720)], config) == 2 * one_1080p + make_plan(
-        (720, 1280), (640, 640), 0.2, (640, 640), True).batch_size  # fmt: skip
+    assert (
+        camera_batch([(1920, 1080)] * 2 + [(1280, 720)], config)
+        == 2 * one_1080p + make_plan((720, 1280), (640, 640), 0.2, (640, 640), True).batch_size
+    )
     plain = parser.parse_args(["m.onnx"])
     assert batch_profile(plain, config, 9) == (9, 32)  # the node's own build: the same cache entry
     two = parser.parse_args(["m.onnx", "--camera-size", "1920x1080", "1920x1080"])

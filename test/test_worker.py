@@ -113,8 +113,13 @@ def test_several_cameras_go_through_one_batch_and_a_bad_frame_costs_only_its_cam
     worker, host = _worker(detector, ["a", "b", "c"])
     calls = _spy(worker, [])
     frames = [make_scene(i, 64, 48 + 16 * i).image for i in range(3)]
-    worker.process([Arrival(0, Message(frames[0], 5), 0.0), Arrival(1, Message(None, 5), 0.0),
-                    Arrival(2, Message(frames[2], 5), 0.0)])  # fmt: skip
+    worker.process(
+        [
+            Arrival(0, Message(frames[0], 5), 0.0),
+            Arrival(1, Message(None, 5), 0.0),
+            Arrival(2, Message(frames[2], 5), 0.0),
+        ]
+    )
     assert len(calls) == 1 and len(calls[0]) == 2  # one batch of the two good frames
     assert [p[0] for p in host.published] == [0, 2] and host.counts[1, "malformed"] == 1
     assert worker.frame_hw == {0: (48, 64), 2: (80, 64)}
@@ -136,7 +141,7 @@ def test_a_failed_batch_while_a_frame_runs_in_parts_skips_no_tile_and_charges_th
     charge = worker.share.charge
     worker.share.charge = lambda frames, seconds: (charged.append(list(frames)), charge(frames, seconds))
     calls = _spy(worker, [False, True, False, False, False])
-    worker._view_cap = lambda jobs: 4  # parts of 3 tiles + the full view
+    worker.frame_view_cap = lambda jobs: 4  # parts of 3 tiles + the full view
     for arrival in (Arrival(0, Message(big, 9), 0.0), Arrival(1, Message(small, 9), 0.0)):
         worker.slots.put(arrival.index, arrival)
     worker.cycle(timeout=0.0)  # part 1 of the big frame and the small frame
@@ -168,7 +173,7 @@ def test_the_view_cap_counts_only_the_cameras_sending(detector) -> None:
         Job("small", small, 1, context=Arrival(1, None, 0.0)),
     ]
     worker.frame_hw.update({0: (2160, 3840), 1: (240, 320)})
-    assert worker._view_cap(jobs[:1]) == 10  # twice the small camera's views, at least 10
+    assert worker.frame_view_cap(jobs[:1]) == 10  # twice the small camera's views, at least 10
     now[0] = 5.0  # the small camera sent nothing for 5 s
     worker.share.arrived(0)
-    assert worker._view_cap(jobs[:1]) == 0
+    assert worker.frame_view_cap(jobs[:1]) == 0

@@ -73,16 +73,18 @@ def decoded_yolox(raw: Path, out: Path) -> Path:
     }
     bounds = {"starts": (0, 2, 4), "ends": (2, 4, 1 << 30)}
     graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
-    graph.node.extend([
-        helper.make_node("Slice", [head, "td_starts_0", "td_ends_0", "td_axis"], ["td_xy"]),
-        helper.make_node("Slice", [head, "td_starts_1", "td_ends_1", "td_axis"], ["td_wh"]),
-        helper.make_node("Slice", [head, "td_starts_2", "td_ends_2", "td_axis"], ["td_rest"]),
-        helper.make_node("Mul", ["td_xy", "td_stride"], ["td_xy_scaled"]),
-        helper.make_node("Add", ["td_xy_scaled", "td_grid"], ["td_xy_pixels"]),
-        helper.make_node("Exp", ["td_wh"], ["td_wh_exp"]),
-        helper.make_node("Mul", ["td_wh_exp", "td_stride"], ["td_wh_pixels"]),
-        helper.make_node("Concat", ["td_xy_pixels", "td_wh_pixels", "td_rest"], ["decoded"], axis=2),
-    ])  # fmt: skip
+    graph.node.extend(
+        [
+            helper.make_node("Slice", [head, "td_starts_0", "td_ends_0", "td_axis"], ["td_xy"]),
+            helper.make_node("Slice", [head, "td_starts_1", "td_ends_1", "td_axis"], ["td_wh"]),
+            helper.make_node("Slice", [head, "td_starts_2", "td_ends_2", "td_axis"], ["td_rest"]),
+            helper.make_node("Mul", ["td_xy", "td_stride"], ["td_xy_scaled"]),
+            helper.make_node("Add", ["td_xy_scaled", "td_grid"], ["td_xy_pixels"]),
+            helper.make_node("Exp", ["td_wh"], ["td_wh_exp"]),
+            helper.make_node("Mul", ["td_wh_exp", "td_stride"], ["td_wh_pixels"]),
+            helper.make_node("Concat", ["td_xy_pixels", "td_wh_pixels", "td_rest"], ["decoded"], axis=2),
+        ]
+    )
     for name, values in bounds.items():
         for k, value in enumerate(values):
             graph.initializer.append(numpy_helper.from_array(np.array([value], np.int64), f"td_{name}_{k}"))
@@ -110,8 +112,9 @@ def test_the_yolox_decode_equals_yolox_demo_postprocess_on_the_real_outputs(phot
     scores = reference[:, 4:5] * reference[:, 5:]
     threshold = float(np.sort(scores.max(1))[-50])  # the 50 best anchors
     keep = scores.max(1) >= threshold
-    decoded = decode_outputs({"output": torch.from_numpy(head)}, "yolox", threshold - 1e-6, 1000,
-                             input_hw=INPUT_HW)  # fmt: skip
+    decoded = decode_outputs(
+        {"output": torch.from_numpy(head)}, "yolox", threshold - 1e-6, 1000, input_hw=INPUT_HW
+    )
     order = torch.argsort(decoded.scores, descending=True).numpy()
     want = np.argsort(-scores.max(1)[keep])
     boxes = reference[keep][:, :4]
@@ -146,11 +149,19 @@ def test_the_raw_file_equals_the_same_weights_with_the_decode_in_the_graph(tmp_p
     decoded = decoded_yolox(YOLOX, tmp_path)
     settings = dict(tile_size=(416, 416), conf_threshold=0.05)
     raw = TiledDetector(YOLOX, **settings)
-    assert raw._layout is OutputLayout.YOLOX and raw.labels == coco_labels()
+    assert raw.resolved.layout is OutputLayout.YOLOX and raw.labels == coco_labels()
     folded = TiledDetector(decoded, layout="yolox", **settings)
-    assert folded._layout is OutputLayout.YOLOV5  # the probe found boxes in pixels
-    as_v5 = TiledDetector(decoded, layout="yolov5", labels=["coco"], channel_order="bgr", input_scale=1.0,
-                          letterbox="top_left", pad_value=114, **settings)  # fmt: skip
+    assert folded.resolved.layout is OutputLayout.YOLOV5  # the probe found boxes in pixels
+    as_v5 = TiledDetector(
+        decoded,
+        layout="yolov5",
+        labels=["coco"],
+        channel_order="bgr",
+        input_scale=1.0,
+        letterbox="top_left",
+        pad_value=114,
+        **settings,
+    )
     assert raw.input_format == folded.input_format == as_v5.input_format
     frame = make_scene(4, 1500, 1000).image
     for image in (photo, frame):
@@ -167,8 +178,15 @@ def test_the_full_frame_view_finds_what_yolox_demo_pipeline_finds(photo: np.ndar
     """Our full-frame view against YOLOX's own preproc + demo_postprocess + multiclass_nms, same weights."""
     boxes, scores, classes = YoloxRunner(YOLOX)(np.ascontiguousarray(photo[..., ::-1]), 0.05)
     height, width = photo.shape[:2]
-    ours = TiledDetector(YOLOX, tile_size=(width, height), full_frame=False, conf_threshold=0.05,
-                         merge_threshold=0.45, match_metric="iou", class_agnostic=True).detect(photo)  # fmt: skip
+    ours = TiledDetector(
+        YOLOX,
+        tile_size=(width, height),
+        full_frame=False,
+        conf_threshold=0.05,
+        merge_threshold=0.45,
+        match_metric="iou",
+        class_agnostic=True,
+    ).detect(photo)
     assert len(ours) == len(scores) > 0
     order, want = np.argsort(-ours.scores), np.argsort(-scores)
     np.testing.assert_allclose(ours.boxes[order], boxes[want], atol=1.0)
@@ -220,18 +238,17 @@ def test_the_input_conventions_apply_in_one_pass_to_tiles_full_frame_and_padding
     fmt = InputFormat("bgr", 2.0, (10.0, 20.0, 30.0), (2.0, 4.0, 8.0), "top_left", 100.0)
     plan = make_plan((30, 90), (40, 40), 0.0, (32, 32), True, letterbox="top_left")
     batch = Preprocessor("cpu", torch.float32, (32, 32), fmt).run(frame, plan, "rgb8").numpy()
-    plain = Preprocessor("cpu", torch.float32, (32, 32), InputFormat("bgr", 2.0, letterbox="top_left",
-                                                                     pad_value=100.0))  # fmt: skip
+    plain = Preprocessor(
+        "cpu", torch.float32, (32, 32), InputFormat("bgr", 2.0, letterbox="top_left", pad_value=100.0)
+    )
     reference = plain.run(frame, plan, "rgb8").numpy()
     mean, std = np.array(fmt.mean)[:, None, None], np.array(fmt.std)[:, None, None]
     np.testing.assert_allclose(batch, (reference - mean) / std, rtol=1e-5, atol=1e-4)
     # pixels past the frame (a tile reaching over its border) and the letterbox padding are 100 x 2, normalised
-    assert (
-        reference[-1, :, -1, -1].tolist() == [200.0] * 3
-    )  # the full frame's padding (top-left: right, below)
-    assert (
-        plan.tiles[0, 3] > 30 and reference[0, :, -1, 0].tolist() == [200.0] * 3
-    )  # tile 0's last row is past
+    # the full frame's padding (top-left: right, below)
+    assert reference[-1, :, -1, -1].tolist() == [200.0] * 3
+    # tile 0's last row is past
+    assert plan.tiles[0, 3] > 30 and reference[0, :, -1, 0].tolist() == [200.0] * 3
     np.testing.assert_allclose(batch[-1, :, -1, -1], (200.0 - np.array(fmt.mean)) / np.array(fmt.std))
 
 
@@ -244,8 +261,9 @@ def test_given_settings_win_over_the_model_file_and_the_family() -> None:
     assert config.input_format(OutputLayout.YOLOX, model) == InputFormat(
         "bgr", 0.5, (1, 2, 3), letterbox="center"
     )
-    given_ = DetectorConfig(channel_order="rgb", input_scale=0.25, input_std=[1, 2, 4], letterbox="top_left",
-                            pad_value=0)  # fmt: skip
+    given_ = DetectorConfig(
+        channel_order="rgb", input_scale=0.25, input_std=[1, 2, 4], letterbox="top_left", pad_value=0
+    )
     assert given_.input_format(OutputLayout.YOLOX, model) == InputFormat(
         "rgb", 0.25, (1, 2, 3), (1, 2, 4), "top_left", 0.0
     )
@@ -256,8 +274,12 @@ def test_the_model_file_states_its_input_conventions(export_onnx) -> None:
 
     path = export_onnx(SquareDetector(), (64, 64))
     model = onnx.load(str(path))
-    for key, value in (("input_mean", "[0.5, 0.5, 0.5]"), ("input_std", "[0.25, 0.25, 0.25]"),
-                       ("input_scale", "0.00392156862745098"), ("channel_order", "bgr")):  # fmt: skip
+    for key, value in (
+        ("input_mean", "[0.5, 0.5, 0.5]"),
+        ("input_std", "[0.25, 0.25, 0.25]"),
+        ("input_scale", "0.00392156862745098"),
+        ("channel_order", "bgr"),
+    ):
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
     onnx.save(model, str(path))
     detector = TiledDetector(path, tile_size=(64, 64))

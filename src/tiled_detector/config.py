@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tiled_detector.class_kinds import Classes, ClassValues
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.kinds import (
     CameraFiles,
     Channels,
     Choice,
-    Classes,
-    ClassValues,
     File,
     Flag,
     Kind,
@@ -490,8 +489,14 @@ class DetectorConfig:
 
 
 # the input conventions: setting -> `InputFormat` field
-INPUT_SETTINGS = {"channel_order": "channel_order", "input_scale": "scale", "input_mean": "mean",
-                  "input_std": "std", "letterbox": "letterbox", "pad_value": "pad_value"}  # fmt: skip
+INPUT_SETTINGS = {
+    "channel_order": "channel_order",
+    "input_scale": "scale",
+    "input_mean": "mean",
+    "input_std": "std",
+    "letterbox": "letterbox",
+    "pad_value": "pad_value",
+}
 # a model family's input conventions, where they are not ultralytics' (`InputFormat()`): YOLOX's own
 # pre-processing (yolox/data/data_augment.py `preproc`: BGR, 0-255, no mean / std, padded right and below with 114);
 # PP-PicoDet's (PaddleDetection 2.3 configs/picodet/_base_/picodet_416_reader.yml: images decoded to RGB, resized

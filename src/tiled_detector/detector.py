@@ -203,9 +203,13 @@ class TiledDetector:
         self._labels, self._num_classes, self._layout = labels, resolved.num_classes, resolved.layout
         self._input_format, self._resolved = input_format, resolved
         preprocessor = Preprocessor(
-            engine.device, engine.input.dtype, engine.input_hw, input_format, engine.memory_format,
+            engine.device,
+            engine.input.dtype,
+            engine.input_hw,
+            input_format,
+            engine.memory_format,
             capacity=engine.max_batch,
-        )  # fmt: skip
+        )
         self._sync_free = config.sync_free and engine.device.type != "cpu"
         self._capture = capture  # the caller's own capture function, kept when settings change
         self._uploader = Uploader(engine.device)
@@ -272,8 +276,9 @@ class TiledDetector:
         )
 
     def update(self, **changes: Any) -> None:
-        """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call, keeping
-        the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
+        """Apply runtime `changes` (thresholds, tiles, overlap, merging, classes, ...) from the next call.
+
+        Keeps the engine, the buffers and the learned sync-free limits (engine settings raise, as in `with_config`)."""
         self.reconfigure(self._config.replace(**changes))
 
     def reconfigure(self, config: DetectorConfig) -> None:
@@ -282,9 +287,8 @@ class TiledDetector:
         if Applies.DETECTOR in self._same_engine(config).changed(self._config):
             self._setup(config, self._engine, self._capture)
             return
-        frame_settings = config.frame_settings(
-            self._labels
-        )  # raises for an unknown class name: nothing changes
+        # raises for an unknown class name: nothing changes
+        frame_settings = config.frame_settings(self._labels)
         self._config, self._frame_settings = config, frame_settings
 
     def _same_engine(self, config: DetectorConfig) -> DetectorConfig:
@@ -407,10 +411,14 @@ class TiledDetector:
         return [Encoding.from_value(e) for e in encodings]
 
     def _detect(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], cameras: Sequence[str | None],
-        clock: _StageClock, tiles: Sequence[np.ndarray | None] | None = None,
+        self,
+        frames: list[torch.Tensor],
+        encodings: list[Encoding],
+        cameras: Sequence[str | None],
+        clock: _StageClock,
+        tiles: Sequence[np.ndarray | None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
-    ) -> list[Detections]:  # fmt: skip
+    ) -> list[Detections]:
         if not frames:
             return []
         plan = batch_plan(
@@ -473,9 +481,14 @@ class TiledDetector:
         return select_views(plan, counts, buffer)
 
     def _sync_free_pass(
-        self, frames: list[torch.Tensor], encodings: list[Encoding], plan: BatchPlan, clock: _StageClock,
-        chosen: ViewSelection | None = None, depths: Sequence[DepthImage | None] | None = None,
-    ) -> tuple[np.ndarray | None, PaddedDecoded]:  # fmt: skip
+        self,
+        frames: list[torch.Tensor],
+        encodings: list[Encoding],
+        plan: BatchPlan,
+        clock: _StageClock,
+        chosen: ViewSelection | None = None,
+        depths: Sequence[DepthImage | None] | None = None,
+    ) -> tuple[np.ndarray | None, PaddedDecoded]:
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
         settings, limits = self._frame_settings, self._limits

@@ -4,6 +4,7 @@
 One `Kind` per shape of value. `config.Setting` names the kind of each `DetectorConfig` field (and `ros/params.py`
 of each node parameter); the parameter table, its checks, its encoding and the CLI flags are all derived from it,
 so adding a setting of an existing kind is one field in `config.py` (and its line in config/detector.yaml).
+The kinds that name the model's classes (`Classes`, `ClassValues`) are in `class_kinds.py`.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ class ParamType(Option):
         return {"bool": bool, "integer": int, "double": float, "string": str}.get(self.value, list)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _items(value: Any) -> list[Any]:
+def array_items(value: Any) -> list[Any]:
     """An array parameter's items: a list, tuple or array, or one comma-separated string (blank strings are
     left out: an empty launch argument or `['']` sets nothing)."""
     items = value.split(",") if isinstance(value, str) else list(value)
@@ -50,12 +51,12 @@ def _items(value: Any) -> list[Any]:
     ]
 
 
-def _is_array(value: Any) -> bool:
+def is_array(value: Any) -> bool:
     """A value an array parameter may hold: a list (tuple, array) or one comma-separated string."""
-    return isinstance(value, str) or _is_list(value)
+    return isinstance(value, str) or is_list(value)
 
 
-def _is_list(value: Any) -> bool:
+def is_list(value: Any) -> bool:
     return isinstance(value, list | tuple | array.array)
 
 
@@ -146,7 +147,7 @@ class Number(Kind):
             raise ValueError(f"{name} must be {what}, got {value!r}")
         if self.integer and self.low is not None and self.low >= 1 and value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not _is_number(value):
+        if not is_number(value):
             raise ValueError(f"{name} must be a number, got {value!r}")
         reason = out_of_range(name, value, self.low, self.high)
         if reason:
@@ -274,8 +275,10 @@ class Size(Kind):
             width, height = pair
         except (TypeError, ValueError):
             width = height = None
-        if not all(isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
-                   for v in (width, height)):  # fmt: skip
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
+            for v in (width, height)
+        ):
             raise ValueError(
                 f"{name} must be two positive integers (width, height) in [{self.low}, {self.high}], got {value!r}"
             )
@@ -313,149 +316,23 @@ class Names(Kind):
     def check(self, name: str, value: Any) -> Any:
         if value is None:
             return None
-        if not _is_list(value) or not all(isinstance(n, str) for n in _items(value)):
+        if not is_list(value) or not all(isinstance(n, str) for n in array_items(value)):
             raise ValueError(f"{name} must be None or a list of names, e.g. ['a', 'b'], got {value!r}")
-        return tuple(_items(value)) or None
+        return tuple(array_items(value)) or None
 
     def decode(self, name: str, values: Mapping[str, Any]) -> Any:
-        return _items(values[name])  # a parameter may hold one comma-separated string
+        return array_items(values[name])  # a parameter may hold one comma-separated string
 
     def encode(self, name: str, value: Any) -> dict[str, Any]:
         return {name: [] if value is None else [str(v) for v in value]}
 
     def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        if _is_array(value) and all(isinstance(v, str) for v in _items(value)):
+        if is_array(value) and all(isinstance(v, str) for v in array_items(value)):
             return None
         return f"{parameter} must be a list of names, e.g. ['a', 'b'], got {value!r}"
 
     def flag(self) -> dict[str, Any]:
         return {"nargs": "+", "metavar": "NAME"}
-
-
-def class_key(item: Any, name: str) -> int | str:
-    """A class given by name or id: an id (int >= 0, also from a string of digits) or a name."""
-    if isinstance(item, bool) or not isinstance(item, int | str):
-        raise ValueError(f"{name}: a class is a name or an id >= 0, got {item!r}")
-    text = str(item).strip()
-    if text.lstrip("-").isdigit():
-        if int(text) < 0:
-            raise ValueError(f"{name} must be None or a list of class names or ids >= 0, got {item!r}")
-        return int(text)
-    if not text:
-        raise ValueError(f"{name}: a class is a name or an id >= 0, got {item!r}")
-    return text
-
-
-def class_id(key: int | str, labels: Sequence[str] | None, name: str) -> int:
-    """The id of a class given by name or id (a name must be one of `labels`; an id must index them when they
-    are known)."""
-    if isinstance(key, int):
-        if labels and key >= len(labels):
-            raise ValueError(f"{name}: unknown class id {key} (the model has {len(labels)} classes, 0 to "
-                             f"{len(labels) - 1})")  # fmt: skip
-        return key
-    if labels and key in labels:
-        return list(labels).index(key)
-    known = ", ".join(labels or ()) or "no labels loaded: use numeric ids"
-    raise ValueError(f"{name}: unknown class {key!r} (known: {known})")
-
-
-def _sorted_keys(keys: Sequence[int | str]) -> tuple[int | str, ...]:
-    """Ids first (ascending), then names (in order), each once."""
-    ids = sorted({k for k in keys if isinstance(k, int)})
-    return (*ids, *dict.fromkeys(k for k in keys if isinstance(k, str)))
-
-
-@dataclass(frozen=True)
-class Classes(Kind):
-    """Classes by name or id (a string array: ["person", "3"]); empty = not set (None: every class). The frame
-    program reads their ids, resolved against the model's labels."""
-
-    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
-
-    def check(self, name: str, value: Any) -> Any:
-        if value is None:
-            return None
-        if not _is_list(value):
-            raise ValueError(
-                f"{name} must be None or a list of class names or ids, e.g. ['car', 2], got {value!r}"
-            )
-        keys = [class_key(item, name) for item in _items(value)]
-        return _sorted_keys(keys) or None
-
-    def decode(self, name: str, values: Mapping[str, Any]) -> Any:
-        return _items(values[name])  # a parameter may hold one comma-separated string
-
-    def encode(self, name: str, value: Any) -> dict[str, Any]:
-        return {name: [] if value is None else [str(v) for v in value]}
-
-    def flag(self) -> dict[str, Any]:
-        return {"nargs": "+", "metavar": "NAME"}
-
-    def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
-        if value is None:
-            return None
-        return tuple(sorted({class_id(key, labels, name) for key in value}))
-
-
-@dataclass(frozen=True)
-class ClassValues(Kind):
-    """A value in [low, high] per class, as a string array of "class:value" entries (classes by name or id:
-    ["person:0.35", "3:0.6"]); empty = none. Held as ((class, value), ...) in the order given, a later entry for
-    the same class replacing an earlier one; the frame program reads them with class ids (`resolve`)."""
-
-    low: float = 0.0
-    high: float = 1.0
-    param_type: ClassVar[ParamType] = ParamType.STRING_ARRAY
-
-    def check(self, name: str, value: Any) -> Any:
-        if value is None:
-            return ()
-        if isinstance(value, Mapping):
-            pairs = list(value.items())
-        elif _is_array(value):
-            pairs = [self._pair(name, item) for item in _items(value)]
-        else:
-            raise ValueError(
-                f"{name} must be a list of 'class:value' entries, e.g. ['person:0.35'], got {value!r}"
-            )
-        entries: dict[int | str, float] = {}
-        for key, number in pairs:
-            if not _is_number(number):
-                raise ValueError(f"{name}: the value of {key!r} must be a number, got {number!r}")
-            reason = out_of_range(f"{name} of {key}", number, self.low, self.high)
-            if reason:
-                raise ValueError(reason)
-            entries[class_key(key, name)] = float(number)
-        return tuple(entries.items())
-
-    @staticmethod
-    def _pair(name: str, item: Any) -> tuple[Any, Any]:
-        """(class, value) of one entry: a "class:value" string or a (class, value) pair."""
-        if isinstance(item, tuple | list) and len(item) == 2:
-            return item[0], item[1]
-        key, sep, number = str(item).rpartition(":")
-        try:
-            if sep:
-                return key.strip(), float(number)
-        except ValueError:
-            pass
-        raise ValueError(f"{name} entries are 'class:value' (e.g. 'person:0.35'), got {item!r}")
-
-    def encode(self, name: str, value: Any) -> dict[str, Any]:
-        return {name: [f"{key}:{number:g}" for key, number in value]}
-
-    def flag(self) -> dict[str, Any]:
-        return {"nargs": "+", "metavar": "CLASS:VALUE"}
-
-    def resolve(self, name: str, value: Any, labels: Sequence[str] | None) -> Any:
-        resolved = {
-            class_id(key, labels, name): number for key, number in value
-        }  # a name and its id: the last
-        return tuple(sorted(resolved.items()))
-
-    def describe(self) -> str:
-        return f"[{self.low:g}, {self.high:g}]"
 
 
 @dataclass(frozen=True)
@@ -466,9 +343,9 @@ class Rectangle(Kind):
     param_type: ClassVar[ParamType] = ParamType.DOUBLE_ARRAY
 
     def check(self, name: str, value: Any) -> Any:
-        items = _items(value) if _is_array(value) else None
+        items = array_items(value) if is_array(value) else None
         try:
-            numbers = [float(v) if _is_number(v) else float(str(v)) for v in items or ()]
+            numbers = [float(v) if is_number(v) else float(str(v)) for v in items or ()]
         except ValueError:
             numbers = []
         if (
@@ -477,7 +354,7 @@ class Rectangle(Kind):
             or numbers[0] >= numbers[2]
             or numbers[1] >= numbers[3]
         ):
-            shown = list(value) if _is_list(value) else value
+            shown = list(value) if is_list(value) else value
             raise ValueError(
                 f"{name} must be [x_min, y_min, x_max, y_max], fractions of the frame in [0, 1] with "
                 f"x_min < x_max and y_min < y_max, got {shown!r}"
@@ -488,7 +365,7 @@ class Rectangle(Kind):
         return {name: [float(v) for v in value]}
 
     def decode(self, name: str, values: Mapping[str, Any]) -> Any:
-        return list(values[name]) if _is_list(values[name]) else values[name]
+        return list(values[name]) if is_list(values[name]) else values[name]
 
     def flag(self) -> dict[str, Any]:
         return {"nargs": 4, "type": float, "metavar": ("X_MIN", "Y_MIN", "X_MAX", "Y_MAX")}
@@ -508,17 +385,19 @@ class Channels(Kind):
     def check(self, name: str, value: Any) -> Any:
         if value is None:
             return None
-        items = _items(value) if _is_array(value) else None
+        items = array_items(value) if is_array(value) else None
         try:
-            numbers = [float(v) if _is_number(v) else float(str(v)) for v in items or ()]
+            numbers = [float(v) if is_number(v) else float(str(v)) for v in items or ()]
         except ValueError:
             numbers = []
         if items is not None and not items:
             return None
-        shown = list(value) if _is_list(value) else value
+        shown = list(value) if is_list(value) else value
         if len(numbers) != 3:
-            raise ValueError(f"{name} must be 3 numbers, one per input channel (in the model's channel order), "
-                             f"got {shown!r}")  # fmt: skip
+            raise ValueError(
+                f"{name} must be 3 numbers, one per input channel (in the model's channel order), "
+                f"got {shown!r}"
+            )
         if self.nonzero and 0.0 in numbers:
             raise ValueError(f"{name} must not hold a 0 (it divides), got {shown!r}")
         return tuple(numbers)
@@ -527,7 +406,7 @@ class Channels(Kind):
         return {name: [] if value is None else [float(v) for v in value]}
 
     def decode(self, name: str, values: Mapping[str, Any]) -> Any:
-        return list(values[name]) if _is_list(values[name]) else values[name]
+        return list(values[name]) if is_list(values[name]) else values[name]
 
     def flag(self) -> dict[str, Any]:
         return {"nargs": 3, "type": float, "metavar": ("C0", "C1", "C2")}
@@ -548,12 +427,12 @@ class CameraFiles(Kind):
     def check(self, name: str, value: Any) -> Any:
         if value is None:
             return ()
-        if not _is_array(value) and not isinstance(value, Path):
+        if not is_array(value) and not isinstance(value, Path):
             raise ValueError(
                 f"{name} must be a file path or a list of 'path' / 'camera=path' entries, got {value!r}"
             )
         entries: dict[str, Path] = {}
-        for item in [value] if isinstance(value, Path) else _items(value):
+        for item in [value] if isinstance(value, Path) else array_items(value):
             camera, path = self._entry(name, item)
             if camera in entries:
                 which = f"camera {camera}" if camera else "every camera"
@@ -579,10 +458,10 @@ class CameraFiles(Kind):
         return {name: [f"{camera}={path}" if camera else str(path) for camera, path in value]}
 
     def decode(self, name: str, values: Mapping[str, Any]) -> Any:
-        return _items(values[name])  # a parameter may hold one path (a string) or a comma-separated list
+        return array_items(values[name])  # a parameter may hold one path (a string) or a comma-separated list
 
     def parameter_problem(self, parameter: str, value: Any) -> str | None:
-        if _is_array(value) and all(isinstance(v, str) for v in _items(value)):
+        if is_array(value) and all(isinstance(v, str) for v in array_items(value)):
             return None
         return f"{parameter} must be a file path or a list of 'path' / 'camera=path' entries, got {value!r}"
 

@@ -30,18 +30,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("--backend", nargs="+", default=["auto"], choices=settings()["backend"].kind.choices)
-    parser.add_argument("--precision", nargs="+", default=["fp32", "fp16", "int8"],
-                        choices=settings()["precision"].kind.choices)  # fmt: skip
-    parser.add_argument("--size", nargs="+", type=frame_size, default=[(1920, 1080), (3840, 2160)], metavar="WxH",
-                        help="frame sizes (default 1920x1080 3840x2160)")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["fp32", "fp16", "int8"],
+        choices=settings()["precision"].kind.choices,
+    )
+    parser.add_argument(
+        "--size",
+        nargs="+",
+        type=frame_size,
+        default=[(1920, 1080), (3840, 2160)],
+        metavar="WxH",
+        help="frame sizes (default 1920x1080 3840x2160)",
+    )
     parser.add_argument("--runs", type=int, default=20, help="timed frames per configuration (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed frames first (default 3)")
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="report folder (default ./bench_out)"
     )
-    parser.add_argument("--input", choices=("host", "device"), default="host",
-                        help="where frames start: host memory (default; one upload per frame) or already on the "
-                             "engine's device (GPU-decoded or zero-copy sources)")  # fmt: skip
+    parser.add_argument(
+        "--input",
+        choices=("host", "device"),
+        default="host",
+        help="where frames start: host memory (default; one upload per frame) or already on the "
+        "engine's device (GPU-decoded or zero-copy sources)",
+    )
     parser.add_argument("--peer", choices=("sahi",), help="also time a peer on the same model and frames")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object (last line)")
     add_settings(parser, only=[n for n in settings() if n not in ("backend", "precision")])
@@ -69,8 +83,17 @@ def run(args: argparse.Namespace) -> int:
 
     # int8 without calibration: the bundled sample frames (the bench's own frames are synthetic), with a warning
     build = functools.partial(build_detector, sample_calibration=True)
-    rows = run_bench(values, args.backend, args.precision, args.size, args.runs, args.warmup, build, progress,
-                     on_device=args.input == "device")  # fmt: skip
+    rows = run_bench(
+        values,
+        args.backend,
+        args.precision,
+        args.size,
+        args.runs,
+        args.warmup,
+        build,
+        progress,
+        on_device=args.input == "device",
+    )
     if args.peer == "sahi":
         changes = config_changes(values)
         model = DetectorConfig(

@@ -15,8 +15,17 @@ from tiled_detector.config import DetectorConfig, settings
 from tiled_detector.engines.base import Precision
 from tiled_detector.pipeline.tiling import make_plan
 
-BUILD_SETTINGS = ("device", "precision", "calibration", "max_batch", "input_size", "tile_size", "overlap",
-                  "full_frame", "channel_order")  # fmt: skip
+BUILD_SETTINGS = (
+    "device",
+    "precision",
+    "calibration",
+    "max_batch",
+    "input_size",
+    "tile_size",
+    "overlap",
+    "full_frame",
+    "channel_order",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,10 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "1920x1080 1280x720): the engine is optimised for one frame of each in one batch, and max_batch is "
         "raised to that batch when smaller",
     )
-    parser.add_argument("--backend", choices=settings()["backend"].kind.choices, default="tensorrt",
-                        help="tensorrt: a TensorRT engine (on the GPU it will run on; int8 from the Q/DQ model); "
-                             "onnxruntime: the int8 Q/DQ model only (no GPU needed), which ONNX Runtime runs "
-                             "(default tensorrt; the others build nothing)")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        choices=settings()["backend"].kind.choices,
+        default="tensorrt",
+        help="tensorrt: a TensorRT engine (on the GPU it will run on; int8 from the Q/DQ model); "
+        "onnxruntime: the int8 Q/DQ model only (no GPU needed), which ONNX Runtime runs "
+        "(default tensorrt; the others build nothing)",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
     )
@@ -76,8 +89,10 @@ def batch_profile(args: argparse.Namespace, config: DetectorConfig, default_opt:
     views = camera_batch(args.camera_size, config)
     max_batch = max(config.max_batch, views)
     if max_batch > config.max_batch:
-        print(f"max_batch raised to {max_batch} for {len(args.camera_size)} cameras ({views} views per cycle): "
-              f"run the node with max_batch:={max_batch}, or give it the engine file as model:=")  # fmt: skip
+        print(
+            f"max_batch raised to {max_batch} for {len(args.camera_size)} cameras ({views} views per cycle): "
+            f"run the node with max_batch:={max_batch}, or give it the engine file as model:="
+        )
     return min(args.opt_batch or views, max_batch), max_batch
 
 
@@ -99,8 +114,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: build-engine builds for tensorrt or onnxruntime, not {args.backend}", file=sys.stderr)
         return 2
     if args.backend == "onnxruntime" and config.precision is not Precision.INT8:
-        print(f"error: ONNX Runtime runs {config.model} at {config.precision.value} as it is: build-engine "
-              "--backend onnxruntime makes int8 models (--precision int8)", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: ONNX Runtime runs {config.model} at {config.precision.value} as it is: build-engine "
+            "--backend onnxruntime makes int8 models (--precision int8)",
+            file=sys.stderr,
+        )
         return 2
     if args.backend == "tensorrt":
         # checked before anything else: without a GPU the native builder can crash the process

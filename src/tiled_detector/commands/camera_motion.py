@@ -12,17 +12,35 @@ if TYPE_CHECKING:
 
 def add_camera_arguments(parser: argparse.ArgumentParser) -> None:
     """--pan, --rotate, --zoom and --shake."""
-    parser.add_argument("--pan", type=float, default=0.0, metavar="PIXELS_PER_FRAME",
-                        help="with --motion: the camera pans this many pixels per frame (default 0)")  # fmt: skip
-    parser.add_argument("--rotate", type=float, default=0.0, metavar="DEGREES_PER_FRAME",
-                        help="with --motion: the camera turns this many degrees per frame about the centre "
-                             "(default 0)")  # fmt: skip
-    parser.add_argument("--zoom", type=float, default=1.0, metavar="FACTOR",
-                        help="with --motion: the view scales by this factor per frame about the centre (above 1: "
-                             "driving forward; default 1)")  # fmt: skip
-    parser.add_argument("--shake", type=float, default=0.0, metavar="PIXELS",
-                        help="with --motion: each frame's view jitters by up to this many pixels per axis "
-                             "(default 0)")  # fmt: skip
+    parser.add_argument(
+        "--pan",
+        type=float,
+        default=0.0,
+        metavar="PIXELS_PER_FRAME",
+        help="with --motion: the camera pans this many pixels per frame (default 0)",
+    )
+    parser.add_argument(
+        "--rotate",
+        type=float,
+        default=0.0,
+        metavar="DEGREES_PER_FRAME",
+        help="with --motion: the camera turns this many degrees per frame about the centre (default 0)",
+    )
+    parser.add_argument(
+        "--zoom",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="with --motion: the view scales by this factor per frame about the centre (above 1: "
+        "driving forward; default 1)",
+    )
+    parser.add_argument(
+        "--shake",
+        type=float,
+        default=0.0,
+        metavar="PIXELS",
+        help="with --motion: each frame's view jitters by up to this many pixels per axis (default 0)",
+    )
 
 
 def camera_motion(args: argparse.Namespace) -> MotionStyle | None:

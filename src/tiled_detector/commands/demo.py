@@ -23,9 +23,12 @@ from tiled_detector.commands.settings import add_settings, default_params_file, 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the demo."""
     parser.add_argument("--frames", type=int, default=30, help="frames in the sample bag (default 30)")
-    parser.add_argument("--motion", action="store_true",
-                        help="a moving scene (make-bag --motion) through the node with tracker bytetrack: IDF1, MOTA "
-                             "and identity switches next to AP50, track ids drawn")  # fmt: skip
+    parser.add_argument(
+        "--motion",
+        action="store_true",
+        help="a moving scene (make-bag --motion) through the node with tracker bytetrack: IDF1, MOTA "
+        "and identity switches next to AP50, track ids drawn",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the sample bag's first frame")
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
@@ -102,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
+        tracking = (
+            f"tracking: IDF1 {summary['IDF1']:.3f}, MOTA {summary['MOTA']:.3f}, identity switches "
+            f"{summary['id_switches']}\n"
+            if summary.get("IDF1") is not None
+            else ""
+        )
         print(
             f"\n{summary['frames']}/{summary['frames_sent']} frames answered ({args.width}x{args.height}), "
             f"{summary['frames_with_detections']} with detections, {summary['detections_per_frame']:.1f} "
@@ -110,10 +119,8 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['frames_skipped']} frames skipped\n"
             f"against ground truth: AP50 {summary['AP50']:.3f}, precision {summary['precision']:.3f}, "
             f"recall {summary['recall']:.3f}\n"
-            + (f"tracking: IDF1 {summary['IDF1']:.3f}, MOTA {summary['MOTA']:.3f}, identity switches "
-               f"{summary['id_switches']}\n" if summary.get("IDF1") is not None else "")
-            + f"annotated frame: {image_path}"
-        )  # fmt: skip
+            f"{tracking}annotated frame: {image_path}"
+        )
     return 0 if len(answered) == report.frames_sent else 1
 
 

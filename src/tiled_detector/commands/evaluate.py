@@ -31,19 +31,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("eval_out"), help="report folder (default ./eval_out)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--motion", action="store_true",
-                        help="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
-                             "otherwise): IDF1, MOTA and identity switches too")  # fmt: skip
+    parser.add_argument(
+        "--motion",
+        action="store_true",
+        help="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
+        "otherwise): IDF1, MOTA and identity switches too",
+    )
     add_camera_arguments(parser)
-    parser.add_argument("--budgets", type=int, nargs="+", default=[], metavar="N",
-                        help="with --motion: compare these tile_budget values (and every tile, 0) side by side, "
-                             "each beside what a user could do instead at the same tiles per frame (interval N: "
-                             "every tile on one frame in k; round_robin N: the tiles in turn): views per frame, "
-                             "frames/s, new-object latency; the chart plots them")  # fmt: skip
-    parser.add_argument("--precision", nargs="+", default=None, choices=settings()["precision"].kind.choices,
-                        help="engine precision; several (e.g. fp32 int8) evaluate each side by side, rows named "
-                             "'CONFIG PRECISION'; int8 without --calibration calibrates on the bundled synthetic "
-                             "sample frames (default: fp32, or the params file's)")  # fmt: skip
+    parser.add_argument(
+        "--budgets",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="with --motion: compare these tile_budget values (and every tile, 0) side by side, "
+        "each beside what a user could do instead at the same tiles per frame (interval N: "
+        "every tile on one frame in k; round_robin N: the tiles in turn): views per frame, "
+        "frames/s, new-object latency; the chart plots them",
+    )
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=None,
+        choices=settings()["precision"].kind.choices,
+        help="engine precision; several (e.g. fp32 int8) evaluate each side by side, rows named "
+        "'CONFIG PRECISION'; int8 without --calibration calibrates on the bundled synthetic "
+        "sample frames (default: fp32, or the params file's)",
+    )
     add_settings(parser, only=[n for n in settings() if n != "precision"])
 
 
@@ -95,9 +109,17 @@ def run(args: argparse.Namespace) -> int:
     results = {}
     for precision, each in detectors.items():
         found = evaluate(
-            each, args.frames, args.seed, args.width, args.height, args.configs, progress, motion=args.motion,
-            camera=camera, budgets=args.budgets,
-        )  # fmt: skip
+            each,
+            args.frames,
+            args.seed,
+            args.width,
+            args.height,
+            args.configs,
+            progress,
+            motion=args.motion,
+            camera=camera,
+            budgets=args.budgets,
+        )
         results.update(
             {f"{name} {precision}" if len(detectors) > 1 else name: row for name, row in found.items()}
         )

@@ -55,9 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3")
     parser.add_argument("--compressed", action="store_true", help="sensor_msgs/CompressedImage (JPEG) frames")
-    parser.add_argument("--motion", action="store_true",
-                        help="synthetic: one moving scene (objects with their own velocities, crossing, occluded, "
-                             "entering and leaving); the ground truth carries each object's id")  # fmt: skip
+    parser.add_argument(
+        "--motion",
+        action="store_true",
+        help="synthetic: one moving scene (objects with their own velocities, crossing, occluded, "
+        "entering and leaving); the ground truth carries each object's id",
+    )
     add_camera_arguments(parser)
     parser.add_argument(
         "--depth",

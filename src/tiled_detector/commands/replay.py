@@ -41,9 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="rosbag2 folder (sqlite3 or mcap)")
     parser.add_argument("--mode", choices=("lockstep", "realtime"), default="lockstep")
     parser.add_argument("--min-ap50", type=float, default=None, help="fail (exit 1) below this AP50 [0, 1]")
-    parser.add_argument("--min-idf1", type=float, default=None,
-                        help="fail (exit 1) below this IDF1 [0, 1] (a bag whose ground truth has object identities: "
-                             "make-bag --motion, or --truth with ids; run the node with --tracker bytetrack)")  # fmt: skip
+    parser.add_argument(
+        "--min-idf1",
+        type=float,
+        default=None,
+        help="fail (exit 1) below this IDF1 [0, 1] (a bag whose ground truth has object identities: "
+        "make-bag --motion, or --truth with ids; run the node with --tracker bytetrack)",
+    )
     parser.add_argument(
         "--min-recall", type=float, default=None, help="fail (exit 1) below this recall [0, 1]"
     )

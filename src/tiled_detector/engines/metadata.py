@@ -123,8 +123,9 @@ def yolov5_metadata(values: Mapping[str, Any]) -> ModelMetadata:
     """Metadata of a YOLOv5 (ultralytics/yolov5) export: its `shape` (TorchScript) and `names`."""
     shape = _literal(values.get("shape"))
     hw = (int(shape[2]), int(shape[3])) if isinstance(shape, list | tuple) and len(shape) == 4 else None
-    return ModelMetadata(batch=-1, channels=3 if hw else None, hw=hw, labels=parse_labels(values.get("names")),
-                         source=YOLOV5)  # fmt: skip
+    return ModelMetadata(
+        batch=-1, channels=3 if hw else None, hw=hw, labels=parse_labels(values.get("names")), source=YOLOV5
+    )
 
 
 def input_conventions(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -174,8 +175,9 @@ def extra_files_metadata(extra: Mapping[str, str]) -> ModelMetadata:
                 f"its input_shape {shape} contradicts the {found.source} metadata's imgsz {list(found.hw)}: give the "
                 "size the model was trained at with the setting input_size (--input-size W H)"
             )
-        found = dataclasses.replace(found, batch=batch, channels=channels, hw=(height, width),
-                                    source=found.source or "tiled_detector")  # fmt: skip
+        found = dataclasses.replace(
+            found, batch=batch, channels=channels, hw=(height, width), source=found.source or "tiled_detector"
+        )
     if labels:
         found = dataclasses.replace(found, labels=labels)
     inputs = input_conventions(extra)

@@ -49,8 +49,10 @@ def onnx_input_hw(
     given = (int(input_hw[0]), int(input_hw[1])) if input_hw is not None else None
     if min(graph) > 0:
         if given is not None and given != graph:
-            raise ValueError(f"{model}: input_size {given[1]}x{given[0]} contradicts the model's fixed input "
-                             f"{graph[1]}x{graph[0]}")  # fmt: skip
+            raise ValueError(
+                f"{model}: input_size {given[1]}x{given[0]} contradicts the model's fixed input "
+                f"{graph[1]}x{graph[0]}"
+            )
         if given is None and metadata.hw is not None and metadata.hw != graph:
             raise ValueError(
                 f"{model}: its {metadata.source} metadata says imgsz {list(metadata.hw)} but its input is "
@@ -100,8 +102,8 @@ class OnnxRuntimeEngine(Engine):
         options.log_severity_level = 3
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # ONNX Runtime's own arena for its activations: a CPU call takes at most `cpu_batch` images, so the arena
-        # stays that size, where without it the freed activations of every call fragmented the process heap (a
-        # 12000x9000 frame, 109 calls: peak RSS 869-1913 MB from run to run, 869 MB with it)
+        # stays that size, where without it the freed activations of every call fragment the process heap (the
+        # peak memory of a huge frame's many calls then varies from run to run: docs/PERFORMANCE.md)
         options.enable_cpu_mem_arena = True
         options.intra_op_num_threads = 0 if threads is None else int(threads)
         # ORT's threads spin between the operators of a run (idle waits there cost more than the spinning), and

@@ -165,8 +165,14 @@ class QuantizedKey:
     @property
     def digest(self) -> str:
         """Stable hex digest of all fields but the model's name."""
-        fields = (self.model_sha256, self.calibration, repr(self.tiling), str(self.views), RECIPE,
-                  repr(self.versions))  # fmt: skip
+        fields = (
+            self.model_sha256,
+            self.calibration,
+            repr(self.tiling),
+            str(self.views),
+            RECIPE,
+            repr(self.versions),
+        )
         return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
     @property

@@ -97,9 +97,8 @@ def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
     for output in graph.output:
         _symbolic_batch(output)
     del graph.value_info[:]
-    if (
-        result.ir_version >= 4
-    ):  # initializers need not be inputs: as inputs they could be fed, so are not folded
+    # initializers need not be inputs: as inputs they could be fed, so are not folded
+    if result.ir_version >= 4:
         weights = {init.name for init in graph.initializer}
         inputs = [value for value in graph.input if value.name not in weights]
         del graph.input[:]
@@ -195,16 +194,20 @@ def dynamic_batch_model(path: Path, cache_dir: str | Path | None = None) -> Path
     nothing is cached)."""
     try:
         model = onnx.load(str(path), load_external_data=False)
-        if not fixed_batch_one(model) or any(init.HasField("data_location") and init.data_location
-                                             for init in model.graph.initializer):  # fmt: skip
+        if not fixed_batch_one(model) or any(
+            init.HasField("data_location") and init.data_location for init in model.graph.initializer
+        ):
             return path
     except Exception:  # not ours to report: the engine loading it says why
         return path
     try:
         import onnxruntime
     except ImportError:
-        LOG.info("%s takes one image per call; without onnxruntime its batch cannot be rewritten and proven, so "
-                 "each view is an engine call (pip install onnxruntime)", path)  # fmt: skip
+        LOG.info(
+            "%s takes one image per call; without onnxruntime its batch cannot be rewritten and proven, so "
+            "each view is an engine call (pip install onnxruntime)",
+            path,
+        )
         return path
     versions = (("onnx", onnx.__version__), ("onnxruntime", onnxruntime.__version__))  # and `REWRITE`
     key = RebatchKey(path.stem, sha256_file(path), versions)
@@ -215,13 +218,21 @@ def dynamic_batch_model(path: Path, cache_dir: str | Path | None = None) -> Path
         why = proof(original, rewritten)
         if why is not None:
             raise RebatchError(why)
-        LOG.info("%s takes one image per call: rewritten to a dynamic batch (proven equal on %d sample views; "
-                 "cached)", path, PROOF_VIEWS)  # fmt: skip
+        LOG.info(
+            "%s takes one image per call: rewritten to a dynamic batch (proven equal on %d sample views; "
+            "cached)",
+            path,
+            PROOF_VIEWS,
+        )
         return rewritten
 
     try:
         return EngineCache(cache_dir).get_or_build(key, build=build, load=_dynamic)[1]
     except RebatchError as why:
-        LOG.info("%s takes one image per call and its batch cannot be made dynamic (%s): each view is an engine "
-                 "call", path, why)  # fmt: skip
+        LOG.info(
+            "%s takes one image per call and its batch cannot be made dynamic (%s): each view is an engine "
+            "call",
+            path,
+            why,
+        )
         return path

@@ -45,6 +45,7 @@ CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
 CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag
 DEPTH_TOPIC_KEY = "depth_topic"  # bag metadata: the topic of the depth images aligned to the image topic
+# dependency order
 _VISION_MSGS = (
     "Point2D",
     "Pose2D",
@@ -57,7 +58,7 @@ _VISION_MSGS = (
     "BoundingBox3D",
     "Detection3D",
     "Detection3DArray",
-)  # dependency order
+)
 _DTYPES = {
     "bool": np.bool_,
     "byte": np.uint8,
@@ -97,9 +98,8 @@ def vision_msgs_dir() -> Path:
     except (ImportError, LookupError, OSError):
         pass  # no ament index: try the locations below
     candidates.append(Path(sys.prefix) / "share" / "vision_msgs" / "msg")
-    candidates.append(
-        Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg"
-    )  # a source checkout
+    # a source checkout
+    candidates.append(Path(__file__).resolve().parents[3] / "vendor" / "vision_msgs" / "msg")
     for candidate in candidates:
         if (candidate / "Detection2DArray.msg").is_file():
             return candidate
@@ -184,8 +184,10 @@ def image_message(image: np.ndarray, stamp: int, frame_id: str, compressed: bool
 
 def camera_motion_message(matrix: np.ndarray) -> Any:
     """std_msgs/Float64MultiArray of a (2, 3) camera motion (`CAMERA_MOTION_TOPIC`)."""
-    dims = [new_message("std_msgs/msg/MultiArrayDimension", label=label, size=size, stride=stride)
-            for label, size, stride in (("rows", 2, 6), ("columns", 3, 3))]  # fmt: skip
+    dims = [
+        new_message("std_msgs/msg/MultiArrayDimension", label=label, size=size, stride=stride)
+        for label, size, stride in (("rows", 2, 6), ("columns", 3, 3))
+    ]
     layout = new_message("std_msgs/msg/MultiArrayLayout", dim=dims, data_offset=0)
     return new_message(CAMERA_MOTION, layout=layout, data=np.asarray(matrix, np.float64).reshape(6))
 

@@ -162,9 +162,10 @@ class DetectorClient:
         return [parameter_value_to_python(value) for value in response.values]
 
     def lifecycle(self, node: str, transition: str | None = None, timeout: float = 60.0) -> str | bool:
-        """A managed node's state label ("unconfigured", "inactive", "active", ...), or with `transition`
-        ("configure", "activate", "deactivate", "cleanup", "shutdown") whether the node reached that
-        transition's state (checked with get_state when the change_state reply is lost)."""
+        """A managed node's state label, or whether a `transition` reached its state.
+
+        The labels: "unconfigured", "inactive", "active", ...; the transitions: "configure", "activate",
+        "deactivate", "cleanup", "shutdown" (the state checked with get_state when the change_state reply is lost)."""
         if transition is None:
             return self.call(
                 GetState, f"{node}/get_state", GetState.Request(), timeout, resend_s=3.0
@@ -176,11 +177,19 @@ class DetectorClient:
                 "active": Transition.TRANSITION_ACTIVE_SHUTDOWN,
             }[self.lifecycle(node, timeout=timeout)]
         else:
-            transition_id = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-                             "deactivate": Transition.TRANSITION_DEACTIVATE,
-                             "cleanup": Transition.TRANSITION_CLEANUP}[transition]  # fmt: skip
-        goal = {"configure": "inactive", "activate": "active", "deactivate": "inactive",
-                "cleanup": "unconfigured", "shutdown": "finalized"}[transition]  # fmt: skip
+            transition_id = {
+                "configure": Transition.TRANSITION_CONFIGURE,
+                "activate": Transition.TRANSITION_ACTIVATE,
+                "deactivate": Transition.TRANSITION_DEACTIVATE,
+                "cleanup": Transition.TRANSITION_CLEANUP,
+            }[transition]
+        goal = {
+            "configure": "inactive",
+            "activate": "active",
+            "deactivate": "inactive",
+            "cleanup": "unconfigured",
+            "shutdown": "finalized",
+        }[transition]
         request = ChangeState.Request(transition=Transition(id=transition_id))
         try:
             return bool(self.call(ChangeState, f"{node}/change_state", request, timeout=10.0).success)

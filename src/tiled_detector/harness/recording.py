@@ -106,9 +106,11 @@ def make_synthetic_bag(
         if camera is not None
         else synthetic_frames(frames, seed, width, height)
     )
-    extra = {} if camera is None else {
-        IDENTITIES: "true", **{k: str(getattr(camera, k)) for k in ("pan", "rotate", "zoom", "shake")}
-    }  # fmt: skip
+    extra = (
+        {}
+        if camera is None
+        else {IDENTITIES: "true", **{k: str(getattr(camera, k)) for k in ("pan", "rotate", "zoom", "shake")}}
+    )
     return write_image_bag(
         out,
         source,

@@ -144,8 +144,10 @@ def detections_3d_to_msg(
     seen_ns: Any = None,
     msg_types: Any = None,
 ) -> Any:
-    """Positions and sizes (N, 3) in metres in the header's frame (the colour camera's optical frame), scores and
-    class ids -> Detection3DArray of the objects whose position is finite (the others have no valid depth).
+    """3D positions, sizes, scores and class ids -> Detection3DArray of the objects with a finite position.
+
+    Positions and sizes are (N, 3) in metres in the header's frame (the colour camera's optical frame); an object
+    whose position is not finite has no valid depth and is left out.
 
     Each Detection3D has the results of its Detection2D (`detections_to_msg` with the same arguments) and its id:
     the index in the 2D array, or the track id; `seen_ns` gives a carried object its own header as there. The box

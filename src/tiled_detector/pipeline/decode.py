@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -56,8 +56,9 @@ def _yolox_grid(input_hw: tuple[int, int], device: torch.device) -> torch.Tensor
     cells row by row: yolox/models/yolo_head.py `decode_outputs`), built once per input size and device."""
     rows = []
     for stride in YOLOX_STRIDES:
-        ys, xs = torch.meshgrid(torch.arange(input_hw[0] // stride), torch.arange(input_hw[1] // stride),
-                                indexing="ij")  # fmt: skip
+        ys, xs = torch.meshgrid(
+            torch.arange(input_hw[0] // stride), torch.arange(input_hw[1] // stride), indexing="ij"
+        )
         rows.append(torch.stack([xs.reshape(-1), ys.reshape(-1), torch.full_like(xs.reshape(-1), stride)], 1))
     return torch.cat(rows).float().to(device)
 
@@ -285,8 +286,9 @@ def _cached_thresholds(pairs: Thresholds, conf_threshold: float, device: torch.d
     return values.to(device)
 
 
-def _thresholds(pairs: Sequence[tuple[int, float]], conf_threshold: float, device: torch.device
-                ) -> torch.Tensor | None:  # fmt: skip
+def _thresholds(
+    pairs: Sequence[tuple[int, float]], conf_threshold: float, device: torch.device
+) -> torch.Tensor | None:
     """The per-class thresholds on `device` (`_cached_thresholds`), or None when no class has its own."""
     if not pairs:
         return None
@@ -321,9 +323,8 @@ def _decode_raw(
     else:
         with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
         class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
-        if (
-            with_objectness
-        ):  # objectness >= 0: the best of (class x objectness) is the best class x objectness
+        # objectness >= 0: the best of (class x objectness) is the best class x objectness
+        if with_objectness:
             objectness = head[..., 4].float()
     allowed = _allowed(class_filter, class_scores.shape[channel_dim], head.device)
     if allowed is not None:
@@ -331,9 +332,11 @@ def _decode_raw(
         class_scores = class_scores.masked_fill(~allowed.view(shape), float("-inf"))
     if layout is OutputLayout.YOLOX:
         if input_hw is None or head.shape[1] != anchor_points(input_hw):
-            raise ValueError(f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
-                             f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
-                             f"got {tuple(head.shape)}")  # fmt: skip
+            raise ValueError(
+                f"a YOLOX head has one row per anchor point of strides 8, 16, 32 "
+                f"({anchor_points(input_hw) if input_hw else '?'} for input {input_hw}), "
+                f"got {tuple(head.shape)}"
+            )
         boxes_of = lambda i, a: yolox_boxes(gfl.rows_at(head, i, a)[:, :4], a, input_hw)  # noqa: E731
     elif layout is OutputLayout.YOLOV8:
         boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731
@@ -357,9 +360,8 @@ def _decode_raw(
         conf = best.float()
     else:
         conf = class_scores.amax(dim=channel_dim).float()  # exact in any float dtype
-    if (
-        objectness is not None
-    ):  # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+    # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
+    if objectness is not None:
         conf = (conf * objectness).nan_to_num(nan=float("-inf"))
     return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
 
@@ -378,9 +380,8 @@ def _pick(
 ) -> PaddedDecoded:
     """Each image's top-k anchors of `conf` (B, A) above the threshold (the class's own, with `thresholds` and
     every anchor's `best_class`), their boxes (`boxes_of`: x1, y1, x2, y2 rows) and classes (`best_class`, else the
-    argmax of `scores_of` for the kept anchors only: a max with indices over every anchor is slow on CPUs, 80
-    classes, 4 x 8400 anchors: 1.65 ms against 0.24 for the values alone; argmax, like max, takes the first of
-    equal scores)."""
+    argmax of `scores_of` for the kept anchors only: a max with indices over every anchor is slow on CPUs; argmax,
+    like max, takes the first of equal scores)."""
     if thresholds is not None:
         image, anchor, valid = _select(_above(conf, best_class, thresholds), float("-inf"), top_k)
     else:
@@ -447,22 +448,11 @@ def _decode_nms_done(
 
 
 def decode_outputs(
-    outputs: Mapping[str, torch.Tensor],
-    layout: str | OutputLayout,
-    conf_threshold: float,
-    top_k: int,
-    class_filter: Iterable[int] | None = None,
-    num_classes: int | None = None,
-    class_thresholds: Sequence[tuple[int, float]] = (),
-    input_hw: tuple[int, int] | None = None,
+    outputs: Mapping[str, torch.Tensor], layout: str | OutputLayout, *args: Any, **kwargs: Any
 ) -> Decoded:
-    """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device.
-
-    The valid rows of `decode_padded` (see there).
-    """
-    return decode_padded(
-        outputs, layout, conf_threshold, top_k, class_filter, num_classes, class_thresholds, input_hw
-    ).compact()
+    """Decode engine outputs (name -> tensor, batch first) into flat detections on the outputs' device: the valid
+    rows of `decode_padded`, which takes the same arguments."""
+    return decode_padded(outputs, layout, *args, **kwargs).compact()
 
 
 def decode_padded(

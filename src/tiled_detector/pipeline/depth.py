@@ -73,8 +73,9 @@ class Intrinsics:
             raise DepthError(problem)
         sx, sy = width / self.width, height / self.height
         # pixel centres sit at integer coordinates: scale the edges (centre + 0.5), not the centres
-        return Intrinsics(self.fx * sx, self.fy * sy, (self.cx + 0.5) * sx - 0.5, (self.cy + 0.5) * sy - 0.5,
-                          width, height)  # fmt: skip
+        return Intrinsics(
+            self.fx * sx, self.fy * sy, (self.cx + 0.5) * sx - 0.5, (self.cy + 0.5) * sy - 0.5, width, height
+        )
 
 
 def aspect_problem(

@@ -175,8 +175,9 @@ def _nms_round(alive: Tensor, across: Tensor, settled: Tensor) -> Tensor:
     return torch.addmv(alive, across, settled, alpha=-1).clamp_min_(0)
 
 
-def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric,
-                      threshold: float) -> Tensor:  # fmt: skip
+def _grouped_nms_keep(
+    boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric, threshold: float
+) -> Tensor:
     """Class-aware NMS keep mask of the valid rows (rank order), each (frame, class) group on its own matrix:
     equal to one (N, N) matrix (groups never match) for a fraction of the pairs (the CPU's exact path)."""
     group = frames * (int(class_ids.max()) + 1) + class_ids
@@ -188,8 +189,9 @@ def _grouped_nms_keep(boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: T
     return keep
 
 
-def _nms_keep_torchvision(ops: Any, boxes: Tensor, class_ids: Tensor, frame_index: Tensor, threshold: float,
-                          class_agnostic: bool) -> Tensor:  # fmt: skip
+def _nms_keep_torchvision(
+    ops: Any, boxes: Tensor, class_ids: Tensor, frame_index: Tensor, threshold: float, class_agnostic: bool
+) -> Tensor:
     """The same keep mask through torchvision's IoU kernel (inputs in rank order, all valid).
 
     Scores are replaced by the rank so that torchvision's sort reproduces our tie-breaking, and the threshold
@@ -343,16 +345,28 @@ class _Ranked(NamedTuple):
         one_frame = self.exact_path and bool((self.frames == self.frames[0]).all())
         all_valid = self.exact_path and bool(self.valid.all())
         return _match_matrix(
-            self.boxes, self.class_ids, None if one_frame else self.frames, None if all_valid else self.valid,
-            rule.metric, rule.threshold, rule.class_agnostic,
-        )  # fmt: skip
+            self.boxes,
+            self.class_ids,
+            None if one_frame else self.frames,
+            None if all_valid else self.valid,
+            rule.metric,
+            rule.threshold,
+            rule.class_agnostic,
+        )
 
     def grouped(self, rule: MergeRule, keeper: Tensor, member_order: Tensor, exact: Tensor) -> PaddedMerge:
         """The result of a method that merges each group into its keeper (SAHI's `_apply_merge`)."""
         merged, merged_class, is_keeper, largest = _merge_groups(
-            self.boxes, self.scores, self.class_ids, keeper, member_order, self.valid, rule.metric, rule.threshold,
+            self.boxes,
+            self.scores,
+            self.class_ids,
+            keeper,
+            member_order,
+            self.valid,
+            rule.metric,
+            rule.threshold,
             self.slots,
-        )  # fmt: skip
+        )
         fits = largest <= self.slots if self.slots is not None else exact
         return PaddedMerge(merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames)
 
@@ -363,8 +377,9 @@ def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge
     exact = torch.ones((), dtype=torch.bool, device=rows.boxes.device)
     # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
     if torchvision is not None and rule.metric is MatchMetric.IOU and rule.threshold > 0:
-        keep = _nms_keep_torchvision(torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold,
-                                     rule.class_agnostic)  # fmt: skip
+        keep = _nms_keep_torchvision(
+            torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold, rule.class_agnostic
+        )
     elif rows.exact_path and not rule.class_agnostic and rows.boxes.device.type == "cpu":
         keep = _grouped_nms_keep(
             rows.boxes, rows.class_ids, rows.frames, rows.valid, rule.metric, rule.threshold
@@ -438,8 +453,16 @@ def merge_padded(
     boxes = torch.where(valid[:, None], boxes.float(), 0.0)  # invalid rows: harmless values, ranked last
     scores = torch.where(valid, scores.float(), float("-inf"))
     order = rank_order(boxes, scores, valid)
-    rows = _Ranked(boxes[order], scores[order], class_ids.long()[order], valid[order], frames[order], order,
-                   nms_rounds, slots)  # fmt: skip
+    rows = _Ranked(
+        boxes[order],
+        scores[order],
+        class_ids.long()[order],
+        valid[order],
+        frames[order],
+        order,
+        nms_rounds,
+        slots,
+    )
     if len(boxes) == 0:
         return rows.kept(rows.valid, torch.ones((), dtype=torch.bool, device=boxes.device))
     torchvision = _torchvision_ops() if use_torchvision and nms_rounds is None else None
@@ -466,8 +489,17 @@ def merge(
     """
     valid = torch.ones(len(scores), dtype=torch.bool, device=scores.device)
     rule = MergeRule(method, metric, threshold, class_agnostic)
-    out = merge_padded(boxes, scores, class_ids, valid, rule, nms_rounds=None, slots=None, frame_index=frame_index,
-                       use_torchvision=use_torchvision)  # fmt: skip
+    out = merge_padded(
+        boxes,
+        scores,
+        class_ids,
+        valid,
+        rule,
+        nms_rounds=None,
+        slots=None,
+        frame_index=frame_index,
+        use_torchvision=use_torchvision,
+    )
     keep = out.valid.nonzero().squeeze(1)
     return out.boxes[keep], out.scores[keep], out.class_ids[keep]
 
@@ -482,8 +514,10 @@ def merge_detections(
     class_agnostic: bool = DEFAULT_RULE.class_agnostic,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy wrapper of `merge`: (N, 4) boxes, (N,) scores, (N,) class ids -> float32, float32, int64 arrays."""
-    tensors = (torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
-               torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
-               torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)))  # fmt: skip
+    tensors = (
+        torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
+        torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
+        torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)),
+    )
     out = merge(*tensors, method, metric, threshold, class_agnostic)
     return out[0].numpy(), out[1].numpy(), out[2].numpy()

@@ -116,9 +116,14 @@ def postprocess(
     scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
     if settings.seam_suppression:  # the exact path's rows are all valid: only its truncated rows are compared
         valid = suppress_truncated(
-            boxes, scores, class_ids, found.image_index, plan,
-            class_agnostic=settings.class_agnostic, valid=None if limits is None else valid,
-        )  # fmt: skip
+            boxes,
+            scores,
+            class_ids,
+            found.image_index,
+            plan,
+            class_agnostic=settings.class_agnostic,
+            valid=None if limits is None else valid,
+        )
     if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
         kept = valid.nonzero().squeeze(1)
         boxes, scores, class_ids, frame, valid = (t[kept] for t in (boxes, scores, class_ids, frame, valid))

@@ -381,8 +381,13 @@ class Preprocessor:
                 for channels, source, step in views:
                     out = target[:, :, channels]
                     size = (*out.shape[:3], *copy.tile_hw)
-                    strides = (block.step[0] * row_stride, block.step[1] * col_stride, step * channel_stride,
-                               row_stride, col_stride)  # fmt: skip
+                    strides = (
+                        block.step[0] * row_stride,
+                        block.step[1] * col_stride,
+                        step * channel_stride,
+                        row_stride,
+                        col_stride,
+                    )
                     pairs.append((out, frame.as_strided(size, strides, first + source * channel_stride)))
                 for top in range(0, copy.tile_hw[0], band):
                     rows = slice(top, top + band)
@@ -406,14 +411,13 @@ class Preprocessor:
         box, sources = plan.frame_letterbox, self._sources(enc)
         if max(box.scales) <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
-            _place(_sampled_bilinear(colors, box.resized_hw, self.format.factor(enc)), box, dst.unsqueeze(0),
-                   self.format.pad, sources)  # fmt: skip
+            resized = _sampled_bilinear(colors, box.resized_hw, self.format.factor(enc))
+            _place(resized, box, dst.unsqueeze(0), self.format.pad, sources)
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
         scaled = self._buffer("frame", tuple(color.shape), like=color)  # channels-last, like the view
-        torch.mul(
-            color, self.format.factor(enc), out=scaled
-        )  # scale before any fp16 cast: mono16 overflows fp16
+        # scale before any fp16 cast: mono16 overflows fp16
+        torch.mul(color, self.format.factor(enc), out=scaled)
         _letterbox_into(scaled, box, dst.unsqueeze(0), self.format.pad, sources)
 
 
@@ -445,9 +449,10 @@ def _letterbox_into(
     pad: float,
     sources: tuple[int, ...] | None = None,
 ) -> None:
-    """Resize (N, C, h, w) `images` to `box.resized_hw` (one bilinear call), pick channels `sources` of the
-    result (reorder / mono -> 3 channels on the small image) and write them padded with `pad` into `dst`
-    (N, 3, H, W)."""
+    """Letterbox (N, C, h, w) `images` into `dst` (N, 3, H, W), padded with `pad`.
+
+    One bilinear resize to `box.resized_hw`, then channels `sources` of the result picked (reorder / mono -> 3
+    channels on the small image)."""
     _place(
         F.interpolate(images, size=box.resized_hw, mode="bilinear", align_corners=False),
         box,
@@ -457,8 +462,9 @@ def _letterbox_into(
     )
 
 
-def _place(resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float,
-           sources: tuple[int, ...] | None) -> None:  # fmt: skip
+def _place(
+    resized: torch.Tensor, box: Letterbox, dst: torch.Tensor, pad: float, sources: tuple[int, ...] | None
+) -> None:
     """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded with `pad` into `dst`
     (N, 3, H, W)."""
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x

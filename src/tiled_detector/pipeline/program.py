@@ -80,8 +80,9 @@ def fused(function: F) -> F:
             return compiled(*args, **kwargs)
         except Exception as error:
             result = function(*args, **kwargs)  # raises here when the input, not compiling, was the problem
-            LOG.warning("torch.compile of %s failed (%s); running it uncompiled", function.__name__,
-                        one_line(error))  # fmt: skip
+            LOG.warning(
+                "torch.compile of %s failed (%s); running it uncompiled", function.__name__, one_line(error)
+            )
             compiled = None
             return result
 
@@ -142,8 +143,11 @@ class Runner:
             except Exception as error:  # e.g. an engine that synchronises or allocates while captured
                 self._captured.clear()
                 if self._split or split is None:
-                    LOG.warning("capturing the frame program%s failed (%s); running it eagerly from now on",
-                                " around the engine" if self._split else "", one_line(error))  # fmt: skip
+                    LOG.warning(
+                        "capturing the frame program%s failed (%s); running it eagerly from now on",
+                        " around the engine" if self._split else "",
+                        one_line(error),
+                    )
                     self._capture = None
                     return program()
                 LOG.warning(
@@ -209,9 +213,11 @@ class FrameProgram:
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
     ) -> PaddedDecoded:
-        """Every view of every frame (or the `chosen` ones) through the engine, in chunks of at most `max_batch`
-        images (one engine call whenever the batch fits), each chunk decoded to its per-image top-k before the
-        next runs, so memory follows the engine batch, not the frames. Image indices are the batch plan's."""
+        """Every view of every frame (or the `chosen` ones) through the engine, decoded to candidates.
+
+        Chunks of at most `max_batch` images (one engine call whenever the batch fits), each decoded to its
+        per-image top-k before the next runs, so memory follows the engine batch, not the frames. Image indices are
+        the batch plan's."""
         parts = []
         for start, stop in self._chunks(plan, chosen):
             # the engine's bound input when it has one (written in place), else the preprocessor's batch
@@ -229,34 +235,54 @@ class FrameProgram:
         step, size = self.engine.max_batch, (plan if chosen is None else chosen).batch_size
         return [(start, min(start + step, size)) for start in range(0, size, step)]
 
-    def _prepare(self, frames: Sequence[torch.Tensor], encodings: Sequence[Encoding], plan: BatchPlan,
-                 images: tuple[int, int], batch: torch.Tensor, chosen: ViewSelection | None) -> None:  # fmt: skip
+    def _prepare(
+        self,
+        frames: Sequence[torch.Tensor],
+        encodings: Sequence[Encoding],
+        plan: BatchPlan,
+        images: tuple[int, int],
+        batch: torch.Tensor,
+        chosen: ViewSelection | None,
+    ) -> None:
         """Write batch images images[0]..images[1]-1 (of the plan, or of its `chosen` views) into `batch` (from
         its first image on)."""
         if chosen is None:
             for k, first, end in plan.pieces(*images):
                 at = plan.starts[k] + first - images[0]
-                self.preprocessor.prepare(frames[k], plan.plans[k], encodings[k], batch[at : at + end - first],
-                                          (first, end))  # fmt: skip
+                self.preprocessor.prepare(
+                    frames[k], plan.plans[k], encodings[k], batch[at : at + end - first], (first, end)
+                )
             return
         for k, first, end in pieces(chosen.starts, *images):
             at, tiles = chosen.starts[k] + first, chosen.counts[k]
             self.preprocessor.prepare_chosen(
-                frames[k], plan.plans[k], encodings[k], batch[at - images[0] : at - images[0] + end - first],
+                frames[k],
+                plan.plans[k],
+                encodings[k],
+                batch[at - images[0] : at - images[0] + end - first],
                 chosen.views[1, at : chosen.starts[k] + min(end, tiles)],
                 plan.plans[k].full_frame and first <= tiles < end,
-            )  # fmt: skip
+            )
 
     def _decode(
-        self, outputs: Mapping[str, torch.Tensor], start: int, settings: FrameSettings,
+        self,
+        outputs: Mapping[str, torch.Tensor],
+        start: int,
+        settings: FrameSettings,
         chosen: ViewSelection | None,
-    ) -> PaddedDecoded:  # fmt: skip
+    ) -> PaddedDecoded:
         """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates, their
         image indices the batch plan's views."""
         found = self.decode(
-            outputs, self.layout, settings.conf_threshold, settings.top_k, settings.classes, self.num_classes,
-            settings.class_thresholds, self.preprocessor.input_hw,
-        )  # fmt: skip
+            outputs,
+            self.layout,
+            settings.conf_threshold,
+            settings.top_k,
+            settings.classes,
+            self.num_classes,
+            settings.class_thresholds,
+            self.preprocessor.input_hw,
+        )
         image = found.image_index + start if start else found.image_index
         return found._replace(image_index=image if chosen is None else chosen.views[0][image])
 
@@ -284,8 +310,10 @@ class FrameProgram:
         def before() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             batch = self.preprocessor.new_batch(views)
             self._prepare(frames, encodings, plan, (0, views), batch, chosen)
-            outputs = {o.name: torch.empty((views, *o.shape[1:]), dtype=o.dtype, device=batch.device)
-                       for o in self.engine.outputs}  # fmt: skip
+            outputs = {
+                o.name: torch.empty((views, *o.shape[1:]), dtype=o.dtype, device=batch.device)
+                for o in self.engine.outputs
+            }
             return batch, outputs
 
         def engine(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
@@ -296,8 +324,8 @@ class FrameProgram:
 
         def after(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> tuple[torch.Tensor, PaddedDecoded]:
             _, outputs = state
-            found = _joined([self._decode({n: o[a:b] for n, o in outputs.items()}, a, settings, chosen)
-                             for a, b in self._chunks(plan, chosen)])  # fmt: skip
+            calls = [({n: o[a:b] for n, o in outputs.items()}, a) for a, b in self._chunks(plan, chosen)]
+            found = _joined([self._decode(out, start, settings, chosen) for out, start in calls])
             return self.positions(
                 self.postprocess(found, plan, settings, limits), plan, settings, depths
             ), found

@@ -245,9 +245,10 @@ def make_plan(
     ignored: Coverage | None = None,
     letterbox: str = "center",
 ) -> TilePlan:
-    """The TilePlan for these sizes, tiles over the region of interest `roi` (fractions of the frame) except
-    where `ignored` covers every pixel, views resized to the model input placed by `letterbox` (center, top_left
-    or stretch) (cached per argument tuple; `ignored` by identity)."""
+    """The TilePlan for these sizes (cached per argument tuple; `ignored` by identity).
+
+    Tiles over the region of interest `roi` (fractions of the frame) except where `ignored` covers every pixel;
+    views resized to the model input placed by `letterbox` (center, top_left or stretch)."""
     return _make_plan(
         (_check_size("frame height", frame_hw[0]), _check_size("frame width", frame_hw[1])),
         (_check_size("tile height", tile_hw[0]), _check_size("tile width", tile_hw[1])),

@@ -172,9 +172,10 @@ class DetectorNodeBase(NodeParameters):
         header = Detection2DArray().header
         header.stamp = self.get_clock().now().to_msg()
         engine = detector.engine
-        self.vision_info_pub.publish(vision_info(
+        info = vision_info(
             detector.config.model, engine.backend.value, engine.precision.value, self.labels, header
-        ))  # fmt: skip
+        )
+        self.vision_info_pub.publish(info)
         for camera in self.cameras:
             camera.image_topic = self.resolve_topic_name(camera.topics.image)
             camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
@@ -187,8 +188,9 @@ class DetectorNodeBase(NodeParameters):
             and detector.engine.device.type == "cuda"
             and not self._gpu_jpeg.available
         ):
-            self.get_logger().info("JPEG frames are decoded by OpenCV on the CPU: torchvision's decode_jpeg "
-                                   "does not import here")  # fmt: skip
+            self.get_logger().info(
+                "JPEG frames are decoded by OpenCV on the CPU: torchvision's decode_jpeg does not import here"
+            )
         # wall-clock timer: /diagnostics keep coming when use_sim_time is on and /clock is paused or absent
         self._timer = self.create_timer(
             values["diagnostics_period"],
@@ -222,9 +224,15 @@ class DetectorNodeBase(NodeParameters):
             self._depth.subscribe(image_qos(values["image_reliability"]))
         self._slots = FrameSlots(len(self.cameras))
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
-        self._loop = Worker(self, self._stream, [c.topics.name for c in self.cameras],
-                            [self._mask_camera(i) for i in range(len(self.cameras))], self._slots, self._share,
-                            self._frame_hw)  # fmt: skip
+        self._loop = Worker(
+            self,
+            self._stream,
+            [c.topics.name for c in self.cameras],
+            [self._mask_camera(i) for i in range(len(self.cameras))],
+            self._slots,
+            self._share,
+            self._frame_hw,
+        )
         self._stop = threading.Event()
         self._worker = threading.Thread(
             target=self._loop.run, args=(self._stop,), name="tiled-detector-worker", daemon=True
@@ -397,10 +405,15 @@ class DetectorNodeBase(NodeParameters):
         track_ids = found.track_ids
         camera.detections_pub.publish(
             detections_to_msg(
-                detections.boxes, detections.scores, detections.class_ids, msg.header, labels,
-                track_ids=track_ids, seen_ns=found.seen_ns,
+                detections.boxes,
+                detections.scores,
+                detections.class_ids,
+                msg.header,
+                labels,
+                track_ids=track_ids,
+                seen_ns=found.seen_ns,
             )
-        )  # fmt: skip
+        )
         if self._depth is not None:
             self._depth.publish(index, found, msg.header, labels)
         if camera.debug_pub.get_subscription_count() > 0:
@@ -493,13 +506,17 @@ class DetectorNodeBase(NodeParameters):
         statuses = [status(f"{name}: pipeline", {**values, **info}, found, str(engine.device))]
         if len(self.cameras) > 1:
             shares = self._share.fractions() if active else []  # each camera's recent fraction of engine time
-            for camera_index, (camera, count, problem) in enumerate(zip(self.cameras, publishers, silent,
-                                                                        strict=True)):  # fmt: skip
+            for camera_index, (camera, count, problem) in enumerate(
+                zip(self.cameras, publishers, silent, strict=True)
+            ):
                 own = self._counted(camera.stats.snapshot())
                 own.update(self._depth.counts(camera_index) if self._depth is not None else {})
-                own.update(image_topic=camera.image_topic, input_publishers=count,
-                           detections_topic=camera.detections_pub.topic_name,
-                           engine_share=shares[camera_index] if shares else 0.0)  # fmt: skip
+                own.update(
+                    image_topic=camera.image_topic,
+                    input_publishers=count,
+                    detections_topic=camera.detections_pub.topic_name,
+                    engine_share=shares[camera_index] if shares else 0.0,
+                )
                 if camera_index in self._frame_hw:
                     height, width = self._frame_hw[camera_index]
                     own["frame_size"] = f"{width}x{height}"

@@ -89,10 +89,11 @@ class NodeParameters:
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     def _check_override_types(self) -> None:
-        """Refuse a parameter given with the wrong type anywhere in the override chain (params files in order,
-        then -p) instead of ignoring it, and give the node the last value given (rcl keeps the first value's type
-        and drops later ones of another type); an integer for a floating-point parameter (`conf_threshold: 1`)
-        is taken as that number."""
+        """Refuse a parameter of the wrong type anywhere in the override chain; give the node the last value.
+
+        The chain: params files in order, then -p. rcl keeps the first value's type and drops later ones of
+        another type, where a wrong type should be an error; an integer for a floating-point parameter
+        (`conf_threshold: 1`) is taken as that number."""
         overrides = getattr(self, "_parameter_overrides", {})
         given = given_parameters(getattr(self, "_argv", None) or sys.argv, self.get_fully_qualified_name())
         for param in PARAMS:

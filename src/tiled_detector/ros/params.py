@@ -48,16 +48,37 @@ class OutputFormat(Option):
 
 
 NODE_PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("transport", Choice(option=Transport), "raw",
-              "raw subscribes `image`; compressed subscribes `image/compressed`", True),
-    Parameter("image_reliability", Choice(option=Reliability), "best_effort",
-              "QoS reliability of the image subscription (depth 1)", True),
+    Parameter(
+        "transport",
+        Choice(option=Transport),
+        "raw",
+        "raw subscribes `image`; compressed subscribes `image/compressed`",
+        True,
+    ),
+    Parameter(
+        "image_reliability",
+        Choice(option=Reliability),
+        "best_effort",
+        "QoS reliability of the image subscription (depth 1)",
+        True,
+    ),
     Parameter("diagnostics_period", Number(0.1, 60.0), 1.0, "seconds between /diagnostics messages", True),
-    Parameter("cameras", Names(), None, "image topics of several cameras, detected together in one engine batch; "
-              "each publishes <its namespace>/detections; empty = the one `image` input", True),
-    Parameter("output_format", Choice(option=OutputFormat), "labels",
-              "class_id field: label names (labels) or numeric ids (ids)", False),
-)  # fmt: skip
+    Parameter(
+        "cameras",
+        Names(),
+        None,
+        "image topics of several cameras, detected together in one engine batch; "
+        "each publishes <its namespace>/detections; empty = the one `image` input",
+        True,
+    ),
+    Parameter(
+        "output_format",
+        Choice(option=OutputFormat),
+        "labels",
+        "class_id field: label names (labels) or numeric ids (ids)",
+        False,
+    ),
+)
 
 PARAMS: tuple[Parameter, ...] = DETECTOR_PARAMETERS + NODE_PARAMETERS
 BY_NAME: Mapping[str, Parameter] = {p.name: p for p in PARAMS}

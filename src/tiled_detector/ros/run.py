@@ -47,9 +47,8 @@ def run_node(node_type: Callable[..., Any], name: str, args: Sequence[str] | Non
             return 1
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        while (
-            rclpy.ok() and not node.finished
-        ):  # a wall-clock wake-up: Ctrl-C is handled even while sim time stands still
+        # a wall-clock wake-up: Ctrl-C is handled even while sim time stands still
+        while rclpy.ok() and not node.finished:
             executor.spin_once(timeout_sec=SPIN_WAKE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

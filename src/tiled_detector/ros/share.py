@@ -8,10 +8,10 @@ camera whose fraction is above an equal share, 1/N of the time with N the camera
 `ACTIVE_S` seconds, is held: its newest frame waits in its slot and the node takes no new message of it (they wait
 in the middleware, where newer ones replace them: counted as skipped), and the others' frames are batched without
 it until its fraction falls back under the share. Leaving its messages in the middleware matters as much as the
-engine time: converting a flood of 8K messages costs the node's executor about 0.1 s each. With one camera sending
-nothing is held. Holding is not work-conserving on purpose: the engine may idle briefly rather than start a frame
-that makes every other camera's next frame wait for it. The state is one decayed number and one arrival time per
-camera, reset with the node's cameras.
+engine time: converting every message of a flood of 8K frames would keep the node's executor busy
+(docs/PERFORMANCE.md). With one camera sending nothing is held. Holding is not work-conserving on purpose: the
+engine may idle briefly rather than start a frame that makes every other camera's next frame wait for it. The state
+is one decayed number and one arrival time per camera, reset with the node's cameras.
 
 A costly frame also runs in parts (`view_cap`: at most twice the cheapest sending camera's views per batch, the
 stream's frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's
@@ -46,8 +46,13 @@ class EngineShare:
     """Equal shares of the engine's time between the cameras that are sending (thread-safe: frames arrive on the
     executor's thread, batches are charged on the worker's)."""
 
-    def __init__(self, cameras: int, tau_s: float = TAU_S, active_s: float = ACTIVE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cameras: int,
+        tau_s: float = TAU_S,
+        active_s: float = ACTIVE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._tau, self._active = tau_s, active_s

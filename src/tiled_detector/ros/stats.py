@@ -34,9 +34,9 @@ _INT32_MAX = (1 << 31) - 1
 class LostFrames:
     """Frames a subscription lost on the way, from the middleware's message-lost events: what the cumulative
     `total_count` grew by since the last event when it is a count, else one frame (the event itself says at least
-    one was lost). rmw_fastrtps (kilted, PyPI) hands over values that are no counts for fragmented frames (seen:
-    int32 -2**31 and -1 sign-extended to 64 bits, 2**31 - 1, and 0 repeated); summing `total_count_change` as
-    it came, /diagnostics once reported 206158430621 frames lost of 640 sent."""
+    one was lost). rmw_fastrtps (kilted, PyPI) hands over values that are no counts for fragmented frames (int32
+    -2**31 and -1 sign-extended to 64 bits, 2**31 - 1, and 0 repeated), so `total_count_change` summed as it
+    comes can count billions of frames lost of a few hundred sent."""
 
     def __init__(self) -> None:
         self._total = 0
@@ -127,11 +127,8 @@ class Stats:
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
         self.stages: dict[str, deque[float]] = {}
-        self.views, self.views_max, self.predicted = (
-            0,
-            0,
-            0,
-        )  # engine views run, their most in a frame, carried
+        # engine views run, their most in a frame, carried
+        self.views = self.views_max = self.predicted = 0
         self._last_counts = dict(self.counts)
         self._last_time = time.monotonic()
 

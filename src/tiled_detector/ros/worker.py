@@ -122,22 +122,27 @@ class Worker:
             self.frame_hw[arrival.index] = (int(frame.shape[0]), int(frame.shape[1]))
             jobs.append(
                 Job(
-                    self.names[arrival.index], frame, self.host.stamp(arrival.message), encoding,
-                    slot=arrival.index, mask_camera=self.mask_cameras[arrival.index], context=arrival,
+                    self.names[arrival.index],
+                    frame,
+                    self.host.stamp(arrival.message),
+                    encoding,
+                    slot=arrival.index,
+                    mask_camera=self.mask_cameras[arrival.index],
+                    context=arrival,
                 )
-            )  # fmt: skip
+            )
         paired = self.host.depths([(j.context.index, j.stamp_ns, j.frame.shape[:2]) for j in jobs])
         jobs = [replace(job, depth=depth) for job, depth in zip(jobs, paired, strict=True)]
         jobs.extend(parts)
         self.largest_batch = max(self.largest_batch, len(jobs))
         start = time.monotonic()
-        steps = self._detect(jobs, self._view_cap(jobs))
+        steps = self._detect(jobs, self.frame_view_cap(jobs))
         self.share.charge([(s.job.context.index, s.views) for s in steps], time.monotonic() - start)
         for step in steps:
             if step.result is not None:
                 self.host.publish(step.job.context, step.job, step.result)
 
-    def _view_cap(self, jobs: Sequence[Job]) -> int:
+    def frame_view_cap(self, jobs: Sequence[Job]) -> int:
         """The most views a frame runs in one batch (`ros.share.view_cap`), from the views of the frames of the
         cameras sending (their last size, or the size in this batch)."""
         if len(self.names) < 2:

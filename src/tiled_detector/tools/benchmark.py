@@ -38,10 +38,30 @@ from tiled_detector.types import Detections
 
 T = TypeVar("T")
 
-COLUMNS = ("backend", "precision", "size", "input", "tile_size", "cuda_graph", "views", "views_per_frame", "views_per_frame_max",
-           "engine_calls", "detections", "total_ms", "total_p95_ms",
-           "model_only_ms", "model_only_graph_ms", "ratio", "fps", "h2d_bytes", "d2h_bytes", "peak_gpu_mb",
-           "tracker_300_ms", "status")  # fmt: skip
+COLUMNS = (
+    "backend",
+    "precision",
+    "size",
+    "input",
+    "tile_size",
+    "cuda_graph",
+    "views",
+    "views_per_frame",
+    "views_per_frame_max",
+    "engine_calls",
+    "detections",
+    "total_ms",
+    "total_p95_ms",
+    "model_only_ms",
+    "model_only_graph_ms",
+    "ratio",
+    "fps",
+    "h2d_bytes",
+    "d2h_bytes",
+    "peak_gpu_mb",
+    "tracker_300_ms",
+    "status",
+)
 TRACKED_DETECTIONS = 300  # detections per frame of the tracker's cost column
 FRAME_NS = 33_333_333  # a benchmarked stream's frame period (30 Hz)
 
@@ -123,9 +143,10 @@ def model_only(detector: TiledDetector, views: int) -> tuple[Callable[[], Any], 
     model whose forward cannot be captured)."""
     engine = detector.engine
     shape = (views, *engine.input.shape[1:])
+    # in the layout the pipeline's preprocessor writes
     batch = torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(
         engine.device, engine.input.dtype, memory_format=engine.memory_format
-    )  # in the layout the pipeline's preprocessor writes
+    )
     chunks = torch.split(batch, engine.max_batch)
     eager = lambda: [engine.infer(chunk) for chunk in chunks]  # noqa: E731
     if engine.device.type != "cuda" or not engine.capturable:
@@ -210,8 +231,10 @@ def measure(
         else "",
     )
     names = [n for n in stages[0] if n != "total"]
-    row.stages = {n: (statistics.median(s.get(n, 0.0) for s in stages), _p95([s.get(n, 0.0) for s in stages]))
-                  for n in names}  # fmt: skip
+    row.stages = {
+        n: (statistics.median(s.get(n, 0.0) for s in stages), _p95([s.get(n, 0.0) for s in stages]))
+        for n in names
+    }
     return row
 
 
@@ -307,21 +330,27 @@ def _model_ms(row: Row) -> float | None:
 def table(rows: Sequence[Row]) -> str:
     """A fixed-width table of the main columns (views: engine images per frame; under a tile budget, the mean run
     per frame / the plan's)."""
-    lines = [f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>7} {'total ms':>9} {'model ms':>9} "
-             f"{'ratio':>6} {'fps':>7}  status"]  # fmt: skip
+    lines = [
+        f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>7} {'total ms':>9} {'model ms':>9} "
+        f"{'ratio':>6} {'fps':>7}  status"
+    ]
     for row in rows:
         v = row.values
         if row.status != "ok":
-            lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>7} {'':>9} {'':>9} {'':>6} "
-                         f"{'':>7}  {row.status}")  # fmt: skip
+            lines.append(
+                f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>7} {'':>9} {'':>9} {'':>6} "
+                f"{'':>7}  {row.status}"
+            )
             continue
         model = _model_ms(row)  # None for a peer, timed end to end only
         model_text, ratio = ("", "") if model is None else (f"{model:.2f}", f"{v['ratio']:.2f}")
         views = v.get("views", "")  # with a tile budget: the mean views run per frame of the plan's
         if v.get("views_per_frame", views) != views:
             views = f"{v['views_per_frame']:g}/{views}"
-        lines.append(f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>7} {v['total_ms']:>9.2f} "
-                     f"{model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok")  # fmt: skip
+        lines.append(
+            f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>7} {v['total_ms']:>9.2f} "
+            f"{model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok"
+        )
     return "\n".join(lines)
 
 

@@ -102,8 +102,12 @@ def calibration_set(source: Path | None) -> CalibrationSet:
     bundled sample frames). ValueError / FileNotFoundError (one line) when the source holds no readable image."""
     if source is None:
         recipe = f"synthetic seed {SAMPLE_SEED} frames {SAMPLE_FRAMES} size {SAMPLE_SIZE}"
-        return CalibrationSet(None, SAMPLE_FRAMES, hashlib.sha256(recipe.encode()).hexdigest(),
-                              lambda: synthetic_frames(SAMPLE_FRAMES, SAMPLE_SEED, *SAMPLE_SIZE))  # fmt: skip
+        return CalibrationSet(
+            None,
+            SAMPLE_FRAMES,
+            hashlib.sha256(recipe.encode()).hexdigest(),
+            lambda: synthetic_frames(SAMPLE_FRAMES, SAMPLE_SEED, *SAMPLE_SIZE),
+        )
     source = Path(source)
     if not source.exists():
         raise FileNotFoundError(
@@ -116,8 +120,9 @@ def calibration_set(source: Path | None) -> CalibrationSet:
             digest.update(hashlib.sha256(raw).digest())
         if not chosen:
             raise ValueError(f"no image message in {source}")
-        return CalibrationSet(source, len(chosen), digest.hexdigest(),
-                              lambda: bag_frames(source, chosen.__contains__))  # fmt: skip
+        return CalibrationSet(
+            source, len(chosen), digest.hexdigest(), lambda: bag_frames(source, chosen.__contains__)
+        )
     if not source.is_dir():
         raise ValueError(f"calibration source {source} is neither a folder of images nor a rosbag2 bag")
     paths = image_paths(source)
@@ -164,13 +169,26 @@ def quantized_key(
     """The cache key of the Q/DQ model `config`'s model makes with `calibration`."""
     import onnxruntime  # the quantizer's version (imported only when quantizing)
 
-    tiling = (("tile_hw", str(config.tile_hw_for(input_hw))), ("overlap", repr(config.overlap)),
-              ("full_frame", str(config.full_frame)), ("input_hw", str(input_hw)),
-              ("input_format", repr(input_format)))  # fmt: skip
-    versions = (("tiled_detector", tiled_detector.__version__), ("onnxruntime", onnxruntime.__version__),
-                ("onnx", onnx.__version__))  # fmt: skip
-    return QuantizedKey(Path(config.model).stem, sha256_file(config.model), calibration.digest, tiling,
-                        calibration.count, versions)  # fmt: skip
+    tiling = (
+        ("tile_hw", str(config.tile_hw_for(input_hw))),
+        ("overlap", repr(config.overlap)),
+        ("full_frame", str(config.full_frame)),
+        ("input_hw", str(input_hw)),
+        ("input_format", repr(input_format)),
+    )
+    versions = (
+        ("tiled_detector", tiled_detector.__version__),
+        ("onnxruntime", onnxruntime.__version__),
+        ("onnx", onnx.__version__),
+    )
+    return QuantizedKey(
+        Path(config.model).stem,
+        sha256_file(config.model),
+        calibration.digest,
+        tiling,
+        calibration.count,
+        versions,
+    )
 
 
 def int8_model(
@@ -191,13 +209,24 @@ def int8_model(
         LOG.warning(SAMPLE_WARNING)
     calibration = calibration_set(config.calibration)
     if calibration.count < FEW_FRAMES:
-        LOG.warning("int8: only %d calibration frames in %s; %d or more calibrate better", calibration.count,
-                    calibration.source, FEW_FRAMES)  # fmt: skip
+        LOG.warning(
+            "int8: only %d calibration frames in %s; %d or more calibrate better",
+            calibration.count,
+            calibration.source,
+            FEW_FRAMES,
+        )
     input_hw = model_input_hw(config)
     input_format = model_input_format(config, input_hw)
     key = quantized_key(config, calibration, input_hw, input_format)
-    tiling = runtime_tiling(torch.device("cpu"), torch.float32, input_hw, config.tile_hw_for(input_hw), config.overlap,
-                            config.full_frame, input_format)  # fmt: skip
+    tiling = runtime_tiling(
+        torch.device("cpu"),
+        torch.float32,
+        input_hw,
+        config.tile_hw_for(input_hw),
+        config.overlap,
+        config.full_frame,
+        input_format,
+    )
 
     def batches() -> Iterator[np.ndarray]:
         for index, frame in enumerate(calibration.frames()):
@@ -207,8 +236,12 @@ def int8_model(
 
     def build(output: Path) -> None:
         where = calibration.source or "the bundled sample frames"
-        LOG.warning("int8: quantizing %s from %d frames of %s (once: the Q/DQ model is cached)",
-                    config.model, calibration.count, where)  # fmt: skip
+        LOG.warning(
+            "int8: quantizing %s from %d frames of %s (once: the Q/DQ model is cached)",
+            config.model,
+            calibration.count,
+            where,
+        )
         quantize_onnx(Path(config.model), batches(), output)
 
     return cached_quantized(key, build, cache_dir)

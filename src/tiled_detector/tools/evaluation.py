@@ -48,8 +48,15 @@ DEFAULT_SEED = 7  # held out: training samples come from make_crop streams, neve
 METRICS = ("AP", "AP50", "AP_small", "recall", "duplicate_rate", "ms_per_frame")
 MOT_METRICS = ("IDF1", "MOTA", "id_switches")
 LATENCY_METRICS = ("latency_p50", "latency_p95", "latency_max", "latency_vs_full_p95", "latency_vs_full_max")
-STREAM_METRICS = ("views_per_frame", "views_per_frame_max", "frames_per_second", "predicted_boxes",
-                  *LATENCY_METRICS, "motion_error_px", "motion_fallbacks")  # fmt: skip
+STREAM_METRICS = (
+    "views_per_frame",
+    "views_per_frame_max",
+    "frames_per_second",
+    "predicted_boxes",
+    *LATENCY_METRICS,
+    "motion_error_px",
+    "motion_fallbacks",
+)
 FRAME_NS = 33_333_333  # stamps of an evaluated sequence: 30 Hz
 MERGES = tuple(method.value for method in MergeMethod)  # every merge method, so a new one is evaluated too
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", *(f"tiles+full/{m}" for m in MERGES))
@@ -130,9 +137,11 @@ class _Tally:
 
 
 def first_detections(
-    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], found: Sequence[Detections],
-    fresh: Sequence[np.ndarray], iou: float = 0.5,
-) -> dict[int, int]:  # fmt: skip
+    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    found: Sequence[Detections],
+    fresh: Sequence[np.ndarray],
+    iou: float = 0.5,
+) -> dict[int, int]:
     """Object id -> the first frame in which a box detected in that frame matches it (same class, IoU >= `iou`);
     `identities` per frame: the truth's boxes, class ids and object ids."""
     first: dict[int, int] = {}
@@ -149,8 +158,10 @@ def first_detections(
 
 
 def new_object_latency(
-    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], found: dict[int, int], reference: dict[int, int]
-) -> dict[str, float]:  # fmt: skip
+    identities: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    found: dict[int, int],
+    reference: dict[int, int],
+) -> dict[str, float]:
     """p50 / p95 / max frames from each new object's first appearance to its first detection (module docstring),
     over the objects `reference` (full tiling's first detections) found; `found`: this configuration's."""
     appeared: dict[int, int] = {}
@@ -164,8 +175,13 @@ def new_object_latency(
     delays = [found.get(i, frames) - appeared[i] for i in new]
     later = [found.get(i, frames) - reference[i] for i in new]
     p50, p95 = np.percentile(delays, [50, 95])
-    return {"latency_p50": float(p50), "latency_p95": float(p95), "latency_max": float(max(delays)),
-            "latency_vs_full_p95": float(np.percentile(later, 95)), "latency_vs_full_max": float(max(later))}  # fmt: skip
+    return {
+        "latency_p50": float(p50),
+        "latency_p95": float(p95),
+        "latency_max": float(max(delays)),
+        "latency_vs_full_p95": float(np.percentile(later, 95)),
+        "latency_vs_full_max": float(max(later)),
+    }
 
 
 def evaluate(
@@ -195,17 +211,25 @@ def evaluate(
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     distinct: dict[str, str] = {}  # config name -> name of the first equal config
     for name, variant in variants.items():
-        distinct[name] = next(n for n in variants if (variants[n].config, schedule_kind(n)) == (variant.config,
-                              schedule_kind(name)))  # fmt: skip
+        key = (variant.config, schedule_kind(name))
+        distinct[name] = next(n for n in variants if (variants[n].config, schedule_kind(n)) == key)
     tallies = {
-        name: _Tally([], stream=Stream(variants[name], schedule_kind(name)) if motion else None,
-                     ids=[] if motion else None, fresh=[] if motion else None)
-        for name in configs if distinct[name] == name
-    }  # fmt: skip
+        name: _Tally(
+            [],
+            stream=Stream(variants[name], schedule_kind(name)) if motion else None,
+            ids=[] if motion else None,
+            fresh=[] if motion else None,
+        )
+        for name in configs
+        if distinct[name] == name
+    }
     truth: list[tuple[np.ndarray, np.ndarray]] = []
     identities: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    scenes = (make_sequence(seed, frames, width, height, camera or MotionStyle()) if motion
-              else (make_scene(scene_seed(seed, index), width, height) for index in range(frames)))  # fmt: skip
+    scenes = (
+        make_sequence(seed, frames, width, height, camera or MotionStyle())
+        if motion
+        else (make_scene(scene_seed(seed, index), width, height) for index in range(frames))
+    )
     for index, scene in enumerate(scenes):
         truth.append((scene.boxes, scene.class_ids))
         if motion:
@@ -250,24 +274,39 @@ def evaluate(
         reference = firsts[next(iter(tallies))]
         for name, tally in tallies.items():
             computed[name].update(
-                **mot_metrics([(b, i) for b, _, i in identities],
-                              [(d.boxes, i) for d, i in zip(tally.detections, tally.ids or [], strict=True)]),
+                **mot_metrics(
+                    [(b, i) for b, _, i in identities],
+                    [(d.boxes, i) for d, i in zip(tally.detections, tally.ids or [], strict=True)],
+                ),
                 views_per_frame=float(np.mean(tally.views)),
                 views_per_frame_max=int(max(tally.views)),
                 frames_per_second=frames / max(tally.wall_s, 1e-9),
                 predicted_boxes=tally.predicted,
                 **new_object_latency(identities, firsts[name], reference),
-            )  # fmt: skip
+            )
             if tally.motion_errors:
-                computed[name].update(motion_error_px=float(np.mean(tally.motion_errors)),
-                                      motion_fallbacks=tally.fallbacks)  # fmt: skip
+                computed[name].update(
+                    motion_error_px=float(np.mean(tally.motion_errors)), motion_fallbacks=tally.fallbacks
+                )
     return {name: dict(computed[distinct[name]]) for name in configs}
 
 
-_COUNTS = {"id_switches", "views_per_frame_max", "predicted_boxes", "latency_max", "latency_vs_full_max",
-           "motion_fallbacks"}  # fmt: skip
-_ONE_DECIMAL = {"ms_per_frame", "frames_per_second", "views_per_frame", "latency_p50", "latency_p95",
-                "latency_vs_full_p95"}  # fmt: skip
+_COUNTS = {
+    "id_switches",
+    "views_per_frame_max",
+    "predicted_boxes",
+    "latency_max",
+    "latency_vs_full_max",
+    "motion_fallbacks",
+}
+_ONE_DECIMAL = {
+    "ms_per_frame",
+    "frames_per_second",
+    "views_per_frame",
+    "latency_p50",
+    "latency_p95",
+    "latency_vs_full_p95",
+}
 _TWO_DECIMALS = {"motion_error_px"}
 
 
@@ -326,19 +365,20 @@ def budget_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     names = sorted(results, key=lambda n: results[n]["views_per_frame"])
     fig, quality = plt.subplots(figsize=(7.5, 4.5))
     speed = quality.twinx()
-    for kind, style in zip(
-        ScheduleKind, ("-", ":", "-."), strict=True
-    ):  # the budget's schedule and the others
+    styles = ("-", ":", "-.")  # the budget's schedule and the others
+    for kind, style in zip(ScheduleKind, styles, strict=True):
         series = [n for n in names if schedule_kind(n) is kind or n == "every tile"]
         views = [results[n]["views_per_frame"] for n in series]
         label = "" if kind is ScheduleKind.TRACKS else f" ({kind.value})"
         for metric, marker in (("AP50", "o"), ("IDF1", "s")):
             if all(metric in results[n] for n in series):
-                quality.plot(views, [results[n][metric] for n in series], style, marker=marker,
-                             label=metric + label)  # fmt: skip
+                quality.plot(
+                    views, [results[n][metric] for n in series], style, marker=marker, label=metric + label
+                )
         if kind is ScheduleKind.TRACKS:
-            speed.plot(views, [results[n]["frames_per_second"] for n in series], "k--", marker="^",
-                       label="frames/s")  # fmt: skip
+            speed.plot(
+                views, [results[n]["frames_per_second"] for n in series], "k--", marker="^", label="frames/s"
+            )
             for name, x in zip(series, views, strict=True):
                 quality.annotate(name, (x, 0.05), rotation=90, fontsize="x-small", ha="center")
     quality.set_ylim(0, 1.05)

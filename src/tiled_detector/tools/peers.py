@@ -106,10 +106,11 @@ def yolox_detections(
 
 
 PICODET_MEAN, PICODET_STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # RGB, on 0-1
+# BGR, 0-255
 NANODET_MEAN, NANODET_STD = (
     np.array([103.53, 116.28, 123.675]),
     np.array([57.375, 57.12, 58.395]),
-)  # BGR, 0-255
+)
 GFL_NMS_PRE = 1000  # anchors kept per stride before NMS (both families)
 
 
@@ -311,9 +312,13 @@ def model_family(
 
 
 def sahi_model(
-    model: str | Path, family: str, labels: Sequence[str], device: str = "cpu", confidence_threshold: float = 0.25,
+    model: str | Path,
+    family: str,
+    labels: Sequence[str],
+    device: str = "cpu",
+    confidence_threshold: float = 0.25,
     backend: str = "auto",
-) -> Any:  # fmt: skip
+) -> Any:
     """A SAHI `DetectionModel` running a model of `family` with its own pre- and post-processing (`PeerRunner`;
     SAHI hands it RGB slices). Imports sahi (an optional extra)."""
     from sahi.models.base import DetectionModel
@@ -357,12 +362,19 @@ def sahi_model(
             if full is not None:  # SAHI's ultralytics model clips to the full image the same way
                 boxes = np.minimum(boxes, np.array([full[1], full[0], full[1], full[0]], np.float32))
             found = [
-                ObjectPrediction(bbox=box, category_id=int(class_id), score=float(score),
-                                 category_name=labels[class_id], shift_amount=shift, full_shape=full or self._shape)
-                for box, score, class_id in zip(np.maximum(boxes, 0.0).tolist(), scores.tolist(), classes.tolist(),
-                                                strict=True)
+                ObjectPrediction(
+                    bbox=box,
+                    category_id=int(class_id),
+                    score=float(score),
+                    category_name=labels[class_id],
+                    shift_amount=shift,
+                    full_shape=full or self._shape,
+                )
+                for box, score, class_id in zip(
+                    np.maximum(boxes, 0.0).tolist(), scores.tolist(), classes.tolist(), strict=True
+                )
                 if box[0] < box[2] and box[1] < box[3]
-            ]  # fmt: skip
+            ]
             self._object_prediction_list_per_image = [found]
 
     return FamilyDetectionModel(device=device, confidence_threshold=confidence_threshold, load_at_init=True)

@@ -116,9 +116,8 @@ def mot_metrics(
         overlap = box_iou(
             np.asarray(truth_boxes, np.float64).reshape(-1, 4), np.asarray(boxes, np.float64).reshape(-1, 4)
         )
-        distances = np.where(
-            overlap >= iou, 1.0 - overlap, np.nan
-        )  # NaN: cannot match (motmetrics' convention)
+        # NaN: cannot match (motmetrics' convention)
+        distances = np.where(overlap >= iou, 1.0 - overlap, np.nan)
         accumulator.update(np.asarray(truth_ids).tolist(), np.asarray(ids).tolist(), distances)
     summary = motmetrics.metrics.create().compute(accumulator, metrics=["idf1", "mota", "num_switches"])
     row = summary.iloc[0]

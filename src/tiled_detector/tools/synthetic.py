@@ -423,9 +423,13 @@ def frame_motion(views: np.ndarray) -> np.ndarray:
 
 
 def make_sequence(
-    seed: int, frames: int, width: int = 1920, height: int = 1080, motion: MotionStyle | None = None,
+    seed: int,
+    frames: int,
+    width: int = 1920,
+    height: int = 1080,
+    motion: MotionStyle | None = None,
     style: SceneStyle | None = None,
-) -> Iterator[TrackedScene]:  # fmt: skip
+) -> Iterator[TrackedScene]:
     """A moving scene, frame by frame: the objects of a `make_scene`-like frame (same classes, sizes, colours and
     distractors, over a background as wide as the pan needs) move at their own velocities; some pairs cross, some
     objects pass behind static occluders for a few frames, some enter and leave the frame; ground truth boxes are
@@ -464,11 +468,21 @@ def make_sequence(
             start[k] = meet - velocity[k] * middle
         velocity[2 * pair + 1] = -velocity[2 * pair]  # head on
         start[2 * pair + 1] = meet - velocity[2 * pair + 1] * middle
-    _arrive(np.random.default_rng([int(seed), width, height, 5]), start, velocity, views, frames, (width, height),
-            range(2 * motion.crossing_pairs, n_obj), motion.arrivals_per_mpix)  # fmt: skip
+    _arrive(
+        np.random.default_rng([int(seed), width, height, 5]),
+        start,
+        velocity,
+        views,
+        frames,
+        (width, height),
+        range(2 * motion.crossing_pairs, n_obj),
+        motion.arrivals_per_mpix,
+    )
     order = rng.permutation(n_obj + n_dis)
-    occluders = [(rng.uniform(lo[0], hi[0]), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
-                 for _ in range(motion.occluders)]  # fmt: skip
+    occluders = [
+        (rng.uniform(lo[0], hi[0]), rng.uniform(0, height), rng.uniform(20, 60), rng.uniform(20, 60))
+        for _ in range(motion.occluders)
+    ]
     finish_seed = [int(seed), width, height, 3]
     steps = frame_motion(views)
     for t, view in enumerate(views):
@@ -477,8 +491,13 @@ def make_sequence(
             image = background[:, x0 : x0 + width].copy()
         else:
             from_background = view @ np.array([[1.0, 0.0, lo[0]], [0.0, 1.0, lo[1]], [0.0, 0.0, 1.0]])
-            image = cv2.warpAffine(background, from_background[:2], (width, height), flags=cv2.INTER_LINEAR,
-                                   borderMode=cv2.BORDER_REFLECT)  # fmt: skip
+            image = cv2.warpAffine(
+                background,
+                from_background[:2],
+                (width, height),
+                flags=cv2.INTER_LINEAR,
+                borderMode=cv2.BORDER_REFLECT,
+            )
         scale, turn = math.sqrt(abs(np.linalg.det(view[:2, :2]))), math.atan2(view[1, 0], view[0, 0])
         owner = np.full((height, width), -1, np.int16)
         full_area = np.zeros(n_obj, np.int64)
@@ -487,8 +506,8 @@ def make_sequence(
         for k in order:
             size, angle, shape, colour = looks[k]
             shade = np.random.default_rng([int(seed), int(k), 4])  # the same shading in every frame
-            area, region = _paint(shade, image, owner, k if k < n_obj else -1, (size * scale, angle + turn, shape,
-                                  colour), *centres[k])  # fmt: skip
+            look = (size * scale, angle + turn, shape, colour)
+            area, region = _paint(shade, image, owner, k if k < n_obj else -1, look, *centres[k])
             if k < n_obj:
                 full_area[k], regions[k] = area, region or (0, 0, 0, 0)
         for ox, oy, ax, ay in occluders:  # background-coloured blobs in front of everything
@@ -505,9 +524,15 @@ def make_sequence(
 
 
 def _arrive(
-    rng: np.random.Generator, start: np.ndarray, velocity: np.ndarray, views: np.ndarray, frames: int,
-    size: tuple[int, int], candidates: range, arrivals_per_mpix: float,
-) -> None:  # fmt: skip
+    rng: np.random.Generator,
+    start: np.ndarray,
+    velocity: np.ndarray,
+    views: np.ndarray,
+    frames: int,
+    size: tuple[int, int],
+    candidates: range,
+    arrivals_per_mpix: float,
+) -> None:
     """Turn some of the `candidates` objects into arrivals (`MotionStyle.arrivals_per_mpix`): each starts outside a
     random edge and crosses it, heading inwards, at a random frame (its path set in `start` / `velocity`)."""
     width, height = size
@@ -516,14 +541,17 @@ def _arrive(
         enter = rng.uniform(0.15, 0.7) * frames
         edge = int(rng.integers(4))  # left, top, right, bottom
         along = rng.uniform(0.1, 0.9)
-        point = [(-40.0, along * height), (along * width, -40.0), (width + 40.0, along * height),
-                 (along * width, height + 40.0)][edge]  # fmt: skip
+        point = [
+            (-40.0, along * height),
+            (along * width, -40.0),
+            (width + 40.0, along * height),
+            (along * width, height + 40.0),
+        ][edge]
         inward = [0.0, 0.5 * math.pi, math.pi, 1.5 * math.pi][edge] + rng.uniform(-0.8, 0.8)
         speed = max(float(np.hypot(*velocity[k])), 60.0 / max(frames, 1), 1.5)
         velocity[k] = speed * np.array([math.cos(inward), math.sin(inward)])
-        at = move_points(np.linalg.inv(views[min(int(enter), frames - 1)])[:2], np.array([point]))[
-            0
-        ]  # in the world
+        # in the world
+        at = move_points(np.linalg.inv(views[min(int(enter), frames - 1)])[:2], np.array([point]))[0]
         start[k] = at - velocity[k] * enter
 
 

@@ -394,9 +394,13 @@ class ByteTrack:
         )
 
     def _by_distance(
-        self, predicted: np.ndarray, boxes: np.ndarray, class_ids: np.ndarray, tracks: np.ndarray,
+        self,
+        predicted: np.ndarray,
+        boxes: np.ndarray,
+        class_ids: np.ndarray,
+        tracks: np.ndarray,
         detections: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Matches of the `tracks` (bool: confirmed, left unmatched) with the `detections` (bool: high-score, left
         over) of their class, by the distance of the centres in units of the larger box's longer side, below
         `DISTANCE_GATE` per frame since the track's last match (at most `MAX_DISTANCE_GATE`): a small object that
@@ -449,8 +453,9 @@ class ByteTrack:
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou
         wide = grown(predicted, buffer)
-        i, j, _ = overlapping(wide, grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS],
-                              class_ids[useful])  # fmt: skip
+        i, j, _ = overlapping(
+            wide, grown(boxes[useful], np.full(len(useful), MAX_BUFFER)), t[:, _CLASS], class_ids[useful]
+        )
         j = useful[j]
         a, b = grown(predicted[i], buffer[i]), grown(boxes[j], buffer[i])
         inter = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None).prod(axis=1)

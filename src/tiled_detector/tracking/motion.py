@@ -96,8 +96,9 @@ def _patches(thumb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     top = (thumb.shape[0] - (rows - 1) * stride - PATCH) // 2
     left = (thumb.shape[1] - (cols - 1) * stride - PATCH) // 2
     patches = thumb[top:, left:].unfold(0, PATCH, stride).unfold(1, PATCH, stride)[:rows, :cols]
-    ys, xs = torch.meshgrid(torch.arange(rows, device=thumb.device), torch.arange(cols, device=thumb.device),
-                            indexing="ij")  # fmt: skip
+    ys, xs = torch.meshgrid(
+        torch.arange(rows, device=thumb.device), torch.arange(cols, device=thumb.device), indexing="ij"
+    )
     centres = torch.stack([left + xs * stride + PATCH / 2, top + ys * stride + PATCH / 2], dim=-1)
     return patches.reshape(-1, PATCH, PATCH), centres.reshape(-1, 2).float()
 
@@ -138,24 +139,24 @@ def patch_shifts(
 def fit_similarity(
     centres: torch.Tensor, shifts: torch.Tensor, peak: torch.Tensor, size_hw: tuple[int, int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The similarity (2, 3) (thumbnail pixels, float64) that moves `centres` by `shifts`, by least squares weighted
-    by the peaks of the textured patches and reweighted `REFITS` times (patches off the fit by more than
-    `INLIER_PX` set aside), and whether it passes the checks of the module docstring (a 0-d bool tensor)."""
+    """The similarity (2, 3) that moves `centres` by `shifts`, and whether it passes the module's checks.
+
+    Thumbnail pixels, float64; least squares weighted by the peaks of the textured patches and reweighted `REFITS`
+    times (patches off the fit by more than `INLIER_PX` set aside); the checks' result is a 0-d bool tensor."""
     # the centre as python numbers: no host-to-device copy (the estimate is captured as a CUDA graph)
     ox, oy = size_hw[1] / 2, size_hw[0] / 2
     x, y = centres[:, 0].double() - ox, centres[:, 1].double() - oy
     one, zero = torch.ones_like(x), torch.zeros_like(x)
     # shift = [[s - 1, -r], [r, s - 1]] (x, y) + (tx, ty): linear in (s - 1, r, tx, ty)
-    design = torch.stack(
-        [torch.stack([x, -y, one, zero], 1), torch.stack([y, x, zero, one], 1)], 1
-    )  # (K, 2, 4)
+    # (K, 2, 4)
+    design = torch.stack([torch.stack([x, -y, one, zero], 1), torch.stack([y, x, zero, one], 1)], 1)
     target = shifts.double()
     textured = (peak > MIN_PEAK).double()
     weight = textured * peak.double()
     for _ in range(REFITS + 1):
         w = weight[:, None, None]
-        normal = (design.transpose(1, 2) @ (w * design)).sum(0) + 1e-9 * torch.eye(4, device=x.device,
-                                                                                   dtype=torch.float64)  # fmt: skip
+        ridge = 1e-9 * torch.eye(4, device=x.device, dtype=torch.float64)
+        normal = (design.transpose(1, 2) @ (w * design)).sum(0) + ridge
         rhs = (design.transpose(1, 2) @ (w * target[:, :, None])).sum(0)
         params = torch.linalg.solve_ex(normal, rhs)[0][:, 0]
         error = (target - (design @ params)).norm(dim=1)
@@ -170,17 +171,19 @@ def fit_similarity(
     ok = (
         (confident >= MIN_PATCHES)
         & ((textured * agree).sum() >= 0.5 * confident)
-        & (scale >= SCALE_RANGE[0]) & (scale <= SCALE_RANGE[1])
+        & (scale >= SCALE_RANGE[0])
+        & (scale <= SCALE_RANGE[1])
         & (angle <= math.radians(MAX_ROTATION_DEG))
         & (torch.stack([tx, ty]).abs().max() <= MAX_SHIFT * max(size_hw))
-    )  # fmt: skip
+    )
     return matrix, ok
 
 
 def estimate(previous: torch.Tensor, current: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The camera motion from the previous thumbnail's frame to the current one's, as a (2, 3) float64 similarity
-    in frame pixels (a thumbnail pixel is `factor` frame pixels), and whether it passed the checks (a 0-d bool
-    tensor); both on the thumbnails' device, nothing read back."""
+    """The camera motion from the previous thumbnail's frame to the current one's, and whether it passed the checks.
+
+    A (2, 3) float64 similarity in frame pixels (a thumbnail pixel is `factor` frame pixels) and a 0-d bool tensor,
+    both on the thumbnails' device, nothing read back."""
     centres, shifts, peak = patch_shifts(previous, current)
     matrix, ok = fit_similarity(centres, shifts, peak, (previous.shape[0], previous.shape[1]))
     # frame pixel p = factor x (thumbnail pixel q + 1/2) - 1/2: conjugate the thumbnail's similarity into frames
