@@ -126,8 +126,9 @@ def reference_boxes(scores, dists, hw, centre):
     return np.concatenate(boxes), np.concatenate(scores)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("joined", [False, True])
-def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> None:
+def test_the_decode_equals_the_families_formula_on_random_outputs(joined, device) -> None:
     hw, classes, bins = (64, 96), 5, 6
     rng = np.random.default_rng(1 + joined)
     cells = [math.ceil(hw[0] / s) * math.ceil(hw[1] / s) for s in (8, 16, 32)]
@@ -143,8 +144,11 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> Non
             **{f"s{i}": torch.from_numpy(s)[None] for i, s in enumerate(scores)},
             **{f"b{i}": torch.from_numpy(d)[None] for i, d in enumerate(dists)},
         }
+    outputs = {name: tensor.to(device) for name, tensor in outputs.items()}
     boxes, all_scores = reference_boxes(scores, dists, hw, 0.0 if joined else 0.5)
     found = decode_outputs(outputs, "gfl", 0.0, 10_000, num_classes=classes, input_hw=hw)
+    assert found.boxes.device.type == device
+    found = type(found)(*(t.cpu() for t in found))
     order = np.argsort(-found.scores.numpy())
     want = np.argsort(-all_scores.max(1))
     assert len(found.scores) == sum(cells)
@@ -165,6 +169,7 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined) -> Non
     )
     assert padded.boxes.shape == (14, 4) and padded.image_index.tolist() == [0] * 7 + [1] * 7
     kept = padded.compact()
+    assert kept.boxes.device.type == device
     assert set(kept.class_ids.tolist()) <= {1, 3} and (kept.scores[kept.class_ids == 3] > 0.9).all()
 
 
