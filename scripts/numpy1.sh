@@ -27,6 +27,7 @@ print(f"[numpy1] numpy {numpy.__version__}, OpenCV {cv2.__version__}")
 PY
 cd "$root"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider test/test_tiling.py test/test_merge.py test/test_decode.py \
-  test/test_preprocess.py test/test_detector.py test/test_policy.py test/test_tracking.py test/test_schedule.py \
-  test/test_stream.py test/test_quantize.py test/test_engines.py test/test_exports.py test/test_rebatch.py \
-  test/test_yolox.py test/test_gfl.py test/test_resolve.py
+  test/test_preprocess.py test/test_detector.py test/test_policy.py test/test_bytetrack.py test/test_tracks.py \
+  test/test_looks.py test/test_geometry.py test/test_schedule.py test/test_stream.py test/test_positions.py \
+  test/test_depth.py test/test_depth_sync.py test/test_quantize.py test/test_engines.py test/test_exports.py \
+  test/test_rebatch.py test/test_yolox.py test/test_gfl.py test/test_resolve.py
