@@ -886,17 +886,21 @@ def test_a_costly_camera_runs_in_parts_between_the_other_cameras_frames(tmp_path
     with _camera_clients(tmp_path, "cost") as (clients, diagnostics):
         for i in (0, 1):  # the cheap cameras' sizes are known before the costly frame comes
             _send(clients[i], _image(small[i], i), _stamp(i))
-        clients[2].publish(_image(big, 50))
-        sent = time.monotonic()
         index = 100
-        while _stamp(50) not in clients[2].detections and time.monotonic() - sent < 60:
-            for i in (0, 1):
-                clients[i].publish(_image(small[i], index + i))
-            index += 2
-            time.sleep(0.05)
+        for _ in range(
+            3
+        ):  # the best-effort 4K frame can be lost right after discovery: then it is sent again
+            clients[2].publish(_image(big, 50))
+            sent = time.monotonic()
+            while _stamp(50) not in clients[2].detections and time.monotonic() - sent < 8:
+                for i in (0, 1):
+                    clients[i].publish(_image(small[i], index + i))
+                index += 2
+                time.sleep(0.05)
+            if _stamp(50) in clients[2].detections:
+                break
         reply = clients[2].wait_for_stamp(_stamp(50), timeout=5.0)
-        if reply is None:  # the best-effort 4K frame was lost right after discovery: send it again
-            reply = _send(clients[2], _image(big, 50), _stamp(50))
+        assert reply is not None, "the 4K frame was never answered"
         done = clients[2].arrivals[_stamp(50)]
         answered_while = [
             t for c in clients[:2] for k, t in c.arrivals.items() if k >= _stamp(100) and t < done
