@@ -19,26 +19,12 @@ import torch
 
 from gfl_check import NANODET, PICODET
 from tiled_detector import TiledDetector
-from tiled_detector.engines.rebatch import dynamic_batch_model
 from tiled_detector.models import coco_labels
 from tiled_detector.tools.frames import read_image
 from tiled_detector.tools.synthetic import make_scene
-from yolox_check import same
+from yolox_check import same, torchscript
 
 FAMILIES = {"picodet_s_416_coco": PICODET, "nanodet_m_416": NANODET}
-
-
-def converted(onnx: Path, conventions: dict[str, str], out: Path) -> Path:
-    """The ONNX file as TorchScript (onnx2torch), with its input shape, conventions and COCO's names as extra files."""
-    from onnx2torch import convert
-
-    module = convert(str(dynamic_batch_model(onnx))).eval()
-    with torch.no_grad():
-        traced = torch.jit.trace(module, torch.rand(2, 3, 416, 416))
-    extra = {"input_shape": "-1,3,416,416", **conventions, "labels": "\n".join(coco_labels())}
-    path = out / f"{onnx.stem}.ts"
-    torch.jit.save(traced, str(path), _extra_files=extra)
-    return path
 
 
 def main() -> int:
@@ -59,7 +45,7 @@ def main() -> int:
     for name, conventions in FAMILIES.items():
         onnx = args.models / f"{name}.onnx"
         try:
-            path = converted(onnx, conventions, args.out)
+            path = torchscript(onnx, args.out, {**conventions, "labels": "\n".join(coco_labels())})
         except Exception as error:  # onnx2torch lacks converters for some exports
             print(f"{name}: onnx2torch cannot convert it: {type(error).__name__}: {error}")
             failures.append(f"{name}: conversion")

@@ -28,8 +28,9 @@ from tiled_detector.tools.frames import read_image
 from tiled_detector.tools.synthetic import make_scene
 
 
-def torchscript(onnx_path: Path, out: Path) -> Path:
-    """The ONNX model as TorchScript (onnx2torch, traced at batch 2 from its dynamic-batch rewrite)."""
+def torchscript(onnx_path: Path, out: Path, extra: dict[str, str] | None = None) -> Path:
+    """The ONNX model as TorchScript (onnx2torch, traced at batch 2 from its dynamic-batch rewrite), with its input
+    shape and `extra` (input conventions, labels) as extra files."""
     from onnx2torch import convert
 
     module = convert(str(dynamic_batch_model(onnx_path))).eval()
@@ -37,7 +38,7 @@ def torchscript(onnx_path: Path, out: Path) -> Path:
     with torch.no_grad():
         traced = torch.jit.trace(module, example)
     path = out / f"{onnx_path.stem}.ts"
-    torch.jit.save(traced, str(path), _extra_files={"input_shape": "-1,3,416,416"})
+    torch.jit.save(traced, str(path), _extra_files={"input_shape": "-1,3,416,416", **(extra or {})})
     return path
 
 

@@ -209,6 +209,16 @@ def _class_nms(
     )
 
 
+def _separate_levels(
+    outputs: Sequence[np.ndarray], input_hw: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes and class scores of one image's separate outputs (class scores per stride, then box distributions),
+    anchor centres at (i + 0.5) x stride, as PicoDet and NanoDet 0.x export them."""
+    half = len(outputs) // 2
+    scores = [o.reshape(o.shape[-2:]) for o in outputs[:half]]
+    return _gfl_levels(scores, [o.reshape(o.shape[-2:]) for o in outputs[half:]], input_hw, 0.5)
+
+
 def picodet_postprocess(
     outputs: Sequence[np.ndarray],
     input_hw: tuple[int, int],
@@ -217,13 +227,7 @@ def picodet_postprocess(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """PaddleDetection's PicoDet post-processing of one image's outputs (class scores per stride, then box
     distributions): boxes in image pixels, scores, classes, best first (`MultiClassNMS`: keep the best 100)."""
-    half = len(outputs) // 2
-    boxes, scores = _gfl_levels(
-        [o.reshape(o.shape[-2:]) for o in outputs[:half]],
-        [o.reshape(o.shape[-2:]) for o in outputs[half:]],
-        input_hw,
-        0.5,
-    )
+    boxes, scores = _separate_levels(outputs, input_hw)
     boxes /= np.array([scale_factor[1], scale_factor[0]] * 2)
     found = _class_nms(boxes, scores, 0.6, score_threshold, top_k=1000)
     return tuple(f[:100] for f in found)  # type: ignore[return-value]
@@ -238,13 +242,7 @@ def nanodet_postprocess(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NanoDet's post-processing of one image's outputs (class scores per stride, then box distributions): boxes
     mapped from the effect area back to the image (clipped to it), scores, classes, best first (the best 100)."""
-    half = len(outputs) // 2
-    boxes, scores = _gfl_levels(
-        [o.reshape(o.shape[-2:]) for o in outputs[:half]],
-        [o.reshape(o.shape[-2:]) for o in outputs[half:]],
-        input_hw,
-        0.5,
-    )
+    boxes, scores = _separate_levels(outputs, input_hw)
     boxes, scores, classes = (f[:100] for f in _class_nms(boxes, scores, 0.6, score_threshold))
     x, y, w, h = effect
     scale = np.array([image_hw[1] / w, image_hw[0] / h] * 2)
