@@ -567,29 +567,46 @@ def test_a_misaligned_batch_is_copied_not_bound(monkeypatch, tmp_path, cpu_cuda)
 
 def test_the_engines_device_is_current_for_every_tensorrt_call(monkeypatch, tmp_path, cpu_cuda) -> None:
     """TensorRT deserialises onto, and enqueues on, the current CUDA device: an engine on cuda:1 makes it current
-    around them (torch's current device stays 0 outside)."""
-    engine, contexts = named_engine({"output0": (84, 21)})
-    seen: dict[str, list[int]] = {}
+    around every call into TensorRT (torch's current device stays 0 outside)."""
+    engine, _ = named_engine({"output0": (84, 21)})
+    seen: list[tuple[str, int]] = []
 
-    def note(name: str, result: Any = None) -> Any:
+    def noted(name: str, method: Any) -> None:
+        """`method` of a double notes its name and the current device, then does what it did."""
+        behaviour = method.side_effect
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            seen.setdefault(name, []).append(cpu_cuda.device[-1])
-            return result() if callable(result) else result
+            seen.append((name, cpu_cuda.device[-1]))
+            return behaviour(*args, **kwargs) if behaviour else method.return_value
 
-        return call
+        method.side_effect = call
 
     runtime = strict(trt.Runtime)
-    runtime.deserialize_cuda_engine.side_effect = note("deserialize", engine)
+    runtime.deserialize_cuda_engine.side_effect = None
+    runtime.deserialize_cuda_engine.return_value = engine
+    noted("deserialize_cuda_engine", runtime.deserialize_cuda_engine)
     create = engine.create_execution_context.side_effect
-    engine.create_execution_context.side_effect = lambda *a: note("create_execution_context")() or create(*a)
+
+    def create_noted(*args: Any) -> Any:
+        context = create(*args)
+        noted("set_input_shape", context.set_input_shape)
+        noted("execute_async_v3", context.execute_async_v3)
+        return context
+
+    engine.create_execution_context.side_effect = create_noted
+    noted("create_execution_context", engine.create_execution_context)
     eng = make_engine(monkeypatch, tmp_path, engine, runtime=runtime, device="cuda:1")
     assert eng.device == torch.device("cuda", 1)
-    context = contexts.of(MAX_BATCH)
-    context.execute_async_v3.side_effect = note("execute_async_v3", True)
     eng.infer(eng.input_buffer(MAX_BATCH))
     eng.infer(eng.input_buffer(2))
-    assert seen == {"deserialize": [1], "create_execution_context": [1, 1], "execute_async_v3": [1]}
-    assert contexts.of(2).execute_async_v3.call_count == 1 and cpu_cuda.device == [0]
+    calls = [name for name, _ in seen]
+    assert calls == [
+        "deserialize_cuda_engine",
+        *("create_execution_context", "set_input_shape"),  # the largest batch's context, at load
+        "execute_async_v3",
+        *("create_execution_context", "set_input_shape", "execute_async_v3"),  # batch 2's, at its first call
+    ]
+    assert {device for _, device in seen} == {1} and cpu_cuda.device == [0]
 
 
 def test_engines_are_built_and_deserialised_with_their_device_current(monkeypatch, tmp_path) -> None:
