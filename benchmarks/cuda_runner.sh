@@ -36,6 +36,10 @@
 #            of each at 1080p and 4K (default tiles: 416), `graph_ms` and ratio checked; the real PicoDet and
 #            NanoDet files (in .models/) on ONNX Runtime CPU with --peer sahi, and on the GPU converted by onnx2torch
 #            (benchmarks/gfl_real_weights.py: CUDA == ONNX Runtime CPU; bench torch fp32/fp16)
+#   tensorrt the TensorRT engine's CUDA side without TensorRT (benchmarks/tensorrt_stream_check.py: a stand-in
+#            runtime whose kernels are torch ops on the stream it is given): the default-stream path ordered by
+#            events on the engine's own stream, freed and misaligned caller batches, CUDA graphs at two batch sizes
+#            replayed alternately, the engine's device current (cuda:1 checks need a second GPU)
 #   depth    3D positions on the GPU: the CUDA tests of the positions stage and of the captured frame program with
 #            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
 #            captured graph and a whole frame with and without its depth (benchmarks/depth_cost.py: the target is <= 0.3
@@ -79,6 +83,10 @@ if [[ " $what " == *" checks "* ]]; then
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
   python3 benchmarks/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
+fi
+
+if [[ " $what " == *" tensorrt "* ]]; then
+  python3 benchmarks/tensorrt_stream_check.py --runs 30 2>&1 | tee "$out/tensorrt_stream_check.txt" | grep -E "^(PASS|FAIL|ALL|\()"
 fi
 
 if [[ " $what " == *" depth "* ]]; then

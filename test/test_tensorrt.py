@@ -9,6 +9,8 @@ NVIDIA's TensorRT Python API documentation (8.4, 10.x, 11.0).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
 import json
 import re
@@ -30,11 +32,13 @@ from tiled_detector.engines import tensorrt as trt_mod
 from tiled_detector.engines import tensorrt_api as api_mod
 from tiled_detector.engines import tensorrt_build as build_mod
 from tiled_detector.engines.base import Precision
+from tiled_detector.engines.cache import sha256_file
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input
 from tiled_detector.engines.quantize import quantize_onnx
 from tiled_detector.engines.tensorrt import TensorRTEngine, TensorRTError, checked
 from tiled_detector.engines.tensorrt_build import (
     PRECISION_ACTIONS,
+    BuildActions,
     BuildOptions,
     FeatureSet,
     feature_set,
@@ -107,12 +111,47 @@ def test_strict_double_rejects_wrong_arguments() -> None:
         context.execute_async_v2  # noqa: B018 - not in TensorRT 11
 
 
-def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = None) -> tuple[Any, Any]:
-    """ICudaEngine / IExecutionContext doubles for one input 'images' and `outputs` (shapes after batch)."""
-    engine, context = strict(trt.ICudaEngine), strict(trt.IExecutionContext)
+ACTIVATION_BYTES = 4096  # the engine double's device_memory_size_v2
+ALIGNMENT = 256  # setTensorAddress: "The pointer must have at least 256-byte alignment" (NvInferRuntime.h)
+
+
+class Contexts(list):
+    """The execution context doubles an engine double made, in order of creation."""
+
+    def of(self, batch: int) -> Any:
+        """The one context whose input shape was set to `batch` images."""
+        (found,) = [
+            c for c in self if any(call.args[1][0] == batch for call in c.set_input_shape.call_args_list)
+        ]
+        return found
+
+
+def context_double(outputs: dict[str, tuple[int, ...]]) -> Any:
+    """An IExecutionContext double: its output shapes follow the input shape set on it."""
+    context = strict(trt.IExecutionContext)
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def set_input_shape(name: str, shape: Any) -> bool:
+        shapes[name] = tuple(shape)
+        return True
+
+    context.set_input_shape.side_effect = set_input_shape
+    context.get_tensor_shape.side_effect = lambda n: trt.Dims((shapes["images"][0], *outputs[n]))
+    context.set_tensor_address.side_effect = None
+    context.set_tensor_address.return_value = True
+    context.execute_async_v3.side_effect = None
+    context.execute_async_v3.return_value = True
+    return context
+
+
+def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = None) -> tuple[Any, Contexts]:
+    """An ICudaEngine double for one input 'images' and `outputs` (shapes after batch), and the execution context
+    doubles it makes (a new one at every create_execution_context, called as the real binding accepts)."""
+    engine = strict(trt.ICudaEngine)
     names = ["images", *outputs]
     batch_dim = fixed_batch or -1
     engine.num_io_tensors = len(names)
+    engine.device_memory_size_v2 = ACTIVATION_BYTES
     engine.get_tensor_name.side_effect = None
     engine.get_tensor_name.side_effect = names.__getitem__
     engine.get_tensor_mode.side_effect = lambda n: (
@@ -128,49 +167,76 @@ def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = 
         trt.Dims((top, C, H, W)),
         trt.Dims((top, C, H, W)),
     ]
-    engine.create_execution_context.side_effect = None
-    engine.create_execution_context.return_value = context
-    shapes: dict[str, tuple[int, ...]] = {}
+    contexts = Contexts()
+    signature = engine.create_execution_context.side_effect  # raises for arguments the binding rejects
 
-    def set_input_shape(name: str, shape: Any) -> bool:
-        shapes[name] = tuple(shape)
-        return True
+    def create_execution_context(*args: Any, **kwargs: Any) -> Any:
+        signature(*args, **kwargs)
+        contexts.append(context_double(outputs))
+        return contexts[-1]
 
-    context.set_input_shape.side_effect = set_input_shape
-    context.get_tensor_shape.side_effect = lambda n: trt.Dims((shapes["images"][0], *outputs[n]))
-    context.set_tensor_address.side_effect = None
-    context.set_tensor_address.return_value = True
-    context.execute_async_v3.side_effect = None
-    context.execute_async_v3.return_value = True
-    return engine, context
+    engine.create_execution_context.side_effect = create_execution_context
+    return engine, contexts
 
 
-class FakeStream:
-    cuda_stream = 0xC0FFEE
+class Cuda(types.SimpleNamespace):
+    """The CPU stand-ins of the CUDA touch points, and what was done with them."""
+
+    event: mock.Mock  # the engine's done event
+    current: mock.Mock  # torch's current stream
+    own: mock.Mock  # the engine's own stream
+    kept: list  # (tensor, stream) of every keep_alive
+    device: list  # the current device: its last entry (made_current pushes and pops)
 
 
 @pytest.fixture
-def cpu_cuda(monkeypatch: pytest.MonkeyPatch) -> mock.Mock:
-    """CPU stand-ins for the three CUDA touch points; returns the event double."""
-    event = mock.Mock(name="event")
-    monkeypatch.setattr(trt_mod, "current_stream", lambda device: FakeStream)
-    monkeypatch.setattr(trt_mod, "new_event", lambda: event)
+def cpu_cuda(monkeypatch: pytest.MonkeyPatch) -> Cuda:
+    """CPU stand-ins for the CUDA touch points; torch's current stream is not a default stream."""
+    cuda = Cuda(
+        event=mock.Mock(name="event"),
+        current=mock.Mock(name="current", cuda_stream=0xC0FFEE),
+        own=mock.Mock(name="own", cuda_stream=0x5EED),
+        kept=[],
+        device=[0],
+    )
+
+    @contextlib.contextmanager
+    def made_current(device: torch.device) -> Any:
+        cuda.device.append(device.index)
+        yield
+        cuda.device.pop()
+
+    monkeypatch.setattr(trt_mod, "current_stream", lambda device: cuda.current)
+    monkeypatch.setattr(trt_mod, "new_event", lambda: cuda.event)
     monkeypatch.setattr(trt_mod, "allocate", lambda shape, dtype, device: torch.empty(shape, dtype=dtype))
+    # (raising=False: the names the old engine lacked, so that its tests fail for what they check)
+    monkeypatch.setattr(trt_mod, "new_stream", lambda device: cuda.own, raising=False)
+    monkeypatch.setattr(trt_mod, "keep_alive", lambda t, stream: cuda.kept.append((t, stream)), raising=False)
+    monkeypatch.setattr(trt_mod, "made_current", made_current, raising=False)
     monkeypatch.setattr(engine_base, "same_device", lambda have, want: True)  # CPU memory stands in for CUDA
-    return event
+    return cuda
 
 
-def make_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, engine: Any, module: Any = trt, **kw: Any):
-    runtime = strict(trt.Runtime)
-    runtime.deserialize_cuda_engine.side_effect = None
-    runtime.deserialize_cuda_engine.return_value = engine
+def make_engine(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    engine: Any,
+    module: Any = trt,
+    runtime: Any = None,
+    device: str = "cuda",
+    **kw: Any,
+):
+    if runtime is None:
+        runtime = strict(trt.Runtime)
+        runtime.deserialize_cuda_engine.side_effect = None
+        runtime.deserialize_cuda_engine.return_value = engine
     runtime_cls = mock.create_autospec(trt.Runtime)
     runtime_cls.return_value = runtime
     fake_module = types.SimpleNamespace(**{**vars(module), "Runtime": runtime_cls})
     monkeypatch.setattr(trt_mod, "import_tensorrt", lambda: fake_module)
     path = tmp_path / "model.engine"
     path.write_bytes(b"serialized")
-    result = TensorRTEngine(path, device=torch.device("cuda"), max_batch=kw.pop("max_batch", MAX_BATCH), **kw)
+    result = TensorRTEngine(path, device=torch.device(device), max_batch=kw.pop("max_batch", MAX_BATCH), **kw)
     runtime.deserialize_cuda_engine.assert_called_once_with(b"serialized")
     return result
 
@@ -251,26 +317,29 @@ def test_onnx_build_uses_the_build_engine_default_opt_batch(
     assert min(build_mod.BuildOptions.opt_batch, cli.max_batch) == opt_batch
 
 
+ENQUEUE_CALLS = {"set_input_shape", "set_tensor_address", "execute_async_v3"}
+
+
+def enqueue_calls(context: Any) -> list[Any]:
+    """A context double's calls that set shapes and addresses and enqueue, in order."""
+    return [c for c in context.mock_calls if c[0] in ENQUEUE_CALLS]
+
+
 def test_call_order_addresses_and_stream(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = named_engine({"output0": (84, 21), "aux": (5,)})
+    engine, contexts = named_engine({"output0": (84, 21), "aux": (5,)})
     eng = make_engine(monkeypatch, tmp_path, engine)
-    calls = mock.Mock()
-    calls.attach_mock(context.set_input_shape, "set_input_shape")
-    calls.attach_mock(context.set_tensor_address, "set_tensor_address")
-    calls.attach_mock(context.execute_async_v3, "execute_async_v3")
-    calls.attach_mock(cpu_cuda.record, "record")
     batch = eng.input_buffer(3)
     batch.copy_(torch.rand(3, C, H, W))
     out = eng.infer(batch)
     assert out["output0"].shape == (3, 84, 21) and out["aux"].shape == (3, 5)
-    assert calls.mock_calls == [
+    assert enqueue_calls(contexts.of(3)) == [
         mock.call.set_input_shape("images", (3, C, H, W)),
         mock.call.set_tensor_address("images", batch.data_ptr()),  # preprocessed in place: no copy
         mock.call.set_tensor_address("output0", out["output0"].data_ptr()),
         mock.call.set_tensor_address("aux", out["aux"].data_ptr()),
-        mock.call.execute_async_v3(FakeStream.cuda_stream),
-        mock.call.record(FakeStream),
+        mock.call.execute_async_v3(cpu_cuda.current.cuda_stream),
     ]
+    cpu_cuda.event.record.assert_called_once_with(cpu_cuda.current)
 
 
 def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path, cpu_cuda) -> None:
@@ -280,21 +349,23 @@ def test_outputs_are_allocated_once_at_the_profile_maximum(monkeypatch, tmp_path
         "allocate",
         lambda shape, dtype, device: allocated.append(shape) or torch.empty(shape, dtype=dtype),
     )
-    engine, context = named_engine({"output0": (84, 21)})
+    engine, contexts = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
-    # input and output, at the profile maximum
-    assert allocated == [
-        (MAX_BATCH, C, H, W),
-        (MAX_BATCH, 84, 21),
-    ]
+    # input, the contexts' activations and output, at the profile maximum
+    assert allocated == [(MAX_BATCH, C, H, W), (ACTIVATION_BYTES,), (MAX_BATCH, 84, 21)]
     first = eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr()
     assert eng.infer(torch.rand(4, C, H, W))["output0"].data_ptr() == first
     changed = eng.infer(torch.rand(2, C, H, W))["output0"]
     # a smaller batch writes into the same memory: TensorRT is given the same address every call
     assert changed.shape[0] == 2 and changed.data_ptr() == first
-    addresses = {c.args[1] for c in context.set_tensor_address.call_args_list if c.args[0] == "output0"}
+    addresses = {
+        c.args[1]
+        for context in (contexts.of(4), contexts.of(2))
+        for c in context.set_tensor_address.call_args_list
+        if c.args[0] == "output0"
+    }
     assert addresses == {first}
-    assert len(allocated) == 2
+    assert len(allocated) == 3
 
 
 def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
@@ -302,10 +373,10 @@ def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
 ) -> None:
     """What a CUDA graph capture needs of the engine: the work goes to the stream current at the call (the
     capture stream while capturing) and a repeated batch binds the same memory, allocating nothing."""
-    engine, context = named_engine({"output0": (84, 21)})
+    engine, contexts = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
     assert eng.capturable
-    capture_stream = types.SimpleNamespace(cuda_stream=0xCAB)
+    capture_stream = mock.Mock(name="capture", cuda_stream=0xCAB)
     monkeypatch.setattr(trt_mod, "current_stream", lambda device: capture_stream)
     monkeypatch.setattr(
         trt_mod, "allocate", mock.Mock(side_effect=AssertionError("allocated while capturing"))
@@ -314,33 +385,46 @@ def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
     first = eng.infer(batch)["output0"].data_ptr()
     second = eng.infer(batch)["output0"].data_ptr()
     assert first == second
+    context = contexts.of(MAX_BATCH)
     assert [c.args for c in context.execute_async_v3.call_args_list] == [(0xCAB,), (0xCAB,)]
-    cpu_cuda.record.assert_called_with(capture_stream)
+    cpu_cuda.event.record.assert_called_with(capture_stream)
+    capture_stream.wait_event.assert_not_called()  # the capture stream itself: no fork to another stream
     bound = [c.args for c in context.set_tensor_address.call_args_list]
     assert bound[:2] == bound[2:] == [("images", batch.data_ptr()), ("output0", first)]
+
+
+class Inspector:
+    """The engine inspector's part used here (the lean bindings have no IEngineInspector class): TensorRT's Python
+    API, EngineInspector (execution_context, get_engine_information)."""
+
+    execution_context: Any = None
+
+    def get_engine_information(self, format: Any) -> str: ...
+
+
+def inspected_engine(layers: list[dict[str, Any]]) -> tuple[Any, Contexts, Any]:
+    """An engine double built with detailed profiling verbosity whose inspector reports `layers`."""
+    engine, contexts = named_engine({"output0": (84, 21)})
+    engine.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    inspector = mock.create_autospec(Inspector, instance=True)
+    inspector.execution_context = None
+    inspector.get_engine_information.return_value = json.dumps({"Layers": layers})
+    engine.create_engine_inspector.side_effect = None
+    engine.create_engine_inspector.return_value = inspector
+    return engine, contexts, inspector
 
 
 def test_prebuilt_engine_reports_the_precision_it_was_built_with(
     monkeypatch, tmp_path, cpu_cuda, caplog
 ) -> None:
-    class Inspector:  # the lean bindings have no IEngineInspector class: its one method used here
-        def get_engine_information(self, format: Any) -> str: ...
-
-    layers = {
-        "Layers": [
-            {
-                "Name": "conv",
-                "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
-                "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}],
-            },
-        ]
-    }
-    engine, _ = named_engine({"output0": (84, 21)})
-    engine.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    inspector = mock.create_autospec(Inspector, instance=True)
-    inspector.get_engine_information.return_value = json.dumps(layers)
-    engine.create_engine_inspector.side_effect = None
-    engine.create_engine_inspector.return_value = inspector
+    layers = [
+        {
+            "Name": "conv",
+            "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
+            "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}],
+        },
+    ]
+    engine, _, inspector = inspected_engine(layers)
     eng = make_engine(monkeypatch, tmp_path, engine, precision=Precision.FP32)
     assert eng.precision is Precision.FP16  # read from the engine, not the setting echoed back
     inspector.get_engine_information.assert_called_once_with(trt.LayerInformationFormat.JSON)
@@ -352,12 +436,211 @@ def test_prebuilt_engine_reports_the_precision_it_was_built_with(
     assert api_mod.engine_precision(trt, plain, ["torch.float16", "torch.float32"]) is Precision.FP16
 
 
+@pytest.mark.parametrize(
+    ("tensor", "precision"),
+    [
+        # TensorRT 11 splits "Format/Datatype" into "Format" and "Datatype" (NVIDIA: "Migrating IEngineInspector
+        # Usage from TensorRT 10.x to 11.x"; TensorRT 11.1's .agents/skills/trt-perf-analysis schema)
+        ({"Format": "Channel major FP16 format where channel % 8 == 0", "Datatype": "Half"}, Precision.FP16),
+        (
+            {"Format": "Thirty-two wide channel vectorized row major Int8 format", "Datatype": "Int8"},
+            Precision.INT8,
+        ),
+        ({"Format": "Row major linear FP32 format (kLINEAR)", "Datatype": "Float"}, Precision.FP32),
+        (
+            {"Format": "Row major linear UInt8 format (kLINEAR)", "Datatype": "UInt8"},
+            Precision.FP32,
+        ),  # not int8
+        # TensorRT 10.9+: the type alone in the combined field
+        ({"Format/Datatype": "Half"}, Precision.FP16),
+    ],
+)
+def test_prebuilt_precision_from_the_inspector_fields_of_tensorrt_10_and_11(
+    monkeypatch, tmp_path, cpu_cuda, tensor, precision
+) -> None:
+    layers = [{"Name": "in", "Inputs": [{"Format": "Row major linear FP32 format", "Datatype": "Float"}]}]
+    layers.append({"Name": "conv", "Inputs": [tensor], "Outputs": [tensor]})
+    engine, _, _ = inspected_engine(layers)
+    assert make_engine(monkeypatch, tmp_path, engine, precision=Precision.FP32).precision is precision
+
+
+def test_dynamic_shape_engine_is_inspected_with_a_context_whose_shape_is_set(
+    monkeypatch, tmp_path, cpu_cuda
+) -> None:
+    """An engine with a dynamic batch says "N/A due to dynamic shapes" unless the inspector is given an execution
+    context with its input shapes set (TensorRT's Engine Inspector docs: inspector.execution_context = context)."""
+    engine, contexts, inspector = inspected_engine([])
+    shapes_seen = []
+
+    def information(format: Any) -> str:
+        context = inspector.execution_context
+        known = context is not None and context.set_input_shape.call_args is not None
+        shapes_seen.append(context.set_input_shape.call_args.args[1] if known else None)
+        half = {"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}
+        unknown = {"Format/Datatype": "N/A due to dynamic shapes"}
+        return json.dumps({"Layers": [{"Name": "conv", "Inputs": [half if known else unknown]}]})
+
+    inspector.get_engine_information.side_effect = information
+    eng = make_engine(monkeypatch, tmp_path, engine, precision=Precision.FP32)
+    assert shapes_seen == [(MAX_BATCH, C, H, W)] and inspector.execution_context is contexts.of(MAX_BATCH)
+    assert eng.precision is Precision.FP16
+    # no type known (N/A only): the engine does not say, it is not "fp32"
+    inspector.execution_context = None
+    assert api_mod.engine_precision(trt, engine, ["torch.float32"], context=None) is None
+
+
+def test_one_execution_context_per_input_shape(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """Each batch size gets its own execution context, its shape set once, as trtexec captures one CUDA graph per
+    context (samples/common/sampleInference.cpp, IterationStd): a graph captured at one batch size replays what it
+    captured after another size ran. The contexts share one activation memory (USER_MANAGED): they never run in
+    parallel (NvInferRuntime.h, setDeviceMemoryV2)."""
+    engine, contexts = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    for n in (3, 5, 3, 5, MAX_BATCH):
+        eng.infer(eng.input_buffer(n))
+    assert len(contexts) == 3
+    for n, runs in ((3, 2), (5, 2), (MAX_BATCH, 1)):
+        context = contexts.of(n)
+        assert context.set_input_shape.call_args_list == [mock.call("images", (n, C, H, W))]
+        assert context.execute_async_v3.call_count == runs
+    strategy = trt.ExecutionContextAllocationStrategy.USER_MANAGED
+    assert engine.create_execution_context.call_args_list == [mock.call(strategy)] * 3
+    memory = {c.set_device_memory.call_args.args for c in contexts}
+    assert len(memory) == 1 and next(iter(memory))[1] == ACTIVATION_BYTES
+
+
+def test_the_default_stream_is_left_for_the_engines_own_stream_ordered_by_events(
+    monkeypatch, tmp_path, cpu_cuda
+) -> None:
+    """enqueueV3 on the default stream makes TensorRT synchronise the device (NvInferRuntime.h: "Please use
+    non-default stream instead"): the engine enqueues on its own stream, after the work queued on torch's stream
+    and before what follows it there."""
+    engine, contexts = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    cpu_cuda.current.cuda_stream = 0  # torch's legacy default stream
+    order = mock.Mock()
+    order.attach_mock(cpu_cuda.own.wait_stream, "own_wait_stream")
+    order.attach_mock(contexts.of(MAX_BATCH).execute_async_v3, "execute_async_v3")
+    order.attach_mock(cpu_cuda.event.record, "record")
+    order.attach_mock(cpu_cuda.current.wait_event, "current_wait_event")
+    eng.infer(eng.input_buffer(MAX_BATCH))
+    assert order.mock_calls == [
+        mock.call.own_wait_stream(cpu_cuda.current),
+        mock.call.execute_async_v3(cpu_cuda.own.cuda_stream),
+        mock.call.record(cpu_cuda.own),
+        mock.call.current_wait_event(cpu_cuda.event),
+    ]
+    assert cpu_cuda.kept == []  # the engine's own input buffer needs no keeping alive
+
+
+def test_a_callers_batch_read_on_the_engines_stream_is_kept_alive(monkeypatch, tmp_path, cpu_cuda) -> None:
+    engine, contexts = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    cpu_cuda.current.cuda_stream = 0
+    batch = aligned(torch.rand(2, C, H, W))  # bound in place
+    eng.infer(batch)
+    assert contexts.of(2).set_tensor_address.call_args_list[0] == mock.call("images", batch.data_ptr())
+    assert [(t.data_ptr(), s) for t, s in cpu_cuda.kept] == [(batch.data_ptr(), cpu_cuda.own)]
+
+
+def aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of `tensor` whose memory starts on a 256-byte boundary (CPU allocations are 64-byte aligned)."""
+    storage = torch.empty(tensor.numel() + 256, dtype=tensor.dtype)
+    skip = (-storage.data_ptr() % 256) // tensor.element_size()
+    copy = storage[skip : skip + tensor.numel()].view(tensor.shape)
+    copy.copy_(tensor)
+    assert copy.data_ptr() % ALIGNMENT == 0
+    return copy
+
+
+def test_a_misaligned_batch_is_copied_not_bound(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """setTensorAddress: "The pointer must have at least 256-byte alignment" (NvInferRuntime.h)."""
+    engine, contexts = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    storage = aligned(torch.rand(2 * C * H * W + 1))
+    batch = storage[1:].view(2, C, H, W)  # contiguous, the right type and shape, 4 bytes off
+    assert batch.is_contiguous() and batch.data_ptr() % ALIGNMENT == 4
+    eng.infer(batch)
+    bound = contexts.of(2).set_tensor_address.call_args_list[0].args[1]
+    assert bound == eng.input_buffer(2).data_ptr() and torch.equal(eng.input_buffer(2), batch)
+
+
+def test_the_engines_device_is_current_for_every_tensorrt_call(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """TensorRT deserialises onto, and enqueues on, the current CUDA device: an engine on cuda:1 makes it current
+    around every call into TensorRT (torch's current device stays 0 outside)."""
+    engine, _ = named_engine({"output0": (84, 21)})
+    seen: list[tuple[str, int]] = []
+
+    def noted(name: str, method: Any) -> None:
+        """`method` of a double notes its name and the current device, then does what it did."""
+        behaviour = method.side_effect
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, cpu_cuda.device[-1]))
+            return behaviour(*args, **kwargs) if behaviour else method.return_value
+
+        method.side_effect = call
+
+    runtime = strict(trt.Runtime)
+    runtime.deserialize_cuda_engine.side_effect = None
+    runtime.deserialize_cuda_engine.return_value = engine
+    noted("deserialize_cuda_engine", runtime.deserialize_cuda_engine)
+    create = engine.create_execution_context.side_effect
+
+    def create_noted(*args: Any) -> Any:
+        context = create(*args)
+        noted("set_input_shape", context.set_input_shape)
+        noted("execute_async_v3", context.execute_async_v3)
+        return context
+
+    engine.create_execution_context.side_effect = create_noted
+    noted("create_execution_context", engine.create_execution_context)
+    eng = make_engine(monkeypatch, tmp_path, engine, runtime=runtime, device="cuda:1")
+    assert eng.device == torch.device("cuda", 1)
+    eng.infer(eng.input_buffer(MAX_BATCH))
+    eng.infer(eng.input_buffer(2))
+    calls = [name for name, _ in seen]
+    assert calls == [
+        "deserialize_cuda_engine",
+        *("create_execution_context", "set_input_shape"),  # the largest batch's context, at load
+        "execute_async_v3",
+        *("create_execution_context", "set_input_shape", "execute_async_v3"),  # batch 2's, at its first call
+    ]
+    assert {device for _, device in seen} == {1} and cpu_cuda.device == [0]
+
+
+def test_engines_are_built_and_deserialised_with_their_device_current(monkeypatch, tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    current = [0]
+
+    @contextlib.contextmanager
+    def made_current(device: torch.device) -> Any:
+        current.append(device.index)
+        yield
+        current.pop()
+
+    monkeypatch.setattr(build_mod, "made_current", made_current, raising=False)
+    seen = []
+    monkeypatch.setattr(
+        build_mod, "build_serialized", lambda *a, **k: seen.append(("build", current[-1])) or b"E"
+    )
+    monkeypatch.setattr(
+        build_mod, "deserialize", lambda runtime, data: seen.append(("load", current[-1])) or data
+    )
+    options = BuildOptions(max_batch=4, opt_batch=2)
+    build_mod.load_or_build(
+        trt, None, None, path, options, torch.device("cuda", 1), tmp_path, None, ("GPU", (8, 7))
+    )
+    assert seen == [("build", 1), ("load", 1)] and current == [0]
+
+
 def test_foreign_input_is_copied_into_the_bound_buffer(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = named_engine({"output0": (4,)})
+    engine, contexts = named_engine({"output0": (4,)})
     eng = make_engine(monkeypatch, tmp_path, engine)
     batch = torch.rand(2, C, W, H).transpose(2, 3)  # non-contiguous
     eng.infer(batch)
-    bound = context.set_tensor_address.call_args_list[0].args[1]
+    bound = contexts.of(2).set_tensor_address.call_args_list[0].args[1]
     assert bound == eng.input_buffer(2).data_ptr()
     assert torch.equal(eng.input_buffer(2), batch)
     with pytest.raises(ValueError, match="engine input must be"):
@@ -365,38 +648,100 @@ def test_foreign_input_is_copied_into_the_bound_buffer(monkeypatch, tmp_path, cp
 
 
 def test_a_call_takes_at_most_max_batch_images(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = named_engine({"output0": (1,)})
+    engine, contexts = named_engine({"output0": (1,)})
     eng = make_engine(monkeypatch, tmp_path, engine, max_batch=4)
     assert eng.input_buffer(4) is not None and eng.input_buffer(5) is None
     with pytest.raises(ValueError, match=r"engine input must be \(1..4"):
         eng.infer(torch.rand(10, C, H, W))
-    context.execute_async_v3.assert_not_called()
+    assert all(not c.execute_async_v3.called for c in contexts)
 
 
 def test_static_batch_engine_pads_and_trims(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = named_engine({"output0": (2,)}, fixed_batch=4)
+    engine, contexts = named_engine({"output0": (2,)}, fixed_batch=4)
     eng = make_engine(monkeypatch, tmp_path, engine)
     assert eng.max_batch == 4 and eng.fixed_batch == 4
     batch = torch.ones(3, C, H, W)
     out = eng.infer(batch)["output0"]
     assert out.shape == (3, 2)
+    (context,) = contexts
     assert context.set_input_shape.call_args.args[1] == (4, C, H, W)
     bound = context.set_tensor_address.call_args_list[0].args[1]
     assert bound != batch.data_ptr()  # Engine.infer padded the batch to the engine's static size first
 
 
 def test_failed_enqueue_raises_a_clear_error(monkeypatch, tmp_path, cpu_cuda) -> None:
-    engine, context = named_engine({"output0": (2,)})
+    engine, contexts = named_engine({"output0": (2,)})
     eng = make_engine(monkeypatch, tmp_path, engine)
-    context.execute_async_v3.return_value = False
+    contexts.of(MAX_BATCH).execute_async_v3.return_value = False
     with pytest.raises(TensorRTError, match="execute_async_v3 failed"):
-        eng.infer(torch.rand(1, C, H, W))
-    cpu_cuda.record.assert_not_called()
+        eng.infer(torch.rand(MAX_BATCH, C, H, W))
+    cpu_cuda.event.record.assert_not_called()
 
 
 def test_engine_file_that_does_not_deserialize(monkeypatch, tmp_path, cpu_cuda) -> None:
+    full = types.SimpleNamespace(**{**vars(trt), "__name__": "tensorrt"})  # the full TensorRT's module
     with pytest.raises(TensorRTError, match="rebuild it"):
+        make_engine(monkeypatch, tmp_path, None, module=full)
+
+
+def test_the_lean_runtime_runs_only_version_compatible_engines(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """The lean runtime (these bindings) runs only engines built with BuilderFlag.VERSION_COMPATIBLE (NvInfer.h:
+    "Restrict to lean runtime operators"), and one that carries the lean runtime, host code, only when the runtime
+    allows it (engine_host_code_allowed, default False: NvInferRuntime.h setEngineHostCodeAllowed; NVIDIA sets it
+    for version-compatible engines in samples/common/sampleEngines.cpp and
+    samples/python/refactored/2_construct_network_with_layer_apis/main.ipynb)."""
+    with pytest.raises(TensorRTError, match=r"runs only version-compatible engines: .*--version-compatible"):
         make_engine(monkeypatch, tmp_path, None)
+    assert api_mod.is_lean(trt)
+    engine, _ = named_engine({"output0": (4,)})
+    for allowed in (False, True):
+        runtime = strict(trt.Runtime)
+        runtime.engine_host_code_allowed = False
+        seen = []
+        runtime.deserialize_cuda_engine.side_effect = lambda data, r=runtime, s=seen: (
+            s.append(r.engine_host_code_allowed) or engine
+        )
+        make_engine(monkeypatch, tmp_path, engine, runtime=runtime, engine_host_code_allowed=allowed)
+        assert seen == [
+            allowed
+        ]  # set before deserialising, and only when asked: host code from trusted files
+
+
+def test_the_lean_runtime_builds_nothing_and_says_how_to_get_an_engine(tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    assert not hasattr(trt, "Builder")
+    with pytest.raises(
+        TensorRTError, match=r"lean runtime \(tensorrt_lean_bindings\) runs only version-compatible"
+    ):
+        build_mod.build_serialized(
+            trt, None, path, BuildOptions(max_batch=2, opt_batch=1), torch.device("cpu")
+        )
+
+
+def test_an_onnx_model_built_version_compatible_is_loaded_with_host_code_allowed(
+    monkeypatch, tmp_path, cpu_cuda
+) -> None:
+    engine, _ = named_engine({"output0": (84, 21)})
+    built = []
+    monkeypatch.setattr(
+        build_mod,
+        "load_or_build",
+        lambda trt_module, runtime, *rest: (
+            built.append((runtime, rest[2])) or (engine, tmp_path / "e.engine")
+        ),
+    )
+    runtime = strict(trt.Runtime)
+    runtime.engine_host_code_allowed = False
+    runtime_cls = mock.Mock(return_value=runtime)
+    monkeypatch.setattr(
+        trt_mod, "import_tensorrt", lambda: types.SimpleNamespace(**{**vars(trt), "Runtime": runtime_cls})
+    )
+    model = tmp_path / "model.onnx"
+    onnx.save(conv_model(), str(model))
+    TensorRTEngine(model, device=torch.device("cuda"), max_batch=MAX_BATCH, version_compatible=True)
+    ((used_runtime, options),) = built
+    assert options.version_compatible and used_runtime.engine_host_code_allowed is True
 
 
 def test_rejects_cpu_device(tmp_path: Path) -> None:
@@ -519,6 +864,7 @@ def test_int8_without_qdq_nodes_says_what_to_give(tmp_path, features) -> None:
 class FakeBuilderConfig:
     def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None: ...
     def set_flag(self, flag: Any) -> None: ...
+    def clear_flag(self, flag: Any) -> None: ...
     def add_optimization_profile(self, profile: Any) -> int: ...
 
 
@@ -546,7 +892,7 @@ def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
     builder.create_builder_config.return_value = config
     builder.create_optimization_profile.side_effect = lambda: strict(trt.IOptimizationProfile)
     builder.build_serialized_network.return_value = b"PLAN"
-    flag_names = ["TF32", *(["FP16", "INT8"] if fp16_flag else [])]
+    flag_names = ["TF32", "VERSION_COMPATIBLE", *(["FP16", "INT8"] if fp16_flag else [])]
     module = types.SimpleNamespace(
         __version__=version,
         Builder=mock.Mock(return_value=builder),
@@ -619,6 +965,113 @@ def test_build_int8_from_the_quantizers_qdq_file(tmp_path, version, fp16_flag, n
     # what TensorRT accepts: int8 zero points of 0 (symmetric), per-channel weights
     assert scales and all(zero_points[n.input[2]].dtype == np.int8 for n in scales)
     assert all(not zero_points[n.input[2]].any() for n in scales)
+
+
+@pytest.mark.parametrize(("version", "fp16_flag"), [("8.6.1", True), ("10.3.0", True), ("11.4.0", False)])
+def test_fp32_is_built_without_tf32(tmp_path, version, fp16_flag) -> None:
+    """BuilderFlag.TF32 is on by default (NvInfer.h, kTF32: "Enabled by default"): on Ampere and later (Orin) an
+    "fp32" engine would round matrix-product inputs to 10-bit mantissas. fp32 clears it; fp16 leaves it."""
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    for precision, cleared in ((Precision.FP32, ["TF32"]), (Precision.FP16, [])):
+        module, _, config = fake_trt(version, fp16_flag)
+        build_mod.build_serialized(
+            module, None, path, BuildOptions(precision, max_batch=2, opt_batch=1), torch.device("cpu")
+        )
+        assert [c.args[0] for c in config.clear_flag.call_args_list] == cleared
+        assert "TF32" not in [c.args[0] for c in config.set_flag.call_args_list]
+
+
+@pytest.mark.parametrize(("version", "fp16_flag"), [("10.3.0", True), ("11.4.0", False)])
+def test_version_compatible_build(tmp_path, version, fp16_flag) -> None:
+    """BuilderFlag.VERSION_COMPATIBLE, as NVIDIA's samples set it (samples/common/sampleEngines.cpp,
+    samples/python/engine_refit_onnx_bidaf/build_and_refit_engine.py): the engine runs on the lean runtime."""
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    module, _, config = fake_trt(version, fp16_flag)
+    options = BuildOptions(max_batch=2, opt_batch=1, version_compatible=True)
+    build_mod.build_serialized(module, None, path, options, torch.device("cpu"))
+    assert "VERSION_COMPATIBLE" in [c.args[0] for c in config.set_flag.call_args_list]
+
+
+GPU = ("Orin", (8, 7))
+
+
+def test_cache_key_holds_the_build_recipe_tf32_and_version_compatibility(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    options = BuildOptions(max_batch=8, opt_batch=4)
+    base = build_mod.engine_key(trt, path, options, GPU)
+    assert ("tf32", "off") in base.extra and ("version_compatible", "False") in base.extra
+    half = build_mod.engine_key(trt, path, dataclasses.replace(options, precision=Precision.FP16), GPU)
+    assert ("tf32", "on") in half.extra
+    assert any(name == "fp16_conversion" for name, _ in half.extra)  # the converter's version: its output
+    compatible = dataclasses.replace(options, version_compatible=True)
+    names = {base.file_name, build_mod.engine_key(trt, path, compatible, GPU).file_name}
+    # another recipe for the same options (here fp32 leaving TF32 on) is another engine
+    monkeypatch.setitem(
+        PRECISION_ACTIONS, (FeatureSet.TRT11, Precision.FP32), BuildActions(("STRONGLY_TYPED",))
+    )
+    names.add(build_mod.engine_key(trt, path, options, GPU).file_name)
+    assert len(names) == 3
+
+
+def test_cache_key_covers_the_models_external_data(tmp_path) -> None:
+    """An ONNX model with its weights in external data files (> 2 GB, or exported so): new weights beside an
+    unchanged graph file are a new engine."""
+    path, data = tmp_path / "m.onnx", tmp_path / "m.onnx.data"
+    model = conv_model()
+    for init in model.graph.initializer:  # raw bytes: what onnx writes to external data
+        init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init), init.name))
+    onnx.save(model, str(path), save_as_external_data=True, location=data.name, size_threshold=0)
+    options = BuildOptions(max_batch=8, opt_batch=4)
+    before, graph = build_mod.engine_key(trt, path, options, GPU), path.read_bytes()
+    weights = bytearray(data.read_bytes())
+    weights[0] ^= 0xFF
+    data.write_bytes(bytes(weights))
+    after = build_mod.engine_key(trt, path, options, GPU)
+    assert path.read_bytes() == graph and after.onnx_sha256 != before.onnx_sha256
+    assert after.file_name != before.file_name
+    # the build parses those weights (the ONNX loaded with its external data)
+    parsed = onnx.load_from_string(
+        build_mod.prepare_onnx(path, PRECISION_ACTIONS[(FeatureSet.TRT11, Precision.FP32)])
+    )
+    assert onnx.numpy_helper.to_array(parsed.graph.initializer[0]).tobytes()[:1] == bytes(weights[:1])
+
+    from tiled_detector.engines.onnx_model import external_data_files, onnx_sha256
+
+    assert external_data_files(onnx.load(str(path), load_external_data=False), tmp_path) == [data]
+    plain = tmp_path / "plain.onnx"
+    onnx.save(conv_model(), str(plain))
+    assert onnx_sha256(plain) == sha256_file(plain)  # no external data: the file's own digest, as before
+
+
+def test_build_engine_version_compatible(monkeypatch, tmp_path) -> None:
+    import argparse
+
+    from tiled_detector.commands import build_engine
+    from tiled_detector.config import DetectorConfig
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_model(), model)
+    parser = argparse.ArgumentParser()
+    build_engine.add_arguments(parser)
+    args = parser.parse_args([str(model), "--version-compatible"])
+    runtime = strict(trt.Runtime)
+    runtime.engine_host_code_allowed = False
+    module = types.SimpleNamespace(**{**vars(trt), "Runtime": mock.Mock(return_value=runtime)})
+    monkeypatch.setattr(api_mod, "import_tensorrt", lambda: module)
+    built = []
+    monkeypatch.setattr(
+        build_mod,
+        "load_or_build",
+        lambda trt_module, runtime, logger, path, options, *rest: (
+            built.append((runtime, options)) or (None, tmp_path / "e.engine")
+        ),
+    )
+    build_engine._build_tensorrt(args, DetectorConfig(model=model), model, TextProgress())
+    ((used, options),) = built
+    assert options.version_compatible and used.engine_host_code_allowed is True
 
 
 def test_parser_errors_are_reported(tmp_path) -> None:

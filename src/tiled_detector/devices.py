@@ -1,8 +1,11 @@
-"""torch devices: concrete indices, compatibility, the check that CUDA is really there, and CUDA graph capture."""
+"""torch devices: concrete indices, compatibility, the check that CUDA is really there, the device made current
+around a library's calls, and CUDA graph capture."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import torch
@@ -39,6 +42,12 @@ def require_cuda(device: torch.device | str, why: str) -> None:
 def same_device(have: torch.device, want: torch.device) -> bool:
     """Whether memory on `have` is usable on `want`; `cuda` without an index matches any CUDA device."""
     return have.type == want.type and (want.index is None or have.index is None or have.index == want.index)
+
+
+def made_current(device: torch.device) -> AbstractContextManager[object]:
+    """`device` made the current CUDA device for the block (libraries that use the current device, e.g. TensorRT's
+    deserialisation and enqueue, then work on it); nothing for a CPU device."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:

@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-dir", type=Path, help="engine cache (default $XDG_CACHE_HOME/tiled_detector)"
     )
+    parser.add_argument(
+        "--version-compatible",
+        action="store_true",
+        help="build with TensorRT's version compatibility: the engine also runs on TensorRT's lean runtime and on "
+        "later TensorRT versions (it carries the lean runtime: load it with the engine option "
+        "engine_host_code_allowed; it may run slower)",
+    )
     parser.add_argument("--out", type=Path, help="also copy the engine (or the Q/DQ model) to this file")
     parser.add_argument("--verbose", action="store_true", help="TensorRT's info messages too")
     # the node's settings that shape the engine (precision, batch) and its INT8 calibration (frames, tiling)
@@ -158,15 +165,18 @@ def _build_tensorrt(
     """The TensorRT engine of `model` (the Q/DQ copy at int8) from the cache, built when missing."""
     import torch
 
-    from tiled_detector.engines.tensorrt_api import checked, import_tensorrt, make_logger
+    from tiled_detector.engines.tensorrt_api import import_tensorrt, make_logger, make_runtime
     from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
     device = torch.device(config.device)
     trt = import_tensorrt()
     logger = make_logger(trt, args.verbose)
-    runtime = checked(trt.Runtime, logger, what="Runtime()")
+    # the version-compatible engine built here carries the lean runtime: ours, so its host code is trusted
+    runtime = make_runtime(trt, logger, host_code_allowed=args.version_compatible)
     input_hw = (config.input_size[1], config.input_size[0]) if config.input_size else None
     opt_batch, max_batch = batch_profile(args, config, BuildOptions.opt_batch)
-    options = BuildOptions(config.precision, max_batch, opt_batch, input_hw)
+    options = BuildOptions(
+        config.precision, max_batch, opt_batch, input_hw, version_compatible=args.version_compatible
+    )
     _, path = load_or_build(trt, runtime, logger, model, options, device, args.cache_dir, progress)
     return path, str(trt.__version__)

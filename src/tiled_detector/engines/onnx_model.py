@@ -1,14 +1,18 @@
 """What an ONNX file says without running it: its image input, its exporter's metadata, whether it is quantized
-(Q/DQ nodes). Shared by ONNX Runtime, the TensorRT builder and the quantizer; imports neither torch nor TensorRT."""
+(Q/DQ nodes), the external data files it names and the digest of all its bytes. Shared by ONNX Runtime, the TensorRT
+builder and the quantizer; imports neither torch nor TensorRT."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
+from tiled_detector.engines.cache import sha256_file
 from tiled_detector.engines.metadata import ModelMetadata, exporter_metadata
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
@@ -41,6 +45,39 @@ def file_has_qdq(path: Path) -> bool:
         return has_qdq(onnx.load(str(path), load_external_data=False))
     except Exception:  # onnx's DecodeError and friends: not ours to report here
         return False
+
+
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor stored in `graph` and its subgraphs: initializers, sparse initializers and the tensors of node
+    attributes (e.g. Constant's value)."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph_nodes(graph):
+        for attr in node.attribute:
+            yield from [attr.t] if attr.HasField("t") else attr.tensors
+
+
+def external_data_files(model: onnx.ModelProto, directory: Path) -> list[Path]:
+    """The files (beside the model, in `directory`) that hold its tensors stored as external data, sorted."""
+    locations = {
+        ExternalDataInfo(tensor).location
+        for tensor in graph_tensors(model.graph)
+        if uses_external_data(tensor)
+    }
+    return sorted(directory / location for location in locations)
+
+
+def onnx_sha256(path: Path) -> str:
+    """Hex SHA-256 of an ONNX model's bytes: the file and every external data file it names (their names and
+    bytes), so that new weights beside an unchanged graph file are a new model."""
+    files = external_data_files(onnx.load(str(path), load_external_data=False), Path(path).parent)
+    if not files:
+        return sha256_file(path)
+    digest = hashlib.sha256(sha256_file(path).encode())
+    for file in files:
+        digest.update(f"\n{file.relative_to(Path(path).parent).as_posix()}\n{sha256_file(file)}".encode())
+    return digest.hexdigest()
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

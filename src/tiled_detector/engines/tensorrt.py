@@ -3,13 +3,25 @@
 Runs a serialized engine (.engine / .plan) or builds one from ONNX through the engine cache. The input
 buffer is preallocated at the profile maximum and exposed (`input_buffer`) so preprocessing can write
 straight into it; outputs are allocated once at the profile maximum and every call writes into them, so a
-captured CUDA graph replays with the same addresses. Work is enqueued on torch's current CUDA stream and a
-torch CUDA event is recorded after it (`done_event`): consumers on the same stream need nothing, consumers on
-another stream wait on the event.
+captured CUDA graph replays with the same addresses.
+
+One execution context per input shape (batch size), its shape set once when it is made: a CUDA graph captured with
+one context keeps replaying what it captured while others run other shapes, as trtexec captures one graph per
+context (samples/common/sampleInference.cpp). The contexts share one activation memory (USER_MANAGED; they never run
+in parallel: NvInferRuntime.h, setDeviceMemoryV2).
+
+Streams: `execute_async_v3` on the default stream makes TensorRT synchronise the device ("Using default stream may
+lead to performance issues due to additional cudaDeviceSynchronize() calls", NvInferRuntime.h, enqueueV3). When
+torch's current stream is a default stream the engine enqueues on its own stream, ordered after the current one and
+the current one after it by events; otherwise (a stream of the caller's, the capture stream while a CUDA graph is
+captured) on the current stream itself. A torch CUDA event is recorded after the work (`done_event`): consumers on
+the current stream need nothing, consumers on another stream wait on the event. A caller's batch bound in place must
+be 256-byte aligned (setTensorAddress) and is kept alive for the engine's stream (`record_stream`); else it is
+copied into the engine's input. Deserialisation, contexts and enqueues run with the engine's device current.
 
 The named-tensor API is used (TensorRT >= 8.5: set_input_shape, set_tensor_address, execute_async_v3; older
-TensorRT is refused with one line). `current_stream`, `new_event` and `allocate` are the only CUDA touch points, kept as
-module functions so tests without a GPU can replace them.
+TensorRT is refused with one line). `current_stream`, `new_stream`, `new_event`, `allocate`, `keep_alive` and
+`made_current` are the only CUDA touch points, kept as module names so tests without a GPU can replace them.
 """
 
 from __future__ import annotations
@@ -21,16 +33,20 @@ from typing import Any
 
 import torch
 
+from tiled_detector.devices import made_current
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
 from tiled_detector.engines.metadata import split_engine_file
 from tiled_detector.engines.tensorrt_api import (
+    LEAN_ENGINES,
     LOG,
     TensorRTError,
     checked,
     deserialize,
     engine_precision,
     import_tensorrt,
+    is_lean,
     make_logger,
+    make_runtime,
 )
 
 # TensorRT DataType member name -> torch dtype
@@ -44,6 +60,10 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "INT64": torch.int64,
     "BOOL": torch.bool,
 }
+# setTensorAddress: "The pointer must have at least 256-byte alignment" (NvInferRuntime.h)
+TENSOR_ALIGNMENT = 256
+# the CUDA default streams' handles: the legacy default stream (0, cudaStreamLegacy) and the per-thread one
+DEFAULT_STREAMS = frozenset({0, 1, 2})
 
 
 # --- CUDA touch points (replaced in tests: no GPU there) -------------------------------------------------
@@ -54,6 +74,11 @@ def current_stream(device: torch.device) -> Any:
     return torch.cuda.current_stream(device)
 
 
+def new_stream(device: torch.device) -> Any:
+    """A torch CUDA stream of the engine's own (not a default stream)."""
+    return torch.cuda.Stream(device)
+
+
 def new_event() -> Any:
     """A torch CUDA event, recorded after every enqueue."""
     return torch.cuda.Event()
@@ -62,6 +87,11 @@ def new_event() -> Any:
 def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An uninitialised buffer."""
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def keep_alive(tensor: torch.Tensor, stream: Any) -> None:
+    """Keep `tensor`'s memory from reuse until the work queued on `stream` so far is done (`record_stream`)."""
+    tensor.record_stream(stream)
 
 
 # --- TensorRT I/O by tensor name ---------------------------------------------------------------------------
@@ -86,53 +116,78 @@ def torch_dtype(trt_dtype: Any) -> torch.dtype:
         raise TensorRTError(f"TensorRT tensor type {trt_dtype.name} has no torch equivalent") from None
 
 
-class NamedTensorIO:
-    """TensorRT >= 8.5: tensors addressed by name, `execute_async_v3`."""
-
-    def __init__(self, trt: ModuleType, engine: Any, context: Any) -> None:
-        self._trt, self._engine, self._context = trt, engine, context
-
-    def tensors(self) -> list[IOTensor]:
-        """All I/O tensors in engine order."""
-        result = []
-        for i in range(self._engine.num_io_tensors):
-            name = self._engine.get_tensor_name(i)
-            is_input = self._engine.get_tensor_mode(name) == self._trt.TensorIOMode.INPUT
-            max_shape = tuple(self._engine.get_tensor_profile_shape(name, 0)[2]) if is_input else None
-            result.append(
-                IOTensor(
-                    name,
-                    is_input,
-                    tuple(self._engine.get_tensor_shape(name)),
-                    torch_dtype(self._engine.get_tensor_dtype(name)),
-                    max_shape,
-                )
-            )
-        return result
-
-    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
-        """Fix the shape of a dynamic input for the next enqueue."""
-        checked(self._context.set_input_shape, name, shape, what=f"set_input_shape({name!r}, {shape})")
-
-    def output_shape(self, name: str) -> tuple[int, ...]:
-        """Shape of an output given the input shapes set."""
-        return tuple(self._context.get_tensor_shape(name))
-
-    def enqueue(self, addresses: dict[str, int], stream_handle: int) -> None:
-        """Bind every tensor's address and enqueue the inference on `stream_handle`."""
-        for name, address in addresses.items():
-            checked(self._context.set_tensor_address, name, address, what=f"set_tensor_address({name!r})")
-        checked(self._context.execute_async_v3, stream_handle, what="execute_async_v3")
-
-
-def tensor_io(trt: ModuleType, engine: Any, context: Any) -> NamedTensorIO:
-    """The named-tensor I/O of this engine (TensorRT >= 8.5); older TensorRT is refused with one line."""
+def engine_tensors(trt: ModuleType, engine: Any) -> list[IOTensor]:
+    """All I/O tensors of a named-tensor engine (TensorRT >= 8.5) in engine order; older TensorRT is refused with one
+    line."""
     if not hasattr(engine, "num_io_tensors"):
         raise TensorRTError(
             f"TensorRT {trt.__version__} has no named-tensor API (execute_async_v3): TensorRT 8.5 or newer is "
             "needed (JetPack 5.1+)"
         )
-    return NamedTensorIO(trt, engine, context)
+    result = []
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        max_shape = tuple(engine.get_tensor_profile_shape(name, 0)[2]) if is_input else None
+        result.append(
+            IOTensor(
+                name,
+                is_input,
+                tuple(engine.get_tensor_shape(name)),
+                torch_dtype(engine.get_tensor_dtype(name)),
+                max_shape,
+            )
+        )
+    return result
+
+
+def new_context(trt: ModuleType, engine: Any, memory: torch.Tensor) -> Any:
+    """An execution context running in `memory` (activations), shared with the engine's other contexts: they run one
+    after another, never in parallel (NvInferRuntime.h, setDeviceMemoryV2). TensorRT 10 and later: the USER_MANAGED
+    allocation strategy; 8.5 to 9.x: a context without device memory."""
+    strategy = getattr(trt, "ExecutionContextAllocationStrategy", None)
+    if strategy is None:
+        context = checked(
+            engine.create_execution_context_without_device_memory,
+            what="create_execution_context_without_device_memory",
+        )
+        context.device_memory = memory.data_ptr()
+        return context
+    context = checked(
+        engine.create_execution_context, strategy.USER_MANAGED, what="create_execution_context(USER_MANAGED)"
+    )
+    if hasattr(context, "set_device_memory"):  # TensorRT >= 10.1
+        context.set_device_memory(memory.data_ptr(), memory.numel())
+    else:
+        context.device_memory = memory.data_ptr()
+    return context
+
+
+def activation_bytes(engine: Any) -> int:
+    """The device memory an execution context needs, at most, for any shape of the profile."""
+    size = getattr(engine, "device_memory_size_v2", None)  # TensorRT >= 10.1
+    return int(engine.device_memory_size if size is None else size)
+
+
+class ShapeContext:
+    """An execution context whose input shape is set once, at creation: everything enqueued on it (and any CUDA
+    graph captured from it) runs that shape."""
+
+    def __init__(
+        self, trt: ModuleType, engine: Any, memory: torch.Tensor, name: str, shape: tuple[int, ...]
+    ) -> None:
+        self.context = new_context(trt, engine, memory)
+        checked(self.context.set_input_shape, name, shape, what=f"set_input_shape({name!r}, {shape})")
+
+    def output_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of an output at this context's input shape."""
+        return tuple(self.context.get_tensor_shape(name))
+
+    def enqueue(self, addresses: dict[str, int], stream_handle: int) -> None:
+        """Bind every tensor's address and enqueue the inference on `stream_handle`."""
+        for name, address in addresses.items():
+            checked(self.context.set_tensor_address, name, address, what=f"set_tensor_address({name!r})")
+        checked(self.context.execute_async_v3, stream_handle, what="execute_async_v3")
 
 
 # --- the engine -------------------------------------------------------------------------------------------
@@ -142,8 +197,11 @@ class TensorRTEngine(Engine):
     """A TensorRT engine on one CUDA device; see the module docstring.
 
     Options: `opt_batch` (optimisation-profile batch when building: tiles per frame + full-frame view),
-    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `verbose`. INT8 builds from an ONNX with
-    Q/DQ nodes (`engines/quantize.py`).
+    `input_hw` (for ONNX models with dynamic height/width), `cache_dir`, `verbose`, `version_compatible` (an ONNX
+    model is built with BuilderFlag.VERSION_COMPATIBLE: it then runs on TensorRT's lean runtime and later TensorRT
+    versions; the engine built here carries the lean runtime and is loaded with host code allowed),
+    `engine_host_code_allowed` (a prebuilt engine file may carry host code, e.g. a version-compatible engine's lean
+    runtime: only for engine files you trust). INT8 builds from an ONNX with Q/DQ nodes (`engines/quantize.py`).
     """
 
     backend = Backend.TENSORRT
@@ -161,6 +219,8 @@ class TensorRTEngine(Engine):
         input_hw: tuple[int, int] | None = None,
         cache_dir: str | Path | None = None,
         verbose: bool = False,
+        version_compatible: bool = False,
+        engine_host_code_allowed: bool = False,
     ) -> None:
         super().__init__(model, device, precision, max_batch)
         if self.device.type != "cuda":
@@ -170,61 +230,100 @@ class TensorRTEngine(Engine):
         self.device = torch.device("cuda", 0 if self.device.index is None else self.device.index)
         self.trt = import_tensorrt()
         self._logger = make_logger(self.trt, verbose)
-        self._runtime = checked(self.trt.Runtime, self._logger, what="Runtime()")
         model = Path(model)
-        if model_format(model) is ModelFormat.ONNX:
-            from tiled_detector.engines.onnx_model import onnx_metadata
-            from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
+        from_onnx = model_format(model) is ModelFormat.ONNX
+        with made_current(self.device):  # TensorRT deserialises onto, and runs on, the current device
+            # the engine built here from a version-compatible build carries the lean runtime: trusted, ours
+            allowed = engine_host_code_allowed or (from_onnx and version_compatible)
+            self._runtime = make_runtime(self.trt, self._logger, host_code_allowed=allowed)
+            if from_onnx:
+                self._build(model, max_batch, opt_batch, input_hw, cache_dir, version_compatible)
+            else:
+                self._deserialize(model)
+            tensors = engine_tensors(self.trt, self._engine)
+            inputs = [t for t in tensors if t.is_input]
+            if len(inputs) != 1:
+                raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
+            self._in = inputs[0]
+            self._outs = [t for t in tensors if not t.is_input]
+            self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
+            self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
+            self.labels = self.metadata.labels
+            max_shape = self._in.max_shape or self._in.shape
+            self._bound_batch(max_shape[0])
+            self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
+            # one activation memory for every context (they run one after another)
+            self._activations = allocate((activation_bytes(self._engine),), torch.uint8, self.device)
+            self._contexts: dict[tuple[int, ...], ShapeContext] = {}
+            largest = self._context((self.fixed_batch or self.max_batch, *self._input.shape[1:]))
+            if not from_onnx:
+                self.precision = self._prebuilt_precision(model, [str(t.dtype) for t in tensors], largest)
+            # outputs at the largest batch, allocated once (those whose shape depends on the input's H, W at their
+            # first call)
+            self._outputs: dict[str, torch.Tensor] = {}
+            for spec in self._outs:
+                if all(d >= 0 for d in spec.shape[1:]):
+                    self._output_buffer(spec, (self.fixed_batch or self.max_batch, *spec.shape[1:]))
+            self._stream = new_stream(self.device)
+            self._done = new_event()
 
-            self.metadata = onnx_metadata(model)
-            options = BuildOptions(
-                precision=self.precision,
-                max_batch=max_batch,
-                # the default of `tiled-detector build-engine`, so that both find the same cached engine
-                opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
-                input_hw=input_hw or self.metadata.hw,
-            )
-            self._engine, self.engine_path = load_or_build(
-                self.trt, self._runtime, self._logger, model, options, self.device, cache_dir
-            )
-        else:
-            self.metadata, data = split_engine_file(model.read_bytes())  # ultralytics writes a header first
-            self._engine = deserialize(self._runtime, data)
-            if self._engine is None:
-                raise TensorRTError(
-                    f"{model} is not an engine this TensorRT ({self.trt.__version__}) and GPU can run: "
-                    "engines are tied to the TensorRT version and GPU that built them; rebuild it "
-                    "(tiled-detector build-engine MODEL.onnx) or pass the .onnx to build through the cache"
-                )
-            self.engine_path = model
-        self._context = checked(self._engine.create_execution_context, what="create_execution_context")
-        self._io = tensor_io(self.trt, self._engine, self._context)
-        tensors = self._io.tensors()
-        inputs = [t for t in tensors if t.is_input]
-        if len(inputs) != 1:
-            raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
-        self._in = inputs[0]
-        self._outs = [t for t in tensors if not t.is_input]
-        if model_format(model) is not ModelFormat.ONNX:
-            self.precision = self._prebuilt_precision(model, [str(t.dtype) for t in tensors])
-        self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
-        self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
-        self.labels = self.metadata.labels
-        max_shape = self._in.max_shape or self._in.shape
-        self._bound_batch(max_shape[0])
-        self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
-        # outputs at the largest batch, allocated once (those whose shape depends on the input's H, W at their
-        # first call)
-        self._outputs: dict[str, torch.Tensor] = {}
-        for spec in self._outs:
-            if all(d >= 0 for d in spec.shape[1:]):
-                self._output_buffer(spec, (self.fixed_batch or self.max_batch, *spec.shape[1:]))
-        self._done = new_event()
+    def _build(
+        self,
+        model: Path,
+        max_batch: int,
+        opt_batch: int | None,
+        input_hw: tuple[int, int] | None,
+        cache_dir: str | Path | None,
+        version_compatible: bool,
+    ) -> None:
+        """The engine of an ONNX model, from the cache or built into it."""
+        from tiled_detector.engines.onnx_model import onnx_metadata
+        from tiled_detector.engines.tensorrt_build import BuildOptions, load_or_build
 
-    def _prebuilt_precision(self, model: Path, io_dtypes: list[str]) -> Precision:
-        """The precision a prebuilt engine was built with (the `precision` setting cannot change it); the
-        requested one, with a warning, when the engine does not record it."""
-        found = engine_precision(self.trt, self._engine, io_dtypes)
+        self.metadata = onnx_metadata(model)
+        options = BuildOptions(
+            precision=self.precision,
+            max_batch=max_batch,
+            # the default of `tiled-detector build-engine`, so that both find the same cached engine
+            opt_batch=opt_batch or min(BuildOptions.opt_batch, max_batch),
+            input_hw=input_hw or self.metadata.hw,
+            version_compatible=version_compatible,
+        )
+        self._engine, self.engine_path = load_or_build(
+            self.trt, self._runtime, self._logger, model, options, self.device, cache_dir
+        )
+
+    def _deserialize(self, model: Path) -> None:
+        """The engine in a serialized engine file (after ultralytics' metadata header, where it has one)."""
+        self.metadata, data = split_engine_file(model.read_bytes())
+        self._engine = deserialize(self._runtime, data)
+        if self._engine is None:
+            why = (
+                LEAN_ENGINES.format(module=self.trt.__name__, version=self.trt.__version__)
+                if is_lean(self.trt)
+                else "engines are tied to the TensorRT version and GPU that built them (unless built version-"
+                "compatible, and then loaded with engine_host_code_allowed); rebuild it (tiled-detector "
+                "build-engine MODEL.onnx) or pass the .onnx to build through the cache"
+            )
+            raise TensorRTError(
+                f"{model} is not an engine this TensorRT ({self.trt.__version__}) and GPU can run: {why}"
+            )
+        self.engine_path = model
+
+    def _context(self, shape: tuple[int, ...]) -> ShapeContext:
+        """The execution context of this input shape, made (its shape set) at the first call with it."""
+        context = self._contexts.get(shape)
+        if context is None:
+            context = self._contexts[shape] = ShapeContext(
+                self.trt, self._engine, self._activations, self._in.name, shape
+            )
+        return context
+
+    def _prebuilt_precision(self, model: Path, io_dtypes: list[str], context: ShapeContext) -> Precision:
+        """The precision a prebuilt engine was built with (the `precision` setting cannot change it), read with an
+        execution context whose input shape is set; the requested one, with a warning, when the engine does not
+        record it."""
+        found = engine_precision(self.trt, self._engine, io_dtypes, context.context)
         if found is None:
             LOG.warning(
                 "%s does not record its precision (built without detailed profiling verbosity); reporting the "
@@ -258,21 +357,32 @@ class TensorRTEngine(Engine):
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         n = batch.shape[0]
         run = self.fixed_batch or n  # a static-batch engine runs its full batch, padded with zeros
-        source = self._bind_input(batch, run)
-        self._io.set_input_shape(self._in.name, tuple(source.shape))
-        addresses = {self._in.name: source.data_ptr()}
-        outputs = {}
-        for spec in self._outs:
-            out = self._output_buffer(spec, self._io.output_shape(spec.name))
-            outputs[spec.name] = out if run == n else out[:n]
-            addresses[spec.name] = out.data_ptr()
-        stream = current_stream(self.device)
-        self._io.enqueue(addresses, stream.cuda_stream)
-        self._done.record(stream)
+        with made_current(self.device):
+            source = self._bind_input(batch, run)
+            context = self._context(tuple(source.shape))
+            addresses = {self._in.name: source.data_ptr()}
+            outputs = {}
+            for spec in self._outs:
+                out = self._output_buffer(spec, context.output_shape(spec.name))
+                outputs[spec.name] = out if run == n else out[:n]
+                addresses[spec.name] = out.data_ptr()
+            current = current_stream(self.device)
+            if current.cuda_stream not in DEFAULT_STREAMS:
+                context.enqueue(addresses, current.cuda_stream)
+                self._done.record(current)
+                return outputs
+            # torch's default stream: the engine's own stream, after the work queued so far and before what follows
+            self._stream.wait_stream(current)
+            if source.untyped_storage().data_ptr() != self._input.untyped_storage().data_ptr():
+                keep_alive(source, self._stream)  # the caller's batch, read on the engine's stream
+            context.enqueue(addresses, self._stream.cuda_stream)
+            self._done.record(self._stream)
+            current.wait_event(self._done)
         return outputs
 
     def _bind_input(self, batch: torch.Tensor, run: int) -> torch.Tensor:
-        """`batch` itself when TensorRT can read it in place, else a copy into the input buffer."""
+        """`batch` itself when TensorRT can read it in place (its type, device and shape, contiguous, 256-byte
+        aligned), else a copy into the input buffer."""
         expected = self._input.shape[1:]
         n = batch.shape[0]
         if batch.dim() != 4 or batch.shape[1:] != expected or not 1 <= n <= self.max_batch:
@@ -281,7 +391,7 @@ class TensorRTEngine(Engine):
                 f"got {tuple(batch.shape)}"
             )
         in_place = batch.dtype == self._input.dtype and batch.device == self._input.device
-        if in_place and run == n and batch.is_contiguous():
+        if in_place and run == n and batch.is_contiguous() and batch.data_ptr() % TENSOR_ALIGNMENT == 0:
             return batch
         buffer = self._input[:run]
         if buffer.data_ptr() != batch.data_ptr():

@@ -7,12 +7,18 @@ What a precision means depends on the TensorRT feature set (`PRECISION_ACTIONS`,
 INT8 is explicit on every generation: the ONNX must have Q/DQ nodes (`engines/quantize.py` makes them from
 calibration frames; the node and `build-engine` do so before building), the very file ONNX Runtime runs.
 Implicit calibration (IInt8Calibrator) is not used: deprecated in 10.1 and removed in 11.
+fp32 is fp32: TF32 (on by default, BuilderFlag.TF32 in NvInfer.h) is cleared, so Ampere and later GPUs (Orin) do not
+round the inputs of fp32 matrix products to 10-bit mantissas. `version_compatible` builds an engine that TensorRT's
+lean runtime and later TensorRT versions run (BuilderFlag.VERSION_COMPATIBLE; it carries the lean runtime).
+The cache key (`engine_key`) holds all of it: the ONNX and its external data, the recipe, TF32, the profile, the
+TensorRT version and the GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.metadata
 import io
 import logging
 from collections.abc import Callable
@@ -24,14 +30,25 @@ from typing import Any
 import onnx
 import torch
 
+from tiled_detector.devices import made_current
 from tiled_detector.engines.base import Precision
-from tiled_detector.engines.cache import EngineCache, EngineKey, sha256_file
-from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input
+from tiled_detector.engines.cache import EngineCache, EngineKey
+from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input, onnx_sha256
 from tiled_detector.engines.rebatch import dynamic_batch_model, fixed_batch_one
-from tiled_detector.engines.tensorrt_api import TensorRTError, checked, deserialize, trt_version
+from tiled_detector.engines.tensorrt_api import (
+    LEAN_ENGINES,
+    TensorRTError,
+    checked,
+    deserialize,
+    is_lean,
+    trt_version,
+)
 
 LOG = logging.getLogger(__name__)
 WORKSPACE_BYTES = 2 << 30
+# what `build_serialized` does beyond the table and the options (profiling verbosity, the fp16 conversion): raised
+# when it changes, so that no cached engine of the old recipe is taken for a new one
+RECIPE_REVISION = 2
 
 
 class FeatureSet(str, enum.Enum):
@@ -48,22 +65,27 @@ class BuildActions:
 
     network_flags: tuple[str, ...] = ()  # NetworkDefinitionCreationFlag members (set where they exist)
     builder_flags: tuple[str, ...] = ()  # BuilderFlag members
+    cleared_flags: tuple[str, ...] = ()  # BuilderFlag members on by default, cleared (where they exist)
     onnx_fp16: bool = False  # convert the ONNX to fp16 (I/O kept fp32) before parsing
     qdq: bool = False  # the ONNX must carry Q/DQ nodes (explicit INT8)
 
 
 PRECISION_ACTIONS: dict[tuple[FeatureSet, Precision], BuildActions] = {
-    (FeatureSet.TRT8, Precision.FP32): BuildActions(network_flags=("EXPLICIT_BATCH",)),
+    (FeatureSet.TRT8, Precision.FP32): BuildActions(
+        network_flags=("EXPLICIT_BATCH",), cleared_flags=("TF32",)
+    ),
     (FeatureSet.TRT8, Precision.FP16): BuildActions(
         network_flags=("EXPLICIT_BATCH",), builder_flags=("FP16",)
     ),
     (FeatureSet.TRT8, Precision.INT8): BuildActions(
         network_flags=("EXPLICIT_BATCH",), builder_flags=("FP16", "INT8"), qdq=True
     ),
-    (FeatureSet.TRT10, Precision.FP32): BuildActions(),
+    (FeatureSet.TRT10, Precision.FP32): BuildActions(cleared_flags=("TF32",)),
     (FeatureSet.TRT10, Precision.FP16): BuildActions(builder_flags=("FP16",)),
     (FeatureSet.TRT10, Precision.INT8): BuildActions(builder_flags=("FP16", "INT8"), qdq=True),
-    (FeatureSet.TRT11, Precision.FP32): BuildActions(network_flags=("STRONGLY_TYPED",)),
+    (FeatureSet.TRT11, Precision.FP32): BuildActions(
+        network_flags=("STRONGLY_TYPED",), cleared_flags=("TF32",)
+    ),
     (FeatureSet.TRT11, Precision.FP16): BuildActions(network_flags=("STRONGLY_TYPED",), onnx_fp16=True),
     (FeatureSet.TRT11, Precision.INT8): BuildActions(network_flags=("STRONGLY_TYPED",), qdq=True),
 }
@@ -72,7 +94,8 @@ PRECISION_ACTIONS: dict[tuple[FeatureSet, Precision], BuildActions] = {
 def feature_set(trt: ModuleType) -> FeatureSet:
     """The feature set of this TensorRT: by BuilderFlag.FP16's presence first, then by major version."""
     major = trt_version(trt)[0]
-    if major >= 11 or not hasattr(trt.BuilderFlag, "FP16"):
+    flags = getattr(trt, "BuilderFlag", None)
+    if major >= 11 or (flags is not None and not hasattr(flags, "FP16")):
         return FeatureSet.TRT11
     return FeatureSet.TRT10 if major >= 10 else FeatureSet.TRT8
 
@@ -130,6 +153,8 @@ class BuildOptions:
     opt_batch: int = 9  # tiles per frame + full-frame view
     input_hw: tuple[int, int] | None = None
     workspace_bytes: int = WORKSPACE_BYTES
+    # BuilderFlag.VERSION_COMPATIBLE: the engine runs on the lean runtime and on later TensorRT versions
+    version_compatible: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.opt_batch <= self.max_batch:
@@ -164,6 +189,10 @@ def build_serialized(
     progress: ProgressCallback | None = None,
 ) -> bytes:
     """Build a serialized engine from `model_path` as `PRECISION_ACTIONS` says for this TensorRT."""
+    if not hasattr(trt, "Builder"):
+        if is_lean(trt):
+            raise TensorRTError(LEAN_ENGINES.format(module=trt.__name__, version=trt.__version__))
+        raise TensorRTError(f"this TensorRT module ({trt.__name__}) cannot build engines: it has no Builder")
     actions = PRECISION_ACTIONS[(feature_set(trt), options.precision)]
     data = prepare_onnx(model_path, actions)
     model = onnx.load_from_string(data)
@@ -186,6 +215,11 @@ def build_serialized(
         config.max_workspace_size = options.workspace_bytes
     for flag in actions.builder_flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
+    for flag in actions.cleared_flags:
+        if hasattr(trt.BuilderFlag, flag):
+            config.clear_flag(getattr(trt.BuilderFlag, flag))
+    if options.version_compatible:
+        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
     if hasattr(trt, "ProfilingVerbosity"):  # layer formats in the engine: it reports its own precision
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     lo, opt, hi = profile_shapes(options, chw)
@@ -206,21 +240,36 @@ def gpu_identity(device: torch.device) -> tuple[str, tuple[int, int]]:
     return torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device))
 
 
+def build_recipe(trt: ModuleType, options: BuildOptions) -> tuple[tuple[str, str], ...]:
+    """How `build_serialized` builds with these options on this TensorRT, as cache-key entries: the actions of
+    `PRECISION_ACTIONS`, TF32, version compatibility, the workspace, the fp16 converter's version."""
+    actions = PRECISION_ACTIONS[(feature_set(trt), options.precision)]
+    recipe = [
+        ("recipe", f"{RECIPE_REVISION} {actions}"),
+        ("tf32", "off" if "TF32" in actions.cleared_flags else "on"),
+        ("version_compatible", str(options.version_compatible)),
+        ("workspace", str(options.workspace_bytes)),
+    ]
+    if actions.onnx_fp16:
+        converter = importlib.metadata.version("onnxconverter-common")
+        recipe.append(("fp16_conversion", f"onnxconverter-common {converter}"))
+    return tuple(recipe)
+
+
 def engine_key(
     trt: ModuleType, model_path: Path, options: BuildOptions, gpu: tuple[str, tuple[int, int]]
 ) -> EngineKey:
-    """The cache key of the engine these options build on this TensorRT and GPU."""
+    """The cache key of the engine these options build on this TensorRT and GPU (the ONNX with its external data)."""
     name, chw = onnx_input(onnx.load(str(model_path), load_external_data=False), options.input_hw)
-    extra = (("input", name),)
     return EngineKey(
         model_name=model_path.stem,
-        onnx_sha256=sha256_file(model_path),
+        onnx_sha256=onnx_sha256(model_path),
         precision=options.precision.value,
         profile=profile_shapes(options, chw),
         trt_version=str(trt.__version__),
         gpu_name=gpu[0],
         compute_capability=(int(gpu[1][0]), int(gpu[1][1])),
-        extra=extra,
+        extra=(("input", name), *build_recipe(trt, options)),
     )
 
 
@@ -237,14 +286,16 @@ def load_or_build(
 ) -> tuple[Any, Path]:
     """The deserialized engine for `model_path` from the cache, built (once, under a lock) when missing. A batch-1
     export is built from its dynamic-batch rewrite where that is proven equal (`engines.rebatch`), so that the
-    optimisation profile reaches `max_batch`."""
+    optimisation profile reaches `max_batch`. Built and deserialised with `device` current (TensorRT works on the
+    current device)."""
     if options.max_batch > 1:
         model_path = dynamic_batch_model(model_path, cache_dir)
         if fixed_batch_one(onnx.load(str(model_path), load_external_data=False)):  # not proven: view by view
             options = dataclasses.replace(options, max_batch=1, opt_batch=1)
     key = engine_key(trt, model_path, options, gpu or gpu_identity(device))
-    return EngineCache(cache_dir).get_or_build(
-        key,
-        build=lambda: build_serialized(trt, logger, model_path, options, device, progress),
-        load=lambda data: deserialize(runtime, data),
-    )
+    with made_current(device):
+        return EngineCache(cache_dir).get_or_build(
+            key,
+            build=lambda: build_serialized(trt, logger, model_path, options, device, progress),
+            load=lambda data: deserialize(runtime, data),
+        )

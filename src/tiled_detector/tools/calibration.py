@@ -19,7 +19,13 @@ import tiled_detector
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.base import Backend, ModelFormat, Precision, model_format, resolve_backend
 from tiled_detector.engines.cache import sha256_file
-from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, file_has_qdq, onnx_input, onnx_metadata
+from tiled_detector.engines.onnx_model import (
+    INT8_NEEDS_QDQ,
+    file_has_qdq,
+    onnx_input,
+    onnx_metadata,
+    onnx_sha256,
+)
 from tiled_detector.engines.quantize import QuantizedKey, cached_quantized, quantize_onnx
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
@@ -183,7 +189,7 @@ def quantized_key(
     )
     return QuantizedKey(
         Path(config.model).stem,
-        sha256_file(config.model),
+        onnx_sha256(Path(config.model)),
         calibration.digest,
         tiling,
         calibration.count,
