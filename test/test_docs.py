@@ -31,7 +31,7 @@ SHELL_SPLIT = re.compile(r"&&|;|\s\|\s|\$\(")
 
 def _documents() -> list[Path]:
     """README.md, docs/ and the two other pages they send readers to."""
-    others = [ROOT / "benchmarks" / "README.md", ROOT / "src" / "tiled_detector" / "models" / "MODEL_CARD.md"]
+    others = [ROOT / "benchmarks/README.md", ROOT / "src/tiled_detector/models/MODEL_CARD.md"]
     return [README, *sorted((ROOT / "docs").rglob("*.md")), *others]
 
 
