@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark runner for a CUDA machine: the GPU checks and the GPU measurements that the README and
-# docs/PERFORMANCE.md quote, one mode or several per run (benchmarks/README.md lists what each program measures).
+# docs/ pages quote, one mode or several per run (benchmarks/README.md lists what each program measures).
 #
 #   benchmarks/cuda_runner.sh [MODE ...]          # default: checks exports; results (logs, CSVs) under $OUT
 #

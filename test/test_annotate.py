@@ -25,3 +25,16 @@ def test_the_debug_image_draws_each_box_in_its_tracks_colour_with_its_id():
     tracked_width = (tracked[label].any(axis=2).sum(axis=0) > 0).sum()
     plain_width = (plain[label].any(axis=2).sum(axis=0) > 0).sum()
     assert tracked_width > plain_width
+
+
+def test_without_captions_only_the_boxes_are_drawn():
+    from tiled_detector.tools.annotate import annotate
+    from tiled_detector.types import Detections
+
+    image = np.zeros((120, 200, 3), np.uint8)
+    found = Detections(np.array([[40, 50, 90, 100]], np.float32), np.array([0.9]), np.array([0]))
+    captioned = annotate(image, found, ["red_disc"])
+    bare = annotate(image, found, ["red_disc"], captions=False)
+    above = (slice(30, 48), slice(40, 200))  # where the label "red_disc 0.90" goes
+    assert captioned[above].any() and not bare[above].any()
+    assert (bare[50:101, 40:91] == captioned[50:101, 40:91]).all()  # the box itself is the same

@@ -88,3 +88,13 @@ def test_gpu_info_parses_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     table = env.format_table({**env.collect(), "gpus": env.gpu_info()})
     assert "gpu 0" in table and "compute_cap=9.0" in table
+
+
+def test_the_processor_is_named_with_the_cores_this_process_may_use(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n"
+    )
+    assert env.cpu_name(tmp_path / "cpuinfo") == f"AMD EPYC 7B13, {cores} cores"
+    assert env.cpu_name(tmp_path / "missing").endswith(f", {cores} cores")  # platform's name instead
+    assert env.collect()["platform"]["cpu"] == env.cpu_name()

@@ -8,6 +8,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from types import ModuleType
 
 from tiled_detector import __version__
 from tiled_detector.errors import one_line
@@ -34,7 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _top_parser() -> argparse.ArgumentParser:
+def top_parser() -> argparse.ArgumentParser:
+    """The parser of `tiled-detector` itself: the subcommand's name and the flags before it."""
     parser = argparse.ArgumentParser(
         prog="tiled-detector",
         description="Tiled small-object detection for ROS 2.",
@@ -49,6 +51,16 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommand(name: str) -> tuple[ModuleType, argparse.ArgumentParser]:
+    """The module of subcommand `name` (imported now) and its parser, with every flag it takes."""
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(f"tiled_detector.commands.{module_name}")
+    parser = argparse.ArgumentParser(prog=f"tiled-detector {name}", description=help_text)
+    module.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    return module, parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tiled-detector` console script.
 
@@ -60,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     if not args or args[0] not in COMMANDS:
-        _top_parser().parse_args(args[:1] or ["--help"])
+        top_parser().parse_args(args[:1] or ["--help"])
         return 2
     name, rest = args[0], args[1:]
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -68,11 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # 130, its node stopped), as they end the node itself (tiled_detector.ros.run)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        module_name, help_text = COMMANDS[name]
-        module = importlib.import_module(f"tiled_detector.commands.{module_name}")
-        parser = argparse.ArgumentParser(prog=f"tiled-detector {name}", description=help_text)
-        module.add_arguments(parser)
-        parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+        module, parser = subcommand(name)
         return int(module.run(parser.parse_args(rest)) or 0)
     except KeyboardInterrupt:
         print(f"tiled-detector {name}: interrupted", file=sys.stderr)

@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure every configuration, print the table, write the report; 1 when nothing could be measured."""
-    from tiled_detector.commands.env import collect
+    from tiled_detector.commands.env import collect, cpu_name
     from tiled_detector.engines.cache import atomic_write
     from tiled_detector.parameters import build_detector, config_changes
     from tiled_detector.tools.benchmark import csv_text, peer_sahi, plot, run_bench, table
@@ -94,16 +94,17 @@ def run(args: argparse.Namespace) -> int:
         progress,
         on_device=args.input == "device",
     )
+    changes = config_changes(values)
+    # the bundled model follows the backend
+    config = DetectorConfig(**{**changes, "backend": args.backend[0]})
     if args.peer == "sahi":
-        changes = config_changes(values)
-        model = DetectorConfig(
-            **{**changes, "backend": args.backend[0]}
-        ).model  # the bundled model follows it
-        rows += peer_sahi(model, args.size, args.runs, args.warmup, changes)
+        rows += peer_sahi(config.model, args.size, args.runs, args.warmup, changes)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out / "bench.csv", csv_text(rows).encode())
-    plot(rows, args.out / "bench.png")
-    atomic_write(args.out / "env.json", (json.dumps(collect(), indent=2, default=str) + "\n").encode())
+    report = collect()
+    gpus = [g["name"] for g in report["gpus"] if "name" in g] if config.device.startswith("cuda") else []
+    plot(rows, args.out / "bench.png", f"{config.model.name} on {', '.join(gpus) or cpu_name()}")
+    atomic_write(args.out / "env.json", (json.dumps(report, indent=2, default=str) + "\n").encode())
     print(table(rows))
     tracked = next((r.values["tracker_300_ms"] for r in rows if "tracker_300_ms" in r.values), None)
     if tracked is not None:

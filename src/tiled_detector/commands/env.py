@@ -124,6 +124,18 @@ def gpu_info() -> list[dict[str, str]]:
     return []
 
 
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model and the cores this process may use ("AMD EPYC 7B13, 2 cores"): the model from
+    /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        found = re.search(r"^(?:model name|Model|Hardware)\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
+    except OSError:
+        found = None
+    model = found.group(1).strip() if found else platform.processor() or platform.machine()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} cores"
+
+
 def probe() -> dict[str, object]:
     """Import torch and onnxruntime to report what they can use (slow: seconds)."""
     result: dict[str, object] = {}
@@ -158,7 +170,7 @@ def collect(with_probe: bool = False) -> dict[str, object]:
     report: dict[str, object] = {
         "fastdds_profile": fastdds_profile(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
-        "platform": {"system": platform.platform(), "machine": platform.machine()},
+        "platform": {"system": platform.platform(), "machine": platform.machine(), "cpu": cpu_name()},
         "ros_distro": os.environ.get("ROS_DISTRO"),
         "packages": {name: package_info(name) for name in PACKAGES},
         "torch_cuda": torch_cuda_version(),
@@ -175,6 +187,7 @@ def format_table(report: dict[str, object]) -> str:
     rows: list[tuple[str, str]] = [
         ("python", f"{report['python']['version']} ({report['python']['executable']})"),
         ("platform", report["platform"]["system"]),
+        ("cpu", report["platform"]["cpu"]),
         ("ROS_DISTRO", report["ros_distro"] or "-"),
     ]
     for name, info in report["packages"].items():

@@ -149,7 +149,7 @@ def _refuse_checkpoint(path: Path) -> None:
     if any(n.endswith("/data.pkl") for n in names) and not any(n.endswith("/constants.pkl") for n in names):
         raise ValueError(
             f"{path} is a PyTorch checkpoint (torch.save), not TorchScript: export it first, e.g. "
-            f"`yolo export model={path.name} format=torchscript` or `format=onnx` (README: Bring your own model)"
+            f"`yolo export model={path.name} format=torchscript` or `format=onnx` (docs/MODELS.md: Bring your own model)"
         )
 
 

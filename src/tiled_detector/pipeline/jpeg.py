@@ -1,7 +1,7 @@
 """JPEG frames decoded on the GPU (nvJPEG, through torchvision's `decode_jpeg`) straight into device memory.
 
 A robot's compressed camera stream is otherwise decoded by OpenCV on the CPU, the weakest part of a Jetson (the
-README's "Compressed transport" gives the times). torchvision is optional: without it, or for a frame
+docs/NODE.md's "Compressed transport" gives the times). torchvision is optional: without it, or for a frame
 that is not a JPEG (PNG) or that nvJPEG refuses, `GpuJpegDecoder.decode` returns None and the caller decodes on
 the CPU.
 """

@@ -35,10 +35,11 @@ def annotate(
     tiles: np.ndarray | None = None,
     plan: TilePlan | None = None,
     track_ids: np.ndarray | None = None,
+    captions: bool = True,
 ) -> np.ndarray:
     """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (with `track_ids`: each box's "#id"
-    first, coloured by its track), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored
-    area tinted and its region of interest outlined."""
+    first, coloured by its track; `captions=False`: the boxes alone, for a frame drawn small), and the tile outlines
+    (`tiles`, or the `plan`'s); with a `plan`, its ignored area tinted and its region of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
     if plan is not None:
@@ -64,6 +65,8 @@ def annotate(
         name = labels[cls] if labels is not None and 0 <= cls < len(labels) else str(cls)
         name = name if track is None else f"#{track} {name}"
         cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, 2)
+        if not captions:
+            continue
         cv2.putText(
             canvas, f"{name} {score:.2f}", (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1
         )

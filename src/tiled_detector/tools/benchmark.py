@@ -354,8 +354,9 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[Row], path: Path) -> None:
-    """Stacked stage times per configuration (PNG, written atomically)."""
+def plot(rows: Sequence[Row], path: Path, what: str = "") -> None:
+    """Stacked stage times per configuration (PNG, written atomically); `what` (the model and the machine) goes
+    under the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -378,7 +379,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
         if model is not None:
             ax.plot([model, model], [y - 0.4, y + 0.4], color="black", linewidth=2)
     ax.set_xlabel("milliseconds per frame (median); black: the model alone on the same batch")
-    ax.set_title("tiled-detector bench: stage times")
+    ax.set_title("tiled-detector bench: stage times" + (f"\n{what}" if what else ""))
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     buffer = io.BytesIO()
