@@ -253,3 +253,15 @@ def test_a_frame_started_in_a_batch_that_raised_leaves_its_camera_ungated(detect
     worker.slots.put(1, Arrival(1, Message(small, 2), 0.0))
     worker.cycle(timeout=0.0)
     assert host.gated[-1] == set() and [p[:2] for p in host.published] == [(1, 2)]
+
+
+def test_a_camera_whose_stream_starts_over_has_its_engine_time_forgotten(detector) -> None:
+    """The share's decayed engine time is per camera state kept over time: a looped bag (stamps back) starts the
+    camera's record over and its engine time with it; the other camera keeps its own."""
+    worker, _ = _worker(detector, ["a", "b"], [0.0])  # the share's clock stands still: nothing decays
+    big, small = make_scene(2, 1920, 1080).image, make_scene(3, 64, 48).image
+    worker.process([Arrival(0, Message(big, 10), 0.0), Arrival(1, Message(big, 10), 0.0)])
+    before = worker.share.fractions()
+    worker.process([Arrival(0, Message(small, 5), 0.0)])  # stamps back: camera a starts over
+    after = worker.share.fractions()
+    assert after[0] < before[0] and after[1] == before[1]
