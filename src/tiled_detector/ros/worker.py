@@ -83,9 +83,8 @@ class Worker:
         self.names, self.mask_cameras = list(names), list(mask_cameras)
         self.frame_hw = frame_hw  # camera index -> the size of its last frame taken
         self.largest_batch = 0  # most frames (cameras) detected in one batch so far
-        self._taken = [0] * len(
-            self.names
-        )  # per camera, the frames taken so far (the last one's `Job.sequence`)
+        # per camera, the frames taken so far (the last one's `Job.sequence`)
+        self._taken = [0] * len(self.names)
         self._index = {name: index for index, name in enumerate(self.names)}
 
     def run(self, stop: threading.Event) -> None:

@@ -53,9 +53,8 @@ class Tracks:
     def __init__(self, settings: TrackerSettings, first_id: int = 1) -> None:
         self.tracker = ByteTrack(settings, first_id)
         self._frame = 0  # the tracker's clock: this frame's number
-        self._stamps: dict[
-            int, int
-        ] = {}  # frame number -> stamp, of the frames live tracks were last matched in
+        # frame number -> stamp, of the frames live tracks were last matched in
+        self._stamps: dict[int, int] = {}
         self._last_ns: int | None = None
         self._intervals: deque[float] = deque(maxlen=PERIODS)
 
@@ -78,9 +77,7 @@ class Tracks:
             self._intervals.append(dt_s)
         period = statistics.median(self._intervals) if self._intervals else 0.0
         step = dt_s / period if period > 0 else 1.0
-        if (
-            self._last_ns is not None and stamp_ns == self._last_ns
-        ):  # a new frame stamped alike: one period on
+        if self._last_ns is not None and stamp_ns == self._last_ns:  # a new frame stamped alike: a period on
             dt_s, step = period, 1.0
         self._last_ns = stamp_ns
         self._frame += 1
