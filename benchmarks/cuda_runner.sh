@@ -31,7 +31,7 @@
 #            the GPU equal to torch on the CPU and ONNX Runtime, one captured graph per frame; bench torch fp32/fp16
 #            at 1080p and 4K with the default tiles (auto: its 416) against SAHI on the same weights (YOLOX's own
 #            pre/post-processing); the source-built one must be captured whole (`graph_ms`), <= 1.3x its model alone
-#   gfl      GFL heads (PP-PicoDet / NanoDet layouts): benchmarks/gfl_check.py (GFL networks of each export layout,
+#   gfl      GFL heads (PP-PicoDet / NanoDet layouts; 32 classes x 8 bins too): benchmarks/gfl_check.py (GFL networks of each export layout,
 #            random weights, traced: CUDA == CPU, one whole captured graph per frame size), bench torch fp32/fp16
 #            of each at 1080p and 4K (default tiles: 416), `graph_ms` and ratio checked; the real PicoDet and
 #            NanoDet files (in .models/) on ONNX Runtime CPU with --peer sahi, and on the GPU converted by onnx2torch
@@ -220,7 +220,7 @@ fi
 if [[ " $what " == *" gfl "* ]]; then
   python3 benchmarks/gfl_check.py --device cuda --photos .models/photos --out /tmp/gfl >"$out/gfl_check.txt" 2>&1
   grep -E "(equality|captured|layout|ALL|FAIL)" "$out/gfl_check.txt" | tail -30
-  for ts in picodet_like nanodet_like nanodet_plus_like; do
+  for ts in picodet_like picodet32_like nanodet_like nanodet_plus_like; do
     td bench --model /tmp/gfl/$ts.ts --backend torch --device cuda --precision fp32 fp16 --runs 30 --warmup 5 \
       --size 1920x1080 3840x2160 --out "$out/gfl_$ts" 2>&1 | grep -v "bench \[" | tail -6
     graph_rows "$out/gfl_$ts/bench.csv"

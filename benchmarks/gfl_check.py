@@ -4,8 +4,9 @@ frame program, captured as one CUDA graph per frame size and equal to the CPU pa
 
     PYTHONPATH=src python3 benchmarks/gfl_check.py [--device cuda] [--out DIR] [--photos DIR]
 
-Three TorchScripts (written to --out, for `tiled-detector bench`): `picodet_like.ts` (strides 8-64, class scores
-then box distributions per stride, PP-PicoDet's input conventions as extra files), `nanodet_like.ts` (strides
+Four TorchScripts (written to --out, for `tiled-detector bench`; `--models` picks some): `picodet_like.ts` (strides
+8-64, class scores then box distributions per stride, PP-PicoDet's input conventions as extra files),
+`picodet32_like.ts` (the same with 32 classes and 8 bins: every output 32 columns wide), `nanodet_like.ts` (strides
 8-32, NanoDet 0.x's) and `nanodet_plus_like.ts` (one joined tensor over strides 8-64, NanoDet-Plus', 80 names).
 Checks (FAIL lines, exit 1), TF32 off: the layout read is gfl with the stated conventions; on synthetic 1080p and
 4K frames (and the photos of --photos) the device's detections equal the CPU's (boxes within 0.5 px, scores within
@@ -46,28 +47,33 @@ NANODET = {
     "letterbox": "center",
     "pad_value": "0",
 }
-MODELS = {  # name: (levels, joined, conventions, class names stored)
-    "picodet_like": (4, False, PICODET, False),
-    "nanodet_like": (3, False, NANODET, False),
-    "nanodet_plus_like": (4, True, NANODET, True),
+MODELS = {  # name: (classes, levels, joined, conventions, class names stored)
+    "picodet_like": (80, 4, False, PICODET, False),
+    "picodet32_like": (32, 4, False, PICODET, False),
+    "nanodet_like": (80, 3, False, NANODET, False),
+    "nanodet_plus_like": (80, 4, True, NANODET, True),
 }
 
 
 def traced(name: str, out: Path) -> Path:
     """A GflLike network of `MODELS[name]`, random weights (the class scores' layer set so that the scores spread
     rather than all sit at one value), traced with its input shape and conventions as extra files."""
-    levels, joined, conventions, named = MODELS[name]
+    classes, levels, joined, conventions, named = MODELS[name]
     torch.manual_seed(0)
-    model = GflLike(classes=80, bins=8, levels=levels, width=32, joined=joined).eval()
+    model = GflLike(classes=classes, bins=8, levels=levels, width=32, joined=joined).eval()
     scene = torch.from_numpy(make_scene(2, *INPUT_HW[::-1]).image).permute(2, 0, 1)[None].float()
     example = (scene - 117.0) / 58.0  # about what either family's normalisation gives
     with torch.no_grad():
         x = model.stem(example)
         for stage, head in zip(model.stages, model.heads, strict=True):
             x = stage(x)
-            spread = head(x)[:, :80].std(dim=(2, 3)).mean()  # over the cells, per class
-            head[-1].weight[:80] *= SCORE_SPREAD / spread  # class logits varying SCORE_SPREAD over the cells
-            head[-1].bias[:80] -= head(x)[0, :80].mean(dim=(1, 2)) + 4.0  # around -4 for every class
+            spread = head(x)[:, :classes].std(dim=(2, 3)).mean()  # over the cells, per class
+            head[-1].weight[:classes] *= (
+                SCORE_SPREAD / spread
+            )  # class logits varying SCORE_SPREAD over the cells
+            head[-1].bias[:classes] -= (
+                head(x)[0, :classes].mean(dim=(1, 2)) + 4.0
+            )  # around -4 for every class
         module = torch.jit.trace(model, example)
     extra = {"input_shape": f"-1,3,{INPUT_HW[0]},{INPUT_HW[1]}", **conventions}
     if named:
@@ -87,6 +93,7 @@ def main() -> int:
         "--size", nargs="+", default=["1920x1080", "3840x2160"], help="synthetic frame sizes WxH"
     )
     parser.add_argument("--out", type=Path, default=Path("/tmp/gfl"))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -96,7 +103,7 @@ def main() -> int:
     frames += [(f"synthetic {w}x{h}", make_scene(1, w, h).image) for w, h in sizes]
     failures: list[str] = []
     settings = dict(conf_threshold=0.5, top_k=20, backend="torch")
-    for name in MODELS:
+    for name in args.models:
         path = traced(name, args.out)
         gpu = TiledDetector(path, device=args.device, **settings)
         cpu = TiledDetector(path, device="cpu", **settings)

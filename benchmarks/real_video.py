@@ -144,7 +144,7 @@ def main() -> int:
     frames = [read_image(p).image for p in paths]
     truth_file = read_mot(args.seq / "gt" / "gt.txt")
     height, width = frames[0].shape[:2]
-    truth = [truth_file.in_frame(i, width, height) for i in range(len(frames))]
+    truth = [truth_file.in_frame(i, width, height)[:2] for i in range(len(frames))]
     period = round(1e9 / args.rate)
     base = build_detector(
         {

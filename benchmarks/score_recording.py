@@ -33,7 +33,7 @@ def scores(argv: Sequence[str] | None = None) -> dict[str, float | int | None]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--images", type=Path, help="a folder of images (sorted by name)")
+    source.add_argument("--images", type=Path, help="a folder of images (in natural order of their names)")
     source.add_argument("--video", type=Path, help="a video file")
     parser.add_argument("--frames", type=int, default=None, help="with --video: at most this many frames")
     parser.add_argument("--rate", type=float, default=30.0, help="the bag's frame rate in Hz (default 30)")

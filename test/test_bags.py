@@ -191,6 +191,48 @@ def test_cli_from_images_and_video(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "exists: replace it with --force" in capsys.readouterr().err
 
 
+def test_cli_truth_on_unpadded_names_and_a_box_outside_its_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """frame1.png ... frame11.png with a MOT gt.txt: each frame's boxes on its own image (natural order), a box
+    wholly outside its frame left out and counted; names that do not number the frames one to one: exit 1, one
+    line naming two of them, nothing written."""
+    folder = tmp_path / "img1"
+    folder.mkdir()
+    for n in range(1, 12):
+        cv2.imwrite(str(folder / f"frame{n}.png"), np.full((48, 64, 3), n, np.uint8))
+    rows = [f"{n},1,{n},1,10,10,1,1,1" for n in range(1, 12)] + [
+        "2,2,100,1,10,10,1,1,1"
+    ]  # id 2: right of frame 2
+    gt = tmp_path / "gt.txt"
+    gt.write_text("\n".join(rows) + "\n")
+    argv = [
+        "make-bag",
+        str(tmp_path / "bag"),
+        "--images",
+        str(folder),
+        "--truth",
+        str(gt),
+        "--truth-class",
+        "person",
+    ]
+    argv += ["--labels", "red", "person", "yellow", "green"]
+    assert cli_main(argv) == 0
+    assert (
+        "11 person boxes" in (out := capsys.readouterr().out) and "1 with no area inside their frame" in out
+    )
+    truth = bags.read_detections(tmp_path / "bag", labels=["person"])
+    lefts = [float(truth[stamp][0][0, 0]) for stamp in sorted(truth)]
+    assert lefts == [n - 1.0 for n in range(1, 12)]  # frame n's box (left n, 1-based) on framen.png
+    (folder / "frame12.png").write_bytes((folder / "frame11.png").read_bytes())
+    (folder / "frame11.png").unlink()  # frame10.png is followed by frame12.png
+    assert cli_main([*argv, "--force"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--images {folder}: frame10.png is followed by frame12.png" in err[0], err
+    assert bags.bag_info(tmp_path / "bag").topics["/camera/image_raw"][1] == 11  # the old bag, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bag", "gt.txt", "img1"]  # nothing half written
+
+
 def test_image_topic_selection(synthetic_bag: Path) -> None:
     info = bags.bag_info(synthetic_bag)
     assert info.image_topic() == "/camera/image_raw"

@@ -87,3 +87,37 @@ def test_the_queue_is_bounded_and_cameras_are_apart() -> None:
     assert sync.pair(0, 0, 0.02).cause is Unpaired.NOT_WITHIN_TOLERANCE  # the first one left the queue
     assert sync.pair(0, 33 * MS, 0.02).depth == 1
     assert sync.pair(1, 33 * MS, 0.02).cause is Unpaired.NO_DEPTH
+
+
+def test_of_two_depth_images_as_near_the_newer_is_paired() -> None:
+    """A camera stamping every frame alike (0, or a paused sim clock): each frame gets the latest depth image."""
+    sync = _sync()
+    sync.add_depth(0, 0, "first")
+    assert sync.pair(0, 0, 0.02).depth == "first"
+    sync.add_depth(0, 0, "latest")
+    assert sync.pair(0, 0, 0.02).depth == "latest"
+    sync.add_depth(0, 10 * MS, "10 ms after")
+    sync.add_depth(0, 30 * MS, "10 ms before")  # equally near a colour stamp of 20 ms: the newer
+    assert sync.pair(0, 20 * MS, 0.02).depth == "10 ms before"
+
+
+def test_after_the_stamps_go_back_a_depth_image_after_its_colour_frame_is_waited_for() -> None:
+    """A looped bag: the colour frame of the new loop comes before its depth image, while the queue holds the end
+    of the last loop (stamps far ahead): it waits for its depth image and pairs, as the next frames do."""
+    sync = _sync()
+    for stamp in range(9_000, 10_000, 100):
+        sync.add_depth(0, stamp * MS, f"loop 1 at {stamp}")
+        assert sync.pair(0, stamp * MS, 0.02, wait_s=0.2).depth == f"loop 1 at {stamp}"
+    timer = threading.Timer(0.05, sync.add_depth, (0, 0, "loop 2 at 0"))
+    timer.start()
+    assert sync.pair(0, 0, 0.02, wait_s=2.0).depth == "loop 2 at 0"
+    timer.join()
+    sync.add_depth(0, 100 * MS, "loop 2 at 100")
+    assert sync.pair(0, 100 * MS, 0.02, wait_s=0.2).depth == "loop 2 at 100"
+    # the depth images went back first: nothing to wait for, they pair at once
+    other = _sync()
+    other.add_depth(0, 9_900 * MS, "loop 1")
+    assert other.pair(0, 9_900 * MS, 0.02).depth == "loop 1"
+    other.add_depth(0, 0, "loop 2 at 0")
+    start = time.monotonic()
+    assert other.pair(0, 0, 0.02, wait_s=2.0).depth == "loop 2 at 0" and time.monotonic() - start < 0.5

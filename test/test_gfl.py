@@ -17,12 +17,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from support.networks import GflLike
 from tiled_detector import TiledDetector
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.pipeline.decode import OutputLayout, decode_outputs, decode_padded, detect_layout
-from tiled_detector.pipeline.gfl import GflError, gfl_head
+from tiled_detector.pipeline.gfl import AmbiguousHeadError, GflError, gfl_head
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.tools.peers import (
@@ -108,6 +109,52 @@ def test_outputs_that_are_not_one_gfl_head_say_what_was_expected(shapes, classes
         gfl_head(shapes, INPUT_HW, classes)
 
 
+def test_32_classes_with_8_bins_are_read_as_class_and_box_outputs_of_one_width() -> None:
+    """C = 4 x bins: every output 32 columns wide; the repeated anchor counts make them class score and box pairs
+    (every score output first, or pairs in turn), with or without the labels; a class count that fits neither
+    reading names the one it wanted."""
+    shapes = picodet_shapes(classes=32, bins=8)
+    for num_classes in (None, 32):
+        head = gfl_head(shapes, INPUT_HW, num_classes)
+        assert (head.strides, head.classes, head.bins, head.centre, head.joined) == (
+            (8, 16, 32, 64),
+            32,
+            8,
+            0.5,
+            False,
+        )
+        assert [p.name for p in head.scores] == [f"scale_{i}" for i in range(4)]
+        assert [p.name for p in head.boxes] == [f"scale_{i}" for i in range(4, 8)]
+    in_turn = dict(sorted(shapes.items(), key=lambda item: (int(item[0][6:]) % 4, item[0])))
+    head = gfl_head(in_turn, INPUT_HW)
+    assert [p.name for p in head.scores] == ["scale_0", "scale_1", "scale_2", "scale_3"]
+    assert [p.name for p in head.boxes] == ["scale_4", "scale_5", "scale_6", "scale_7"]
+    assert [list(in_turn)[k] for k in (0, 1)] == ["scale_0", "scale_4"]  # listed in turn
+    assert gfl_head({"s": (1, 3598, 32), "b": (1, 3598, 32)}, INPUT_HW).scores[0].name == "s"
+    assert detect_layout(shapes, None, "auto", INPUT_HW) is OutputLayout.GFL
+    with pytest.raises(GflError, match=r"no output has 31 columns, one per class"):
+        gfl_head(shapes, INPUT_HW, 31)
+    # 16 classes: joined columns (16 + 4 x 4) per stride, one per output
+    joined = gfl_head({f"o{i}": (1, n, 32) for i, n in enumerate((2704, 676, 169))}, INPUT_HW, 16)
+    assert (joined.joined, joined.classes, joined.bins) == (True, 16, 4)
+
+
+def test_a_head_both_readings_fit_is_refused_naming_both_and_the_labels() -> None:
+    """At a 16 x 16 input strides 16 and 32 have one cell each: two 32-column outputs of one row are a class score /
+    box pair of stride 16, or joined columns of strides 16 and 32; the labels decide."""
+    shapes = {"a": (1, 1, 32), "b": (1, 1, 32)}
+    with pytest.raises(AmbiguousHeadError) as error:
+        gfl_head(shapes, (16, 16))
+    message = str(error.value)
+    assert (
+        "strides 16, 32 classes, 8 bins" in message
+        and "strides 16, 32, joined class and box columns" in message
+    )
+    assert "the class names (labels) decide" in message and len(error.value.readings) == 2
+    assert not gfl_head(shapes, (16, 16), 32).joined
+    assert gfl_head(shapes, (16, 16), 16).joined
+
+
 def reference_boxes(scores, dists, hw, centre):
     """The families' decode, written out (PaddleDetection / NanoDet `get_bboxes_single` without the top 1000 cut):
     per stride, cell centres (i + centre) x stride, the softmax's expected bin x stride per side, clipped."""
@@ -127,9 +174,10 @@ def reference_boxes(scores, dists, hw, centre):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("joined", [False, True])
-def test_the_decode_equals_the_families_formula_on_random_outputs(joined, device) -> None:
-    hw, classes, bins = (64, 96), 5, 6
+@pytest.mark.parametrize(("joined", "classes", "bins"), [(False, 5, 6), (True, 5, 6), (False, 32, 8)])
+def test_the_decode_equals_the_families_formula_on_random_outputs(joined, classes, bins, device) -> None:
+    """Including 32 classes and 8 bins: class scores and distributions of one width (32 columns each)."""
+    hw = (64, 96)
     rng = np.random.default_rng(1 + joined)
     cells = [math.ceil(hw[0] / s) * math.ceil(hw[1] / s) for s in (8, 16, 32)]
     scores = [rng.random((n, classes)).astype(np.float32) for n in cells]
@@ -171,6 +219,32 @@ def test_the_decode_equals_the_families_formula_on_random_outputs(joined, device
     kept = padded.compact()
     assert kept.boxes.device.type == device
     assert set(kept.class_ids.tolist()) <= {1, 3} and (kept.scores[kept.class_ids == 3] > 0.9).all()
+
+
+def test_a_32_class_8_bin_model_loads_and_decodes_as_the_families_formula(export_onnx) -> None:
+    """A PyTorch-exported GFL detector of 32 classes and 8 bins (every output 32 columns) loads with no option, as
+    NanoDet's separate outputs; its own outputs decoded as the detector resolved them equal the numpy reference."""
+    hw = (64, 96)
+    torch.manual_seed(0)
+    path = export_onnx(GflLike(classes=32, bins=8, levels=3, width=8), hw, batch=1)
+    detector = TiledDetector(path, conf_threshold=0.0, top_k=5)
+    resolved = detector.resolved
+    assert (resolved.layout, resolved.family, resolved.num_classes) == (OutputLayout.GFL, "nanodet", 32)
+    assert "32 classes, 8 bins per side" in resolved.head
+    assert len(detector.detect(make_scene(4, 150, 100).image)) > 0
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    image = np.random.default_rng(0).random((1, 3, *hw), dtype=np.float32)
+    values = session.run(None, {session.get_inputs()[0].name: image})
+    outputs = {o.name: torch.from_numpy(v) for o, v in zip(session.get_outputs(), values, strict=True)}
+    found = decode_outputs(outputs, resolved.layout, 0.0, 10_000, num_classes=32, input_hw=hw)
+    boxes, scores = reference_boxes([v[0] for v in values[:3]], [v[0] for v in values[3:]], hw, 0.5)
+    # the same rows in the same order: by score, ties (a random network saturates its sigmoid) by box
+    order = np.lexsort((*found.boxes.numpy().round(2).T[::-1], -found.scores.numpy()))
+    want = np.lexsort((*boxes.round(2).T[::-1], -scores.max(1).astype(np.float32)))
+    assert len(found.scores) == len(scores) == 8 * 12 + 4 * 6 + 2 * 3
+    np.testing.assert_allclose(found.scores.numpy()[order], scores.max(1)[want], rtol=1e-6)
+    np.testing.assert_array_equal(found.class_ids.numpy()[order], scores.argmax(1)[want])
+    np.testing.assert_allclose(found.boxes.numpy()[order], boxes[want], atol=1e-3)
 
 
 @pytest.fixture(scope="module")

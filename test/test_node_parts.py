@@ -481,3 +481,33 @@ def test_several_cameras_pair_their_own_depth_and_publish_their_own_detections_3
         node.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_a_repeated_colour_stamp_gets_the_latest_depth_image() -> None:
+    """A camera that stamps every frame 0 (or a paused sim clock): each frame is paired anew, the second with the
+    depth image that came after the first (3 m), not the first frame's (1 m)."""
+    import logging
+    import time
+
+    from sensor_msgs.msg import CameraInfo, Image
+
+    from tiled_detector.ros.cameras import camera_topics
+    from tiled_detector.ros.depth import DepthInputs
+
+    class Node:
+        def create_publisher(self, *args: object) -> None:
+            return None
+
+        def get_logger(self) -> logging.Logger:
+            return logging.getLogger("test")
+
+    inputs = DepthInputs(Node(), camera_topics([]))
+    inputs._on_info(CameraInfo(width=4, height=4, k=[4.0, 0, 1.5, 0, 4.0, 1.5, 0, 0, 1]), index=0)
+    held = []
+    for value in (1000, 3000):
+        depth = Image(height=4, width=4, encoding="16UC1", step=8)
+        depth.data = np.full((4, 4), value, np.uint16).tobytes()  # mm; the header stamp stays 0
+        inputs._on_depth(depth, index=0)
+        paired = inputs.depth_for(0, 0, (4, 4), 0.02, time.monotonic())
+        held.append(int(np.asarray(paired.image).max()))
+    assert held == [1000, 3000]

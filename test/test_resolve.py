@@ -5,6 +5,7 @@ before anything is loaded or cached."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -240,3 +241,28 @@ def test_the_coco_names_line_is_logged_once_per_detector(gfl_onnx, caplog, expor
         detector = TiledDetector(coco)
     assert detector.labels == coco_labels()
     assert sum("taken for COCO's" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_gfl_head_both_readings_fit_is_refused_naming_both_and_the_labels(
+    export_onnx, tmp_path, capsys, monkeypatch
+) -> None:
+    """Two 32-column outputs of one anchor point at a 16 x 16 input (strides 16 and 32 have one cell each): a class
+    score / box pair or joined columns of two strides. Refused at start in one line naming both and the labels;
+    `inspect` lists both readings, decided by the labels; 32 names make it the pair."""
+    import cv2
+
+    model = export_onnx(BadHead([(1, 32), (1, 32)]), (16, 16), batch=1)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((32, 32, 3), np.uint8))
+    assert main(["detect", str(image), "--model", str(model)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fit two GFL heads" in err[0] and "the class names (labels) decide" in err[0], (
+        err
+    )
+    assert main(["inspect", str(model), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(report["candidates"]) == 2 and report["decided_by"] == ["labels"]
+    labels = [f"c{i}" for i in range(32)]
+    resolved = TiledDetector(model, labels=labels).resolved
+    assert resolved.layout is OutputLayout.GFL and "separate class and box outputs" in resolved.head

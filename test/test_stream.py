@@ -265,7 +265,7 @@ def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does
     big, small = make_scene(21, 1920, 1080).image, make_scene(22, 640, 480).image
     whole = detector.detect(big)
     stream = Stream(detector)
-    jobs = [Job("big", big, 5), Job("small", small, 5)]
+    jobs = [Job("big", big, 5, sequence=1), Job("small", small, 5, sequence=1)]
     steps = [stream.run(jobs, view_cap=4) for _ in range(3)]
     assert [s[0].result is None for s in steps] == [True, True, False]
     assert all(s[1].result is not None for s in steps)
@@ -279,7 +279,7 @@ def test_a_frame_of_many_views_runs_in_parts_and_finds_what_the_whole_frame_does
         found >= 0.95 and abs(len(parts.detections.boxes) - len(whole.boxes)) <= 0.05 * len(whole.boxes) + 2
     )
     assert stream.run([jobs[0]], view_cap=4)[0].result is None and stream.continuing() == [jobs[0]]
-    newer = Job("big", big, 6)
+    newer = Job("big", big, 6, sequence=2)
     assert stream.run([newer], view_cap=4)[0].result is None  # a newer frame starts over
     assert stream.continuing() == [newer]
     stream.give_up("big")
@@ -322,7 +322,7 @@ def test_a_plan_change_mid_frame_starts_the_frame_over(detector):
     is merged into it."""
     big = make_scene(21, 1920, 1080).image
     stream = Stream(detector.with_config())
-    job = Job("big", big, 5)
+    job = Job("big", big, 5, sequence=1)
     assert stream.run([job], view_cap=4)[0].result is None
     stream.detector.update(roi=(0.0, 0.0, 0.5, 1.0))  # 4 tiles now
     steps = [stream.run([job], view_cap=4)[0] for _ in range(2)]
@@ -361,7 +361,7 @@ def test_the_seam_rule_applies_across_the_parts_of_a_frame(detector, monkeypatch
         return _with(found, cut, 0.95) if 0 in tiles[0] else _with(found, whole, 0.7)
 
     monkeypatch.setattr(stream.detector, "detect_many", crafted)
-    job = Job("big", big, 1)
+    job = Job("big", big, 1, sequence=1)
     result = None
     while result is None:
         result = stream.run([job], view_cap=2)[0].result
@@ -411,3 +411,74 @@ def test_boxes_carry_the_position_of_the_frame_they_were_seen_in(detector, seque
     assert carried > 0
     plain = Stream(detector.with_config(tracker=tracker)).process([sequence[0].image], [0], ["cam"])[0]
     assert plain.detections.positions is None  # no depth: no positions
+
+
+def test_a_frame_in_parts_keeps_the_cap_it_started_under_and_runs_whole_when_it_is_lifted(detector):
+    """A 1080p frame (8 tiles + the full view) started under a cap of 4 keeps parts of 4 views when the cap grows
+    (not 6, and never parts of 2 views when it shrinks); a cap of 0 on a later part runs it whole at once."""
+    big = make_scene(21, 1920, 1080).image
+    stream = Stream(detector)
+    job = Job("big", big, 5, sequence=1)
+    steps = [stream.run([job], view_cap=cap)[0] for cap in (4, 6, 2)]
+    assert [s.views for s in steps] == [4, 4, 3] and steps[-1].result.notes == (
+        "run in 3 parts of at most 4 views",
+    )
+    again = Job("big", big, 6, sequence=2)
+    first, whole = stream.run([again], view_cap=4)[0], stream.run([again], view_cap=0)[0]
+    assert (first.views, first.result, whole.views) == (4, None, 9) and not stream.continuing()
+    assert whole.result.views == 4 + 9
+    assert whole.result.notes == ("run whole: the view cap was lifted after 1 part of at most 4 views",)
+
+
+def test_frames_in_parts_are_told_apart_by_sequence_not_stamp(detector):
+    """A camera stamping every frame alike (0): a new frame (the next sequence) starts its parts over rather than
+    joining the old frame's; the same sequence continues them."""
+    big, other = make_scene(21, 1920, 1080).image, make_scene(23, 1920, 1080).image
+    stream = Stream(detector)
+    assert stream.run([Job("big", big, 0, sequence=1)], view_cap=4)[0].result is None
+    newer = Job("big", other, 0, sequence=2)
+    steps = [stream.run([newer], view_cap=4)[0] for _ in range(3)]
+    assert [s.views for s in steps] == [4, 4, 3]  # all of the new frame's tiles, from its first
+    assert steps[-1].result.views == 8 + 3 and not stream.continuing()
+    plain = stream.process([other], [0], ["big"])[0]  # a whole frame at the same stamp again: a new frame
+    np.testing.assert_allclose(plain.detections.boxes, detector.detect(other).boxes, atol=1e-3)
+
+
+def test_a_frame_whose_batch_raised_is_not_left_started(detector, monkeypatch):
+    """Nothing changes when the detector raises: a frame whose first part was in a batch that raised (any error) is
+    not left in `continuing`, and no record starts over until a frame has run."""
+    big = make_scene(21, 1920, 1080).image
+    stream = Stream(detector.with_config(tracker="bytetrack"))
+    stream.process([big[:540, :960]], [0], ["big"])
+    broken = stream.detector.detect_many
+
+    def raising(*args, **kwargs):
+        raise KeyError("something nobody expected")
+
+    monkeypatch.setattr(stream.detector, "detect_many", raising)
+    job = Job("big", big, FRAME_NS, sequence=2)
+    with pytest.raises(KeyError):
+        stream.run([job], view_cap=4)
+    assert stream.continuing() == []
+    assert "plan changed" in stream.starts_over("big", stream.detector.plan_for(1080, 1920), FRAME_NS)
+    monkeypatch.setattr(stream.detector, "detect_many", broken)
+    step = stream.run([job], view_cap=4)[0]
+    assert step.result is None and step.started_over is not None and stream.continuing() == [job]
+
+
+@pytest.mark.parametrize("tracker", ["none", "bytetrack"])
+def test_a_camera_stamping_every_frame_alike_tells_carried_boxes_from_fresh_ones(detector, sequence, tracker):
+    """Every frame stamped 0 (a driver without a clock): under the tile budget, boxes in tiles not run are still
+    reported as carried (`fresh` False, counted in `predicted`) at the position of the frame they were seen in,
+    and the boxes detected in the frame at its own (each frame's depth: 10 m + its index)."""
+    stream = Stream(detector.with_config(tracker=tracker, tile_budget=2, max_tile_age=3))
+    camera = Intrinsics(1000.0, 1000.0, 639.5, 359.5)
+    carried = 0
+    for index, scene in enumerate(sequence):
+        depth = DepthImage(np.full((360, 640), 10.0 + index, np.float32), camera)
+        result = stream.process([scene.image], [0], ["cam"], depths=[depth])[0]
+        carried += result.predicted
+        z = result.detections.positions[:, 2]
+        np.testing.assert_allclose(z[result.fresh], 10.0 + index, rtol=1e-5)
+        assert (z[~result.fresh & np.isfinite(z)] < 10.0 + index).all()
+    assert carried > 0

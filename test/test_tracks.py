@@ -34,15 +34,21 @@ def test_a_cameras_tracks_continue_the_ids_they_are_given_and_stamp_what_they_sa
     assert b.track_ids.tolist() == [7] and b.seen_ns.tolist() == [10 * SECOND + FRAME_NS] and len(tracks) == 2
 
 
-def test_a_repeated_stamp_is_a_step_of_no_time_without_a_warning():
+def test_a_repeated_stamp_is_one_frame_period_on_without_a_warning():
+    """A frame stamped like the one before (a paused sim clock) is a new frame, one period after it: its match is
+    fresh, and a lost track still runs out of its buffer while the clock stands still."""
     import warnings
 
-    tracks = Tracks(TrackerSettings())
+    tracks = Tracks(TrackerSettings(buffer_s=0.1))  # 3 frame periods
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for stamp in (0, FRAME_NS, FRAME_NS, 2 * FRAME_NS):
             out = tracks.update(stamp, _found([_box(10 + stamp / FRAME_NS, 10)]))
+            assert out.fresh.tolist() == [True] and out.seen_ns.tolist() == [stamp]
     assert out.track_ids.tolist() == [1]
+    for _ in range(5):  # the clock stopped: the object is gone
+        tracks.update(2 * FRAME_NS, _found([]))
+    assert len(tracks) == 0
 
 
 def test_a_long_stream_of_objects_coming_and_going_holds_bounded_state():

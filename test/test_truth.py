@@ -18,10 +18,10 @@ from tiled_detector.tools.truth import (
     Truth,
     TruthError,
     TruthFormat,
+    TruthFrames,
     read_coco,
     read_mot,
     recording_frames,
-    with_truth,
 )
 
 
@@ -98,16 +98,22 @@ def test_bad_mot_files_are_refused_in_one_line(tmp_path: Path, text: str, messag
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-def test_boxes_past_the_border_are_clipped_and_one_wholly_outside_is_refused(tmp_path: Path) -> None:
-    gt = _write(tmp_path / "gt.txt", "1,1,-9,41,20,20,1,1,1\n1,2,60,1,20,10,1,1,1\n2,3,65,1,5,5,1,1,1\n")
+def test_boxes_past_the_border_are_clipped_and_one_wholly_outside_is_left_out_and_counted(
+    tmp_path: Path,
+) -> None:
+    gt = _write(
+        tmp_path / "gt.txt",
+        "1,1,-9,41,20,20,1,1,1\n1,2,60,1,20,10,1,1,1\n2,3,65,1,5,5,1,1,1\n2,4,5,5,5,5,1,1,1\n",
+    )
     truth = read_mot(gt)
-    boxes, ids = truth.in_frame(0, 64, 48)
+    boxes, ids, outside = truth.in_frame(0, 64, 48)
     np.testing.assert_allclose(boxes, [[0, 40, 10, 48], [59, 0, 64, 10]])
-    assert ids.tolist() == [1, 2]
-    with pytest.raises(
-        TruthError, match=r"frame 2 has a box with no area inside the 64x48 frame \(x1 64, y1 0"
-    ):
-        truth.in_frame(1, 64, 48)
+    assert ids.tolist() == [1, 2] and outside == 0
+    boxes, ids, outside = truth.in_frame(1, 64, 48)  # id 3 lies wholly right of the frame
+    np.testing.assert_allclose(boxes, [[4, 4, 9, 9]])
+    assert ids.tolist() == [4] and outside == 1
+    frames = TruthFrames(_frames(2), truth, "--images x")
+    assert [f.ids.tolist() for f in frames] == [[1, 2], [4]] and frames.outside == 1
 
 
 @settings(max_examples=80, deadline=None)
@@ -121,11 +127,11 @@ def test_a_clipped_box_is_its_part_inside_the_frame(box: tuple[float, ...], widt
     truth = Truth(Path("gt.txt"), np.zeros(1, np.int64), np.array([[x1, y1, x1 + w, y1 + h]]), None, 1)
     inside = min(x1 + w, width) > max(x1, 0) and min(y1 + h, height) > max(y1, 0)
     if not inside:
-        with pytest.raises(TruthError, match="no area inside"):
-            truth.in_frame(0, width, height)
+        boxes, _, outside = truth.in_frame(0, width, height)
+        assert boxes.shape == (0, 4) and outside == 1
         return
-    (clipped,), ids = truth.in_frame(0, width, height)
-    assert ids is None
+    (clipped,), ids, outside = truth.in_frame(0, width, height)
+    assert ids is None and outside == 0
     expected = [max(x1, 0), max(y1, 0), min(x1 + w, width), min(y1 + h, height)]
     np.testing.assert_allclose(clipped, expected, rtol=1e-6, atol=1e-4)
 
@@ -264,15 +270,15 @@ def test_the_format_comes_from_the_flag_else_the_suffix() -> None:
 
 def test_frames_carry_the_truth_and_a_frame_beyond_the_recording_is_refused(tmp_path: Path) -> None:
     truth = read_mot(_write(tmp_path / "gt.txt", "1,3,1,1,10,10,1,1,1\n3,3,5,1,10,10,1,1,1\n"))
-    first, second, third = with_truth(_frames(3), truth, "--images x")
+    first, second, third = TruthFrames(_frames(3), truth, "--images x")
     assert first.class_ids.tolist() == [0] and first.ids.tolist() == [3]
     assert second.boxes.shape == (0, 4) and second.ids.tolist() == []  # a frame with no rows: no objects
     np.testing.assert_allclose(third.boxes, [[4, 0, 14, 10]])
     np.testing.assert_array_equal(third.image, _frames(3)[2].image)
     with pytest.raises(TruthError, match=r"holds frame 3 but --video v.mp4 has 2 frames"):
-        list(with_truth(_frames(2), truth, "--video v.mp4"))
-    assert len(list(with_truth(_frames(2), truth, "--video v.mp4", cut=2))) == 2  # --frames 2 cut the video
-    assert len(list(with_truth(_frames(5), truth, "--video v.mp4"))) == 5  # frames after the last row: empty
+        list(TruthFrames(_frames(2), truth, "--video v.mp4"))
+    assert len(list(TruthFrames(_frames(2), truth, "--video v.mp4", cut=2))) == 2  # --frames 2 cut the video
+    assert len(list(TruthFrames(_frames(5), truth, "--video v.mp4"))) == 5  # frames after the last row: empty
 
 
 def test_a_coco_video_must_have_as_many_frames_as_images(tmp_path: Path) -> None:
@@ -280,7 +286,7 @@ def test_a_coco_video_must_have_as_many_frames_as_images(tmp_path: Path) -> None
     truth = read_coco(_write(tmp_path / "v.json", json.dumps(data)), "person")
     assert not truth.identities
     with pytest.raises(TruthError, match=r"lists 2 images but --video v.mp4 has 3 frames"):
-        list(with_truth(_frames(3), truth, "--video v.mp4"))
+        list(TruthFrames(_frames(3), truth, "--video v.mp4"))
 
 
 def test_the_recording_is_checked_before_any_image_is_read(
@@ -301,3 +307,49 @@ def test_the_recording_is_checked_before_any_image_is_read(
         recording_frames(folder, None, None, only_cars, None, "person")
     with pytest.raises(TruthError, match=r"^--truth needs --images or --video"):
         recording_frames(None, None, None, gt, None, "person")
+
+
+def _folder(path: Path, names: list[str]) -> Path:
+    """A folder `path` of 64x48 images named `names`, image k filled with the value k + 1."""
+    import cv2
+
+    path.mkdir(parents=True)
+    for value, name in enumerate(names, start=1):
+        cv2.imwrite(str(path / name), np.full((48, 64, 3), value, np.uint8))
+    return path
+
+
+def test_unpadded_image_numbers_are_read_in_natural_order(tmp_path: Path) -> None:
+    """frame1.png ... frame11.png: MOT frame n's boxes land on framen.png (by name as text, frame10.png would be the
+    second image and take frame 2's boxes); names numbered from 0 map one to one as well."""
+    names = [f"frame{n}.png" for n in range(1, 12)]
+    folder = _folder(tmp_path / "img", names[::-1])  # written in another order: framen.png holds 12 - n
+    gt = _write(tmp_path / "gt.txt", "".join(f"{n},{n},1,1,{n},10,1,1,1\n" for n in range(1, 12)))
+    frames, _ = recording_frames(folder, None, None, gt, None, "person")
+    for n, frame in enumerate(frames, start=1):
+        assert frame.ids.tolist() == [n] and int(frame.image[0, 0, 0]) == 12 - n, n  # framen.png's pixels
+    zero = _folder(tmp_path / "zero", ["f0.png", "f1.png", "f2.png"])
+    frames, _ = recording_frames(
+        zero, None, None, _write(tmp_path / "one.txt", "2,1,1,1,9,9,1,1,1\n"), None, "person"
+    )
+    assert [len(f.boxes) for f in frames] == [0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["a.png", "b.png", "frame3.png"], r"a.png and b.png carry no frame number"),
+        (["frame1.png", "frame2.png", "last.png"], r"last.png carries no frame number \(frame1.png does\)"),
+        (["frame1.png", "frame01.png", "frame2.png"], r"frame01.png and frame1.png both number frame 1"),
+        (
+            ["frame1.png", "frame2.png", "frame4.png"],
+            r"frame2.png is followed by frame4.png \(frame numbers skipped",
+        ),
+    ],
+)
+def test_image_names_that_do_not_number_the_frames_one_to_one_are_refused(tmp_path, names, message) -> None:
+    folder = _folder(tmp_path / "img", names)
+    gt = _write(tmp_path / "gt.txt", "1,1,1,1,10,10,1,1,1\n")
+    with pytest.raises(TruthError, match=rf"^--images {folder}: {message}") as error:
+        recording_frames(folder, None, None, gt, None, "person")
+    assert "\n" not in str(error.value) and "one to one" in str(error.value)

@@ -177,3 +177,91 @@ def test_the_view_cap_counts_only_the_cameras_sending(detector) -> None:
     now[0] = 5.0  # the small camera sent nothing for 5 s
     worker.share.arrived(0)
     assert worker.frame_view_cap(jobs[:1]) == 0
+
+
+def _views_spy(worker: Worker) -> list[list[int]]:
+    """The engine views of each frame of every detect_many call."""
+    calls: list[list[int]] = []
+    detector, detect_many = worker.stream.detector, worker.stream.detector.detect_many
+
+    def spied(frames, encodings, slots, cameras, tiles=None, on_device=None):
+        plans = [detector.plan_for(f.shape[0], f.shape[1]) for f in frames]
+        calls.append(
+            [
+                p.batch_size if t is None else len(t) + int(p.full_frame)
+                for p, t in zip(plans, tiles, strict=True)
+            ]
+        )
+        return detect_many(frames, encodings, slots, cameras, tiles, on_device)
+
+    detector.detect_many = spied
+    return calls
+
+
+def test_a_frame_in_parts_keeps_its_cap_and_runs_whole_once_the_other_camera_stops(detector) -> None:
+    """A 4K camera (32 tiles + the full view) beside a 640x480 one: the first cycle runs the 4K frame's first part
+    (9 tiles + the full view: a cap of 10) with the small frame; the small camera then stops, and once it no longer
+    counts as sending the 4K frame runs whole in one batch of 33 views (not 23 parts of one tile), with a note that
+    says so; the next 4K frame runs whole at once."""
+    now = [0.0]
+    worker, host = _worker(detector, ["big", "small"], now)
+    big, small = make_scene(2, 3840, 2160).image, make_scene(3, 640, 480).image
+    calls = _views_spy(worker)
+    for index, frame in ((0, big), (1, small)):
+        worker.share.arrived(index)
+        worker.slots.put(index, Arrival(index, Message(frame, 1), 0.0))
+    worker.cycle(timeout=0.0)
+    assert [p[0] for p in host.published] == [1] and [j.camera for j in worker.stream.continuing()] == ["big"]
+    now[0] = 5.0  # the small camera sent nothing since: only the 4K camera counts
+    worker.share.arrived(0)
+    for _ in range(30):
+        if len(host.published) == 2:
+            break
+        worker.cycle(timeout=0.0)
+    assert calls[0][0] == 10 and calls[1:] == [[33]]  # one batch of the whole frame after the first part
+    index, stamp, result = host.published[-1]
+    assert (index, stamp, result.views) == (
+        0,
+        1,
+        10 + 33,
+    )  # every view run for it, the part set aside included
+    assert result.notes == ("run whole: the view cap was lifted after 1 part of at most 10 views",)
+    worker.slots.put(0, Arrival(0, Message(big, 2), 0.0))
+    worker.cycle(timeout=0.0)
+    assert calls[-1] == [33] and host.published[-1][2].notes == ()
+
+
+def test_a_frame_started_in_a_batch_that_raised_leaves_its_camera_ungated(detector) -> None:
+    """An error the retry does not catch (a KeyError) in the batch that would start a frame's parts: the frame is
+    counted failed and nothing of it is left running in parts, so its camera is not gated on the next cycle."""
+    worker, host = _worker(detector, ["big", "small"])
+    worker.frame_view_cap = lambda jobs: 4
+    big, small = make_scene(2, 1920, 1080).image, make_scene(3, 320, 240).image
+
+    def raising(*args, **kwargs):
+        raise KeyError("something nobody expected")
+
+    detect_many = worker.stream.detector.detect_many
+    worker.stream.detector.detect_many = raising
+    try:
+        for index, frame in ((0, big), (1, small)):
+            worker.slots.put(index, Arrival(index, Message(frame, 1), 0.0))
+        worker.cycle(timeout=0.0)
+    finally:
+        worker.stream.detector.detect_many = detect_many
+    assert host.counts[0, "failed"] == 1 and worker.stream.continuing() == []
+    worker.slots.put(1, Arrival(1, Message(small, 2), 0.0))
+    worker.cycle(timeout=0.0)
+    assert host.gated[-1] == set() and [p[:2] for p in host.published] == [(1, 2)]
+
+
+def test_a_camera_whose_stream_starts_over_has_its_engine_time_forgotten(detector) -> None:
+    """The share's decayed engine time is per camera state kept over time: a looped bag (stamps back) starts the
+    camera's record over and its engine time with it; the other camera keeps its own."""
+    worker, _ = _worker(detector, ["a", "b"], [0.0])  # the share's clock stands still: nothing decays
+    big, small = make_scene(2, 1920, 1080).image, make_scene(3, 64, 48).image
+    worker.process([Arrival(0, Message(big, 10), 0.0), Arrival(1, Message(big, 10), 0.0)])
+    before = worker.share.fractions()
+    worker.process([Arrival(0, Message(small, 5), 0.0)])  # stamps back: camera a starts over
+    after = worker.share.fractions()
+    assert after[0] < before[0] and after[1] == before[1]

@@ -68,10 +68,12 @@ class ModelView:
 class AmbiguousModelError(ValueError):
     """A model file that fits several readings: `candidates` names them, `settings` the settings that decide."""
 
-    def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
+    def __init__(
+        self, message: str, candidates: tuple[str, ...], settings: tuple[str, ...] = DECIDING
+    ) -> None:
         super().__init__(message)
         self.candidates = candidates
-        self.settings = DECIDING
+        self.settings = settings
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,10 @@ def _check_yolox(config: DetectorConfig, view: ModelView) -> tuple[str, int]:
 def _gfl(config: DetectorConfig, view: ModelView, num_classes: int | None) -> gfl.GflHead:
     try:
         return gfl.gfl_head(view.outputs, view.input_hw, num_classes)
+    except gfl.AmbiguousHeadError as error:
+        raise AmbiguousModelError(
+            f"layout gfl: {config.model}: {error}", error.readings, ("labels",)
+        ) from None
     except gfl.GflError as error:
         raise ValueError(f"layout gfl: {config.model}: {error}") from None
 
@@ -234,6 +240,8 @@ def _layout(
         return OutputLayout.AUTO, None, "each call's output shapes (dynamic here)", "dynamic", num_classes
     try:
         found = layout_candidates(view.outputs, num_classes, view.input_hw)
+    except gfl.AmbiguousHeadError as error:
+        raise AmbiguousModelError(f"{config.model}: {error}", error.readings, ("labels",)) from None
     except gfl.GflError as error:
         raise ValueError(f"{config.model}: {error}; set the setting layout to the model's") from None
     except ValueError as error:

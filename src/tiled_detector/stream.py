@@ -27,14 +27,17 @@ detected in (`seen_ns`); without a tracker the last reported box not seen whole 
 detection of its class overlaps it (IoU >= `CARRIED_IOU`), for at most `max_tile_age` frames.
 
 A frame of more views than the caller's `view_cap` runs in parts (its tiles in order, each part with the full-frame
-view, no budget): the stream keeps the frame (`continuing`), a part's tiles count as run only once its results are
-back (a failed batch re-runs the same part), the parts' detections meet the seam rule across parts
-(`tracking.looks.across_parts`) and the merge rule, and go to the tracker as one frame's; its motion is not
-estimated, and the next frame's estimate starts over.
+view, no budget): the stream keeps the frame (`continuing`, known by its job's `sequence`, the camera's frame number,
+never by its stamp) with the cap it started under, which every part keeps; a cap of 0 on a later part (no other
+camera sending any more) runs the frame whole instead, at once. A part's tiles count as run only once its results
+are back (a failed batch re-runs the same part; a batch that raises leaves no frame started), the parts' detections
+meet the seam rule across parts (`tracking.looks.across_parts`) and the merge rule, and go to the tracker as one
+frame's; its motion is not estimated, and the next frame's estimate starts over.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -90,7 +93,9 @@ def looks(plan: TilePlan, picked: np.ndarray) -> Looks:
 class Job:
     """One camera's frame for the stream: the camera's name, the (H, W, C) frame, its header stamp, its encoding,
     its upload slot (`TiledDetector.detect_many`), the camera name its ignore mask is given for, the caller's own
-    `context` (the node's message), handed back with the result, and its depth image, if any."""
+    `context` (the node's message), handed back with the result, its depth image, if any, and its `sequence`: the
+    camera's frame number, given at arrival (a frame in parts is continued by the job of the same number; None: a
+    new frame each time it is given, numbered by the stream)."""
 
     camera: str
     frame: Any
@@ -100,20 +105,22 @@ class Job:
     mask_camera: str | None = None
     context: Any = None
     depth: Any = None  # its aligned depth image (`pipeline.depth.DepthImage`): the boxes get 3D positions
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)
 class StreamResult:
-    """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame:
-    `seen_ns` below the frame's stamp), their track ids (None without a tracker), the stamp each was last detected
-    in, the engine views run for the frame (tiles + full-frame view, over all its parts), notes for the caller
-    (e.g. why the budget did not apply) and the camera's motion since its previous frame (None: not
-    compensated)."""
+    """One frame's answer: its stamp, the reported boxes (detected in it, or carried over from an earlier frame),
+    their track ids (None without a tracker), the stamp each was last detected in, which were detected in this
+    frame (`fresh`; told by the frame, not the stamp: a camera may stamp two frames alike), the engine views run
+    for the frame (tiles + full-frame view, over all its parts), notes for the caller (e.g. why the budget did not
+    apply) and the camera's motion since its previous frame (None: not compensated)."""
 
     stamp_ns: int
     detections: Detections
     track_ids: np.ndarray | None
     seen_ns: np.ndarray
+    fresh: np.ndarray
     views: int
     notes: tuple[str, ...] = ()
     motion: Measured | None = None
@@ -121,24 +128,28 @@ class StreamResult:
     @property
     def predicted(self) -> int:
         """Boxes reported from an earlier frame (in tiles not run in this one)."""
-        return int(np.count_nonzero(self.seen_ns != self.stamp_ns))
+        return int(np.count_nonzero(~self.fresh))
 
 
 @dataclass(frozen=True)
 class Step:
-    """What one `run` did with a job: the engine views it ran for it, and its result (None: a frame in parts with
-    parts left; give it again, `continuing`)."""
+    """What one `run` did with a job: the engine views it ran for it, its result (None: a frame in parts with
+    parts left; give it again, `continuing`) and, when the camera's record started over with this frame
+    (`starts_over`), why (the caller resets what it keeps of the camera with it)."""
 
     job: Job
     views: int
     result: StreamResult | None
+    started_over: str | None = None
 
 
 @dataclass
 class _Parts:
-    """A frame run in parts: the job, the tiles not run yet, and per part run its detections and what it saw."""
+    """A frame run in parts: the job, the most views of each part (the cap it started under), the tiles not run yet,
+    and per part run its detections and what it saw."""
 
     job: Job
+    cap: int
     left: np.ndarray
     found: list[Detections] = field(default_factory=list)
     whole: list[np.ndarray] = field(default_factory=list)
@@ -175,6 +186,7 @@ class Stream:
         self._estimator = Estimator()
         self._cameras: dict[str, _Camera] = {}
         self._next_ids: dict[str, int] = {}  # per camera, the next track id (never reused in a run)
+        self._numbers = itertools.count(-1, -1)  # the sequence of a job given without one (never a caller's)
         self._said: set[tuple[Any, ...]] = set()  # one log line per cause
 
     def reset(self) -> None:
@@ -252,26 +264,37 @@ class Stream:
         docstring): its step has no result until the run of its last part; give its job again (`continuing`)
         until then. Nothing changes when the detector raises: the same jobs can be given again."""
         compensate = self._compensating()
+        jobs = [
+            job if job.sequence is not None else replace(job, sequence=next(self._numbers)) for job in jobs
+        ]
         slots = [k if j.slot is None else j.slot for k, j in enumerate(jobs)]
-        states, plans, chosen, notes, parted = [], [], [], [], []
+        states, whys, plans, chosen, notes, parted, asides = [], [], [], [], [], [], []
         for job in jobs:
             plan = self.detector.plan_for(job.frame.shape[0], job.frame.shape[1], job.mask_camera)
-            state = self._camera(job, plan)
-            parts = self._parts(state, job, plan, view_cap)
+            state, why = self._camera(job, plan)
+            parts, aside = self._parts(state, job, plan, view_cap)
             picked, note = None, ()
             budget = self.budget_for(plan)
             if parts is not None:
-                picked = parts.left[: max(view_cap - int(plan.full_frame), 1)]
+                picked = parts.left[: max(parts.cap - int(plan.full_frame), 1)]
+            elif aside is not None:
+                run = len(aside.found)
+                note = (
+                    f"run whole: the view cap was lifted after {run} part{'s' * (run != 1)} of at most "
+                    f"{aside.cap} views",
+                )
             elif budget and state.frames < self._history():
                 note = ("tile_budget ignored for a frame with no history: every tile ran",)
             elif budget:
                 picked = self._pick(state, plan, budget, compensate)
                 picked = None if len(picked) == plan.num_tiles else picked  # every tile: as without a budget
             states.append(state)
+            whys.append(why)
             plans.append(plan)
             chosen.append(picked)
             notes.append(note)
             parted.append(parts)
+            asides.append(aside)
 
         def observe(on_device: list[Any]) -> None:
             for state, frame, parts in zip(states, on_device, parted, strict=True):
@@ -288,20 +311,24 @@ class Stream:
             **({"depths": [j.depth for j in jobs]} if any(j.depth is not None for j in jobs) else {}),
         )
         steps = []
-        for job, state, plan, picked, detections, note, parts in zip(
-            jobs, states, plans, chosen, found, notes, parted, strict=True
+        for job, state, why, plan, picked, detections, note, parts, aside in zip(
+            jobs, states, whys, plans, chosen, found, notes, parted, asides, strict=True
         ):
+            self._keep(job.camera, state, why)
+            state.parts = parts
             views = plan.batch_size if picked is None else len(picked) + int(plan.full_frame)
             if parts is None:
                 motion = state.motion.measured() if compensate else None
                 reported = self._report(state, job.stamp_ns, plan, picked, detections, note, motion)
-                steps.append(Step(job, views, self._located(state, detections, reported)))
+                if aside is not None:  # the views of the parts set aside were run for this frame too
+                    reported = replace(reported, views=reported.views + self._views(plan, aside))
+                steps.append(Step(job, views, self._located(state, detections, reported), why))
                 continue
             parts.found.append(detections)
             parts.whole.append(looks(plan, picked).held(detections.boxes))
             parts.left = parts.left[len(picked) :]
             if len(parts.left):
-                steps.append(Step(job, views, None))
+                steps.append(Step(job, views, None, why))
                 continue
             state.parts = None
             state.motion = CameraMotion()  # its thumbnail is a frame old: the next estimate starts over
@@ -314,30 +341,41 @@ class Stream:
                     views,
                     replace(
                         whole,
-                        views=plan.num_tiles + count * int(plan.full_frame),
-                        notes=(f"run in {count} parts of at most {view_cap} views",),
+                        views=self._views(plan, parts),
+                        notes=(f"run in {count} parts of at most {parts.cap} views",),
                     ),
+                    why,
                 )
             )
         return steps
 
     @staticmethod
+    def _views(plan: TilePlan, parts: _Parts) -> int:
+        """The views the parts run so far took: their tiles, and the full-frame view with each."""
+        return plan.num_tiles - len(parts.left) + len(parts.found) * int(plan.full_frame)
+
+    @staticmethod
     def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
         """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections."""
         located = state.positions.attach(
-            result.stamp_ns, measured, result.detections, result.track_ids, result.seen_ns
+            measured, result.detections, result.track_ids, result.seen_ns, result.fresh
         )
         return replace(result, detections=located)
 
-    def _parts(self, state: _Camera, job: Job, plan: TilePlan, view_cap: int) -> _Parts | None:
-        """The parts of this frame: continued (the same stamp), started (more views than `view_cap`), or None (a
-        half-run frame of the camera that is not this one is given up)."""
-        if state.parts is not None and state.parts.job.stamp_ns == job.stamp_ns:
-            return state.parts
-        state.parts = None
+    @staticmethod
+    def _parts(
+        state: _Camera, job: Job, plan: TilePlan, view_cap: int
+    ) -> tuple[_Parts | None, _Parts | None]:
+        """The parts of this frame (changing nothing yet): continued (the same `sequence`, under the cap it started
+        with), started (more views than `view_cap`: parts of that many), or None (a half-run frame of the camera
+        that is not this one is given up); and, when `view_cap` is 0 for a frame in parts, its parts set aside (it
+        runs whole)."""
+        current = state.parts
+        if current is not None and current.job.sequence == job.sequence:
+            return (current, None) if view_cap else (None, current)
         if view_cap and plan.batch_size > max(view_cap, int(plan.full_frame) + 1):
-            state.parts = _Parts(job, np.arange(plan.num_tiles))
-        return state.parts
+            return _Parts(job, view_cap, np.arange(plan.num_tiles)), None
+        return None, None
 
     def _merged(self, parts: _Parts) -> Detections:
         """The parts' detections: the seam rule across parts, then merged as the frame program merges views, the
@@ -420,19 +458,29 @@ class Stream:
             return f"its stamps {went} (a looped bag, a restarted camera or clock)"
         return None
 
-    def _camera(self, job: Job, plan: TilePlan) -> _Camera:
-        """The camera's record, started over where `starts_over` says so."""
+    def _camera(self, job: Job, plan: TilePlan) -> tuple[_Camera, str | None]:
+        """The camera's record for this frame, a new one where `starts_over` says so (and why), kept only once the
+        frame has run (`_keep`)."""
         why = self.starts_over(job.camera, plan, job.stamp_ns)
-        if why is not None:
-            LOG.info("%s starts over: %s", job.camera, why)
-            self._end(job.camera)
         state = self._cameras.get(job.camera)
-        if state is None:
-            tracks = None
-            if self._tracking():
-                tracks = Tracks(self.detector.config.tracker_settings(), self._next_ids.get(job.camera, 1))
-            state = self._cameras[job.camera] = _Camera(self._key(plan), tracks, CameraMotion())
-        return state
+        if state is not None and why is None:
+            return state, None
+        tracks = None
+        if self._tracking():
+            old = state.tracks if state is not None else None
+            first = old.next_id if old is not None else self._next_ids.get(job.camera, 1)
+            tracks = Tracks(self.detector.config.tracker_settings(), first)
+        return _Camera(self._key(plan), tracks, CameraMotion()), why
+
+    def _keep(self, name: str, state: _Camera, why: str | None) -> None:
+        """`state` as the camera's record (the old one ended, `why` logged, when it is a new one)."""
+        if self._cameras.get(name) is state:
+            return
+        if why is not None:
+            LOG.info("%s starts over: %s", name, why)
+        if name in self._cameras:
+            self._end(name)
+        self._cameras[name] = state
 
     def _report(
         self,
@@ -467,6 +515,7 @@ class Stream:
                 tracked.detections(found.timings),
                 tracked.track_ids,
                 tracked.seen_ns,
+                tracked.fresh,
                 views,
                 notes,
                 motion,
@@ -478,7 +527,7 @@ class Stream:
                 state.carried = replace(state.carried, boxes=boxes)
             found, stamps, carried = self._carry(state, found, stamps, seen, config.max_tile_age)
         state.carried, state.seen_ns, state.unseen = found, stamps, carried
-        return StreamResult(stamp, found, None, stamps, views, notes, motion)
+        return StreamResult(stamp, found, None, stamps, carried == 0, views, notes, motion)
 
     @staticmethod
     def _fresh(state: _Camera, plan: TilePlan, picked: np.ndarray | None, motion: np.ndarray) -> None:

@@ -12,7 +12,7 @@ from tiled_detector.commands.camera_motion import add_camera_arguments, camera_m
 from tiled_detector.commands.settings import add_settings, parameter_values
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.truth import Truth
+    from tiled_detector.tools.truth import Truth, TruthFrames
 
 # the settings that name the detector's classes: `--truth-class` must be one of them
 LABEL_SETTINGS = ("model", "labels", "layout")
@@ -29,7 +29,8 @@ EPILOG = """examples:
     --model yolox_nano.onnx
   tiled-detector make-bag out/yard --video yard.mp4 --truth yard.json --truth-class person --model yolox_nano.onnx
 Synthetic frame i uses seed S+i, so the same command always writes the same bag.
---truth: a MOTChallenge gt.txt (frame n = the n-th image by name / video frame; pedestrians with consider 1) or a
+--truth: a MOTChallenge gt.txt (frame n = the n-th image in natural order, frame2 before frame10, the names numbering
+the frames one to one / the n-th video frame; pedestrians with consider 1) or a
 COCO file (images matched by file name; for a video, its images in frame_index / frame_id / id order; track_id,
 instance_id or attributes.track_id give identities). --truth-class names the detector's class the objects are:
 checked against the labels of the model given by --model / --labels / --params-file (default: the bundled model)."""
@@ -71,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--images", type=Path, help="a folder of images (sorted by name) instead of synthetic"
+        "--images",
+        type=Path,
+        help="a folder of images (in natural order of their names: frame2 before frame10) instead of synthetic",
     )
     source.add_argument("--video", type=Path, help="a video file instead of synthetic frames")
     parser.add_argument(
@@ -135,9 +138,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--depth makes synthetic still scenes: not with --motion, --images or --video")
     if args.images is not None and args.frames is not None:
         raise ValueError("--frames cannot be used with --images (every image is written)")
-    truth = None
+    truth = truthful = None
     if args.truth is not None:
-        path, truth = _truth_bag(args, common)
+        path, truthful, truth = _truth_bag(args, common)
     elif args.truth_class is not None or args.truth_format is not None:
         raise ValueError(f"--truth-{'class' if args.truth_class else 'format'} needs --truth FILE")
     elif args.images is not None:
@@ -172,19 +175,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")
     for topic, (msgtype, count) in info.topics.items():
         print(f"  {topic}: {count} x {msgtype}")
-    if truth is not None:
-        written = int(np.count_nonzero(truth.frame < info.topics[args.topic][1]))
+    if truth is not None and truthful is not None:
+        written = int(np.count_nonzero(truth.frame < info.topics[args.topic][1])) - truthful.outside
         print(
             f"  ground truth: {written} {args.truth_class} boxes from {args.truth}, "
             f"{'with identities' if truth.identities else 'no identities (AP50 only)'}; "
-            f"{truth.left_out} rows / annotations left out (consider 0, other classes, crowds)"
+            f"{truth.left_out} rows / annotations left out (consider 0, other classes, crowds), "
+            f"{truthful.outside} with no area inside their frame"
         )
     return 0
 
 
-def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Path, Truth]:
+def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Path, TruthFrames, Truth]:
     """The bag of `--images` / `--video` with the `--truth` file's boxes as ground truth (checked before writing;
-    a mismatch found while reading the frames leaves nothing written)."""
+    a mismatch found while reading the frames leaves nothing written), the frames written (their count of boxes
+    left out) and the truth."""
     from tiled_detector.harness import recording
     from tiled_detector.tools.truth import TruthError, recording_frames
 
@@ -204,7 +209,7 @@ def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Pat
     path = recording.write_image_bag(
         args.out, frames, **common, labels=[args.truth_class], custom_data=custom
     )
-    return path, truth
+    return path, frames, truth
 
 
 def _check_class(args: argparse.Namespace) -> None:

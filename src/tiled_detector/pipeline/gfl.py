@@ -8,14 +8,20 @@ stride, from the cell's centre. The exports lay them out in one of two ways:
 
 - separate outputs, class scores `(B, N, C)` and box distributions `(B, N, 4 * bins)`, one pair per stride (PP-PicoDet
   as Paddle2ONNX exports it from PaddleDetection 2.3, NanoDet 0.x) or one pair over every stride; the class scores
-  are the first of each pair (both exporters list them first, and the distribution's width is a multiple of 4);
+  are the first of each pair (both exporters list them first, and the distribution's width is a multiple of 4).
+  Where C = 4 x bins (32 classes, 8 bins) both have one width: the outputs are then read as every stride's class
+  scores followed by every stride's distributions, or as pairs in turn, whichever the anchor counts fit;
   centres at (i + 0.5) x stride: PaddleDetection's `GFLHead.get_single_level_center_point` with the `cell_offset`
   0.5 of PicoDet's configs, NanoDet's `GFLHead.get_single_level_center_point` (0.2 - 0.4);
 - one `(B, N, C + 4 * bins)` tensor per stride or over every stride (NanoDet 1.x's `_forward_onnx`, NanoDet-Plus):
   the class count splits the columns, so it must be known (the labels); centres at i x stride: NanoDet-Plus'
   `get_single_level_center_priors` and NanoDet 1.x's own demos, which decode every such export so.
 
-A stride's feature map is ceil(H / stride) x ceil(W / stride) cells (PicoDet's stride 64 at 416: 7 x 7).
+A stride's feature map is ceil(H / stride) x ceil(W / stride) cells (PicoDet's stride 64 at 416: 7 x 7). Outputs of
+one width are told apart by the strides their anchor counts imply: one stride per output (or all in one) is joined
+columns, repeated counts are separate pairs; with the labels, joined columns need fewer classes than columns and
+separate pairs as many. Shapes that both readings fit (only tiny inputs, where strides share a cell count) without
+the labels are refused naming both and the labels as what decides (`AmbiguousHeadError`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,14 @@ SEPARATE_CENTRE, JOINED_CENTRE = 0.5, 0.0
 
 class GflError(ValueError):
     """Outputs that are not a GFL head, with what was expected."""
+
+
+class AmbiguousHeadError(GflError):
+    """Outputs two GFL readings fit, named with the setting that decides (`readings`: each in words)."""
+
+    def __init__(self, message: str, readings: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.readings = readings
 
 
 class Part(NamedTuple):
@@ -124,21 +138,101 @@ def gfl_head(
             f"outputs {shown} mix {len(widths)} column counts: a GFL head has class scores (C) and box "
             "distributions (4 x bins), or both joined (C + 4 x bins)"
         )
+    if len(widths) == 1:
+        return _one_width(named, widths[0], input_hw, num_classes, shown)
     rows = [s[1] for s in named.values() if s[2] == widths[0]]
     strides = _levels(rows, input_hw)
     if strides is None:
-        raise GflError(
-            f"outputs {shown}: their anchor points {rows} are not one stride's per output nor all strides' "
-            f"together; {_expected_rows(input_hw)}"
-        )
-    if len(widths) == 1:
-        scores, boxes, classes, bins = _joined(named, widths[0], num_classes, shown)
-        centre = JOINED_CENTRE
-    else:
-        scores, boxes, classes, bins = _separate(named, widths, num_classes, shown)
-        centre = SEPARATE_CENTRE
+        raise GflError(_no_strides(shown, rows, input_hw))
+    scores, boxes, classes, bins = _separate(named, widths, num_classes, shown)
     grids = tuple(cells(input_hw, s) for s in strides)
-    return GflHead(strides, grids, classes, bins, centre, scores, boxes)
+    return GflHead(strides, grids, classes, bins, SEPARATE_CENTRE, scores, boxes)
+
+
+def _no_strides(shown: str, rows: Sequence[int], input_hw: tuple[int, int]) -> str:
+    return (
+        f"outputs {shown}: their anchor points {list(rows)} are not one stride's per output nor all strides' "
+        f"together; {_expected_rows(input_hw)}"
+    )
+
+
+def _one_width(
+    named: dict[str, tuple[int, ...]],
+    width: int,
+    input_hw: tuple[int, int],
+    num_classes: int | None,
+    shown: str,
+) -> GflHead:
+    """The head of outputs all `width` columns wide: joined columns (one stride per output, or all strides in one;
+    the class count splits them) or separate class scores and distributions of as many columns (repeated anchor
+    counts: every score output first, or pairs in turn), as the anchor counts fit and the class count allows."""
+    rows = [s[1] for s in named.values()]
+    joined = _levels(rows, input_hw)
+    pairs = _pairs(named, input_hw)
+    if num_classes is not None:  # the labels: joined columns hold fewer classes than columns, pairs as many
+        if pairs is not None and num_classes != width and (joined is None or num_classes >= width):
+            raise GflError(f"outputs {shown}: no output has {num_classes} columns, one per class")
+        joined = joined if num_classes < width else None
+        pairs = pairs if num_classes == width else None
+    if pairs is not None and joined is not None:
+        try:
+            separate = _separate_head(named, pairs, input_hw, shown).describe()
+        except GflError:  # no whole bins: not separate outputs
+            pairs = None
+        else:
+            joint = (
+                f"GFL head: strides {', '.join(map(str, joined))}, joined class and box columns ({width} = "
+            )
+            joint += "classes + 4 x bins)"
+            raise AmbiguousHeadError(
+                f"outputs {shown} fit two GFL heads: {separate}; or {joint}: the class names (labels) decide "
+                f"({width} names: separate outputs; fewer: joined columns)",
+                (separate, joint),
+            )
+    if pairs is not None:
+        return _separate_head(named, pairs, input_hw, shown)
+    if joined is None:
+        raise GflError(_no_strides(shown, rows, input_hw))
+    scores, boxes, classes, bins = _joined(named, width, num_classes, shown)
+    grids = tuple(cells(input_hw, s) for s in joined)
+    return GflHead(joined, grids, classes, bins, JOINED_CENTRE, scores, boxes)
+
+
+def _pairs(
+    named: dict[str, tuple[int, ...]], input_hw: tuple[int, int]
+) -> tuple[list[str], list[str], tuple[int, ...]] | None:
+    """The class score and distribution outputs of one width, and their strides: every score output first, then
+    the distributions (Paddle2ONNX's order), or pairs in turn; None when the anchor counts fit neither."""
+    names = list(named)
+    if len(names) % 2:
+        return None
+    half = len(names) // 2
+    for scores, boxes in ((names[:half], names[half:]), (names[0::2], names[1::2])):
+        rows = [named[n][1] for n in scores]
+        strides = _levels(rows, input_hw)
+        if strides is not None and rows == [named[n][1] for n in boxes]:
+            return scores, boxes, strides
+    return None
+
+
+def _separate_head(
+    named: dict[str, tuple[int, ...]],
+    pairs: tuple[list[str], list[str], tuple[int, ...]],
+    input_hw: tuple[int, int],
+    shown: str,
+) -> GflHead:
+    """Separate class score and distribution outputs of one width (`pairs`: their names and strides)."""
+    scores, boxes, strides = pairs
+    width = named[scores[0]][2]
+    return GflHead(
+        strides,
+        tuple(cells(input_hw, s) for s in strides),
+        width,
+        _bins(width, shown),
+        SEPARATE_CENTRE,
+        tuple(Part(n, (0, width), named[n][1]) for n in scores),
+        tuple(Part(n, (0, width), named[n][1]) for n in boxes),
+    )
 
 
 def _bins(width: int, shown: str, classes: int = 0) -> int:

@@ -57,9 +57,6 @@ class DepthInputs:
         self.publishers = [node.create_publisher(Detection3DArray, t[2], 10) for t in self._topics]
         self._subscriptions: list[Any] = []
         self._said: set[tuple[int, str]] = set()
-        self._held: dict[
-            int, tuple[int, DepthImage]
-        ] = {}  # per camera the last frame's depth (frames in parts)
         self._lock = threading.Lock()
         self.frames_without_depth = [0] * len(cameras)
         self.objects_without_depth = [0] * len(cameras)
@@ -103,10 +100,8 @@ class DepthInputs:
         self, index: int, stamp: int, frame_hw: tuple[int, int], tolerance_s: float, deadline: float
     ) -> DepthImage | None:
         """The depth image and camera matrix of camera `index`'s colour frame (its stamp, its size), waiting until
-        `deadline` (monotonic) for a depth image that may still come; None (one WARN per cause) without one."""
-        held = self._held.get(index)
-        if held is not None and held[0] == stamp:
-            return held[1]
+        `deadline` (monotonic) for a depth image that may still come; None (one WARN per cause) without one. Each
+        frame is paired anew (a frame in parts carries its depth image with its job)."""
         pairing = self.sync.pair(index, stamp, tolerance_s, max(0.0, deadline - time.monotonic()))
         if pairing.depth is None:
             return self._without(index, pairing.text)
@@ -116,7 +111,6 @@ class DepthInputs:
             )
         except (ImageConversionError, DepthError) as error:
             return self._without(index, str(error))
-        self._held[index] = (stamp, depth)
         return depth
 
     def _without(self, index: int, why: str) -> DepthImage | None:

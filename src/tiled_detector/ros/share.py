@@ -11,7 +11,9 @@ it until its fraction falls back under the share. Leaving its messages in the mi
 engine time: converting every message of a flood of 8K frames would keep the node's executor busy
 (docs/PERFORMANCE.md). With one camera sending nothing is held. Holding is not work-conserving on purpose: the
 engine may idle briefly rather than start a frame that makes every other camera's next frame wait for it. The state
-is one decayed number and one arrival time per camera, reset with the node's cameras.
+is one decayed number and one arrival time per camera, reset with the node's cameras; a camera's decayed time is
+forgotten when its stream starts over (`stream.Stream.starts_over`: a new frame size, stamps back, ...), with the
+rest of what is kept of it.
 
 A costly frame also runs in parts (`view_cap`: at most twice the cheapest sending camera's views per batch, the
 stream's frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's
@@ -75,6 +77,12 @@ class EngineShare:
             self._decay()
             for camera, count in frames:
                 self._used[camera] += seconds * (count / views if views else 1 / len(frames))
+
+    def forget(self, cameras: Iterable[int]) -> None:
+        """The engine time of `cameras` is forgotten (their streams started over)."""
+        with self._lock:
+            for camera in cameras:
+                self._used[camera] = 0.0
 
     def fractions(self) -> list[float]:
         """Each camera's recent fraction of the engine's time."""

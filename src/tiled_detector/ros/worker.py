@@ -7,8 +7,10 @@ true`), closing and opening the cameras' gates, publishing, counting and logging
 is counted `malformed`; a batch that fails is retried frame by frame, so one bad frame costs only its own camera
 (counted `failed`; a frame in parts that fails is given up); an unexpected error is logged and counted, and the
 loop goes on. The stream owns
-every camera's state over time, the frames in parts included (`Stream.continuing`); the worker keeps only the last
-frame size each camera sent (for the share's `view_cap`).
+every camera's state over time, the frames in parts included (`Stream.continuing`, each with the view cap it started
+under); the worker numbers each camera's frames as it takes them (`Job.sequence`: a frame in parts is continued by
+its number, never by its stamp) and keeps the last frame size each camera sent (for the share's `view_cap`; every
+frame replaces it); a camera whose record starts over (`Stream.starts_over`) has its share's engine time forgotten.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class Worker:
         self.names, self.mask_cameras = list(names), list(mask_cameras)
         self.frame_hw = frame_hw  # camera index -> the size of its last frame taken
         self.largest_batch = 0  # most frames (cameras) detected in one batch so far
+        # per camera, the frames taken so far (the last one's `Job.sequence`)
+        self._taken = [0] * len(self.names)
         self._index = {name: index for index, name in enumerate(self.names)}
 
     def run(self, stop: threading.Event) -> None:
@@ -120,6 +124,7 @@ class Worker:
                 self.host.problem(arrival.index, f"skipped a malformed image: {error}", error=False)
                 continue
             self.frame_hw[arrival.index] = (int(frame.shape[0]), int(frame.shape[1]))
+            self._taken[arrival.index] += 1
             jobs.append(
                 Job(
                     self.names[arrival.index],
@@ -129,6 +134,7 @@ class Worker:
                     slot=arrival.index,
                     mask_camera=self.mask_cameras[arrival.index],
                     context=arrival,
+                    sequence=self._taken[arrival.index],
                 )
             )
         paired = self.host.depths([(j.context.index, j.stamp_ns, j.frame.shape[:2]) for j in jobs])
@@ -137,6 +143,7 @@ class Worker:
         self.largest_batch = max(self.largest_batch, len(jobs))
         start = time.monotonic()
         steps = self._detect(jobs, self.frame_view_cap(jobs))
+        self.share.forget({s.job.context.index for s in steps if s.started_over is not None})
         self.share.charge([(s.job.context.index, s.views) for s in steps], time.monotonic() - start)
         for step in steps:
             if step.result is not None:

@@ -245,7 +245,7 @@ def evaluate(
                 found = result.detections
                 tally.milliseconds += found.timings.get("total", 0.0)
                 tally.ids.append(np.arange(len(found)) if result.track_ids is None else result.track_ids)  # type: ignore[union-attr]
-                tally.fresh.append(result.seen_ns == result.stamp_ns)  # type: ignore[union-attr]
+                tally.fresh.append(result.fresh)  # type: ignore[union-attr]
                 tally.views.append(result.views)
                 tally.predicted += result.predicted
                 if result.motion is not None and result.motion.estimated:

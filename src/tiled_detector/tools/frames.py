@@ -4,6 +4,7 @@ calibration."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,20 @@ def motion_frames(
         yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids, camera=scene.camera)
 
 
+def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
+    """A name's key in natural order: its runs of digits compared as numbers (frame2 before frame10), the name
+    itself breaking ties (frame01 and frame1)."""
+    parts = re.split(r"(\d+)", name)
+    return tuple(int(part) if k % 2 else part for k, part in enumerate(parts)), name
+
+
 def image_paths(folder: str | Path) -> list[Path]:
-    """The image files of a folder (png, jpg, jpeg, bmp, tif, tiff), by name; FileNotFoundError when none."""
-    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    """The image files of a folder (png, jpg, jpeg, bmp, tif, tiff) in natural order of their names (`natural_key`);
+    FileNotFoundError when none."""
+    paths = sorted(
+        (p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES),
+        key=lambda p: natural_key(p.name),
+    )
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
     return paths
@@ -73,7 +85,8 @@ def read_image(path: Path) -> Frame:
 
 
 def image_folder_frames(folder: str | Path) -> Iterator[Frame]:
-    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), by name, without ground truth."""
+    """The images of a folder (png, jpg, jpeg, bmp, tif, tiff), in natural order of their names, without ground
+    truth."""
     return (read_image(path) for path in image_paths(folder))
 
 

@@ -4,8 +4,10 @@ COCO JSON, matched to the recording's frames (a folder of images or a video) for
 MOTChallenge (motchallenge.net's format; Milan et al., "MOT16", 2016): one comma-separated row per box,
 `frame, id, left, top, width, height, consider, class, visibility` (MOT16 / MOT17 / MOT20: 9 columns) or
 `frame, id, left, top, width, height, consider, x, y, z` (2D MOT 2015: 10 columns; x, y, z are world coordinates,
--1 in 2D, and every row is a pedestrian). Frame numbers count from 1: frame n is the n-th image of the folder by
-name (the order `make-bag --images` writes them in) or the n-th frame of the video. Pixel coordinates count from 1
+-1 in 2D, and every row is a pedestrian). Frame numbers count from 1: frame n is the n-th image of the folder in
+natural order of the names (numbers as numbers: frame2 before frame10; the order `make-bag --images` writes them
+in) or the n-th frame of the video; a folder's names must carry their frame numbers one to one (the last number in
+each name: one number per image, counting up by one from any start), else it is refused naming two examples. Pixel coordinates count from 1
 too: (left, top) is the box's top-left pixel, the image's first pixel being (1, 1). In our coordinates, pixel
 edges from 0 (an image spans [0, W] x [0, H]), that box is x1 = left - 1, y1 = top - 1, x2 = x1 + width,
 y2 = y1 + height. Left out: rows whose consider flag is 0 and, in 9 columns, classes other than pedestrian (1;
@@ -20,15 +22,16 @@ else of their ids, and they must all be of one video (`video_id`). An annotation
 `instance_id` (BDD100K) or `attributes.track_id` (CVAT) is its identity; when any kept annotation has none, the
 truth has no identities (boxes only: AP50 can be scored, not IDF1).
 
-Boxes reaching past the frame's border (normal in MOT17) are clipped to it; a box with no area inside its frame,
-a frame the recording does not have, a wrong column count or a repeated identity in one frame are refused
-(`TruthError`, one line naming the file and the problem).
+Boxes reaching past the frame's border (normal in MOT17) are clipped to it; a box with no area inside its frame is
+left out and counted (`TruthFrames.outside`); a frame the recording does not have, a wrong column count or a
+repeated identity in one frame are refused (`TruthError`, one line naming the file and the problem).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,20 +107,14 @@ class Truth:
     def identities(self) -> bool:
         return self.ids is not None
 
-    def in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Frame `index`'s boxes clipped to a `width` x `height` frame, and their ids; TruthError for a box with no
-        area inside the frame."""
+    def in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """Frame `index`'s boxes clipped to a `width` x `height` frame, their ids, and how many boxes were left out
+        for having no area inside the frame."""
         rows = self.frame == index
-        boxes = self.boxes[rows]
-        clipped = np.clip(boxes, 0.0, [width, height, width, height]).astype(np.float32)
-        empty = (clipped[:, 2] <= clipped[:, 0]) | (clipped[:, 3] <= clipped[:, 1])
-        if empty.any():
-            x1, y1, x2, y2 = boxes[int(np.argmax(empty))].tolist()
-            raise TruthError(
-                f"--truth {self.path}: frame {index + 1} has a box with no area inside the {width}x{height} frame "
-                f"(x1 {x1:g}, y1 {y1:g}, x2 {x2:g}, y2 {y2:g} in pixel edges from 0)"
-            )
-        return clipped, None if self.ids is None else self.ids[rows]
+        clipped = np.clip(self.boxes[rows], 0.0, [width, height, width, height]).astype(np.float32)
+        inside = (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])
+        ids = None if self.ids is None else self.ids[rows][inside]
+        return clipped[inside], ids, int(np.count_nonzero(~inside))
 
     def check_count(self, available: int, what: str, cut: bool = False) -> None:
         """TruthError when the truth does not fit `available` frames of `what` (`cut`: the recording was cut
@@ -262,17 +259,51 @@ def read_truth(
     return read_coco(path, truth_class, names)
 
 
-def with_truth(frames: Iterable[Frame], truth: Truth, what: str, cut: int | None = None) -> Iterator[Frame]:
+class TruthFrames:
     """`frames` carrying `truth` (class id 0, boxes clipped to each frame, identities where the truth has them;
-    a frame without rows carries no objects); TruthError, raised while the frames are read, when they do not
-    match (`Truth.check_count`; `cut`: the most frames the recording was limited to)."""
-    count = 0
-    for index, frame in enumerate(frames):
-        height, width = frame.image.shape[:2]
-        boxes, ids = truth.in_frame(index, width, height)
-        yield dataclasses.replace(frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids)
-        count += 1
-    truth.check_count(count, what, cut=cut is not None and count == cut)
+    a frame without rows carries no objects), iterated once; `outside`: the boxes left out so far for having no
+    area inside their frame. TruthError, raised while the frames are read, when they do not match
+    (`Truth.check_count`; `cut`: the most frames the recording was limited to)."""
+
+    def __init__(self, frames: Iterable[Frame], truth: Truth, what: str, cut: int | None = None) -> None:
+        self._frames, self._truth, self._what, self._cut = frames, truth, what, cut
+        self.outside = 0
+
+    def __iter__(self) -> Iterator[Frame]:
+        count = 0
+        for index, frame in enumerate(self._frames):
+            height, width = frame.image.shape[:2]
+            boxes, ids, outside = self._truth.in_frame(index, width, height)
+            self.outside += outside
+            yield dataclasses.replace(frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids)
+            count += 1
+        self._truth.check_count(count, self._what, cut=self._cut is not None and count == self._cut)
+
+
+def check_numbers(folder: Path, names: Sequence[str]) -> None:
+    """TruthError unless the images `names` (in natural order) carry the frame numbers of a MOTChallenge file one
+    to one: the last number in each name, one per image, counting up by one (from any start: 0 or 1)."""
+    numbers = [re.findall(r"\d+", Path(name).stem) for name in names]
+    bare = [name for name, found in zip(names, numbers, strict=True) if not found]
+    problem = None
+    if len(bare) > 1:
+        problem = f"{bare[0]} and {bare[1]} carry no frame number"
+    elif bare and len(names) > 1:
+        problem = f"{bare[0]} carries no frame number ({next(n for n in names if n != bare[0])} does)"
+    elif not bare:
+        values = [int(found[-1]) for found in numbers]
+        for k in range(1, len(names)):
+            if values[k] == values[k - 1]:
+                problem = f"{names[k - 1]} and {names[k]} both number frame {values[k]}"
+            elif values[k] != values[k - 1] + 1:
+                problem = f"{names[k - 1]} is followed by {names[k]} (frame numbers skipped)"
+            if problem:
+                break
+    if problem is not None:
+        raise TruthError(
+            f"--images {folder}: {problem}: a MOTChallenge --truth's frame n is the n-th image in natural order, "
+            "so the names must number the frames one to one, counting up by one"
+        )
 
 
 def recording_frames(
@@ -282,9 +313,10 @@ def recording_frames(
     truth_path: Path,
     truth_format: str | None,
     truth_class: str,
-) -> tuple[Iterator[Frame], Truth]:
+) -> tuple[TruthFrames, Truth]:
     """The frames of a folder of `images` or a `video` (at most `limit`) carrying the truth file's boxes, and the
-    truth; a folder's frame count is checked before any image is read, a video's as it is read."""
+    truth; a folder's frame count (and, for a MOTChallenge file, its names' frame numbers) is checked before any
+    image is read, a video's as it is read."""
     if images is None and video is None:
         raise TruthError("--truth needs --images or --video: the frames its boxes are on")
     kind = TruthFormat.of(truth_path, truth_format)
@@ -296,6 +328,8 @@ def recording_frames(
             "left out: consider 0, other classes, crowds)"
         )
     if names is not None:
+        if kind is TruthFormat.MOT:
+            check_numbers(images, names)  # type: ignore[arg-type]
         truth.check_count(len(names), f"--images {images}")
-        return with_truth(image_folder_frames(images), truth, f"--images {images}"), truth
-    return with_truth(video_frames(video, limit), truth, f"--video {video}", cut=limit), truth
+        return TruthFrames(image_folder_frames(images), truth, f"--images {images}"), truth
+    return TruthFrames(video_frames(video, limit), truth, f"--video {video}", cut=limit), truth

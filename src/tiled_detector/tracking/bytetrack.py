@@ -268,6 +268,10 @@ class ByteTrack:
         blocks[:, :2], blocks[:, 3] = mixed, blocks[:, 3] * scale**2
         t[:, _VAR] = blocks.reshape(-1, 12)
 
+    def matched(self) -> np.ndarray:
+        """(N,) the `now` of every live track's last match (`update`)."""
+        return self.table[:, _SEEN]
+
     def tentative(self) -> np.ndarray:
         """(N,) bool: the live tracks not confirmed yet (one match so far)."""
         return self.table[:, _CONFIRMED] == 0

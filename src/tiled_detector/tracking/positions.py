@@ -64,19 +64,18 @@ class Positions:
 
     def attach(
         self,
-        stamp_ns: int,
         measured: Detections,
         reported: Detections,
         track_ids: np.ndarray | None,
         seen_ns: np.ndarray,
+        fresh: np.ndarray,
     ) -> Detections:
-        """`reported` (a frame's boxes as the stream reports them, detected in it or carried: `seen_ns` before
-        `stamp_ns`) with their positions and sizes, from `measured` (the frame's detections, positions included)
-        and the camera's previous report; as it is (no positions) when the frame had no depth."""
+        """`reported` (a frame's boxes as the stream reports them: detected in it, `fresh`, or carried from the
+        frame of stamp `seen_ns`) with their positions and sizes, from `measured` (the frame's detections, positions
+        included) and the camera's previous report; as it is (no positions) when the frame had no depth."""
         count = len(reported)
         positions, sizes = _nan(count), _nan(count)
         if measured.positions is not None:
-            fresh = seen_ns == stamp_ns
             if fresh.any():
                 at = _found_again(
                     reported.boxes[fresh],
