@@ -10,7 +10,8 @@ this module's names:
 
 - `corners(obb) -> (..., 4, 2)`: centre + R(angle)(+-w/2, +-h/2), in ultralytics' order (`xywhr2xyxyxyxy`);
 - `polygon_area(p)`, `signed_area(p)`, `intersection_area(a, b)` (broadcastable convex polygons, exact);
-- `overlap(a, b, metric)`: IoU / IoS of broadcastable polygons; `pairwise_overlap(a, b, metric) -> (N, M)`;
+- `overlap(a, b, metric)`: IoU / IoS of broadcastable polygons; `pairwise_overlap(a, b, metric) -> (N, M)`,
+  `pairwise_intersection(a, b) -> (N, M)` (in row chunks: memory bounded by `PAIR_BUDGET`, not N x M);
 - `hulls(p) -> (..., 4)` x1, y1, x2, y2 and `obb_hulls(obb)`: the axis-aligned boxes around them;
 - `covering(obb, points)`: the rectangle at the same angle that covers the rectangle and the points: a merged
   group keeps its keeper's angle exactly (never an average across the pi ambiguity) and covers every member;
@@ -19,6 +20,8 @@ this module's names:
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -43,6 +46,7 @@ __all__ = [
     "intersection_area",
     "obb_hulls",
     "overlap",
+    "pairwise_intersection",
     "pairwise_overlap",
     "polygon_area",
     "regularized",
@@ -59,14 +63,25 @@ def obb_hulls(obb: Tensor) -> Tensor:
     return hulls(corners(obb))
 
 
-def pairwise_overlap(a: Tensor, b: Tensor, metric: str = "iou") -> Tensor:
-    """(N, M) IoU or IoS (`metric` "iou" / "ios") of every polygon of a (N, K, 2) with every polygon of b (M, K, 2),
-    in row chunks of at most `PAIR_BUDGET` elements (fixed shapes: a captured graph replays the same chunks)."""
+def _pairwise(function: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) `function` of every polygon of a (N, K, 2) with every polygon of b (M, K, 2), in row chunks of at
+    most `PAIR_BUDGET` elements (fixed shapes: a captured graph replays the same chunks)."""
     budget = PAIR_BUDGET.get(a.device.type, PAIR_BUDGET["cuda"])
     rows = max(1, budget // max(1, len(b) * a.shape[-2] * b.shape[-2]))
     if len(a) <= rows:
-        return overlap(a[:, None], b[None], metric)
-    return torch.cat([overlap(part[:, None], b[None], metric) for part in a.split(rows)])
+        return function(a[:, None], b[None])
+    return torch.cat([function(part[:, None], b[None]) for part in a.split(rows)])
+
+
+def pairwise_overlap(a: Tensor, b: Tensor, metric: str = "iou") -> Tensor:
+    """(N, M) IoU or IoS (`metric` "iou" / "ios") of every polygon of a (N, K, 2) with every polygon of b
+    (M, K, 2) (`_pairwise`'s chunks)."""
+    return _pairwise(lambda x, y: overlap(x, y, metric), a, b)
+
+
+def pairwise_intersection(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) intersection areas of every polygon of a (N, K, 2) with every polygon of b (M, K, 2)."""
+    return _pairwise(intersection_area, a, b)
 
 
 def frame_obb(obb: Tensor, mapping: Tensor) -> Tensor:
