@@ -73,6 +73,43 @@ def regularized(obb: Any) -> Any:
     )
 
 
+def aligned(obb: Any, reference: Any) -> Any:
+    """(..., 5) rectangles in the form (of the equivalent ones: the angle plus quarter turns, w and h swapped for
+    an odd number) whose angle lies nearest `reference` (...): within pi/4 of it. A tracked object's angle so
+    changes continuously, whatever form each detection came in."""
+    xp = namespace(obb)
+    quarter = np.pi / 2
+    turns = xp.floor((reference - obb[..., 4]) / quarter + 0.5)
+    swap = turns % 2 == 1
+    return xp.stack(
+        [
+            obb[..., 0],
+            obb[..., 1],
+            xp.where(swap, obb[..., 3], obb[..., 2]),
+            xp.where(swap, obb[..., 2], obb[..., 3]),
+            obb[..., 4] + turns * quarter,
+        ],
+        -1,
+    )
+
+
+def degenerate(obb: Any) -> Any:
+    """(..., 5) -> (...) bool: rows that are no rectangle: w or h not above 0 (or NaN), a centre or an angle that is
+    not finite."""
+    xp = namespace(obb)
+    finite = xp.isfinite(obb[..., 0]) & xp.isfinite(obb[..., 1]) & xp.isfinite(obb[..., 4])
+    return ~((obb[..., 2] > 0) & (obb[..., 3] > 0) & finite)
+
+
+def inner_points(obb: Any, along_w: Any, along_h: Any) -> Any:
+    """(..., 5) rectangles -> (..., P, 2) points at fractions `along_w`, `along_h` (P,) of their sides from the
+    centre (-0.5 .. 0.5 spans the rectangle), turned with it."""
+    xp = namespace(obb)
+    cos, sin = xp.cos(obb[..., 4:5]), xp.sin(obb[..., 4:5])
+    u, v = along_w * obb[..., 2:3], along_h * obb[..., 3:4]
+    return xp.stack([obb[..., 0:1] + u * cos - v * sin, obb[..., 1:2] + u * sin + v * cos], -1)
+
+
 def _cross(ax: Any, ay: Any, bx: Any, by: Any) -> Any:
     return ax * by - ay * bx
 

@@ -7,6 +7,8 @@ and the merge call it and never branch on the form themselves."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -77,6 +79,26 @@ class Geometry:
         """(N, 4) x1, y1, x2, y2 around each box: the boxes themselves."""
         return boxes
 
+    def in_frame(self, plan: Any, boxes: Tensor, image_index: Tensor) -> Tensor:
+        """Boxes in model-input pixels of batch images `image_index` of `plan` (a `BatchPlan`) -> frame pixels."""
+        return plan.to_frame(boxes, image_index)
+
+    def degenerate(self, boxes: Tensor) -> Tensor | None:
+        """(N,) bool: rows that are no box, dropped and counted by the post-processing (None: all are boxes)."""
+        return None
+
+    def centres(self, boxes: Tensor) -> Tensor:
+        """(N, 2) centres."""
+        return (boxes[:, :2] + boxes[:, 2:]) / 2
+
+    def sides(self, boxes: Tensor) -> Tensor:
+        """(N, 2) the sides (width and height of an axis-aligned box, w and h of a rotated one)."""
+        return boxes[:, 2:] - boxes[:, :2]
+
+    def packed(self, boxes: Tensor) -> list[Tensor]:
+        """The columns a packed result row carries besides the hull (none)."""
+        return []
+
 
 class RotatedGeometry(Geometry):
     """Rotated boxes (N, 5) cx, cy, w, h, angle (`pipeline.rotated`): overlaps of the exact intersection
@@ -101,6 +123,24 @@ class RotatedGeometry(Geometry):
 
     def hulls(self, boxes: Tensor) -> Tensor:
         return rotated.obb_hulls(boxes)
+
+    def in_frame(self, plan: Any, boxes: Tensor, image_index: Tensor) -> Tensor:
+        """The view's mapping (`rotated.frame_obb`), in ultralytics' regular form (angle in [0, pi/2))."""
+        mapping = plan.tensors(boxes.device).to_frame[image_index]
+        return rotated.regularized(rotated.frame_obb(boxes, mapping))
+
+    def degenerate(self, boxes: Tensor) -> Tensor | None:
+        return rotated.degenerate(boxes)
+
+    def centres(self, boxes: Tensor) -> Tensor:
+        return boxes[:, :2]
+
+    def sides(self, boxes: Tensor) -> Tensor:
+        return boxes[:, 2:4]
+
+    def packed(self, boxes: Tensor) -> list[Tensor]:
+        """The rotated box itself: cx, cy, w, h, angle after the hull."""
+        return [boxes]
 
 
 AXIS_ALIGNED, ROTATED = Geometry(), RotatedGeometry()

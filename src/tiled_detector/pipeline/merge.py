@@ -309,6 +309,9 @@ class PaddedMerge(NamedTuple):
     exact: torch.Tensor
     largest: torch.Tensor  # 0-dim int64: the largest merge group (1 for nms)
     frame_index: torch.Tensor  # (N,) int64: the frame of each row
+    # (N,) int64: the input row each row is (its keeper's, for a merged group): anything else a candidate carries
+    # (its view, mask coefficients, ...) follows it by this index
+    index: torch.Tensor
 
 
 class _Ranked(NamedTuple):
@@ -331,7 +334,14 @@ class _Ranked(NamedTuple):
     def kept(self, keep: Tensor, exact: Tensor) -> PaddedMerge:
         """The result of a method that only keeps rows (nms)."""
         return PaddedMerge(
-            self.boxes, self.scores, self.class_ids, keep & self.valid, exact, self.one, self.frames
+            self.boxes,
+            self.scores,
+            self.class_ids,
+            keep & self.valid,
+            exact,
+            self.one,
+            self.frames,
+            self.order,
         )
 
     @property
@@ -366,7 +376,9 @@ class _Ranked(NamedTuple):
             self.slots,
         )
         fits = largest <= self.slots if self.slots is not None else exact
-        return PaddedMerge(merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames)
+        return PaddedMerge(
+            merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames, self.order
+        )
 
 
 def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:

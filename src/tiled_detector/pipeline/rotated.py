@@ -16,7 +16,9 @@ this module's names:
 - `covering(obb, points)`: the rectangle at the same angle that covers the rectangle and the points: a merged
   group keeps its keeper's angle exactly (never an average across the pi ambiguity) and covers every member;
 - `regularized(obb)`: ultralytics' regular form (angle in [0, pi/2), w and h swapped to match);
-- `frame_obb(obb, mapping)`: boxes in model-input pixels to frame pixels with a plan's `to_frame` rows.
+- `frame_obb(obb, mapping)`: boxes in model-input pixels to frame pixels with a plan's `to_frame` rows;
+- `degenerate(obb)`: rows that are no rectangle (w or h <= 0, NaN); `inner_points(obb, u, v)`: points spread over
+  each rectangle (the ignore mask's and the depth's samples).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from torch import Tensor
 from tiled_detector.polygons import (
     corners,
     covering,
+    degenerate,
     hulls,
+    inner_points,
     intersection_area,
     overlap,
     polygon_area,
@@ -41,8 +45,10 @@ __all__ = [
     "PAIR_BUDGET",
     "corners",
     "covering",
+    "degenerate",
     "frame_obb",
     "hulls",
+    "inner_points",
     "intersection_area",
     "obb_hulls",
     "overlap",
