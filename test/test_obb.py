@@ -110,11 +110,15 @@ def models(tmp_path_factory):
     return {
         "detect": save_torchscript(SquareDetector(HW, 8), folder / "detect.ts", HW, ["red", "blue"]),
         "obb0": ultralytics_torchscript(folder / "obb0.ts", ObbHead(HW), task="obb", **kw),
-        "obb": ultralytics_torchscript(folder / "obb.ts", ObbHead(HW, angle=0.3, stretch=2.0), task="obb", **kw),
+        "obb": ultralytics_torchscript(
+            folder / "obb.ts", ObbHead(HW, angle=0.3, stretch=2.0), task="obb", **kw
+        ),
         "e2e": ultralytics_torchscript(
             folder / "e2e.ts", ObbEndToEndHead(HW, angle=0.3, stretch=2.0), task="obb", end2end=True, **kw
         ),
-        "bad": ultralytics_torchscript(folder / "bad.ts", ObbHead(HW, degenerate=(0, 1, 2, 90)), task="obb", **kw),
+        "bad": ultralytics_torchscript(
+            folder / "bad.ts", ObbHead(HW, degenerate=(0, 1, 2, 90)), task="obb", **kw
+        ),
     }
 
 
@@ -195,4 +199,30 @@ def test_a_rotated_box_and_its_hull_in_the_frame(models):
     assert (cx, cy, w, h) == pytest.approx((308, 308, 16, 8)) and angle == pytest.approx(0.3)
     x1, y1, x2, y2 = found.boxes[0]
     half_w, half_h = 8 * math.cos(0.3) + 4 * math.sin(0.3), 8 * math.sin(0.3) + 4 * math.cos(0.3)
-    assert (x1, y1, x2, y2) == pytest.approx((308 - half_w, 308 - half_h, 308 + half_w, 308 + half_h), abs=1e-3)
+    assert (x1, y1, x2, y2) == pytest.approx(
+        (308 - half_w, 308 - half_h, 308 + half_w, 308 + half_h), abs=1e-3
+    )
+
+
+def test_detect_json_gives_obb_and_corners_beside_box(models, tmp_path, capsys):
+    """`detect --json`: `obb` [cx, cy, w, h, angle] and its four `corners` beside `box` (the hull); `--out` draws
+    the rectangle."""
+    import json
+
+    import cv2
+
+    from tiled_detector.cli import main
+    from tiled_detector.polygons import corners
+
+    image = np.zeros((640, 640, 3), np.uint8)
+    image[304:312, 304:312] = (0, 0, 255)  # red, in OpenCV's BGR
+    cv2.imwrite(str(tmp_path / "one.png"), image)
+    argv = ["detect", str(tmp_path / "one.png"), "--model", str(models["obb"]), "--backend", "torch"]
+    assert main([*argv, "--json", "--tile-size", "640", "640", "--out", str(tmp_path / "out")]) == 0
+    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images"][0]["detections"]
+    assert len(found) == 1 and found[0]["label"] == "red"
+    assert found[0]["obb"] == pytest.approx([308, 308, 16, 8, 0.3])
+    np.testing.assert_allclose(found[0]["corners"], corners(np.array(found[0]["obb"])), atol=0.01)
+    xs, ys = np.array(found[0]["corners"]).T
+    assert found[0]["box"] == pytest.approx([xs.min(), ys.min(), xs.max(), ys.max()], abs=0.02)
+    assert (tmp_path / "out" / "one.png").exists()

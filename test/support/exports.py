@@ -107,7 +107,9 @@ def ultralytics_metadata(
         "docs": "https://docs.ultralytics.com",
         "stride": 32,
         "task": task,
-        "head": {"obb": "OBB", "segment": "Segment", "pose": "Pose", "classify": "Classify"}.get(task, "Detect"),
+        "head": {"obb": "OBB", "segment": "Segment", "pose": "Pose", "classify": "Classify"}.get(
+            task, "Detect"
+        ),
         "batch": batch,
         "imgsz": imgsz or list(INPUT_HW),
         "names": names or dict(NAMES),
