@@ -49,7 +49,7 @@
 #            yolov8n-obb.torchscript and yolov8n.torchscript), bench torch fp16 at 1080p and 4K, each at its default
 #            confidence and flooded (conf 1e-5: every view's top_k through the rotated merge): the obb rows must be one
 #            whole captured graph and at most 1.3x the detect rows' total. Dry run on a CPU: OBB_DEVICE=cpu
-#            OBB_SIZES=1280x720 OBB_RUNS=2 (no graph then; the check prints the ratios only)
+#            OBB_SIZES=1280x720 OBB_RUNS=2 OBB_PRECISION=fp32 (no graph then; the check prints the ratios only)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -125,7 +125,7 @@ for name in ('yolov8n', 'yolov8n-obb'):
   for name in yolov8n yolov8n-obb; do
     for conf in default 0.00001; do
       flag=(); [[ "$conf" != default ]] && flag=(--conf "$conf")
-      td bench --model "$models/$name.torchscript" --backend torch --device "$device" --precision fp16 \
+      td bench --model "$models/$name.torchscript" --backend torch --device "$device" --precision "${OBB_PRECISION:-fp16}" \
         --size "${sizes[@]}" --runs "${OBB_RUNS:-30}" --warmup "${OBB_WARMUP:-5}" "${flag[@]}" \
         --out "$out/obb_${name}_$conf" 2>&1 | grep -v "bench \[" | tail -4
     done
