@@ -226,3 +226,51 @@ def test_detect_json_gives_obb_and_corners_beside_box(models, tmp_path, capsys):
     xs, ys = np.array(found[0]["corners"]).T
     assert found[0]["box"] == pytest.approx([xs.min(), ys.min(), xs.max(), ys.max()], abs=0.02)
     assert (tmp_path / "out" / "one.png").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["obb", "e2e"])
+def test_on_cuda_the_rotated_frame_is_one_captured_graph_equal_to_the_cpu(models, name):
+    """On a GPU the whole rotated frame program (decode, frame mapping, seams, rotated merge, packing) is captured
+    once and replayed, not split around the engine, and gives the CPU's rotated boxes."""
+    from tiled_detector.detector import TiledDetector
+
+    cpu = TiledDetector(models[name], **OPTIONS)
+    gpu = TiledDetector(models[name], **{**OPTIONS, "device": "cuda"})
+    frame = _frame(np.random.default_rng(4), 1080, 1920)
+    for _ in range(3):  # the first grows the limits, the others replay the capture
+        want, got = cpu.detect(frame), gpu.detect(frame)
+    assert gpu._runner.captures and not gpu._runner.split
+    assert len(got) == len(want) > 5
+    np.testing.assert_allclose(got.obb, want.obb, atol=1e-3)
+    np.testing.assert_allclose(got.scores, want.scores, atol=1e-5)
+    np.testing.assert_array_equal(got.class_ids, want.class_ids)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["nms", "nmm", "greedy_nmm"])
+def test_the_rotated_merge_on_cuda_equals_the_cpu(method):
+    """merge on rotated boxes: the same rows on the GPU (sync-free, fixed rounds) as on the CPU (exact)."""
+    from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
+
+    rng = np.random.default_rng(6)
+    n = 300
+    centres = rng.uniform(0, 400, (n // 5, 2))[rng.integers(0, n // 5, n)] + rng.normal(0, 3, (n, 2))
+    boxes = torch.tensor(
+        np.concatenate([centres, rng.uniform(8, 60, (n, 2)), rng.uniform(0, 1.5, (n, 1))], 1),
+        dtype=torch.float32,
+    )
+    scores, classes = torch.rand(n), torch.randint(0, 3, (n,))
+    want = merge(boxes, scores, classes, method, "iou", 0.5, use_torchvision=False)
+    got = merge_padded(
+        boxes.cuda(),
+        scores.cuda(),
+        classes.cuda(),
+        torch.ones(n, dtype=torch.bool, device="cuda"),
+        MergeRule(method, "iou", 0.5),
+        nms_rounds=n + 1,
+        slots=n + 1,
+    )
+    assert bool(got.exact)
+    torch.testing.assert_close(got.boxes[got.valid].cpu(), want[0], atol=1e-3, rtol=0)
+    assert torch.equal(got.class_ids[got.valid].cpu(), want[2])
