@@ -106,7 +106,7 @@ def _frame(rng: np.random.Generator, height: int, width: int, squares: int = 30)
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("obb")
-    kw = dict(imgsz=list(HW), names=NAMES)
+    kw = dict(imgsz=list(HW), names=NAMES, input_hw=HW)
     return {
         "detect": save_torchscript(SquareDetector(HW, 8), folder / "detect.ts", HW, ["red", "blue"]),
         "obb0": ultralytics_torchscript(folder / "obb0.ts", ObbHead(HW), task="obb", **kw),

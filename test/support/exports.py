@@ -119,11 +119,14 @@ def ultralytics_metadata(
     }
 
 
-def ultralytics_torchscript(path: Path, model: nn.Module | None = None, **metadata: object) -> Path:
-    """As `yolo export format=torchscript`: traced at the export batch, metadata as JSON in `config.txt`."""
+def ultralytics_torchscript(
+    path: Path, model: nn.Module | None = None, input_hw: tuple[int, int] = INPUT_HW, **metadata: object
+) -> Path:
+    """As `yolo export format=torchscript`: traced at the export batch (and `input_hw`), metadata as JSON in
+    `config.txt`."""
     meta = ultralytics_metadata(**metadata)
     traced = torch.jit.trace(
-        (model or SquareDetector(INPUT_HW, 8)).eval(), torch.zeros(meta["batch"], 3, *meta["imgsz"])
+        (model or SquareDetector(INPUT_HW, 8)).eval(), torch.zeros(meta["batch"], 3, *input_hw)
     )
     traced.save(str(path), _extra_files={"config.txt": json.dumps(meta)})
     return path
@@ -142,7 +145,7 @@ def ultralytics_onnx(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export((model or SquareDetector(INPUT_HW, 8)).eval(), (torch.zeros(meta["batch"], 3, *meta["imgsz"]),),
+        torch.onnx.export((model or SquareDetector(INPUT_HW, 8)).eval(), (torch.zeros(meta["batch"], 3, *INPUT_HW),),
                           str(path), input_names=["images"], output_names=["output0"], dynamic_axes=axes,
                           opset_version=17, dynamo=False)  # fmt: skip
     exported = onnx.load(str(path))

@@ -146,7 +146,9 @@ def postprocess(
         )
     if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
         kept = valid.nonzero().squeeze(1)
-        boxes, scores, class_ids, frame, valid = (t[kept] for t in (boxes, scores, class_ids, frame, valid))
+        boxes, scores, class_ids, frame, valid, bounds = (
+            t[kept] for t in (boxes, scores, class_ids, frame, valid, bounds)
+        )
     merged = merge_padded(
         boxes,
         scores,
