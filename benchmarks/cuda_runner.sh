@@ -44,6 +44,12 @@
 #            a depth image (test_depth, test_program), the positions stage alone at 4K and 1080p on 300 rows as a
 #            captured graph and a whole frame with and without its depth (benchmarks/depth_cost.py: the target is <= 0.3
 #            ms at 4K, 300 objects), eval --depth at 4K on the GPU (torch fp16)
+#   obb      rotated boxes (issue 49): the CUDA tests, then ultralytics' YOLOv8n-obb and YOLOv8n (the detect model of
+#            the same size) exported there (TorchScript, imgsz 640; or taken from $OBB_MODELS when it holds
+#            yolov8n-obb.torchscript and yolov8n.torchscript), bench torch fp16 at 1080p and 4K, each at its default
+#            confidence and flooded (conf 1e-5: every view's top_k through the rotated merge): the obb rows must be one
+#            whole captured graph and at most 1.3x the detect rows' total. Dry run on a CPU: OBB_DEVICE=cpu
+#            OBB_SIZES=1280x720 OBB_RUNS=2 OBB_PRECISION=fp32 (no graph then; the check prints the ratios only)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -98,6 +104,49 @@ if [[ " $what " == *" depth "* ]]; then
   done
   td eval --depth --device cuda --backend torch --precision fp16 --width 3840 --height 2160 --frames 20 \
     --out "$out/eval_depth_4k" --json 2>"$out/eval_depth_4k.log" | tail -1 | tee "$out/eval_depth_4k.json"
+fi
+
+if [[ " $what " == *" obb "* ]]; then
+  device="${OBB_DEVICE:-cuda}" models="${OBB_MODELS:-/tmp/exports_obb}"
+  read -r -a sizes <<<"${OBB_SIZES:-1920x1080 3840x2160}"
+  if [[ "$device" == cuda ]]; then
+    python3 -m pytest -q -p no:cacheprovider -m gpu test/test_obb.py test/test_rotated.py test/test_merge.py \
+      >"$out/pytest_obb_gpu.txt" 2>&1
+    grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_obb_gpu.txt" | tail -10
+  fi
+  if [[ ! -f "$models/yolov8n-obb.torchscript" || ! -f "$models/yolov8n.torchscript" ]]; then
+    mkdir -p "$models" && (cd "$models" && python3 -c "
+from ultralytics import YOLO
+for name in ('yolov8n', 'yolov8n-obb'):
+    print(YOLO(name + '.yaml').export(format='torchscript', imgsz=640))
+" >"$out/export_obb.log" 2>&1)
+    tail -2 "$out/export_obb.log"
+  fi
+  for name in yolov8n yolov8n-obb; do
+    for conf in default 0.00001; do
+      flag=(); [[ "$conf" != default ]] && flag=(--conf "$conf")
+      td bench --model "$models/$name.torchscript" --backend torch --device "$device" --precision "${OBB_PRECISION:-fp16}" \
+        --size "${sizes[@]}" --runs "${OBB_RUNS:-30}" --warmup "${OBB_WARMUP:-5}" "${flag[@]}" \
+        --out "$out/obb_${name}_$conf" 2>&1 | grep -v "bench \[" | tail -4
+    done
+  done
+  python3 - "$out" "$device" <<'PY' | tee "$out/obb_ratio.txt"
+import csv, sys
+out, device = sys.argv[1], sys.argv[2]
+failed = False
+for conf in ("default", "0.00001"):
+    rows = {n: list(csv.DictReader(open(f"{out}/obb_{n}_{conf}/bench.csv"))) for n in ("yolov8n", "yolov8n-obb")}
+    for detect, obb in zip(rows["yolov8n"], rows["yolov8n-obb"]):
+        ratio = float(obb["total_ms"]) / float(detect["total_ms"])
+        whole = obb["cuda_graph"] == "whole"
+        print(f"conf {conf} {obb['size']} {obb['precision']}: obb {float(obb['total_ms']):.2f} ms "
+              f"(cuda_graph {obb['cuda_graph']}), detect {float(detect['total_ms']):.2f} ms "
+              f"(cuda_graph {detect['cuda_graph']}), ratio {ratio:.2f}")
+        if device == "cuda" and (ratio > 1.3 or not whole):
+            failed = True
+            print(f"  FAIL: the target is one whole captured graph and <= 1.3x the detect model")
+print("OK" if not failed else "FAILED")
+PY
 fi
 
 if [[ " $what " == *" exports "* ]]; then

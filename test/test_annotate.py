@@ -38,3 +38,18 @@ def test_without_captions_only_the_boxes_are_drawn():
     above = (slice(30, 48), slice(40, 200))  # where the label "red_disc 0.90" goes
     assert captioned[above].any() and not bare[above].any()
     assert (bare[50:101, 40:91] == captioned[50:101, 40:91]).all()  # the box itself is the same
+
+
+def test_rotated_boxes_are_drawn_as_their_rectangles():
+    """A box at 45 degrees: its edges are drawn (the middle of a side), its hull's corners are not."""
+    from tiled_detector.polygons import corners, hulls
+    from tiled_detector.tools.annotate import annotate
+    from tiled_detector.types import Detections
+
+    obb = np.array([[100.0, 100.0, 80.0, 80.0, np.pi / 4]], np.float32)
+    found = Detections(hulls(corners(obb)), [0.9], [0], obb=obb)
+    drawn = annotate(np.zeros((200, 200, 3), np.uint8), found)
+    side = corners(obb[0]).astype(float)[:2].mean(0)  # the middle of the first side
+    assert drawn[round(float(side[1])), round(float(side[0]))].any()
+    x1, y1, _, _ = np.rint(found.boxes[0]).astype(int)
+    assert not drawn[y1 + 2, x1 + 2].any()  # inside the hull's corner, outside the rectangle

@@ -13,7 +13,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.pipeline.decode import Decoded, OutputLayout, decode_outputs, decode_padded, detect_layout
+from tiled_detector.pipeline.decode import (
+    ROTATED_LAYOUTS,
+    Decoded,
+    OutputLayout,
+    decode_outputs,
+    decode_padded,
+    detect_layout,
+)
 
 NUM_CLASSES, ANCHORS, K = 3, 50, 8
 NEG = -12.0  # logit of "nothing here"
@@ -149,7 +156,12 @@ def assert_rows(got: list[tuple], want: list[tuple]) -> None:
 
 # YOLOX's and GFL heads place their boxes by the input size: test_yolox.py and test_gfl.py decode them
 @pytest.mark.parametrize(
-    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL)]
+    "layout",
+    [
+        x
+        for x in OutputLayout
+        if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS)
+    ],
 )
 def test_each_exported_layout_detected_and_decoded(exported, layout):
     outputs = exported[layout]
@@ -217,7 +229,12 @@ def test_nothing_above_threshold_gives_empty_tensors(exported):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(  # YOLOX's and GFL heads on CUDA: test_yolox.py and test_gfl.py
-    "layout", [x for x in OutputLayout if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL)]
+    "layout",
+    [
+        x
+        for x in OutputLayout
+        if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS)
+    ],
 )
 def test_cuda_matches_cpu(exported, layout):
     outputs = {name: t.cuda() for name, t in exported[layout].items()}

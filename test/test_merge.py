@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from tiled_detector.pipeline.merge import (
     overlap,
     rank_order,
 )
+from tiled_detector.pipeline.rotated import corners, intersection_area, obb_hulls, polygon_area
 from tiled_detector.pipeline.seams import suppress_truncated, truncated_sides
 from tiled_detector.pipeline.tiling import make_plan
 
@@ -315,3 +318,62 @@ def test_equals_sahi_on_large_input_sparse_backend(method, metric):
     np.testing.assert_allclose(
         ours(boxes, scores, classes, method, metric, 0.5, False), expected, rtol=0, atol=1e-3
     )
+
+
+# rotated boxes (N, 5): cx, cy, w, h, angle
+
+
+def test_rotated_boxes_crossing_are_two_objects_their_hulls_one() -> None:
+    """Two long ships side by side at 45 degrees: their hulls overlap almost wholly (axis-aligned nms keeps one),
+    their rectangles hardly (rotated nms keeps both); the same boxes twice are one."""
+    ships = np.array([[100, 100, 200, 20, math.pi / 4], [115, 85, 200, 20, math.pi / 4]], np.float32)
+    hulls = obb_hulls(torch.as_tensor(ships)).numpy()
+    for metric in ("iou", "ios"):
+        kept, _, _ = merge_detections(ships, [0.9, 0.8], [0, 0], "nms", metric, 0.5)
+        assert kept.shape == (2, 5)
+        np.testing.assert_array_equal(kept, ships)
+        assert len(merge_detections(hulls, [0.9, 0.8], [0, 0], "nms", metric, 0.5)[0]) == 1
+    twice = np.concatenate([ships[:1], ships[:1]])
+    kept, scores, classes = merge_detections(twice, [0.9, 0.8], [0, 0], "nms", "iou", 0.5)
+    assert kept.shape == (1, 5) and scores.tolist() == pytest.approx([0.9]) and classes.tolist() == [0]
+    assert len(merge_detections(twice, [0.9, 0.8], [0, 1], "nms", "iou", 0.5)[0]) == 2  # class-aware
+    assert len(merge_detections(twice, [0.9, 0.8], [0, 1], "nms", "iou", 0.5, True)[0]) == 1
+    assert merge_detections(np.zeros((0, 5)), [], [])[0].shape == (0, 5)
+
+
+@pytest.mark.parametrize("method", list(MergeMethod))
+@pytest.mark.parametrize("metric", list(MatchMetric))
+def test_unrotated_boxes_merge_as_axis_aligned_ones(method: MergeMethod, metric: MatchMetric) -> None:
+    """At angle 0 a rotated box is its axis-aligned box: every method keeps and merges the same detections (the
+    merged rectangle at the keeper's angle 0 is SAHI's union)."""
+    rng = np.random.default_rng(5)
+    for _ in range(8):
+        n = int(rng.integers(1, 30))
+        centres = rng.uniform(20, 120, (max(1, n // 3), 2))[rng.integers(0, max(1, n // 3), n)]
+        centres += rng.uniform(-6, 6, (n, 2))
+        wh = rng.uniform(4, 40, (n, 2))
+        obb = np.concatenate([centres, wh, np.zeros((n, 1))], 1).astype(np.float32)
+        aligned = np.concatenate([centres - wh / 2, centres + wh / 2], 1).astype(np.float32)
+        scores, classes = rng.uniform(0.1, 1, n).astype(np.float32), rng.integers(0, 2, n)
+        want = merge_detections(aligned, scores, classes, method, metric, 0.4)
+        got = merge_detections(obb, scores, classes, method, metric, 0.4)
+        np.testing.assert_allclose(obb_hulls(torch.as_tensor(got[0])).numpy(), want[0], atol=1e-3)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[2], want[2])
+
+
+@pytest.mark.parametrize("method", [MergeMethod.NMM, MergeMethod.GREEDY_NMM])
+def test_a_merged_rotated_group_keeps_its_keepers_angle_and_covers_every_member(method: MergeMethod) -> None:
+    """A ship cut by a seam (two halves) and seen whole at a slightly other angle: one box, at the best one's
+    angle exactly (no average across the pi ambiguity: 0.05 and pi - 0.05 are nearly the same direction), holding
+    every member's corners."""
+    boxes = np.array(
+        [[100, 100, 80, 16, 0.05], [80, 99, 42, 16, 0.05], [121, 101, 40, 16, math.pi - 0.05]], np.float32
+    )
+    kept, scores, _ = merge_detections(boxes, [0.9, 0.6, 0.5], [0, 0, 0], method, "ios", 0.5)
+    assert kept.shape == (1, 5) and scores.tolist() == pytest.approx([0.9])
+    assert kept[0, 4] == np.float32(0.05)
+    members = torch.as_tensor(boxes)
+    cover = corners(torch.as_tensor(kept))
+    inside = intersection_area(cover, corners(members)) / polygon_area(corners(members))
+    assert (inside > 1 - 1e-4).all()

@@ -7,39 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from support.sync import SyncCounter
 from tiled_detector.pipeline.merge import MergeMethod, MergeRule, merge, merge_padded
-
-aten = torch.ops.aten
-# ops that read device data on the host: data-dependent shapes, scalars, comparisons returning Python values
-SYNCING = {
-    aten.nonzero.default,
-    aten.masked_select.default,
-    aten._local_scalar_dense.default,
-    aten.equal.default,
-    aten.repeat_interleave.Tensor,
-    aten.unique_consecutive.default,
-    aten._unique2.default,
-}
-
-
-class SyncCounter(TorchDispatchMode):
-    """Records every syncing aten op, including indexing with boolean masks."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in SYNCING:
-            self.found.append(str(func))
-        elif func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default):
-            indices = args[1]
-            if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
-                self.found.append(f"{func} with a mask")
-        return func(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -93,26 +63,32 @@ def test_detector_post_processing_has_no_sync_and_matches_exact(square_model, me
     assert results[-1]  # the adapted capacity and slots give a proven-exact result without the fallback
 
 
+@pytest.mark.parametrize("rotated", [False, True], ids=["axis-aligned", "rotated"])
 @pytest.mark.parametrize("metric", ["iou", "ios"])
 @pytest.mark.parametrize("method", list(MergeMethod))
-def test_merge_padded_equals_merge_on_the_valid_rows(method, metric):
+def test_merge_padded_equals_merge_on_the_valid_rows(method, metric, rotated):
+    """Also for rotated boxes (N, 5): the same rows, bit for bit, with no host read."""
     rng = np.random.default_rng(7)
-    for trial in range(40):
+    columns = 5 if rotated else 4
+    for trial in range(40 if not rotated else 10):
         n, pad = int(rng.integers(0, 40)), int(rng.integers(0, 12))
         centers = rng.uniform(20, 120, (max(1, n // 4), 2))[rng.integers(0, max(1, n // 4), n)]
         wh = rng.uniform(4, 40, (n, 2))
-        boxes = np.concatenate([centers - wh / 2, centers + wh / 2], 1).astype(np.float32)
+        if rotated:
+            boxes = np.concatenate([centers, wh, rng.uniform(0, 1.5, (n, 1))], 1).astype(np.float32)
+        else:
+            boxes = np.concatenate([centers - wh / 2, centers + wh / 2], 1).astype(np.float32)
         scores = (np.round(rng.uniform(0, 1, n) * 4) / 4 + 0.05).astype(np.float32)
         classes = rng.integers(0, 2, n)
         where = np.sort(rng.permutation(n + pad)[:n])
         valid = np.zeros(n + pad, bool)
         valid[where] = True
-        all_boxes = rng.uniform(-1e3, 1e3, (n + pad, 4)).astype(np.float32)
+        all_boxes = rng.uniform(-1e3, 1e3, (n + pad, columns)).astype(np.float32)
         all_scores, all_classes = rng.uniform(0, 1, n + pad).astype(np.float32), rng.integers(0, 2, n + pad)
         all_boxes[where], all_scores[where], all_classes[where] = boxes, scores, classes
         threshold, agnostic = float(rng.choice([0.0, 0.3, 0.5, 0.9])), bool(trial % 3 == 0)
         want = merge(
-            *map(torch.as_tensor, (boxes.reshape(-1, 4), scores, classes)),
+            *map(torch.as_tensor, (boxes.reshape(-1, columns), scores, classes)),
             method,
             metric,
             threshold,

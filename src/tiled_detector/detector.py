@@ -27,12 +27,12 @@ import torch
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.base import Engine, load_engine
-from tiled_detector.pipeline.decode import PaddedDecoded
+from tiled_detector.pipeline.decode import ROTATED_LAYOUTS, PaddedDecoded
 from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
-from tiled_detector.pipeline.postprocess import COLUMNS, Limits, postprocess, unpack
+from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess, unpack
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.program import (
     Capture,
@@ -227,6 +227,23 @@ class TiledDetector:
         self._exact_batches = (
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
         )
+        self.degenerate_rows = getattr(self, "degenerate_rows", 0)  # model rows that were no box, dropped
+
+    @property
+    def rotated(self) -> bool:
+        """Whether the model gives rotated boxes (`Detections.obb`)."""
+        return self._layout in ROTATED_LAYOUTS
+
+    def _count_degenerate(self, count: int) -> None:
+        """Model rows that were no rectangle (w or h <= 0, NaN): counted in `degenerate_rows`, one WARN the first
+        time."""
+        if count and not self.degenerate_rows:
+            LOG.warning(
+                "%s gave %d rotated boxes with w or h <= 0 or a NaN angle: dropped (counted in degenerate_rows)",
+                self._config.model,
+                count,
+            )
+        self.degenerate_rows += count
 
     @property
     def config(self) -> DetectorConfig:
@@ -448,15 +465,24 @@ class TiledDetector:
             host = packed.cpu().numpy()
             clock.mark("download")
         timings = clock.timings()
+        extra = OBB_COLUMNS if self.rotated else 0
         located = [(None, None)] * plan.num_frames
         if depths is not None:
             located = [
                 (None, None) if d is None else p
-                for d, p in zip(depths, unpack_positions(host, COLUMNS, plan.num_frames), strict=True)
+                for d, p in zip(depths, unpack_positions(host, COLUMNS + extra, plan.num_frames), strict=True)
             ]
+        self._count_degenerate(int(host[-1, 3]))
         return [
-            Detections(rows[:, :4], rows[:, 4], rows[:, 5].astype(np.int64), dict(timings), *at)
-            for rows, at in zip(unpack(host, plan.num_frames), located, strict=True)
+            Detections(
+                rows[:, :4],
+                rows[:, 4],
+                rows[:, 5].astype(np.int64),
+                dict(timings),
+                *at,
+                obb=rows[:, 6:] if extra else None,
+            )
+            for rows, at in zip(unpack(host, plan.num_frames, extra), located, strict=True)
         ]
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:

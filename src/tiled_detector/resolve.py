@@ -7,8 +7,10 @@ never a guess between families.
 built (`file_view`: its graph's shapes, metadata and, for the YOLOX probe, one ONNX Runtime run of the file itself),
 so that a file the detector would refuse is refused before anything is loaded or cached.
 
-Rules, in order: the setting `layout` (checked against the shapes for yolox and gfl); an end-to-end head where the
-file's metadata says so; else the layouts the output shapes fit (`decode.layout_candidates`), narrowed by the class
+Rules, in order: a task the file's metadata names that the node does not serve (pose, classify, segment) refused;
+the setting `layout` (checked against the shapes for yolox, gfl and the rotated layouts: an angle column); the
+rotated layouts where the metadata says `task: obb` (end-to-end rows where it says `end2end`); an end-to-end head
+where the file's metadata says so; else the layouts the output shapes fit (`decode.layout_candidates`), narrowed by the class
 count of the names (the labels setting, the file's names, a labels file beside it). One left: it. YOLOX's raw head
 among several: one run on a grey image tells raw offsets (only YOLOX's raw head holds them) from pixel boxes
 (YOLOX's decoded rows, transposed YOLOv8, ...), which stay ambiguous. Families: yolox for YOLOX's head; for a GFL
@@ -33,6 +35,8 @@ from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.models import COCO, coco_labels, load_labels
 from tiled_detector.pipeline import gfl
 from tiled_detector.pipeline.decode import (
+    OBB_END2END_COLUMNS,
+    ROTATED_LAYOUTS,
     Candidate,
     OutputLayout,
     anchor_points,
@@ -46,6 +50,7 @@ COCO_FAMILIES = frozenset({"yolox", "picodet", "nanodet"})  # released with COCO
 # what a GFL head of no known family must be told: its pre-processing differs between the families
 GFL_INPUTS = ("channel_order", "input_scale", "input_mean", "input_std", "letterbox")
 DECIDING = ("labels", "layout")
+SERVED_TASKS = ("detect", "obb")  # ultralytics' tasks whose heads the node decodes
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,45 @@ def _check_yolox(config: DetectorConfig, view: ModelView) -> tuple[str, int]:
     return name, columns - 5
 
 
+def _check_task(config: DetectorConfig, view: ModelView) -> None:
+    """A file whose metadata names a task the node does not serve is refused (ValueError, one line naming it)."""
+    task = view.metadata.task
+    if task is not None and task not in SERVED_TASKS:
+        raise ValueError(
+            f"{config.model}: its metadata says task {task}: this node serves detection models (task detect) and "
+            f"rotated-box models (task obb), not {task} models; export a detect or obb model"
+        )
+
+
+def _check_obb(
+    config: DetectorConfig, view: ModelView, num_classes: int | None, layout: OutputLayout
+) -> int | None:
+    """The class count of a file read in a rotated `layout` (ValueError, one line, where it has no angle column: its
+    metadata names another task, or its shapes have no room for one)."""
+    if view.metadata.task not in (None, "obb"):
+        raise ValueError(
+            f"layout {layout.value}: {config.model}'s metadata says task {view.metadata.task}, so its output has no "
+            "angle column; set the setting layout to auto (or the model's)"
+        )
+    name = main_output(view.outputs)
+    shape = view.outputs[name]
+    if layout is OutputLayout.OBB_END2END:
+        if len(shape) != 3 or shape[2] != OBB_END2END_COLUMNS:
+            raise ValueError(
+                f"layout obb_end2end: {config.model}'s output {name!r} {list(shape)} has no angle column (rows "
+                "of 7 columns: cx, cy, w, h, score, class, angle); set the setting layout to the model's"
+            )
+        return None
+    rows = shape[1] if len(shape) == 3 and 0 < shape[1] < shape[2] else -1
+    if rows < 6 or (num_classes is not None and rows != 5 + num_classes):
+        counted = f" for {num_classes} classes" if num_classes is not None else ""
+        raise ValueError(
+            f"layout obb: {config.model}'s output {name!r} {list(shape)} has no angle column{counted} (rows cx, "
+            "cy, w, h, one score per class, angle over the anchors); set the setting layout to the model's"
+        )
+    return rows - 5
+
+
 def _gfl(config: DetectorConfig, view: ModelView, num_classes: int | None) -> gfl.GflHead:
     try:
         return gfl.gfl_head(view.outputs, view.input_hw, num_classes)
@@ -226,8 +270,16 @@ def _layout(
             head.describe(),
             head.classes,
         )
+    if config.layout in ROTATED_LAYOUTS:
+        classes = _check_obb(config, view, num_classes, config.layout)
+        return config.layout, None, "the setting layout", _obb_words(config.layout), classes or num_classes
     if config.layout is not OutputLayout.AUTO:
         return config.layout, None, "the setting layout", f"{config.layout.value} rows", num_classes
+    if view.metadata.task == "obb":
+        layout = OutputLayout.OBB_END2END if view.metadata.end2end else OutputLayout.OBB
+        classes = _check_obb(config, view, num_classes, layout)
+        how = "the model file's metadata (task obb" + (", end-to-end head)" if view.metadata.end2end else ")")
+        return layout, None, how, _obb_words(layout), classes or num_classes
     if view.metadata.end2end:
         return (
             OutputLayout.END2END,
@@ -275,6 +327,12 @@ def _layout(
     return chosen.layout, None, by, f"{chosen.layout.value} rows", chosen.classes
 
 
+def _obb_words(layout: OutputLayout) -> str:
+    if layout is OutputLayout.OBB_END2END:
+        return "rotated boxes, end-to-end rows (cx, cy, w, h, score, class, angle)"
+    return "rotated boxes (cx, cy, w, h, class scores, angle per anchor)"
+
+
 def _yolox_words(raw: bool) -> str:
     return (
         "YOLOX head, raw offsets (decoded on the device)" if raw else "YOLOX head decoded in the graph (rows)"
@@ -309,6 +367,7 @@ def _unknown_gfl(config: DetectorConfig, sources: Mapping[str, Any], view: Model
 def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
     """The file as the detector reads it (module docstring); ValueError (one line naming the file and the
     settings that fix it) where it cannot be read, `AmbiguousModelError` where it fits several readings."""
+    _check_task(config, view)
     labels, labels_from = _labels(config, view)
     num_classes = len(labels) if labels else None
     layout, family, decided_by, head, classes = _layout(config, view, num_classes)

@@ -48,8 +48,9 @@ import numpy as np
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
+from tiled_detector.polygons import corners, hulls
 from tiled_detector.tracking.bytetrack import TrackerKind
-from tiled_detector.tracking.geometry import move_boxes, overlapping, with_new_view
+from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
 from tiled_detector.tracking.looks import Looks, across_parts
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
 from tiled_detector.tracking.positions import Positions, joined
@@ -388,6 +389,9 @@ class Stream:
         keep = across_parts(
             boxes, scores, class_ids, np.concatenate(parts.whole), part, class_agnostic=config.class_agnostic
         )
+        rotated = parts.found[0].obb is not None  # merged as rotated boxes, reported with their hulls
+        if rotated:
+            boxes = np.concatenate([f.obb for f in parts.found])
         boxes, scores, class_ids = merge_detections(
             boxes[keep],
             scores[keep],
@@ -399,6 +403,9 @@ class Stream:
         )
         best = np.argsort(-scores, kind="stable")[: config.max_detections]
         timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}
+        if rotated:
+            obb = boxes[best]
+            return Detections(hulls(corners(obb)), scores[best], class_ids[best], timings, obb=obb)
         return Detections(boxes[best], scores[best], class_ids[best], timings)
 
     def _compensating(self) -> bool:
@@ -469,7 +476,7 @@ class Stream:
         if self._tracking():
             old = state.tracks if state is not None else None
             first = old.next_id if old is not None else self._next_ids.get(job.camera, 1)
-            tracks = Tracks(self.detector.config.tracker_settings(), first)
+            tracks = Tracks(self.detector.config.tracker_settings(), first, rotated=self.detector.rotated)
         return _Camera(self._key(plan), tracks, CameraMotion()), why
 
     def _keep(self, name: str, state: _Camera, why: str | None) -> None:
@@ -507,7 +514,7 @@ class Stream:
             self._fresh(state, plan, picked, motion.matrix)
         if seen is not None:
             keep = seen.seen(found.boxes)
-            found = Detections(found.boxes[keep], found.scores[keep], found.class_ids[keep], found.timings)
+            found = found[keep]
         if state.tracks is not None:
             tracked = state.tracks.update(stamp, found, seen, moved)
             return StreamResult(
@@ -524,7 +531,9 @@ class Stream:
         if seen is not None:
             if moved is not None:
                 boxes = move_boxes(moved, state.carried.boxes).astype(np.float32)
-                state.carried = replace(state.carried, boxes=boxes)
+                obb = state.carried.obb
+                obb = None if obb is None else move_rotated(moved, obb).astype(np.float32)
+                state.carried = replace(state.carried, boxes=boxes, obb=obb)
             found, stamps, carried = self._carry(state, found, stamps, seen, config.max_tile_age)
         state.carried, state.seen_ns, state.unseen = found, stamps, carried
         return StreamResult(stamp, found, None, stamps, carried == 0, views, notes, motion)
@@ -553,8 +562,12 @@ class Stream:
         boxes = np.concatenate([found.boxes, last.boxes[keep]]).astype(np.float32)
         scores = np.concatenate([found.scores, last.scores[keep]]).astype(np.float32)
         class_ids = np.concatenate([found.class_ids, last.class_ids[keep]]).astype(np.int64)
+        obb = None
+        if found.obb is not None:  # (the first carried set is empty, and of no form)
+            previous = last.obb if last.obb is not None else np.zeros((len(last), 5), np.float32)
+            obb = np.concatenate([found.obb, previous[keep]])
         return (
-            Detections(boxes, scores, class_ids, found.timings),
+            Detections(boxes, scores, class_ids, found.timings, obb=obb),
             np.concatenate([stamps, state.seen_ns[keep]]),
             np.concatenate([np.zeros(len(found), np.int64), state.unseen[keep] + 1]),
         )

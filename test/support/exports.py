@@ -50,11 +50,50 @@ class EndToEndHead(nn.Module):
         return rows.gather(1, order[..., None].expand(-1, -1, 6))
 
 
+class ObbHead(nn.Module):
+    """ultralytics' OBB layout (B, 4 + C + 1, A) (`task: obb`): the squares (cx, cy, w, h, class scores) and an
+    angle row after the scores: `angle` radians everywhere, w scaled by `stretch` (a long side), and the anchors
+    listed in `degenerate` given w 0 and a NaN angle (rows a model may emit that are no rectangle)."""
+
+    def __init__(
+        self,
+        input_hw: tuple[int, int] = INPUT_HW,
+        angle: float = 0.0,
+        stretch: float = 1.0,
+        degenerate: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__()
+        self.net = SquareDetector(input_hw, 8)
+        self.angle, self.stretch, self.degenerate = angle, stretch, list(degenerate)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.net(images)
+        angle = torch.full_like(out[:, :1], self.angle)
+        box = torch.cat([out[:, :2], out[:, 2:3] * self.stretch, out[:, 3:4]], 1)
+        if self.degenerate:
+            box[:, 2, self.degenerate] = 0.0
+            angle[:, 0, self.degenerate] = float("nan")
+        return torch.cat([box, out[:, 4:], angle], 1)
+
+
+class ObbEndToEndHead(ObbHead):
+    """YOLO26's end-to-end OBB rows (B, K, 7) cx, cy, w, h, score, class, angle, best scores first (here every
+    anchor)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = super().forward(images).transpose(1, 2)  # (B, A, 4 + C + 1)
+        scores, classes = out[..., 4:-1].max(dim=2)
+        rows = torch.cat([out[..., :4], scores[..., None], classes[..., None].float(), out[..., -1:]], dim=2)
+        order = scores.argsort(dim=1, descending=True)
+        return rows.gather(1, order[..., None].expand(-1, -1, 7))
+
+
 def ultralytics_metadata(
     batch: int = 1,
     end2end: bool = False,
     imgsz: list[int] | None = None,
     names: dict[int, str] | None = None,
+    task: str = "detect",
     **args: object,
 ) -> dict:
     """The metadata dict ultralytics 8.4.190's exporter writes (`Exporter.__call__`), for this network (`args`:
@@ -67,8 +106,10 @@ def ultralytics_metadata(
         "license": "AGPL-3.0 License (https://ultralytics.com/license)",
         "docs": "https://docs.ultralytics.com",
         "stride": 32,
-        "task": "detect",
-        "head": "Detect",
+        "task": task,
+        "head": {"obb": "OBB", "segment": "Segment", "pose": "Pose", "classify": "Classify"}.get(
+            task, "Detect"
+        ),
         "batch": batch,
         "imgsz": imgsz or list(INPUT_HW),
         "names": names or dict(NAMES),
@@ -78,11 +119,14 @@ def ultralytics_metadata(
     }
 
 
-def ultralytics_torchscript(path: Path, model: nn.Module | None = None, **metadata: object) -> Path:
-    """As `yolo export format=torchscript`: traced at the export batch, metadata as JSON in `config.txt`."""
+def ultralytics_torchscript(
+    path: Path, model: nn.Module | None = None, input_hw: tuple[int, int] = INPUT_HW, **metadata: object
+) -> Path:
+    """As `yolo export format=torchscript`: traced at the export batch (and `input_hw`), metadata as JSON in
+    `config.txt`."""
     meta = ultralytics_metadata(**metadata)
     traced = torch.jit.trace(
-        (model or SquareDetector(INPUT_HW, 8)).eval(), torch.zeros(meta["batch"], 3, *INPUT_HW)
+        (model or SquareDetector(INPUT_HW, 8)).eval(), torch.zeros(meta["batch"], 3, *input_hw)
     )
     traced.save(str(path), _extra_files={"config.txt": json.dumps(meta)})
     return path

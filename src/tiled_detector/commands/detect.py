@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 "detections": [
                     {
                         "box": [round(float(v), 2) for v in box],
+                        **_rotated(dets, k),
                         "score": round(float(s), 4),
                         "class_id": c,
                         "label": n,
@@ -144,6 +145,20 @@ def _depth(path: Path, camera: Any, frame_hw: tuple[int, int]) -> Any:
     except DepthError as error:
         print(f"{path}: no depth: {error}", file=sys.stderr)
         return None
+
+
+def _rotated(dets: Any, k: int) -> dict[str, Any]:
+    """A rotated box's JSON keys: `obb` [cx, cy, w, h, angle] (angle in radians, +x toward +y) and its four
+    `corners` [[x, y], ...] (ultralytics' order); nothing for an axis-aligned model (`box` is the hull)."""
+    if dets.obb is None:
+        return {}
+    from tiled_detector.polygons import corners
+
+    obb = dets.obb[k].astype(np.float64)
+    return {
+        "obb": [*(round(float(v), 2) for v in obb[:4]), round(float(obb[4]), 5)],
+        "corners": [[round(float(x), 2), round(float(y), 2)] for x, y in corners(obb)],
+    }
 
 
 def _located(dets: Detections, k: int) -> dict[str, list[float]]:

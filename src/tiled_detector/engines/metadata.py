@@ -3,7 +3,8 @@ written (no options) with their class names:
 
 - ultralytics (YOLOv8 / YOLO11 / YOLO26, 8.x): TorchScript's `config.txt` extra file (JSON) and ONNX's
   `metadata_props` (each value `str()` of a Python value), with the keys `imgsz` ([h, w]), `batch`, `names`
-  ({id: name}), `stride`, `task`, `end2end`, `channels` and `args` ({batch, dynamic, half or quantize, nms, ...});
+  ({id: name}), `stride`, `task` (detect, obb, segment, pose, classify), `end2end`, `channels` and `args` ({batch,
+  dynamic, half or quantize, nms, ...});
   TensorRT `.engine` files start with a 4-byte little-endian length and the same metadata as JSON.
 - YOLOv5 (ultralytics/yolov5): TorchScript's `config.txt` {"shape": [b, 3, h, w], "stride", "names"}; ONNX
   `stride` and `names`.
@@ -36,8 +37,9 @@ YOLOV5 = "yolov5"
 class ModelMetadata:
     """What a model file says: input (batch, channels, height, width) where known (batch -1: any), class names,
     whether its head ends in NMS (rows x1, y1, x2, y2, score, class: end-to-end heads and `nms=True` exports),
-    whether it takes fp16 input, which exporter wrote it, and the framework that produced the graph (an ONNX
-    file's `producer_name`: "pytorch", "PaddlePaddle", ...)."""
+    whether it takes fp16 input, which exporter wrote it, the framework that produced the graph (an ONNX
+    file's `producer_name`: "pytorch", "PaddlePaddle", ...) and its task (ultralytics' `task`: detect, obb,
+    segment, pose, classify)."""
 
     batch: int | None = None
     channels: int | None = None
@@ -48,6 +50,9 @@ class ModelMetadata:
     source: str = ""
     inputs: tuple[tuple[str, Any], ...] = ()  # input conventions the file states (`INPUT_KEYS`), as written
     producer: str = ""
+    task: str | None = (
+        None  # what the model was trained for, where the file says (ultralytics: detect, obb, ...)
+    )
 
     @property
     def input_shape(self) -> tuple[int, int, int, int] | None:
@@ -116,6 +121,7 @@ def ultralytics_metadata(values: Mapping[str, Any], dynamic_batch: bool | None =
         end2end=_truthy(values.get("end2end")) or nms,
         half=_half(args),
         source=f"{ULTRALYTICS} {values.get('version', '')}".strip(),
+        task=str(values["task"]).strip().lower() if str(values.get("task", "")).strip() else None,
     )
 
 

@@ -76,8 +76,13 @@ def detections_to_msg(
     track_ids: Any = None,
     seen_ns: Any = None,
     msg_types: Any = None,
+    obb: Any = None,
 ) -> Any:
     """Boxes (N, 4) x1, y1, x2, y2 in image pixels, scores (clipped to [0, 1]), class ids -> Detection2DArray.
+
+    With rotated boxes `obb` (N, 5) cx, cy, w, h, angle (`Detections.obb`; `boxes` their hulls): bbox.center is the
+    centre, `center.theta` the angle (radians, turning the image's +x axis toward +y: clockwise on screen, as
+    ultralytics' and yolo_ros'), size_x / size_y are w / h (the rectangle's own sides, before turning).
 
     `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
     ids (default: their index). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
@@ -90,14 +95,22 @@ def detections_to_msg(
     names = _label_map(labels)
     centres = ((boxes[:, :2] + boxes[:, 2:]) / 2).tolist()
     sizes = (boxes[:, 2:] - boxes[:, :2]).tolist()
+    thetas = [None] * len(centres)
+    if obb is not None:
+        rotated = np.asarray(obb, np.float64).reshape(-1, 5)
+        if len(rotated) != len(centres) or not np.isfinite(rotated).all():
+            raise ValueError(
+                f"need one finite rotated box per detection, got {len(rotated)} for {len(centres)}"
+            )
+        centres, sizes, thetas = rotated[:, :2].tolist(), rotated[:, 2:4].tolist(), rotated[:, 4].tolist()
     class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
     tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
     if tags is not None and len(tags) != len(class_names):
         raise ValueError(f"need one track id per detection, got {len(tags)} for {len(class_names)}")
     headers = _headers(header, seen_ns, len(class_names))
     detections = []
-    for rank, ((cx, cy), (width, height), score, name) in enumerate(
-        zip(centres, sizes, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
+    for rank, ((cx, cy), (width, height), theta, score, name) in enumerate(
+        zip(centres, sizes, thetas, np.clip(scores, 0.0, 1.0).tolist(), class_names, strict=True)
     ):
         detection = msg_types.Detection2D()
         detection.header = headers[rank]
@@ -105,6 +118,8 @@ def detections_to_msg(
             detection.id = str(rank) if tags is None else tags[rank]
         center = _center(detection.bbox)
         center.x, center.y = cx, cy
+        if theta is not None:
+            detection.bbox.center.theta = theta
         detection.bbox.size_x, detection.bbox.size_y = width, height
         detection.results = [_result(msg_types, name, score)]
         detections.append(detection)
@@ -224,6 +239,17 @@ def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarra
     half = values[:, 2:4] / 2
     boxes = np.concatenate([values[:, :2] - half, values[:, :2] + half], axis=1)
     return boxes.astype(np.float32), values[:, 4].astype(np.float32), np.asarray(class_ids, dtype=np.int64)
+
+
+def msg_obb(msg: Any) -> np.ndarray:
+    """Detection2DArray -> (N, 5) float32 rotated boxes cx, cy, w, h, theta (`detections_to_msg`'s obb), one per
+    detection with a hypothesis, in `msg_to_detections`' order."""
+    rows = [
+        (_center(d.bbox).x, _center(d.bbox).y, d.bbox.size_x, d.bbox.size_y, d.bbox.center.theta)
+        for d in msg.detections
+        if d.results
+    ]
+    return np.asarray(rows, np.float32).reshape(-1, 5)
 
 
 def _at(header: Any, stamp: int) -> Any:

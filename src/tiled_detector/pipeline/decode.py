@@ -40,6 +40,15 @@ class OutputLayout(Option):
     YOLOX = "yolox"
     # class scores and box distributions per anchor point of each stride (PP-PicoDet, NanoDet: `pipeline.gfl`)
     GFL = "gfl"
+    # ultralytics' rotated boxes (`task: obb`): (B, 4 + C + 1, A) cx, cy, w, h, class scores, angle (v8, 11, 26)
+    OBB = "obb"
+    # their end-to-end rows (YOLO26 exported NMS-free): (B, K, 7) cx, cy, w, h, score, class, angle
+    OBB_END2END = "obb_end2end"
+
+
+# layouts whose boxes are rotated: decoded to (M, 5) cx, cy, w, h, angle (`pipeline.rotated`)
+ROTATED_LAYOUTS = frozenset({OutputLayout.OBB, OutputLayout.OBB_END2END})
+OBB_END2END_COLUMNS = 7
 
 
 YOLOX_STRIDES = (8, 16, 32)
@@ -82,8 +91,9 @@ def yolox_decoded(head: torch.Tensor, input_hw: tuple[int, int]) -> bool:
 
 
 class Decoded(NamedTuple):
-    """Flat detections of a whole batch: boxes (M, 4) x1, y1, x2, y2 in model-input pixels, scores (M,)
-    float32, class_ids (M,) int64, image_index (M,) int64 (batch image each detection came from)."""
+    """Flat detections of a whole batch: boxes (M, 4) x1, y1, x2, y2 (rotated layouts: (M, 5) cx, cy, w, h, angle)
+    in model-input pixels, scores (M,) float32, class_ids (M,) int64, image_index (M,) int64 (batch image each
+    detection came from)."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
@@ -155,7 +165,10 @@ class AmbiguousLayoutError(ValueError):
         self.candidates = tuple(candidates)
 
 
-LAYOUT_HINT = "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, gfl, end2end, efficient_nms)"
+LAYOUT_HINT = (
+    "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, gfl, end2end, efficient_nms, "
+    "obb, obb_end2end)"
+)
 
 
 def _rank3(outputs: Mapping[str, torch.Tensor | Shape]) -> dict[str, tuple[int, ...]]:
@@ -315,11 +328,14 @@ def _decode_raw(
     thresholds: torch.Tensor | None,
     input_hw: tuple[int, int] | None = None,
 ) -> PaddedDecoded:
-    """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 heads: best class per anchor, then threshold (the class's own, where
-    `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only."""
+    """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 / OBB heads: best class per anchor, then threshold (the class's own,
+    where `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only; OBB rows keep
+    cx, cy, w, h and their angle (the last row)."""
     objectness = None
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
         class_scores, channel_dim = head[:, 4:], 1
+    elif layout is OutputLayout.OBB:  # (B, 4 + C + 1, A): the angle row after the class scores
+        class_scores, channel_dim = head[:, 4:-1], 1
     else:
         with_objectness = layout in (OutputLayout.YOLOV5, OutputLayout.YOLOX)
         class_scores, channel_dim = head[..., 5 if with_objectness else 4 :], 2
@@ -338,7 +354,7 @@ def _decode_raw(
                 f"got {tuple(head.shape)}"
             )
         boxes_of = lambda i, a: yolox_boxes(gfl.rows_at(head, i, a)[:, :4], a, input_hw)  # noqa: E731
-    elif layout is OutputLayout.YOLOV8:
+    elif layout in (OutputLayout.YOLOV8, OutputLayout.OBB):
         boxes_of = lambda i, a: head[i, :4, a]  # noqa: E731
     else:
         boxes_of = lambda i, a: gfl.rows_at(head, i, a)[:, :4]  # noqa: E731
@@ -353,7 +369,10 @@ def _decode_raw(
             scores = scores if objectness is None else scores * rows[:, 4:5].float()
             return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
 
-    xyxy_of = lambda i, a: _cxcywh_to_xyxy(boxes_of(i, a).float())  # noqa: E731
+    if layout is OutputLayout.OBB:
+        xyxy_of = lambda i, a: torch.cat([head[i, :4, a], head[i, -1:, a]], 1).float()  # noqa: E731
+    else:
+        xyxy_of = lambda i, a: _cxcywh_to_xyxy(boxes_of(i, a).float())  # noqa: E731
     best_class = None
     if thresholds is not None:  # every anchor's class is needed before the cut: the max with its index
         best, best_class = class_scores.max(dim=channel_dim)
@@ -469,7 +488,9 @@ def decode_padded(
     with no host synchronisation (invalid rows are masked, not removed); `input_hw` (the model input's height and
     width) places YOLOX's and GFL heads' anchor points.
 
-    Keeps, per image, the `top_k` highest scores above `conf_threshold` (strictly, like ultralytics), or above
+    Rotated layouts (`ROTATED_LAYOUTS`) give (M, 5) boxes cx, cy, w, h, angle as the model wrote them (degenerate
+    ones included: `postprocess` drops and counts them). Keeps, per image, the `top_k` highest scores above
+    `conf_threshold` (strictly, like ultralytics), or above
     their class's own threshold where `class_thresholds` ((class id, threshold) pairs) lists one: a candidate
     below it never takes a top-k place; `class_filter` keeps only those class ids (a raw head then picks each
     anchor's best allowed class).
@@ -504,6 +525,20 @@ def decode_padded(
         head = _gfl_head(tuple((n, _shape(v)[1:]) for n, v in outputs.items()), input_hw, num_classes)
         return _decode_gfl(outputs, head, conf_threshold, top_k, class_filter, thresholds, input_hw)
     head = outputs[main_output(outputs)]
+    if chosen is OutputLayout.OBB_END2END:
+        if head.shape[-1] != OBB_END2END_COLUMNS:
+            raise ValueError(
+                f"obb_end2end rows are cx, cy, w, h, score, class, angle (7 columns), got {tuple(head.shape)}"
+            )
+        return _decode_nms_done(
+            head[..., [0, 1, 2, 3, 6]],
+            head[..., 4],
+            head[..., 5],
+            conf_threshold,
+            top_k,
+            class_filter,
+            thresholds,
+        )
     if chosen is OutputLayout.END2END:
         return _decode_nms_done(
             head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter, thresholds

@@ -25,6 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from tiled_detector.pipeline import rotated
+
 SAMPLES = 12  # depths per side of the grid over a box's inner part
 INNER = 0.5  # the sampled part of a box: this fraction of its width and height, about its centre
 BIN = 0.04  # the depth histogram's bins: each this fraction of its depth wide (log-spaced); a run of occupied
@@ -139,17 +141,29 @@ def _grid(device: torch.device) -> torch.Tensor:
 
 
 def _samples(
-    rows: torch.Tensor, frame_hw: tuple[int, int], image: torch.Tensor, scale: float
+    rows: torch.Tensor,
+    frame_hw: tuple[int, int],
+    image: torch.Tensor,
+    scale: float,
+    obb: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(R, SAMPLES^2) float32 metres: the depths of every row's grid read from one frame's depth image."""
+    """(R, SAMPLES^2) float32 metres: the depths of every row's grid read from one frame's depth image (with
+    rotated boxes `obb` (R, 5), the grid turned with each rectangle: depth pixels inside the rotated box)."""
     height, width = frame_hw
     dh, dw = image.shape
     grid = _grid(rows.device)
-    centre = (rows[:, :2] + rows[:, 2:4]) / 2
-    extent = rows[:, 2:4] - rows[:, :2]
-    u = ((centre[:, 0:1] + grid[None] * extent[:, 0:1]) * (dw / width)).floor().clamp(0, dw - 1).long()
-    v = ((centre[:, 1:2] + grid[None] * extent[:, 1:2]) * (dh / height)).floor().clamp(0, dh - 1).long()
-    index = (v[:, :, None] * dw + u[:, None, :]).reshape(len(rows), SAMPLES * SAMPLES)
+    if obb is not None:
+        along_h, along_w = torch.meshgrid(grid, grid, indexing="ij")
+        points = rotated.inner_points(obb.float(), along_w.reshape(-1), along_h.reshape(-1))
+        u = (points[..., 0] * (dw / width)).floor().clamp(0, dw - 1).long()
+        v = (points[..., 1] * (dh / height)).floor().clamp(0, dh - 1).long()
+        index = v * dw + u
+    else:
+        centre = (rows[:, :2] + rows[:, 2:4]) / 2
+        extent = rows[:, 2:4] - rows[:, :2]
+        u = ((centre[:, 0:1] + grid[None] * extent[:, 0:1]) * (dw / width)).floor().clamp(0, dw - 1).long()
+        v = ((centre[:, 1:2] + grid[None] * extent[:, 1:2]) * (dh / height)).floor().clamp(0, dh - 1).long()
+        index = (v[:, :, None] * dw + u[:, None, :]).reshape(len(rows), SAMPLES * SAMPLES)
     flat = image.reshape(-1)
     if image.dtype == torch.uint16:  # gathered as int16 (uint16 has no indexing), read back unsigned
         return (flat.view(torch.int16)[index].to(torch.int32) & 0xFFFF).float() * scale
@@ -163,10 +177,12 @@ def locate(
     depth_scale: float,
     depth_min: float,
     depth_max: float,
+    obb: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(R, COLUMNS) positions of packed result rows (x1, y1, x2, y2 in frame pixels in columns 0-3, the frame
     index in column 7; the status row too, which gets nothing): x, y, z, size x, size y, size z, valid (module
-    docstring). Frames whose depth is None, and rows without a valid depth, are 0 with valid 0."""
+    docstring). Frames whose depth is None, and rows without a valid depth, are 0 with valid 0. With `obb`
+    (R, 5), the rows' rotated boxes: the depth is read inside each rotated box (its sizes stay its hull's)."""
     count, device = len(rows), rows.device
     found = torch.zeros((count, SAMPLES * SAMPLES), dtype=torch.float32, device=device)
     # per row its frame's fx, fy, cx, cy (scalars into kernels: nothing is copied to the device)
@@ -176,7 +192,7 @@ def locate(
         if depth is None:
             continue
         mine = rows[:, 7] == k
-        found = torch.where(mine[:, None], _samples(rows, frame_hw, depth.image, depth_scale), found)
+        found = torch.where(mine[:, None], _samples(rows, frame_hw, depth.image, depth_scale, obb), found)
         m = depth.intrinsics
         fx, fy = torch.where(mine, m.fx, fx), torch.where(mine, m.fy, fy)
         cx, cy = torch.where(mine, m.cx, cx), torch.where(mine, m.cy, cy)

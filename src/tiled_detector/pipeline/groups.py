@@ -1,11 +1,18 @@
 """Pairwise comparisons of detections, shared by the seam rule and the merge: which rows are compared with which
 (one int64 key per row, so that one (N, N) comparison stands for "same frame and same class") and how much two
-boxes overlap (their intersection and areas, in the fewest pairwise kernels)."""
+boxes overlap, in the geometry of their form (`Geometry`): axis-aligned (N, 4) x1, y1, x2, y2 boxes (their
+intersection and areas, in the fewest pairwise kernels) or rotated (N, 5) cx, cy, w, h, angle ones
+(`pipeline.rotated`: exact intersection polygons). `geometry_of(boxes)` picks it by the box columns; the seam rule
+and the merge call it and never branch on the form themselves."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
+
+from tiled_detector.pipeline import rotated
 
 
 def group_key(class_ids: Tensor | None, frame_index: Tensor | None) -> Tensor | None:
@@ -29,3 +36,122 @@ def area(boxes: Tensor) -> Tensor:
     """Areas (x2 - x1) * (y2 - y1) of (..., 4) boxes (negative for inverted ones)."""
     size = boxes[..., 2:] - boxes[..., :2]
     return size[..., 0] * size[..., 1]
+
+
+def overlap(a: Tensor, b: Tensor, metric: str) -> Tensor:
+    """IoU ("iou") or IoS ("ios", over the smaller area) of broadcastable (..., 4) x1, y1, x2, y2 boxes (0 where
+    the denominator is 0), with SAHI's float operations."""
+    inter, area_a, area_b = intersection(a, b), area(a), area(b)
+    if metric == "iou":
+        denom = area_a + area_b - inter
+        return torch.where(denom > 0, inter / denom, 0.0)
+    # IoS: the smaller area is positive exactly when both are (the quotients elsewhere are discarded)
+    smaller = torch.minimum(area_a, area_b)
+    return torch.where(smaller > 0, inter / smaller, 0.0)
+
+
+class Geometry:
+    """Axis-aligned boxes (N, 4) x1, y1, x2, y2: what the seam rule and the merge ask of a box form."""
+
+    columns = 4
+    name = "axis-aligned"
+
+    def overlap(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
+        """IoU / IoS of broadcastable boxes, row by row (the merge's re-check of a member against its group)."""
+        return overlap(a, b, metric)
+
+    def pairwise(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
+        """(N, M) IoU / IoS of every box of a with every box of b."""
+        return overlap(a[:, None], b[None], metric)
+
+    def covers(self, part: Tensor, whole: Tensor, min_cover: float) -> Tensor:
+        """(N, M) bool: box j of `whole` covers at least `min_cover` of the area of box i of `part` (the seam
+        rule's test)."""
+        return intersection(part[:, None], whole[None]) >= min_cover * area(part).clamp_min(1e-9)[:, None]
+
+    def grown(self, merged: Tensor, member: Tensor) -> Tensor:
+        """The boxes covering `merged` and `member` row by row (SAHI's union)."""
+        return torch.cat(
+            [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
+        )
+
+    def hulls(self, boxes: Tensor) -> Tensor:
+        """(N, 4) x1, y1, x2, y2 around each box: the boxes themselves."""
+        return boxes
+
+    def in_frame(self, plan: Any, boxes: Tensor, image_index: Tensor) -> Tensor:
+        """Boxes in model-input pixels of batch images `image_index` of `plan` (a `BatchPlan`) -> frame pixels."""
+        return plan.to_frame(boxes, image_index)
+
+    def degenerate(self, boxes: Tensor) -> Tensor | None:
+        """(N,) bool: rows that are no box, dropped and counted by the post-processing (None: all are boxes)."""
+        return None
+
+    def centres(self, boxes: Tensor) -> Tensor:
+        """(N, 2) centres."""
+        return (boxes[:, :2] + boxes[:, 2:]) / 2
+
+    def sides(self, boxes: Tensor) -> Tensor:
+        """(N, 2) the sides (width and height of an axis-aligned box, w and h of a rotated one)."""
+        return boxes[:, 2:] - boxes[:, :2]
+
+    def packed(self, boxes: Tensor) -> list[Tensor]:
+        """The columns a packed result row carries besides the hull (none)."""
+        return []
+
+
+class RotatedGeometry(Geometry):
+    """Rotated boxes (N, 5) cx, cy, w, h, angle (`pipeline.rotated`): overlaps of the exact intersection
+    polygons; a group grows to the rectangle at its keeper's angle that covers every member's corners."""
+
+    columns = 5
+    name = "rotated"
+
+    def overlap(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
+        return rotated.overlap(rotated.corners(a), rotated.corners(b), metric)
+
+    def pairwise(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
+        return rotated.pairwise_overlap(rotated.corners(a), rotated.corners(b), metric)
+
+    def covers(self, part: Tensor, whole: Tensor, min_cover: float) -> Tensor:
+        corners = rotated.corners(part)
+        inside = rotated.pairwise_intersection(corners, rotated.corners(whole))
+        return inside >= min_cover * rotated.polygon_area(corners).clamp_min(1e-9)[:, None]
+
+    def grown(self, merged: Tensor, member: Tensor) -> Tensor:
+        return rotated.covering(merged, rotated.corners(member))
+
+    def hulls(self, boxes: Tensor) -> Tensor:
+        return rotated.obb_hulls(boxes)
+
+    def in_frame(self, plan: Any, boxes: Tensor, image_index: Tensor) -> Tensor:
+        """The view's mapping (`rotated.frame_obb`), in ultralytics' regular form (angle in [0, pi/2))."""
+        mapping = plan.tensors(boxes.device).to_frame[image_index]
+        return rotated.regularized(rotated.frame_obb(boxes, mapping))
+
+    def degenerate(self, boxes: Tensor) -> Tensor | None:
+        return rotated.degenerate(boxes)
+
+    def centres(self, boxes: Tensor) -> Tensor:
+        return boxes[:, :2]
+
+    def sides(self, boxes: Tensor) -> Tensor:
+        return boxes[:, 2:4]
+
+    def packed(self, boxes: Tensor) -> list[Tensor]:
+        """The rotated box itself: cx, cy, w, h, angle after the hull."""
+        return [boxes]
+
+
+AXIS_ALIGNED, ROTATED = Geometry(), RotatedGeometry()
+GEOMETRIES = {g.columns: g for g in (AXIS_ALIGNED, ROTATED)}
+
+
+def geometry_of(boxes: Tensor) -> Geometry:
+    """The geometry of (N, 4) axis-aligned or (N, 5) rotated boxes (ValueError for any other form)."""
+    found = GEOMETRIES.get(boxes.shape[-1]) if boxes.dim() == 2 else None
+    if found is None:
+        raise ValueError(
+            f"boxes must be (N, 4) x1, y1, x2, y2 or (N, 5) cx, cy, w, h, angle, got {tuple(boxes.shape)}"
+        )
+    return found

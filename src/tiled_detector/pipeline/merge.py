@@ -1,7 +1,10 @@
 """Merging detections across tiles: SAHI's nms / nmm / greedy_nmm as torch kernels.
 
-Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`):
-- boxes are ranked by score descending, ties broken by x1, y1, x2, y2 ascending, then by input index;
+Semantics equal SAHI 0.12.8 (`sahi.postprocess.combine`) on (N, 4) x1, y1, x2, y2 boxes; (N, 5) rotated boxes
+(cx, cy, w, h, angle) merge by the same rules in their own geometry (`groups.geometry_of`: exact intersection
+polygons; a group's box is the rectangle at its keeper's angle covering every member, never an average angle):
+- boxes are ranked by score descending, ties broken by their columns ascending (x1, y1, x2, y2), then by input
+  index;
 - two boxes match when their IoU or IoS (intersection over the smaller area), computed in float32, is
   >= threshold; class-aware merging only matches boxes of the same class;
 - nms keeps a box unless a kept higher-ranked box matches it;
@@ -35,7 +38,8 @@ import torch
 from torch import Tensor
 
 from tiled_detector.options import Option
-from tiled_detector.pipeline.groups import area, group_key, intersection
+from tiled_detector.pipeline import groups
+from tiled_detector.pipeline.groups import Geometry, geometry_of, group_key
 
 # rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
 # ones launch the fewest kernels (GPU: up to 1024 candidates take one block)
@@ -97,20 +101,14 @@ def overlap(a: torch.Tensor, b: torch.Tensor, metric: MatchMetric) -> torch.Tens
 
     Use `overlap(a[:, None], b[None], m)` for the pairwise matrix. Same float operations as SAHI's numpy backend.
     """
-    inter, area_a, area_b = intersection(a, b), area(a), area(b)
-    if metric is MatchMetric.IOU:
-        denom = area_a + area_b - inter
-        return torch.where(denom > 0, inter / denom, 0.0)
-    # IoS: the smaller area is positive exactly when both are (the quotients elsewhere are discarded)
-    smaller = torch.minimum(area_a, area_b)
-    return torch.where(smaller > 0, inter / smaller, 0.0)
+    return groups.overlap(a, b, MatchMetric.from_value(metric).value)
 
 
 def rank_order(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Permutation sorting by score descending, then x1, y1, x2, y2 ascending, then index (SAHI's lexsort);
-    with `valid` (N,) bool the invalid rows come last (NaN scores rank last too)."""
+    """Permutation sorting by score descending, then the box columns ascending (x1, y1, x2, y2), then index (SAHI's
+    lexsort); with `valid` (N,) bool the invalid rows come last (NaN scores rank last too)."""
     order = torch.arange(len(scores), device=scores.device)
-    for column in (3, 2, 1, 0):
+    for column in reversed(range(boxes.shape[1])):
         order = order[torch.sort(boxes[order, column], stable=True).indices]
     # ascending on -score equals descending on score, and puts NaN (here: every invalid row) last
     key = -scores[order] if valid is None else torch.where(valid[order], -scores[order], float("nan"))
@@ -128,7 +126,7 @@ def _match_matrix(
 ) -> torch.Tensor:
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
     in rank order; None: one frame, every row valid)."""
-    match = (overlap(boxes[:, None], boxes[None], metric) >= threshold).triu_(1)  # i ranked before j
+    match = (geometry_of(boxes).pairwise(boxes, boxes, metric.value) >= threshold).triu_(1)  # i before j
     key = group_key(None if class_agnostic else class_ids, frame_index)
     if valid is not None:  # an invalid row matches nothing: a key below every valid one, different per side
         base = 0 if key is None else key
@@ -235,13 +233,12 @@ def _absorb(
     takes_class: torch.Tensor,
     metric: MatchMetric,
     threshold: float,
+    geometry: Geometry,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of SAHI's `_apply_merge` for every group at once: a present member that still matches the
     group's union box widens it, and gives the group its class where `takes_class`."""
-    ok = present & (overlap(merged, member, metric) >= threshold)
-    grown = torch.cat(
-        [torch.minimum(merged[:, :2], member[:, :2]), torch.maximum(merged[:, 2:], member[:, 2:])], 1
-    )
+    ok = present & (geometry.overlap(merged, member, metric.value) >= threshold)
+    grown = geometry.grown(merged, member)
     return torch.where(ok[:, None], grown, merged), torch.where(ok & takes_class, member_class, merged_class)
 
 
@@ -279,7 +276,7 @@ def _merge_groups(
     table = torch.full((n + 1, slots), n, dtype=torch.int64, device=boxes.device)
     table[torch.where(fits, keeper, n), torch.where(fits, slot, 0)] = torch.where(fits, positions, n)
     table = table[:n]
-    b64 = torch.cat([boxes.double(), boxes.new_zeros(1, 4, dtype=torch.float64)])
+    b64 = torch.cat([boxes.double(), boxes.new_zeros(1, boxes.shape[1], dtype=torch.float64)])
     takes_class = torch.cat([scores >= scores[keeper], scores.new_zeros(1, dtype=torch.bool)])
     classes = torch.cat([class_ids, class_ids.new_zeros(1)])
     present = torch.cat([valid, valid.new_zeros(1)])
@@ -295,6 +292,7 @@ def _merge_groups(
             takes_class[index],
             metric,
             threshold,
+            geometry_of(boxes),
         )
     return merged.to(boxes.dtype), merged_class, own & valid, largest
 
@@ -311,6 +309,9 @@ class PaddedMerge(NamedTuple):
     exact: torch.Tensor
     largest: torch.Tensor  # 0-dim int64: the largest merge group (1 for nms)
     frame_index: torch.Tensor  # (N,) int64: the frame of each row
+    # (N,) int64: the input row each row is (its keeper's, for a merged group): anything else a candidate carries
+    # (its view, mask coefficients, ...) follows it by this index
+    index: torch.Tensor
 
 
 class _Ranked(NamedTuple):
@@ -333,7 +334,14 @@ class _Ranked(NamedTuple):
     def kept(self, keep: Tensor, exact: Tensor) -> PaddedMerge:
         """The result of a method that only keeps rows (nms)."""
         return PaddedMerge(
-            self.boxes, self.scores, self.class_ids, keep & self.valid, exact, self.one, self.frames
+            self.boxes,
+            self.scores,
+            self.class_ids,
+            keep & self.valid,
+            exact,
+            self.one,
+            self.frames,
+            self.order,
         )
 
     @property
@@ -368,7 +376,9 @@ class _Ranked(NamedTuple):
             self.slots,
         )
         fits = largest <= self.slots if self.slots is not None else exact
-        return PaddedMerge(merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames)
+        return PaddedMerge(
+            merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames, self.order
+        )
 
 
 def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
@@ -376,7 +386,8 @@ def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge
     (frame, class) group on its own matrix (the CPU's exact path), else one fixed-point over the match matrix."""
     exact = torch.ones((), dtype=torch.bool, device=rows.boxes.device)
     # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
-    if torchvision is not None and rule.metric is MatchMetric.IOU and rule.threshold > 0:
+    aligned = rows.boxes.shape[1] == groups.AXIS_ALIGNED.columns
+    if torchvision is not None and aligned and rule.metric is MatchMetric.IOU and rule.threshold > 0:
         keep = _nms_keep_torchvision(
             torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold, rule.class_agnostic
         )
@@ -443,9 +454,9 @@ def merge_padded(
     apart (default: one frame). `use_torchvision` (with `nms_rounds` None) runs nms with IoU through
     torchvision's kernel when it is installed.
     """
-    if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] != (4,):
+    if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] not in ((4,), (5,)):
         raise ValueError(
-            f"merge needs (N, 4) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
+            f"merge needs (N, 4) or (N, 5) boxes and N scores, class ids and valid flags, got {tuple(boxes.shape)}, "
             f"{tuple(scores.shape)}, {tuple(class_ids.shape)} and {tuple(valid.shape)}"
         )
     valid = valid.bool()
@@ -483,7 +494,8 @@ def merge(
     """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device: the valid
     rows of `merge_padded` over all rows with the rounds and slots the data needs (so always exact).
 
-    boxes (N, 4) x1, y1, x2, y2, scores (N,), class_ids (N,) int64 -> the same, float32 / int64, score-ranked.
+    boxes (N, 4) x1, y1, x2, y2 or (N, 5) cx, cy, w, h, angle, scores (N,), class_ids (N,) int64 -> the same,
+    float32 / int64, score-ranked.
     `use_torchvision=False` forces the pure-torch NMS (torchvision is only used for nms with IoU and a
     threshold above 0).
     """
@@ -513,9 +525,13 @@ def merge_detections(
     threshold: float = DEFAULT_RULE.threshold,
     class_agnostic: bool = DEFAULT_RULE.class_agnostic,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """numpy wrapper of `merge`: (N, 4) boxes, (N,) scores, (N,) class ids -> float32, float32, int64 arrays."""
+    """numpy wrapper of `merge`: (N, 4) x1, y1, x2, y2 or (N, 5) rotated cx, cy, w, h, angle boxes (angle in
+    radians, turning +x toward +y: ultralytics' xywhr), (N,) scores, (N,) class ids -> boxes of the same form,
+    float32 scores, int64 class ids."""
+    boxes = np.asarray(boxes, np.float32)
+    columns = 5 if boxes.ndim == 2 and boxes.shape[1] == 5 else 4
     tensors = (
-        torch.as_tensor(np.asarray(boxes, np.float32).reshape(-1, 4)),
+        torch.as_tensor(boxes.reshape(-1, columns)),
         torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
         torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)),
     )

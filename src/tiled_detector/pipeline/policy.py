@@ -4,10 +4,13 @@ Rules (each a pure function of boxes in frame pixels, applied on the device insi
 merge and before the per-frame `max_detections` cut):
 - region of interest (`roi`, fractions of the frame, in the frame's `TilePlan`): a box is kept when its centre lies
   in the rectangle (borders included);
-- size limits (`min_box_size`, `max_box_size`, frame pixels, 0 = no limit): on the shorter side of the box;
+- size limits (`min_box_size`, `max_box_size`, frame pixels, 0 = no limit): on the shorter side of the box (a
+  rotated box's w or h);
 - ignore mask (`ignore_mask`, in the frame's `TilePlan`): a box is dropped when more than half of its pixels are
   ignored. A box's pixels are those whose centre (x + 0.5, y + 0.5) lies in [x1, x2) x [y1, y2); a box too thin to
-  hold a pixel centre along an axis takes the pixel column or row under its centre there.
+  hold a pixel centre along an axis takes the pixel column or row under its centre there. A rotated box is judged
+  by `ROTATED_SAMPLES` x `ROTATED_SAMPLES` points spread over its rectangle (the centres of as many equal cells):
+  dropped when more than half of them fall on ignored pixels.
 
 A mask file is any image OpenCV reads, converted to one channel (`cv2.IMREAD_GRAYSCALE`; colour and alpha images
 too); non-zero = ignored. It is scaled to each frame size by nearest neighbour: frame pixel (y, x) takes mask pixel
@@ -27,9 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tiled_detector.pipeline import rotated
+from tiled_detector.pipeline.groups import geometry_of
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI, BatchPlan
 
 MAX_MASKS = 16  # masks scaled to a frame size, kept by `IgnoreMasks` (cameras x frame sizes)
+ROTATED_SAMPLES = 8  # a rotated box's ignored share: this many points along each side
 
 
 @functools.lru_cache(maxsize=MAX_MASKS)
@@ -134,10 +140,13 @@ def mask_path(entries: tuple[tuple[str, Path], ...], camera: str | None) -> Path
 
 
 def ignored_mostly(boxes: torch.Tensor, integral: torch.Tensor) -> torch.Tensor:
-    """(N,) bool: more than half of each box's pixels are ignored (module docstring), for (N, 4) boxes in the
-    pixels of the frame whose mask's integral image (H + 1, W + 1) is given. Fixed shapes, no host read."""
+    """(N,) bool: more than half of each box's pixels are ignored (module docstring), for (N, 4) boxes (or (N, 5)
+    rotated ones) in the pixels of the frame whose mask's integral image (H + 1, W + 1) is given. Fixed shapes, no
+    host read."""
     width, height = integral.shape[1] - 1, integral.shape[0] - 1  # host numbers: no tensor made per call
     boxes = torch.nan_to_num(boxes.float())  # rows the merge left invalid may hold anything
+    if boxes.shape[1] == 5:
+        return _ignored_samples(boxes, integral)
 
     def axis(low: torch.Tensor, high: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first and one-past-last pixel whose centre lies in [low, high); none: the pixel under the middle."""
@@ -158,6 +167,24 @@ def ignored_mostly(boxes: torch.Tensor, integral: torch.Tensor) -> torch.Tensor:
     return 2 * count > (x1 - x0) * (y1 - y0)
 
 
+def _ignored_samples(obb: torch.Tensor, integral: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: more than half of `ROTATED_SAMPLES`**2 points spread over each rotated box lie on ignored
+    pixels (a pixel's value from the integral image: four reads); points outside the frame are not ignored."""
+    width, height = integral.shape[1] - 1, integral.shape[0] - 1
+    steps = (torch.arange(ROTATED_SAMPLES, device=obb.device, dtype=obb.dtype) + 0.5) / ROTATED_SAMPLES - 0.5
+    u, v = torch.meshgrid(steps, steps, indexing="ij")
+    points = rotated.inner_points(obb, u.reshape(-1), v.reshape(-1)).floor()  # (N, P, 2) pixel columns, rows
+    inside = (
+        (points[..., 0] >= 0) & (points[..., 0] < width) & (points[..., 1] >= 0) & (points[..., 1] < height)
+    )
+    x = points[..., 0].clamp(0, width - 1).long()
+    y = points[..., 1].clamp(0, height - 1).long()
+    flat, stride = integral.reshape(-1), integral.shape[1]
+    at = lambda yy, xx: flat[yy * stride + xx].long()  # noqa: E731
+    pixel = at(y + 1, x + 1) - at(y, x + 1) - at(y + 1, x) + at(y, x)
+    return 2 * ((pixel > 0) & inside).sum(1) > points.shape[1]
+
+
 def policy_keep(
     boxes: torch.Tensor,
     frame: torch.Tensor,
@@ -165,19 +192,21 @@ def policy_keep(
     min_box_size: float,
     max_box_size: float,
 ) -> torch.Tensor | None:
-    """(N,) bool: which boxes (frame pixels; `frame` (N,) their frame in `plan`) pass the region of interest, the
-    ignore masks of the plan's frames and the size limits; None when no rule is set (every box passes)."""
+    """(N,) bool: which boxes ((N, 4) or rotated (N, 5), frame pixels; `frame` (N,) their frame in `plan`) pass the
+    region of interest, the ignore masks of the plan's frames and the size limits; None when no rule is set (every
+    box passes)."""
     keep: torch.Tensor | None = None
 
     def both(rule: torch.Tensor) -> torch.Tensor:
         return rule if keep is None else keep & rule
 
+    geometry = geometry_of(boxes)
     if any(p.roi != FULL_FRAME_ROI for p in plan.plans):
         roi = plan.tensors(boxes.device).roi[frame]  # (N, 4) pixels
-        centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+        centre = geometry.centres(boxes)
         keep = both(((centre >= roi[:, :2]) & (centre <= roi[:, 2:])).all(dim=1))
     if min_box_size > 0 or max_box_size > 0:
-        side = torch.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        side = geometry.sides(boxes).amin(1)
         keep = both((side >= min_box_size) & ((side <= max_box_size) if max_box_size > 0 else True))
     for k, frame_plan in enumerate(plan.plans):
         if frame_plan.ignored is not None:

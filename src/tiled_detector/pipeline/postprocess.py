@@ -3,9 +3,12 @@
 `postprocess` is a free function of (candidates, batch plan, settings, limits) with no host read when `limits`
 are given (fixed sizes: the accelerator's sync-free path, capturable as a CUDA graph); with `limits` None the
 same computation takes its sizes from the data (host reads: the exact path, and the CPU's). Pipeline: frame
-pixels (`BatchPlan.to_frame`) -> seam rule -> merge (groups never span frames) -> the best `max_detections`
-rows of every frame -> one (R + 1, 8) float32 tensor: rows x1, y1, x2, y2, score, class, valid, frame, then a
-status row (candidates needed, exact, largest merge group) that the host reads after the one download.
+pixels (`BatchPlan.to_frame`; rotated boxes: `rotated.frame_obb`, in ultralytics' regular form, degenerate rows
+dropped and counted) -> seam rule -> merge (groups never span frames) -> the best `max_detections`
+rows of every frame -> one (R + 1, 8 + E) float32 tensor: rows x1, y1, x2, y2 (a rotated box's hull, clipped to
+the frame), score, class, valid, frame, then the box form's own columns (E: rotated boxes cx, cy, w, h, angle),
+then a status row (candidates needed, exact, largest merge group, degenerate rows dropped) that the host reads
+after the one download.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.groups import geometry_of
 from tiled_detector.pipeline.merge import merge_padded
 from tiled_detector.pipeline.policy import policy_keep
 from tiled_detector.pipeline.seams import suppress_truncated
@@ -30,7 +34,11 @@ MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exa
 MAX_CANDIDATES = MAX_CAPACITY
 MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 MIN_ROUNDS, MAX_ROUNDS = 4, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
-COLUMNS = 8  # x1, y1, x2, y2, score, class, valid, frame
+COLUMNS = (
+    8  # x1, y1, x2, y2, score, class, valid, frame (then the box form's own: rotated cx, cy, w, h, angle)
+)
+OBB_COLUMNS = 5  # a rotated box's own columns after them: cx, cy, w, h, angle
+STATUS = ("needed", "exact", "largest", "degenerate")  # the status row's first columns
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,19 @@ def postprocess(
     (MAX_CANDIDATES per frame): a flood beyond it needs no more capacity than that."""
     needed = found.valid.sum().clamp_max(MAX_CANDIDATES * plan.num_frames)
     found = _strongest(found, plan, limits)
-    boxes = plan.to_frame(found.boxes, found.image_index)
+    geometry = geometry_of(found.boxes)
+    boxes = geometry.in_frame(plan, found.boxes, found.image_index)
+    bad = geometry.degenerate(boxes)
+    dropped = needed.new_zeros(())
+    if bad is not None:  # rows that are no box: counted, then never valid
+        bad = bad & found.valid
+        dropped = bad.sum()
+        found = found._replace(valid=found.valid & ~bad)
+        boxes = torch.where(bad[:, None], 0.0, boxes)
+        if limits is None:  # the exact path's rows are all valid
+            kept = found.valid.nonzero().squeeze(1)
+            found, boxes = PaddedDecoded(*(t[kept] for t in found)), boxes[kept]
+    bounds = plan.tensors(boxes.device).to_frame[found.image_index, 2, :2]  # each row's frame width, height
     frame = plan.tensors(boxes.device).frame[found.image_index]
     scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
     if settings.seam_suppression:  # the exact path's rows are all valid: only its truncated rows are compared
@@ -126,7 +146,9 @@ def postprocess(
         )
     if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
         kept = valid.nonzero().squeeze(1)
-        boxes, scores, class_ids, frame, valid = (t[kept] for t in (boxes, scores, class_ids, frame, valid))
+        boxes, scores, class_ids, frame, valid, bounds = (
+            t[kept] for t in (boxes, scores, class_ids, frame, valid, bounds)
+        )
     merged = merge_padded(
         boxes,
         scores,
@@ -141,27 +163,27 @@ def postprocess(
     keep = policy_keep(merged.boxes, merged.frame_index, plan, settings.min_box_size, settings.max_box_size)
     valid = merged.valid if keep is None else merged.valid & keep
     rows, kept = _per_frame_best(valid, merged.frame_index, plan.num_frames, settings.max_detections)
-    status = torch.cat([needed.float()[None], merged.exact.float()[None], merged.largest.float()[None]])
-    return torch.cat(
+    status = torch.stack([needed.float(), merged.exact.float(), merged.largest.float(), dropped.float()])
+    hulls = geometry.hulls(merged.boxes[rows]).clamp_min(0.0)
+    hulls = torch.minimum(hulls, bounds[merged.index[rows]].repeat(1, 2))
+    body = torch.cat(
         [
-            torch.cat(
-                [
-                    merged.boxes[rows],
-                    merged.scores[rows, None],
-                    merged.class_ids[rows, None].float(),
-                    kept[:, None].float(),
-                    merged.frame_index[rows, None].float(),
-                ],
-                dim=1,
-            ),
-            torch.cat([status, status.new_zeros(COLUMNS - 3)])[None],
-        ]
+            hulls,
+            merged.scores[rows, None],
+            merged.class_ids[rows, None].float(),
+            kept[:, None].float(),
+            merged.frame_index[rows, None].float(),
+            *(c.float() for c in geometry.packed(merged.boxes[rows])),
+        ],
+        dim=1,
     )
+    return torch.cat([body, torch.cat([status, status.new_zeros(body.shape[1] - len(STATUS))])[None]])
 
 
-def unpack(host: np.ndarray, num_frames: int) -> list[np.ndarray]:
-    """The (M, 6) result rows (x1, y1, x2, y2, score, class) of every frame from a downloaded `postprocess`
-    result, in rank order."""
+def unpack(host: np.ndarray, num_frames: int, extra: int = 0) -> list[np.ndarray]:
+    """The (M, 6 + extra) result rows (x1, y1, x2, y2, score, class, then the first `extra` columns of the box
+    form's own: rotated boxes 5) of every frame from a downloaded `postprocess` result, in rank order."""
     rows = host[:-1]
     rows = rows[rows[:, 6] > 0]
-    return [rows[rows[:, 7] == k, :6] for k in range(num_frames)]
+    columns = [*range(6), *range(COLUMNS, COLUMNS + extra)]
+    return [rows[rows[:, 7] == k][:, columns] for k in range(num_frames)]

@@ -20,12 +20,12 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 
 from tiled_detector.errors import one_line
-from tiled_detector.pipeline.decode import OutputLayout, PaddedDecoded, decode_padded
+from tiled_detector.pipeline.decode import ROTATED_LAYOUTS, OutputLayout, PaddedDecoded, decode_padded
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, locate
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.frame_settings import FrameSettings
-from tiled_detector.pipeline.postprocess import Limits, postprocess
+from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import BatchPlan, ViewSelection, pieces
 
@@ -369,13 +369,15 @@ class FrameProgram:
         frames_hw = [p.frame_hw for p in plan.plans]
         kept = (packed[:, 6] > 0).nonzero()[:, 0] if exact else None
         # (the exact path's row counts vary: uncompiled there, as `postprocess` is)
+        rows = packed if kept is None else packed[kept]
         located = (locate if exact else self.locate)(
-            packed if kept is None else packed[kept],
+            rows,
             frames_hw,
             depths,
             settings.depth_scale,
             settings.depth_min,
             settings.depth_max,
+            rows[:, COLUMNS : COLUMNS + OBB_COLUMNS] if self.layout in ROTATED_LAYOUTS else None,
         )
         if kept is not None:
             located = packed.new_zeros((len(packed), DEPTH_COLUMNS)).index_copy_(0, kept, located)

@@ -1,14 +1,16 @@
 """The seam rule: a box cut by an inner tile edge yields to a whole view of the same object from another view.
 
 It runs before the merge, on a fixed-size candidate set with a validity mask (no data-dependent shape, no host
-synchronisation); the exact result is the same computation with every row valid.
+synchronisation); the exact result is the same computation with every row valid. Rotated boxes (N, 5) follow the
+same rule in their geometry (`groups.geometry_of`): a rotated box is cut when its hull (a corner) reaches an inner
+seam, and is covered by the exact intersection of the two rotated rectangles.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tiled_detector.pipeline.groups import area, group_key, intersection
+from tiled_detector.pipeline.groups import geometry_of, group_key
 from tiled_detector.pipeline.tiling import BatchPlan, TilePlan, batch_plan
 
 
@@ -24,18 +26,15 @@ def truncated_sides(
 ) -> torch.Tensor:
     """(M, 4) bool: box touches the left, top, right, bottom edge of its view where that edge is an inner seam:
     within `margin_px` pixels of the model's input, mapped to the frame (a tile shrunk into the model input has a
-    wider margin in frame pixels; never less than `margin_px`). Full-frame boxes are never truncated."""
+    wider margin in frame pixels; never less than `margin_px`). Full-frame boxes are never truncated. Rotated
+    boxes (M, 5): their hulls."""
+    boxes_in_frame = geometry_of(boxes_in_frame).hulls(boxes_in_frame)
     t = _as_batch(plan).tensors(boxes_in_frame.device)
     views, inner = t.views[image_index], t.inner_edges[image_index]
     margin = margin_px * t.to_frame[image_index, 0, :1].clamp_min(1.0)  # (M, 1): frame pixels per input pixel
     near_start = boxes_in_frame[:, :2] <= views[:, :2] + margin
     near_end = boxes_in_frame[:, 2:] >= views[:, 2:] - margin
     return inner & torch.cat([near_start, near_end], dim=1)
-
-
-def _covers(part: torch.Tensor, whole: torch.Tensor, min_cover: float) -> torch.Tensor:
-    """Broadcast (..., 4) boxes: `whole` covers at least `min_cover` of the area of `part`."""
-    return intersection(part, whole) >= min_cover * area(part).clamp_min(1e-9)
 
 
 def suppress_truncated(
@@ -70,7 +69,7 @@ def suppress_truncated(
     # one (M, N) comparison for "same frame, same class, and the column may cover": -1 (no row's key) for every
     # column that may not cover
     key = group_key(None if class_agnostic else class_ids, frame)
-    covered = _covers(boxes_in_frame[cut, None], boxes_in_frame[None], min_cover)
+    covered = geometry_of(boxes_in_frame).covers(boxes_in_frame[cut], boxes_in_frame, min_cover)
     covered &= key[cut, None] == torch.where(valid & ~truncated, key, -1)[None]
     covered &= image_index[cut, None] != image_index[None]
     covered &= scores[None] >= min_score_ratio * scores[cut, None]

@@ -412,6 +412,7 @@ class DetectorNodeBase(NodeParameters):
                 labels,
                 track_ids=track_ids,
                 seen_ns=found.seen_ns,
+                obb=detections.obb,
             )
         )
         if self._depth is not None:

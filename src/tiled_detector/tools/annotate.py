@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI, TilePlan, region_pixels
+from tiled_detector.polygons import corners
 from tiled_detector.types import Detections
 
 _PALETTE = np.array(
@@ -37,9 +38,10 @@ def annotate(
     track_ids: np.ndarray | None = None,
     captions: bool = True,
 ) -> np.ndarray:
-    """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (with `track_ids`: each box's "#id"
-    first, coloured by its track; `captions=False`: the boxes alone, for a frame drawn small), and the tile outlines
-    (`tiles`, or the `plan`'s); with a `plan`, its ignored area tinted and its region of interest outlined."""
+    """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (rotated ones, `detections.obb`, as
+    their rectangles; with `track_ids`: each box's "#id" first, coloured by its track; `captions=False`: the boxes
+    alone, for a frame drawn small), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored
+    area tinted and its region of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
     if plan is not None:
@@ -54,8 +56,12 @@ def annotate(
         x1, y1, x2, y2 = region_pixels(plan.roi, canvas.shape[:2])
         cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _ROI_COLOUR, 2, cv2.LINE_4)
     ids = [None] * len(detections.scores) if track_ids is None else np.asarray(track_ids).tolist()
-    for (x1, y1, x2, y2), score, cls, track in zip(
+    outlines = (
+        [None] * len(ids) if detections.obb is None else np.rint(corners(detections.obb)).astype(np.int32)
+    )
+    for (x1, y1, x2, y2), outline, score, cls, track in zip(
         np.rint(detections.boxes).astype(np.int64).tolist(),
+        outlines,
         detections.scores.tolist(),
         detections.class_ids.tolist(),
         ids,
@@ -64,7 +70,10 @@ def annotate(
         colour = tuple(int(c) for c in _PALETTE[(cls if track is None else track) % len(_PALETTE)])
         name = labels[cls] if labels is not None and 0 <= cls < len(labels) else str(cls)
         name = name if track is None else f"#{track} {name}"
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, 2)
+        if outline is None:
+            cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, 2)
+        else:
+            cv2.polylines(canvas, [outline.reshape(-1, 1, 2)], True, colour, 2)
         if not captions:
             continue
         cv2.putText(

@@ -34,14 +34,22 @@ dropped), and a new track scoring `CONFIRM_AT_ONCE` is confirmed at once. Withou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from tiled_detector import polygons
 from tiled_detector.options import Option
-from tiled_detector.tracking.geometry import grown, overlapping, similarity_scale
+from tiled_detector.tracking.geometry import (
+    grown,
+    overlapping,
+    rotated_grown,
+    rotated_overlapping,
+    similarity_scale,
+)
 from tiled_detector.tracking.looks import Looks
 
 LOW_SCORE = 0.1  # detections above this take part in the second association
@@ -77,7 +85,8 @@ _PP, _PV, _VV = slice(8, 20, 3), slice(9, 20, 3), slice(10, 20, 3)
 _UNSEEN, _ID, _CLASS, _STATE, _CONFIRMED, _SCORE, _SEEN, _HIDDEN, _PERIODS = range(20, 29)
 _MEASURED = slice(29, 33)
 _BORN = 33  # the frame (of this tracker's) the track started on
-_COLUMNS = 34
+_ANGLE = 34  # a rotated track's angle (radians, continuous: each match's form aligned to it), 0 otherwise
+_COLUMNS = 35
 
 
 def _variances(position: float, velocity: float, aspect: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -144,6 +153,11 @@ def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
     return out
 
 
+def _to_obb(xyah: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """(N, 4) x, y, aspect, height and (N,) angles -> (N, 5) rotated boxes cx, cy, w, h, angle."""
+    return np.stack([xyah[:, 0], xyah[:, 1], xyah[:, 2] * xyah[:, 3], xyah[:, 3], angles], 1)
+
+
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct non-negative integers of `values`, ascending, and each value's position among them (what
     `np.unique(values, return_inverse=True)` gives, without its sort)."""
@@ -179,8 +193,9 @@ def assign(
 
 
 class Output(NamedTuple):
-    """A frame's reported tracks (`ByteTrack.update`): boxes (N, 4) x1, y1, x2, y2, scores, class ids, track ids
-    and `seen` (N,): when each was last matched."""
+    """A frame's reported tracks (`ByteTrack.update`): boxes (N, 4) x1, y1, x2, y2 (a rotated tracker's: (N, 5) cx,
+    cy, w, h, angle in ultralytics' regular form), scores, class ids, track ids and `seen` (N,): when each was last
+    matched."""
 
     boxes: np.ndarray
     scores: np.ndarray
@@ -195,10 +210,16 @@ class ByteTrack:
 
     Every track is one row of `table` (float64 columns: the mean, `_VAR`, `_UNSEEN`, `_ID`, `_CLASS`, `_STATE`,
     `_CONFIRMED`), so a frame's bookkeeping (tracks dropped, tracks started) is one array operation, not one per
-    attribute."""
+    attribute.
 
-    def __init__(self, settings: TrackerSettings, first_id: int = 1) -> None:
+    A `rotated` tracker takes (N, 5) rotated boxes: its filter runs on each rectangle's centre, aspect and height
+    in the rectangle's own axes (as ByteTrack's on an upright box), its track keeps the angle (each match's form
+    aligned to it: `polygons.aligned`, so a box turning past ultralytics' pi/2 never swaps the filter's w and h),
+    and detections are associated by rotated IoU (exact intersection polygons)."""
+
+    def __init__(self, settings: TrackerSettings, first_id: int = 1, rotated: bool = False) -> None:
         self.settings = settings
+        self.rotated = rotated
         self._next_id = first_id
         self._frames = 0
         self.table = np.zeros((0, _COLUMNS))
@@ -258,6 +279,7 @@ class ByteTrack:
         scale = similarity_scale(matrix)
         t[:, 0:2] = t[:, 0:2] @ linear.T + matrix[:, 2]
         t[:, 4:6] = t[:, 4:6] @ linear.T
+        t[:, _ANGLE] += math.atan2(linear[1, 0], linear[0, 0]) if self.rotated else 0.0
         t[:, [3, 7]] *= scale
         measured = t[:, _MEASURED]
         measured[:, 0:2] = measured[:, 0:2] @ linear.T + matrix[:, 2]
@@ -278,9 +300,12 @@ class ByteTrack:
 
     def predicted_boxes(self, step: float = 0.0) -> np.ndarray:
         """(N, 4) x1, y1, x2, y2 of every live track (tracked, lost or unconfirmed) as the filter now has it, or
-        moved on by its velocity `step` frame periods ahead."""
+        moved on by its velocity `step` frame periods ahead (a rotated tracker's: the hulls)."""
         t = self.table
-        return _to_xyxy(t[:, :4] + step * t[:, 4:8] if step else t[:, :4])
+        xyah = t[:, :4] + step * t[:, 4:8] if step else t[:, :4]
+        return (
+            polygons.hulls(polygons.corners(_to_obb(xyah, t[:, _ANGLE]))) if self.rotated else _to_xyxy(xyah)
+        )
 
     # --- one frame --------------------------------------------------------------------------------------------
 
@@ -309,14 +334,17 @@ class ByteTrack:
         t = self.table
         t[:, _UNSEEN] += dt_s
         t[:, _PERIODS] += step
-        boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 5 if self.rotated else 4)
         scores = np.asarray(scores, np.float64).reshape(-1)
         class_ids = np.asarray(class_ids, np.int64).reshape(-1)
+        angles = boxes[:, 4] if self.rotated else np.zeros(len(boxes))
+        if self.rotated:  # the rectangles in their own axes: the filter's boxes
+            boxes = np.concatenate([boxes[:, :2] - boxes[:, 2:4] / 2, boxes[:, :2] + boxes[:, 2:4] / 2], 1)
         # every (track, detection) pair that overlaps in the same class (matches never cross classes): one sweep,
         # and each association below takes its pairs from these
         useful = np.flatnonzero(scores > LOW_SCORE)
-        predicted = self.predicted_boxes()
-        i, j, iou = self._overlaps(predicted, boxes, useful, class_ids)
+        predicted = _to_xyxy(t[:, :4])
+        i, j, iou = self._overlaps(predicted, boxes, useful, class_ids, angles)
         cost = 1.0 - iou
         fused = 1.0 - iou * scores[j]  # ByteTrack's fuse_score: IoU weighted by the detection's score
         high = scores > s.activation
@@ -349,8 +377,15 @@ class ByteTrack:
         free_det[d4] = False
         tracks, dets = np.concatenate([t1, t2, t3, t4]), np.concatenate([d1, d2, d3, d4])
         xyah = _to_xyah(boxes)
-        self._correct(tracks, xyah[dets])
-        self._observed_motion(tracks, xyah[dets])
+        measured = xyah[dets]
+        if self.rotated:  # each match in the form nearest its track's angle
+            turned = polygons.aligned(_to_obb(measured, angles[dets]), t[tracks, _ANGLE])
+            measured = _to_xyah(
+                np.concatenate([turned[:, :2] - turned[:, 2:4] / 2, turned[:, :2] + turned[:, 2:4] / 2], 1)
+            )
+            t[tracks, _ANGLE] = turned[:, 4]
+        self._correct(tracks, measured)
+        self._observed_motion(tracks, measured)
         t[tracks, _STATE] = TRACKED
         t[tracks, _CONFIRMED] = 1.0
         t[tracks, _UNSEEN] = 0.0
@@ -358,13 +393,18 @@ class ByteTrack:
         t[tracks, _SEEN] = now
         t[tracks, _HIDDEN] = 0.0
         t[tracks, _PERIODS] = 0.0
-        t[tracks, _MEASURED] = xyah[dets]
+        t[tracks, _MEASURED] = measured
         # unmatched: tracked -> lost, unconfirmed -> gone, lost too long -> gone; unless not looked for
         unmatched = np.ones(len(t), bool)
         unmatched[tracks] = False
         hidden = np.zeros(len(t), bool)
         if looks is not None:  # a track is looked for where the views run see its box whole
-            hidden[unmatched] = ~looks.seen(predicted[unmatched])  # unmatched: not corrected
+            seen = (
+                polygons.hulls(polygons.corners(_to_obb(t[:, :4], t[:, _ANGLE])))
+                if self.rotated
+                else predicted
+            )
+            hidden[unmatched] = ~looks.seen(seen[unmatched])  # unmatched: not corrected
         t[hidden, _HIDDEN] += 1.0
         missed = unmatched & ~hidden  # looked for and not found: lost (a tentative track: dropped)
         t[missed & confirmed, _STATE] = LOST
@@ -380,7 +420,7 @@ class ByteTrack:
         at_once = np.full(len(born), self._frames == 1)
         if looks is not None:
             at_once |= scores[born] >= CONFIRM_AT_ONCE
-        self._start(xyah[born], class_ids[born], scores[born], now, at_once)
+        self._start(xyah[born], class_ids[born], scores[born], now, at_once, angles[born])
         shown = np.concatenate([shown, at_once])
         keep = self._distinct()
         rows = self.table[keep & shown]
@@ -390,7 +430,7 @@ class ByteTrack:
         # its filter predicts it
         xyah = np.where((rows[:, _SEEN] == now)[:, None], rows[:, _MEASURED], rows[:, :4])
         return Output(
-            _to_xyxy(xyah),
+            polygons.regularized(_to_obb(xyah, rows[:, _ANGLE])) if self.rotated else _to_xyxy(xyah),
             decayed,
             rows[:, _CLASS].astype(np.int64),
             rows[:, _ID].astype(np.int64),
@@ -444,15 +484,35 @@ class ByteTrack:
             t[gap, :4] = measured_xyah[after]
 
     def _overlaps(
-        self, predicted: np.ndarray, boxes: np.ndarray, useful: np.ndarray, class_ids: np.ndarray
+        self,
+        predicted: np.ndarray,
+        boxes: np.ndarray,
+        useful: np.ndarray,
+        class_ids: np.ndarray,
+        angles: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (track `predicted` box, detection) pairs of the same class that overlap and their IoU, detections
         `useful` only.
         A track not looked for on frames under a tile budget is compared by buffered IoU (C-BIoU, Yang et al., WACV
         2023): both boxes grown by `BUFFER_PER_FRAME` of their size per frame not looked for (at most `MAX_BUFFER`)
-        on every side, as its motion since is less certain."""
+        on every side, as its motion since is less certain. A rotated tracker's pairs: rotated IoU (`angles`: the
+        detections')."""
         t = self.table
         buffer = np.minimum(t[:, _HIDDEN] * BUFFER_PER_FRAME, MAX_BUFFER)
+        if self.rotated:
+            tracks = rotated_grown(_to_obb(t[:, :4], t[:, _ANGLE]), buffer)
+            found = _to_obb(_to_xyah(boxes[useful]), angles[useful])
+            i, j, _ = rotated_overlapping(
+                tracks,
+                rotated_grown(found, np.full(len(useful), MAX_BUFFER)),
+                t[:, _CLASS],
+                class_ids[useful],
+            )
+            iou = polygons.overlap(
+                polygons.corners(tracks[i]), polygons.corners(rotated_grown(found[j], buffer[i]))
+            )
+            hit = iou > 0
+            return i[hit], useful[j[hit]], iou[hit]
         if not buffer.any():
             i, j, iou = overlapping(predicted, boxes[useful], t[:, _CLASS], class_ids[useful])
             return i, useful[j], iou
@@ -477,8 +537,12 @@ class ByteTrack:
         tracked, lost = np.flatnonzero(t[:, _STATE] == TRACKED), np.flatnonzero(t[:, _STATE] == LOST)
         if not len(tracked) or not len(lost):
             return keep
-        boxes = _to_xyxy(t[:, :4])
-        i, j, iou = overlapping(boxes[tracked], boxes[lost], t[tracked, _CLASS], t[lost, _CLASS])
+        if self.rotated:
+            obb = _to_obb(t[:, :4], t[:, _ANGLE])
+            i, j, iou = rotated_overlapping(obb[tracked], obb[lost], t[tracked, _CLASS], t[lost, _CLASS])
+        else:
+            boxes = _to_xyxy(t[:, :4])
+            i, j, iou = overlapping(boxes[tracked], boxes[lost], t[tracked, _CLASS], t[lost, _CLASS])
         same = iou > DUPLICATE_IOU
         a, b = tracked[i[same]], lost[j[same]]
         older = t[a, _BORN] < t[b, _BORN]
@@ -487,7 +551,13 @@ class ByteTrack:
         return keep
 
     def _start(
-        self, xyah: np.ndarray, class_ids: np.ndarray, scores: np.ndarray, now: float, confirmed: np.ndarray
+        self,
+        xyah: np.ndarray,
+        class_ids: np.ndarray,
+        scores: np.ndarray,
+        now: float,
+        confirmed: np.ndarray,
+        angles: np.ndarray,
     ) -> None:
         n = len(xyah)
         if not n:
@@ -504,4 +574,5 @@ class ByteTrack:
         new[:, _SEEN] = now
         new[:, _MEASURED] = xyah
         new[:, _BORN] = self._frames
+        new[:, _ANGLE] = angles
         self.table = np.concatenate([self.table, new])

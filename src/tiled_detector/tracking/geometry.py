@@ -1,7 +1,8 @@
 """Box and frame geometry on numpy arrays, shared by the tracker, the schedule, the camera motion and the stream
 (numpy only: the tracker and the schedule import no torch).
 
-Boxes are (N, 4) x1, y1, x2, y2 in frame pixels; a camera motion is a (2, 3) similarity (scale, rotation,
+Boxes are (N, 4) x1, y1, x2, y2 in frame pixels (rotated ones (N, 5) cx, cy, w, h, angle: `tiled_detector.polygons`,
+the same code as the frame program's rotated geometry); a camera motion is a (2, 3) similarity (scale, rotation,
 translation) from the previous frame's pixels to the current one's.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from tiled_detector import polygons
 
 
 def overlapping(
@@ -44,6 +47,36 @@ def overlapping(
     i, k, inter = i[hit], k[hit], width[hit] * height[hit]
     union = (ax2[i] - ax1[i]) * (ay2[i] - ay1[i]) + (bx2[k] - bx1[k]) * (by2[k] - by1[k]) - inter
     return i, order[k], inter / np.maximum(union, 1e-12)
+
+
+def rotated_overlapping(
+    a: np.ndarray, b: np.ndarray, a_groups: np.ndarray | None = None, b_groups: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`overlapping` for rotated boxes (N, 5) and (M, 5): the pairs whose hulls intersect (the same sweep) and
+    whose rectangles do, with their rotated IoU (exact intersection polygons)."""
+    i, j, _ = overlapping(
+        polygons.hulls(polygons.corners(a)), polygons.hulls(polygons.corners(b)), a_groups, b_groups
+    )
+    iou = polygons.overlap(polygons.corners(a[i]), polygons.corners(b[j])) if len(i) else np.zeros(0)
+    hit = iou > 0
+    return i[hit], j[hit], iou[hit]
+
+
+def rotated_grown(obb: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """Rotated boxes grown on every side by `ratio` (per box) of their w and h (`grown`'s margins)."""
+    out = obb.copy()
+    out[:, 2:4] *= 1 + 2 * ratio[:, None]
+    return out
+
+
+def move_rotated(matrix: np.ndarray, obb: np.ndarray) -> np.ndarray:
+    """Rotated boxes (N, 5) moved by a (2, 3) similarity: centres as points, w and h scaled, angles turned by its
+    rotation."""
+    out = np.array(obb, np.float64).reshape(-1, 5)
+    out[:, :2] = move_points(matrix, out[:, :2])
+    out[:, 2:4] *= similarity_scale(matrix)
+    out[:, 4] += math.atan2(matrix[1, 0], matrix[0, 0])
+    return out
 
 
 def grown(boxes: np.ndarray, ratio: np.ndarray) -> np.ndarray:

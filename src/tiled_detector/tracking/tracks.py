@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiled_detector import polygons
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings
 from tiled_detector.tracking.looks import Looks
 from tiled_detector.types import Detections
@@ -33,7 +34,8 @@ class Tracked:
     """A frame's confirmed tracks: boxes (N, 4) x1, y1, x2, y2 (the tracker's estimate), scores, class ids,
     track ids (N,) int64 (>= 1, one per object for the life of its track), `seen_ns` (N,) int64: the stamp of
     the frame each was last detected in, and `fresh` (N,) bool: detected in this frame (all but a track reported
-    from its prediction in a region not looked at: `update`'s `looks`)."""
+    from its prediction in a region not looked at: `update`'s `looks`); rotated tracks: `obb` (N, 5), their hulls
+    `boxes`."""
 
     boxes: np.ndarray
     scores: np.ndarray
@@ -41,17 +43,18 @@ class Tracked:
     track_ids: np.ndarray
     seen_ns: np.ndarray
     fresh: np.ndarray
+    obb: np.ndarray | None = None
 
     def detections(self, timings: dict[str, float]) -> Detections:
         """The tracks as `Detections` (with a frame's `timings`)."""
-        return Detections(self.boxes, self.scores, self.class_ids, timings)
+        return Detections(self.boxes, self.scores, self.class_ids, timings, obb=self.obb)
 
 
 class Tracks:
     """The tracks of one camera (module docstring)."""
 
-    def __init__(self, settings: TrackerSettings, first_id: int = 1) -> None:
-        self.tracker = ByteTrack(settings, first_id)
+    def __init__(self, settings: TrackerSettings, first_id: int = 1, rotated: bool = False) -> None:
+        self.tracker = ByteTrack(settings, first_id, rotated)
         self._frame = 0  # the tracker's clock: this frame's number
         # frame number -> stamp, of the frames live tracks were last matched in
         self._stamps: dict[int, int] = {}
@@ -85,7 +88,7 @@ class Tracks:
         if motion is not None:
             self.tracker.warp(motion)
         found = self.tracker.update(
-            detections.boxes,
+            detections.obb if self.tracker.rotated else detections.boxes,
             detections.scores,
             detections.class_ids,
             dt_s,
@@ -96,13 +99,15 @@ class Tracks:
         live = set(self.tracker.matched().astype(np.int64).tolist())
         self._stamps = {frame: stamp for frame, stamp in self._stamps.items() if frame in live}
         seen = found.seen.astype(np.int64)
+        obb = found.boxes.astype(np.float32) if self.tracker.rotated else None
         return Tracked(
-            found.boxes.astype(np.float32),
+            found.boxes.astype(np.float32) if obb is None else polygons.hulls(polygons.corners(obb)),
             found.scores.astype(np.float32),
             found.class_ids,
             found.track_ids,
             np.array([self._stamps[frame] for frame in seen.tolist()], np.int64),
             seen == self._frame,
+            obb,
         )
 
     def predicted(self) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,114 @@
+"""Rotated-box geometry on the engine's device: the stage that rotated boxes (ultralytics' OBB models) add beside
+the axis-aligned ones, for the seam rule, the merge, the policy and the packing.
+
+Boxes are (..., 5) cx, cy, w, h, angle (ultralytics' xywhr; the angle in radians, turning +x toward +y in pixel
+coordinates, i.e. clockwise on screen); polygons are (..., K, 2) vertices of convex polygons in either orientation
+(a rectangle's `corners`, DOTA's four label points). Everything is torch, batched, with fixed shapes, no host read
+and no per-box Python loop; areas are computed about local origins, so float32 frame coordinates are safe.
+The math itself lives in `tiled_detector.polygons` (one implementation for torch here and numpy in the tracker);
+this module's names:
+
+- `corners(obb) -> (..., 4, 2)`: centre + R(angle)(+-w/2, +-h/2), in ultralytics' order (`xywhr2xyxyxyxy`);
+- `polygon_area(p)`, `signed_area(p)`, `intersection_area(a, b)` (broadcastable convex polygons, exact);
+- `overlap(a, b, metric)`: IoU / IoS of broadcastable polygons; `pairwise_overlap(a, b, metric) -> (N, M)`,
+  `pairwise_intersection(a, b) -> (N, M)` (in row chunks: memory bounded by `PAIR_BUDGET`, not N x M);
+- `hulls(p) -> (..., 4)` x1, y1, x2, y2 and `obb_hulls(obb)`: the axis-aligned boxes around them;
+- `covering(obb, points)`: the rectangle at the same angle that covers the rectangle and the points: a merged
+  group keeps its keeper's angle exactly (never an average across the pi ambiguity) and covers every member;
+- `regularized(obb)`: ultralytics' regular form (angle in [0, pi/2), w and h swapped to match);
+- `frame_obb(obb, mapping)`: boxes in model-input pixels to frame pixels with a plan's `to_frame` rows;
+- `degenerate(obb)`: rows that are no rectangle (w or h <= 0, NaN); `inner_points(obb, u, v)`: points spread over
+  each rectangle (the ignore mask's and the depth's samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from tiled_detector.polygons import (
+    corners,
+    covering,
+    degenerate,
+    hulls,
+    inner_points,
+    intersection_area,
+    overlap,
+    polygon_area,
+    regularized,
+    signed_area,
+)
+
+__all__ = [
+    "PAIR_BUDGET",
+    "corners",
+    "covering",
+    "degenerate",
+    "frame_obb",
+    "hulls",
+    "inner_points",
+    "intersection_area",
+    "obb_hulls",
+    "overlap",
+    "pairwise_intersection",
+    "pairwise_overlap",
+    "polygon_area",
+    "regularized",
+    "signed_area",
+]
+
+# (pair, edge, edge) elements of one step of `pairwise_overlap` (a few float32 temporaries of this many live at
+# once): rows are taken in chunks so that memory follows this bound, not N x M
+PAIR_BUDGET = {"cpu": 1 << 22, "cuda": 1 << 24}
+
+
+def obb_hulls(obb: Tensor) -> Tensor:
+    """(..., 5) rotated boxes -> (..., 4) x1, y1, x2, y2 of the axis-aligned boxes around them."""
+    return hulls(corners(obb))
+
+
+def _pairwise(function: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) `function` of every polygon of a (N, K, 2) with every polygon of b (M, K, 2), in row chunks of at
+    most `PAIR_BUDGET` elements (fixed shapes: a captured graph replays the same chunks)."""
+    budget = PAIR_BUDGET.get(a.device.type, PAIR_BUDGET["cuda"])
+    rows = max(1, budget // max(1, len(b) * a.shape[-2] * b.shape[-2]))
+    if len(a) <= rows:
+        return function(a[:, None], b[None])
+    return torch.cat([function(part[:, None], b[None]) for part in a.split(rows)])
+
+
+def pairwise_overlap(a: Tensor, b: Tensor, metric: str = "iou") -> Tensor:
+    """(N, M) IoU or IoS (`metric` "iou" / "ios") of every polygon of a (N, K, 2) with every polygon of b
+    (M, K, 2) (`_pairwise`'s chunks)."""
+    return _pairwise(lambda x, y: overlap(x, y, metric), a, b)
+
+
+def pairwise_intersection(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) intersection areas of every polygon of a (N, K, 2) with every polygon of b (M, K, 2)."""
+    return _pairwise(intersection_area, a, b)
+
+
+def frame_obb(obb: Tensor, mapping: Tensor) -> Tensor:
+    """(M, 5) boxes in model-input pixels -> frame pixels with the (M, 3, 4) rows of `PlanTensors.to_frame` (scale
+    and offset per coordinate; frame = input * scale + offset): the centre maps as a point; where the x and y scales
+    differ (a stretched view) the w side's direction and length are mapped and h keeps the area. Not clipped to the
+    frame (the hulls are)."""
+    obb = obb.float()
+    sx, sy = mapping[:, 0, 0], mapping[:, 0, 1]
+    cos, sin = torch.cos(obb[:, 4]), torch.sin(obb[:, 4])
+    wx, wy = obb[:, 2] * cos * sx, obb[:, 2] * sin * sy
+    w = torch.sqrt(wx * wx + wy * wy)
+    h = obb[:, 3] * obb[:, 2] * sx * sy / torch.where(w > 0, w, 1.0)
+    angle = torch.where((sx == sy) | (w == 0), obb[:, 4], torch.atan2(wy, wx))
+    return torch.stack(
+        [
+            obb[:, 0] * sx + mapping[:, 1, 0],
+            obb[:, 1] * sy + mapping[:, 1, 1],
+            torch.where(sx == sy, obb[:, 2] * sx, w),
+            torch.where(sx == sy, obb[:, 3] * sy, h),
+            angle,
+        ],
+        1,
+    )
