@@ -133,8 +133,9 @@ def positive(polygon: Any) -> tuple[Any, Any]:
     vertex, and their areas."""
     xp = namespace(polygon)
     area = signed_area(polygon)
-    reversed_order = [0, *range(polygon.shape[-2] - 1, 0, -1)]
-    return xp.where((area < 0)[..., None, None], polygon[..., reversed_order, :], polygon), xp.abs(area)
+    # the same first vertex, the rest reversed (flip and roll: an index list would be copied to the device)
+    reversed_order = xp.roll(xp.flip(polygon, (-2,)), 1, -2)
+    return xp.where((area < 0)[..., None, None], reversed_order, polygon), xp.abs(area)
 
 
 def _inside(start: Any, along: Any, blocked: Any, free: Any, axis: int) -> Any:

@@ -531,7 +531,7 @@ def decode_padded(
                 f"obb_end2end rows are cx, cy, w, h, score, class, angle (7 columns), got {tuple(head.shape)}"
             )
         return _decode_nms_done(
-            head[..., [0, 1, 2, 3, 6]],
+            torch.cat([head[..., :4], head[..., 6:7]], -1),  # no list index: it would copy to the device
             head[..., 4],
             head[..., 5],
             conf_threshold,
