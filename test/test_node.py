@@ -25,6 +25,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
+from tiled_detector.fastdds import profile_environment, without_profile  # noqa: E402
 from tiled_detector.harness.client import DetectorClient  # noqa: E402
 from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
 from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
@@ -511,9 +512,9 @@ def _watched_node(
         _write_params(tmp_path / "params.yaml", diagnostics_period=0.5, **params), domain_id=domain
     )
     if profile is False:
-        del node.env["FASTDDS_DEFAULT_PROFILES_FILE"]
+        without_profile(node.env)
     elif profile is not True:
-        node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
+        node.env.update(profile_environment(profile))
     with node:
         client = DetectorClient(domain_id=domain)
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
@@ -528,7 +529,7 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
     """No frame gets through from a publisher lacking the profile: one WARN names the variable and the file."""
     domain = pick_domain_id()
     env = ros_environment(domain)
-    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    without_profile(env)
     with _watched_node(tmp_path, domain) as (node, client, diagnostics):
         publisher = _publisher(
             env,
@@ -559,7 +560,9 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
     log = node.log_text()
     warnings = [line for line in log.splitlines() if "no frame arrived" in line]
     assert len(warnings) == 1, log  # said once, not per frame
-    assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE}" in warnings[0]
+    # the node runs Fast DDS 3 here (kilted): the variable it reads, not Fast DDS 2's
+    assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE} (Fast DDS 3)" in warnings[0]
+    assert "FASTRTPS_DEFAULT_PROFILES_FILE" not in warnings[0]
 
 
 def _stream_through_a_small_queue(tmp_path: Path) -> tuple[dict[str, str], int, str]:
@@ -571,7 +574,7 @@ def _stream_through_a_small_queue(tmp_path: Path) -> tuple[dict[str, str], int, 
     small.write_text(
         FASTDDS_PROFILE.read_text().replace("<port_queue_capacity>4096<", "<port_queue_capacity>128<")
     )
-    env = {**ros_environment(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(small)}
+    env = {**ros_environment(domain), **profile_environment(small)}
     with _watched_node(tmp_path, domain, small) as (_, client, diagnostics):
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         try:
@@ -610,7 +613,7 @@ def test_frames_lost_stay_a_count_when_the_middleware_reports_none(tmp_path: Pat
     values that are no counts (ros.stats.LostFrames), and frames_lost stays a count of what went missing."""
     domain = pick_domain_id()
     env = ros_environment(domain)
-    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    without_profile(env)
     with _watched_node(tmp_path, domain, profile=False) as (_, client, diagnostics):
         publisher = _publisher(
             env,

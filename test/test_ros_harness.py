@@ -29,11 +29,27 @@ def test_environment_isolates_and_enables_large_images() -> None:
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
     assert env["ROS_LOCALHOST_ONLY"] == "1"
     assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
-    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]) == FASTDDS_PROFILE
+    # Fast DDS 2.x (Humble, Jazzy) reads FASTRTPS_DEFAULT_PROFILES_FILE, 3.x FASTDDS_DEFAULT_PROFILES_FILE
+    # (XMLParserCommon.cpp at eProsima/Fast-DDS v2.6.10, v2.14.5 and v3.2.2)
+    assert (
+        Path(env["FASTRTPS_DEFAULT_PROFILES_FILE"])
+        == Path(env["FASTDDS_DEFAULT_PROFILES_FILE"])
+        == FASTDDS_PROFILE
+    )
     assert "<segment_size>67108864</segment_size>" in FASTDDS_PROFILE.read_text()
     assert "<port_queue_capacity>4096</port_queue_capacity>" in FASTDDS_PROFILE.read_text()
     with pytest.raises(ValueError, match="ROS_DOMAIN_ID"):
         ros_environment(300)
+
+
+def test_a_profile_the_environment_names_in_either_variable_is_named_in_both() -> None:
+    """A Humble user's `export FASTRTPS_DEFAULT_PROFILES_FILE=mine.xml` (or a Kilted user's FASTDDS_ name) is kept,
+    and given to the other version's variable too; both set are left as they are."""
+    for name in ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE"):
+        env = ros_environment(base={name: "/mine.xml"})
+        assert env["FASTRTPS_DEFAULT_PROFILES_FILE"] == env["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
+    both = {"FASTRTPS_DEFAULT_PROFILES_FILE": "/a.xml", "FASTDDS_DEFAULT_PROFILES_FILE": "/b.xml"}
+    assert {k: ros_environment(base=both)[k] for k in both} == both
 
 
 def test_domain_ids_stay_in_range() -> None:

@@ -49,25 +49,36 @@ class DepthInputs:
     """The 3D side of a node with these cameras (module docstring). `publish` and `depth_for` run on the worker,
     the subscriptions' callbacks on the executor."""
 
-    def __init__(self, node: Any, cameras: Sequence[CameraTopics]) -> None:
+    def __init__(self, node: Any, cameras: Sequence[CameraTopics], overridable: Any = None) -> None:
         self._node = node
         self._topics = [depth_topics(c) for c in cameras]
         self._images = [c.image for c in cameras]
         self.sync = DepthSync(len(cameras))
-        self.publishers = [node.create_publisher(Detection3DArray, t[2], 10) for t in self._topics]
+        self.publishers = [
+            node.output_publisher(Detection3DArray, t[2], 10, qos_overriding_options=overridable)
+            for t in self._topics
+        ]
         self._subscriptions: list[Any] = []
         self._said: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
         self.frames_without_depth = [0] * len(cameras)
         self.objects_without_depth = [0] * len(cameras)
 
-    def subscribe(self, image_qos: QoSProfile) -> None:
-        """Subscribe every camera's depth image (with the colour image's QoS) and camera info."""
+    def subscribe(self, image_qos: QoSProfile, overridable: Any = None) -> None:
+        """Subscribe every camera's depth image (with the colour image's QoS) and camera info (QoS overrides
+        honoured as `overridable` says)."""
         for index, (depth, info, _) in enumerate(self._topics):
             on_depth = functools.partial(self._on_depth, index=index)
             on_info = functools.partial(self._on_info, index=index)
-            self._subscriptions.append(self._node.create_subscription(Image, depth, on_depth, image_qos))
-            self._subscriptions.append(self._node.create_subscription(CameraInfo, info, on_info, INFO_QOS))
+            for msg_type, topic, callback, qos in (
+                (Image, depth, on_depth, image_qos),
+                (CameraInfo, info, on_info, INFO_QOS),
+            ):
+                self._subscriptions.append(
+                    self._node.create_subscription(
+                        msg_type, topic, callback, qos, qos_overriding_options=overridable
+                    )
+                )
 
     def unsubscribe(self) -> None:
         """Stop taking depth images and camera infos."""
@@ -79,7 +90,7 @@ class DepthInputs:
         """Unsubscribe and destroy the publishers."""
         self.unsubscribe()
         for publisher in self.publishers:
-            self._node.destroy_publisher(publisher)
+            self._node.destroy_output(publisher)
         self.publishers = []
 
     def _on_depth(self, msg: Image, index: int = 0) -> None:
