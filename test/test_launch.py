@@ -47,7 +47,13 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     launch.LaunchDescription = type("LaunchDescription", (_Recorder,), {})
     launch.LaunchContext = type("LaunchContext", (), {})
     actions = types.ModuleType("launch.actions")
-    for name in ("DeclareLaunchArgument", "OpaqueFunction", "EmitEvent", "RegisterEventHandler"):
+    for name in (
+        "DeclareLaunchArgument",
+        "OpaqueFunction",
+        "EmitEvent",
+        "RegisterEventHandler",
+        "SetEnvironmentVariable",
+    ):
         setattr(actions, name, type(name, (_Recorder,), {}))
     actions.IncludeLaunchDescription = _Include
     events = types.ModuleType("launch.events")
@@ -342,3 +348,16 @@ print(sorted(m for m in ("torch", "rclpy", "numpy", "tiled_detector.config") if 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_package_xml_names_no_rosdep_key_that_installs_a_wrong_torch() -> None:
+    """rosdep's `python3-torch` (ros/rosdistro rosdep/python.yaml: Ubuntu's `python3-torch`) is the distribution's
+    CPU build, on x86_64 and on a Jetson alike: package.xml names no torch key, and the docs say how to install it
+    per platform."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(ROOT / "package.xml").getroot()
+    keys = {element.text for element in root if element.tag.endswith("depend")}
+    assert "rclpy" in keys and not [key for key in keys if "torch" in key], keys
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    assert "PyTorch has no rosdep key" in docs and "JetPack wheel" in docs

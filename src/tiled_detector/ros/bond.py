@@ -19,12 +19,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from rclpy.duration import Duration
+
 TOPIC = "bond"
 PERIOD_PARAMETER = "bond_heartbeat_period"
 HEARTBEAT_PERIOD_S = 0.1  # Nav2's createBond (Humble: fixed; Jazzy: bond_heartbeat_period's default)
 HEARTBEAT_TIMEOUT_S = 4.0  # Nav2's createBond
 # bondpy declares this parameter on the node at each heartbeat timeout (and fails when it is declared already)
 DISABLE_PARAMETER = "/bond_disable_heartbeat_timeout"
+BREAK_WAIT_S = 0.1  # bondcpp's ~Bond waits this long for a broken bond to be acknowledged
 
 
 def import_bond() -> Any:
@@ -84,9 +87,14 @@ class ManagerBond:
             bond, self._bond, self._formed = self._bond, None, False
         if bond is None:
             return
-        bond.shutdown()
-        # bondpy destroys its endpoints itself, which leaves them in the node's lists: take them out
+        # as bondcpp's ~Bond (ros/bond_core, ros2 branch, bondcpp/src/bond.cpp): break, then up to 100 ms while
+        # bondpy's thread repeats the end to the manager (destroyed at once, the one message can be lost)
+        bond.break_bond()
+        bond.wait_until_broken(Duration(seconds=BREAK_WAIT_S))
+        # bondpy's shutdown destroys its subscription itself, leaving it in the node's list, where an executor then
+        # raises InvalidHandle: the node destroys it first (destroying twice is harmless)
         self._node.destroy_subscription(bond.sub)
+        bond.shutdown()
         self._node.destroy_publisher(bond.pub)
 
     def _on_formed(self, bond: Any) -> None:
@@ -103,8 +111,8 @@ class ManagerBond:
             formed, self._formed = self._formed, False
         if formed:
             self._node.get_logger().warning(
-                f"the bond with the lifecycle manager broke (no heartbeat for {HEARTBEAT_TIMEOUT_S:g} s: the manager "
-                "is gone?); the node stays in its state"
+                "the bond with the lifecycle manager broke (the manager ended, or sent no heartbeat for "
+                f"{HEARTBEAT_TIMEOUT_S:g} s); the node stays in its state"
             )
         else:
             self._node.get_logger().debug("no lifecycle manager formed a bond (none is running: fine)")

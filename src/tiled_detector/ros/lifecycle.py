@@ -74,13 +74,16 @@ class DetectorLifecycleNode(DetectorNodeBase, LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         done = self._transition("activate", self._activate)
-        if done != TransitionCallbackReturn.SUCCESS:
-            return done
-        done = super().on_activate(state)  # the lifecycle publishers
-        if done != TransitionCallbackReturn.SUCCESS:
-            return done
-        period = self.get_parameter(PERIOD_PARAMETER).value
-        return self._transition("activate", lambda: (self._publish_info(), self.bond.form(period)))
+        if done == TransitionCallbackReturn.SUCCESS:
+            done = super().on_activate(state)  # the lifecycle publishers
+        if done == TransitionCallbackReturn.SUCCESS:
+            done = self._transition("activate", self._announce)
+        return done
+
+    def _announce(self) -> None:
+        """Say what the detections mean (VisionInfo, LabelInfo) and form the bond with a lifecycle manager."""
+        self._publish_info()
+        self.bond.form(self.get_parameter(PERIOD_PARAMETER).value)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.bond.release()
@@ -97,7 +100,9 @@ class DetectorLifecycleNode(DetectorNodeBase, LifecycleNode):
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """A transition failed with an error: free everything (bond, worker, engine); the node is unconfigured."""
-        self.get_logger().error(f"error in state {state.label}: freeing the engine; the node is unconfigured")
+        self.get_logger().error(
+            f"a transition from {state.label} failed: the engine is freed, the node unconfigured"
+        )
         self.shutdown()
         return TransitionCallbackReturn.SUCCESS
 

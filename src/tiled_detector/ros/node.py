@@ -291,6 +291,13 @@ class DetectorNodeBase(NodeParameters):
             )
         self._said_overrides |= frozenset(unused)
 
+    def _changed(self, before: Any, after: Any) -> None:
+        """Runtime settings changed: LabelInfo's threshold follows `conf_threshold`."""
+        if after.conf_threshold != before.conf_threshold and self.label_info_pub is not None:
+            header = Detection2DArray().header
+            header.stamp = self.get_clock().now().to_msg()
+            self.label_info_pub.publish(label_info(self.labels, after.conf_threshold, header))
+
     def output_publisher(self, msg_type: Any, topic: str, qos: Any, **kwargs: Any) -> Any:
         """An output publisher (the managed node's publish only while it is active)."""
         return self.create_publisher(msg_type, topic, qos, **kwargs)
@@ -403,11 +410,8 @@ class DetectorNodeBase(NodeParameters):
     def prepare(self) -> None:
         """Apply changed runtime parameters: re-plan, keeping engine and buffers."""
         config, _ = self._current()
-        before = self._detector.config
-        if before is not config:
+        if self._detector.config is not config:
             self._detector.reconfigure(config)
-            if config.conf_threshold != before.conf_threshold and self.label_info_pub is not None:
-                self.label_info_pub.publish(label_info(self.labels, config.conf_threshold))
 
     def decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there

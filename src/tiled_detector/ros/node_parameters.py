@@ -186,7 +186,11 @@ class NodeParameters:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:
             self._state = (candidate, merged)
+        self._changed(current, candidate)
         return SetParametersResult(successful=True)
+
+    def _changed(self, before: DetectorConfig, after: DetectorConfig) -> None:
+        """Runtime settings changed from `before` to `after` (the node's hook)."""
 
     def _check_runtime(self, candidate: DetectorConfig) -> None:
         """Raise ValueError when new runtime settings cannot apply to what the node has seen (the node's check)."""
