@@ -29,6 +29,7 @@ from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray, VisionInfo
 
+from tiled_detector.config import DetectorConfig
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
     array_to_imgmsg,
@@ -146,9 +147,8 @@ class DetectorNodeBase(NodeParameters):
     _skips_counted = True  # False once the middleware is found to give no sequence numbers
     _depth: DepthInputs | None = None  # `depth: true`: the depth inputs and detections_3d (ros/depth.py)
     label_info_pub: Any = None
-    _said_overrides: frozenset[str] = (
-        frozenset()
-    )  # qos_overrides already warned about as matching no endpoint
+    # qos_overrides already warned about as matching no endpoint
+    _said_overrides: frozenset[str] = frozenset()
 
     def _configure(self) -> None:
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
@@ -268,8 +268,7 @@ class DetectorNodeBase(NodeParameters):
     def _publish_info(self) -> None:
         """Publish what the detections mean: VisionInfo and (where vision_msgs has it) LabelInfo."""
         config, values = self._current()
-        header = Detection2DArray().header
-        header.stamp = self.get_clock().now().to_msg()
+        header = self._now_header()
         engine = self._detector.engine
         names = values["output_format"] == "labels"
         backend, precision = engine.backend.value, engine.precision.value
@@ -291,12 +290,16 @@ class DetectorNodeBase(NodeParameters):
             )
         self._said_overrides |= frozenset(unused)
 
-    def _changed(self, before: Any, after: Any) -> None:
+    def _changed(self, before: DetectorConfig, after: DetectorConfig) -> None:
         """Runtime settings changed: LabelInfo's threshold follows `conf_threshold`."""
         if after.conf_threshold != before.conf_threshold and self.label_info_pub is not None:
-            header = Detection2DArray().header
-            header.stamp = self.get_clock().now().to_msg()
-            self.label_info_pub.publish(label_info(self.labels, after.conf_threshold, header))
+            self.label_info_pub.publish(label_info(self.labels, after.conf_threshold, self._now_header()))
+
+    def _now_header(self) -> Any:
+        """A header stamped now (the node's clock), no frame."""
+        header = Detection2DArray().header
+        header.stamp = self.get_clock().now().to_msg()
+        return header
 
     def output_publisher(self, msg_type: Any, topic: str, qos: Any, **kwargs: Any) -> Any:
         """An output publisher (the managed node's publish only while it is active)."""
