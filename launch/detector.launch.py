@@ -13,8 +13,9 @@ with its own `namespace` and `image` topic (`namespace:=front image:=/front/imag
 camera_info:=/camera/camera/color/camera_info` (the node publishes `detections_3d` beside `detections`).
 `lifecycle:=true` starts the managed node instead (unconfigured; configure loads the engine, activate subscribes;
 `autostart:=true` configures and activates it once at start, without a lifecycle manager).
-The Fast DDS profile goes into the node's own environment only (both variable names: Fast DDS 2.x reads
-FASTRTPS_DEFAULT_PROFILES_FILE, 3.x FASTDDS_DEFAULT_PROFILES_FILE), never into the including launch's.
+The Fast DDS profile goes into the node's own environment only, never into the including launch's: both variable
+names (Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE, 3.x FASTDDS_DEFAULT_PROFILES_FILE), only the new one where
+the installed Fast DDS is 3 (its rmw_fastrtps warns about the old one).
 Imports no torch: the parameter table comes from `tiled_detector.launch_arguments`.
 """
 
@@ -38,7 +39,7 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
 from lifecycle_msgs.msg import Transition
 
-from tiled_detector.fastdds import profile_environment
+from tiled_detector.fastdds import installed_major, profile_environment
 from tiled_detector.launch_arguments import PARAMETERS, check_spelling, typed, typed_flag
 
 SHARE = FindPackageShare("tiled_detector")
@@ -60,7 +61,8 @@ ARGUMENTS = (
     ("log_level", "info", "logging level: debug, info, warn, error"),
     ("fastdds_profile", PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
      "Fast DDS profile with a shared-memory segment large enough for full-resolution images, set in the node's "
-     "environment only (FASTRTPS_DEFAULT_PROFILES_FILE and FASTDDS_DEFAULT_PROFILES_FILE); empty: the environment's"),
+     "environment only (FASTRTPS_DEFAULT_PROFILES_FILE and FASTDDS_DEFAULT_PROFILES_FILE; Fast DDS 3: the latter); "
+     "empty: the environment's"),
     *((name, "", f"{description}; empty = the params file's value") for name, _, description in PARAMETERS),
 )  # fmt: skip
 NAMES = {name for name, _, _ in ARGUMENTS}
@@ -140,7 +142,7 @@ def _detector_node(context: LaunchContext) -> list:
         ],
         arguments=["--ros-args", "--log-level", arg["log_level"]],
         # the node's own environment: nothing set here reaches the including launch or its other processes
-        additional_env=profile_environment(profile) if profile else None,
+        additional_env=profile_environment(profile, installed_major()) if profile else None,
     )
     return [node, *(_autostart(node) if managed and autostart else [])]
 

@@ -155,19 +155,32 @@ def test_launch_arguments(launch_description: Any) -> None:
     assert params_default.args[0][0].args == ("tiled_detector",)
 
 
-def test_launch_sets_the_large_image_dds_profile_for_the_node_only(launch_description: Any) -> None:
-    """Both names (Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE: XMLParserCommon.cpp at eProsima/Fast-DDS
-    v2.6.10 and v2.14.5; 3.x FASTDDS_DEFAULT_PROFILES_FILE: v3.2.2), in the node action's own environment: no
-    action of the description sets the including launch's environment; empty leaves the environment's."""
+def test_launch_sets_the_large_image_dds_profile_for_the_node_only(
+    launch_description: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS v2.6.10 and
+    v2.14.5), 3.x FASTDDS_DEFAULT_PROFILES_FILE (v3.2.2): both names, in the node action's own environment (no action
+    of the description sets the including launch's); where the installed Fast DDS is 3, the new name only (its
+    rmw_fastrtps warns about the old one in every process); empty leaves the environment's."""
     assert {type(e).__name__ for e in launch_description.args[0]} == {
         "DeclareLaunchArgument",
         "OpaqueFunction",
     }
-    node = _node_for(launch_description, fastdds_profile="/opt/share/large.xml")
-    assert node.kwargs["additional_env"] == {
+    envs = {}
+    for distro, library in (("humble", "libfastrtps.so.2.6.10"), ("kilted", "libfastdds.so.3.2.2")):
+        (tmp_path / distro / "lib").mkdir(parents=True)
+        (tmp_path / distro / "lib" / library).touch()
+        monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path / distro))
+        monkeypatch.setattr(sys, "prefix", str(tmp_path / distro))
+        monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+        envs[distro] = _node_for(launch_description, fastdds_profile="/opt/share/large.xml").kwargs[
+            "additional_env"
+        ]
+    assert envs["humble"] == {
         "FASTRTPS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
         "FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
     }
+    assert envs["kilted"] == {"FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml"}
     assert _node_for(launch_description, fastdds_profile="").kwargs["additional_env"] is None
 
 

@@ -1107,7 +1107,7 @@ def test_depth_positions_over_dds_and_each_bad_input_said_once(
     from vision_msgs.msg import Detection3DArray
 
     from tiled_detector.harness.client import reliable_qos
-    from tiled_detector.messages.detections import msg_to_positions
+    from tiled_detector.messages.detections import msg_links, msg_to_positions
     from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 
     node, client = node_and_client
@@ -1138,7 +1138,9 @@ def test_depth_positions_over_dds_and_each_bad_input_said_once(
     camera = Intrinsics(900.0, 900.0, 639.5, 359.5)
     reference = TiledDetector(max_detections=40).detect(frame, depth=DepthImage(depth, camera))
     ids, positions, _ = msg_to_positions(answer)
-    np.testing.assert_allclose(positions, reference.positions[[int(i) for i in ids]], atol=1e-4)
+    links = msg_links(good, answer)  # (untracked: no ids; the 2D order, class and score)
+    assert ids == [""] * len(reference) and sorted(links.tolist()) == list(range(len(reference)))
+    np.testing.assert_allclose(positions[links], reference.positions, atol=1e-4)
     assert len(ids) == len(reference) > 0 and np.allclose(positions[:, 2], 8.0)
     assert [(d.bbox, d.results) for d in good.detections] == [(d.bbox, d.results) for d in plain.detections]
     send(2, _depth_image(np.full((300, 300), 8000, np.uint16), 2))  # another aspect ratio

@@ -25,6 +25,7 @@ from vision_msgs.msg import (
 from tiled_detector.messages.detections import (
     detections_3d_to_msg,
     detections_to_msg,
+    msg_links,
     msg_obb,
     msg_to_detections,
     msg_to_positions,
@@ -475,6 +476,27 @@ def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:
         # ... and none across it: the ray is the only direction of uncertainty
         across = np.cross(ray, [0.0, 1.0, 0.0])
         assert across @ covariance[:3, :3] @ across == pytest.approx(0.0, abs=1e-12)
+
+
+def test_each_2d_detection_finds_its_3d_object_by_order_and_hypothesis_or_by_track_id() -> None:
+    """msg_links: untracked, the 2D order with the same class and score; tracked, the id. The documented limit:
+    untracked detections of equal class and score in a row, not all with a position, are linked in order."""
+    header = image_header()
+    scores = np.array([0.9, 0.9, 0.9, 0.5], np.float32)  # three equal hypotheses in a row
+    classes = np.array([0, 0, 0, 2])
+    boxes = np.array([[0, 0, 10, 10], [20, 0, 30, 10], [40, 0, 50, 10], [60, 0, 70, 10]], np.float32)
+    positions = np.array([[0.1, 0, 4], [np.nan] * 3, [0.3, 0, 5], [0.4, 0, 6]], np.float32)
+    sizes = np.full((4, 3), 0.2, np.float32)
+    flat = detections_to_msg(boxes, scores, classes, header, LABELS)
+    located = detections_3d_to_msg(positions, sizes, scores, classes, header, LABELS)
+    links = msg_links(flat, located)
+    # three 3D objects for four detections; the 2nd detection has no depth: without an id the equal neighbours
+    # cannot tell, so the order links the 1st and 2nd 3D objects to the 1st and 2nd equal detections
+    assert links.tolist() == [0, 1, -1, 2]
+    tracked = [11, 12, 13, 14]
+    flat = detections_to_msg(boxes, scores, classes, header, LABELS, track_ids=tracked)
+    located = detections_3d_to_msg(positions, sizes, scores, classes, header, LABELS, track_ids=tracked)
+    assert msg_links(flat, located).tolist() == [0, -1, 1, 2]  # ids tell them apart
 
 
 def test_position_covariance_follows_the_depth_spread_of_sampled_depths() -> None:

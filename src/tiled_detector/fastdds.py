@@ -4,14 +4,17 @@ environment variable each Fast DDS version reads it from, and which version this
 Fast DDS 2.x (ROS 2 Humble: 2.6, Jazzy: 2.14) reads the profile named by `FASTRTPS_DEFAULT_PROFILES_FILE`
 (`src/cpp/rtps/xmlparser/XMLParserCommon.cpp` at eProsima/Fast-DDS v2.6.10 and v2.14.5, and rmw_fastrtps' README on
 its humble and jazzy branches); Fast DDS 3 (Kilted and later) reads `FASTDDS_DEFAULT_PROFILES_FILE`
-(`src/cpp/xmlparser/XMLParserCommon.cpp` at v3.2.2) and no longer the old name. Setting both serves every distro.
-Imports nothing heavy: the launch file uses it.
+(`src/cpp/xmlparser/XMLParserCommon.cpp` at v3.2.2) and no longer the old name. Both are set, except where the
+installed Fast DDS is 3: there rmw_fastrtps (9.3.3, Kilted) also reads the old name and logs, in every process
+that has it, that it is deprecated; so only the new one is set there. Imports nothing heavy: the launch file uses it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 from collections.abc import Mapping, MutableMapping
 from importlib import resources
 from pathlib import Path
@@ -24,15 +27,22 @@ PROFILE_VARIABLES = (FASTDDS_2_VARIABLE, FASTDDS_3_VARIABLE)
 _LIBRARY = re.compile(r"/lib(fastrtps|fastdds)\.so\.(\d+)")
 
 
-def profile_environment(profile: str | Path) -> dict[str, str]:
-    """Both profile variables naming `profile` (each Fast DDS version reads one of them)."""
-    return dict.fromkeys(PROFILE_VARIABLES, str(profile))
+def set_variables(major: int | None) -> tuple[str, ...]:
+    """The profile variables to set for an installed Fast DDS of major version `major`: both (2.x reads the old
+    name and ignores the new one; unknown: both), only the new one for 3 (module docstring)."""
+    return (FASTDDS_3_VARIABLE,) if major is not None and major >= 3 else PROFILE_VARIABLES
+
+
+def profile_environment(profile: str | Path, major: int | None = None) -> dict[str, str]:
+    """The profile variables naming `profile` for an installed Fast DDS of major version `major` (`set_variables`)."""
+    return dict.fromkeys(set_variables(major), str(profile))
 
 
 def with_profile(env: MutableMapping[str, str], default: str | Path = FASTDDS_PROFILE) -> None:
-    """Set both profile variables in `env` where unset: to the profile one of them already names, else `default`."""
+    """Set the profile variables for the Fast DDS `env` finds (`installed_major`) where unset: to the profile one of
+    them already names, else `default`."""
     given = next((env[name] for name in reversed(PROFILE_VARIABLES) if env.get(name)), str(default))
-    for name in PROFILE_VARIABLES:
+    for name in set_variables(installed_major(env)):
         if not env.get(name):
             env[name] = given
 
@@ -47,6 +57,27 @@ def loaded_major(maps: str) -> int | None:
     """The major version of the Fast DDS library a process has loaded, from its /proc/<pid>/maps text (None: none)."""
     found = _LIBRARY.search(maps)
     return int(found.group(2)) if found else None
+
+
+def installed_major(env: Mapping[str, str] | None = None) -> int | None:
+    """The major version of the Fast DDS library installed where `env` (default: this process's environment) finds
+    ROS: the `lib` folders of its AMENT_PREFIX_PATH prefixes (unset: this Python's prefix, the PyPI wheels' ROS) and
+    its LD_LIBRARY_PATH (None: none found)."""
+    env = os.environ if env is None else env
+    prefixes = (
+        env.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if env.get("AMENT_PREFIX_PATH") else [sys.prefix]
+    )
+    folders = [Path(p) / "lib" for p in prefixes if p] + [
+        Path(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p
+    ]
+    found = [
+        loaded_major(f"/{library.name}")
+        for folder in dict.fromkeys(folders)
+        if folder.is_dir()
+        for pattern in ("libfastdds.so.*", "libfastrtps.so.*")
+        for library in folder.glob(pattern)
+    ]
+    return max((m for m in found if m is not None), default=None)
 
 
 @functools.cache

@@ -16,8 +16,10 @@ that frame's stamp in its own header; every other detection carries the array's 
 A Detection3DArray (`detections_3d_to_msg`) holds the objects of the same frame that have a position, in the
 order of its Detection2DArray (the same stamp), each with its Detection2D's id (the track id, or empty) and class
 and score, and the position as its hypothesis' pose (`PoseWithCovariance`, covariance from the depth spread). So a
-3D object is its 2D detection by track id when tracked; untracked, by order and hypothesis: the k-th 3D object is
-the first 2D detection after the (k-1)-th's match with the same class_id and score.
+3D object is its 2D detection by track id when tracked; untracked, by order and hypothesis (`msg_links`): the k-th
+3D object is the first 2D detection after the (k-1)-th's match with the same class_id and score (ambiguous only
+between neighbours of equal class and score of which some have no position: a consumer that needs every link
+exact runs the tracker).
 """
 
 from __future__ import annotations
@@ -225,6 +227,34 @@ def detections_3d_to_msg(
     array_msg.header = header
     array_msg.detections = detections
     return array_msg
+
+
+def msg_links(msg: Any, msg_3d: Any) -> np.ndarray:
+    """(N,) for each detection of a Detection2DArray the index of its object in the Detection3DArray of the same
+    frame (-1: none): by id where the 3D object has one (a track id), else by the documented order (module
+    docstring): the next 2D detection, after the last one linked, with the same class_id and score."""
+    links = np.full(len(msg.detections), -1, np.int64)
+    by_id = {str(getattr(d, "id", "")): k for k, d in enumerate(msg.detections) if getattr(d, "id", "")}
+    after = 0
+    for index, detection in enumerate(msg_3d.detections):
+        tag = str(getattr(detection, "id", ""))
+        if tag:
+            if tag in by_id:
+                links[by_id[tag]] = index
+            continue
+        key = _hypothesis_key(detection)
+        at = next((k for k in range(after, len(links)) if _hypothesis_key(msg.detections[k]) == key), None)
+        if at is not None:
+            links[at], after = index, at + 1
+    return links
+
+
+def _hypothesis_key(detection: Any) -> tuple[str, float] | None:
+    """A detection's first hypothesis as (class id, score), None without one."""
+    if not detection.results:
+        return None
+    hypothesis, id_field = _hypothesis(detection.results[0])
+    return str(getattr(hypothesis, id_field)), float(hypothesis.score)
 
 
 def msg_to_positions(msg: Any) -> tuple[list[str], np.ndarray, np.ndarray]:
