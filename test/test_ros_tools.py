@@ -137,6 +137,16 @@ def ros2(ws: SimpleNamespace, domain: int, *args: str, timeout: float = 60.0) ->
     )
 
 
+def ros2_lifecycle(ws: SimpleNamespace, domain: int, node: str, *args: str) -> subprocess.CompletedProcess:
+    """`ros2 lifecycle VERB NODE ARGS...`, again while the node is not found (a fresh ros2 process may not have
+    discovered it yet)."""
+    deadline = time.monotonic() + 60
+    while True:
+        done = ros2(ws, domain, "lifecycle", *args[:1], *LIFECYCLE_OPTIONS, node, *args[1:])
+        if "Node not found" not in done.stdout + done.stderr or time.monotonic() > deadline:
+            return done
+
+
 class Background:
     """A long-running `ros2 launch` / `ros2 run` process; stopped with SIGINT like Ctrl-C."""
 
@@ -507,11 +517,7 @@ def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_
     )
 
     def lifecycle(*args: str) -> subprocess.CompletedProcess:
-        deadline = time.monotonic() + 60
-        while True:  # a fresh ros2 process may not have discovered the node yet
-            done = ros2(workspace, domain, "lifecycle", *args[:1], *LIFECYCLE_OPTIONS, node, *args[1:])
-            if "Node not found" not in done.stdout + done.stderr or time.monotonic() > deadline:
-                return done
+        return ros2_lifecycle(workspace, domain, node, *args)
 
     try:
         assert lifecycle("get").stdout.strip() == "unconfigured [1]", (lifecycle("get"), launch.text())
@@ -693,8 +699,8 @@ def test_a_lifecycle_manager_bonds_on_activate_and_the_node_outlives_it(
         ], (manager.stderr[-3000:], launch.text())
         assert launch.wait_for("bond with the lifecycle manager broke", timeout=30), launch.text()
         time.sleep(1.0)
-        done = ros2(workspace, domain, "lifecycle", "get", *LIFECYCLE_OPTIONS, node)
-        assert done.stdout.strip() == "active [3]", (done, launch.text())
+        done = ros2_lifecycle(workspace, domain, node, "get")
+        assert done.stdout.strip() == "active [3]", (done.stdout, done.stderr, launch.text())
         scene, msg = _frame(11, "nav_optical")
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
         text = launch.text()
