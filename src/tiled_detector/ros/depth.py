@@ -16,7 +16,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,24 +49,33 @@ class DepthInputs:
     """The 3D side of a node with these cameras (module docstring). `publish` and `depth_for` run on the worker,
     the subscriptions' callbacks on the executor."""
 
-    def __init__(self, node: Any, cameras: Sequence[CameraTopics], overridable: Any = None) -> None:
+    def __init__(
+        self,
+        node: Any,
+        cameras: Sequence[CameraTopics],
+        overridable: Any = None,
+        *,
+        publisher: Callable[..., Any] | None = None,
+        destroy: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """`overridable`: the QoSOverridingOptions of its endpoints (None: none); `publisher` / `destroy` make and
+        destroy its detections_3d publishers (the node's output publishers; default: the node's plain ones)."""
         self._node = node
         self._topics = [depth_topics(c) for c in cameras]
         self._images = [c.image for c in cameras]
         self.sync = DepthSync(len(cameras))
-        self.publishers = [
-            node.output_publisher(Detection3DArray, t[2], 10, qos_overriding_options=overridable)
-            for t in self._topics
-        ]
+        self._options = {} if overridable is None else {"qos_overriding_options": overridable}
+        make = node.create_publisher if publisher is None else publisher
+        self._destroy = destroy
+        self.publishers = [make(Detection3DArray, t[2], 10, **self._options) for t in self._topics]
         self._subscriptions: list[Any] = []
         self._said: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
         self.frames_without_depth = [0] * len(cameras)
         self.objects_without_depth = [0] * len(cameras)
 
-    def subscribe(self, image_qos: QoSProfile, overridable: Any = None) -> None:
-        """Subscribe every camera's depth image (with the colour image's QoS) and camera info (QoS overrides
-        honoured as `overridable` says)."""
+    def subscribe(self, image_qos: QoSProfile) -> None:
+        """Subscribe every camera's depth image (with the colour image's QoS) and camera info."""
         for index, (depth, info, _) in enumerate(self._topics):
             on_depth = functools.partial(self._on_depth, index=index)
             on_info = functools.partial(self._on_info, index=index)
@@ -75,9 +84,7 @@ class DepthInputs:
                 (CameraInfo, info, on_info, INFO_QOS),
             ):
                 self._subscriptions.append(
-                    self._node.create_subscription(
-                        msg_type, topic, callback, qos, qos_overriding_options=overridable
-                    )
+                    self._node.create_subscription(msg_type, topic, callback, qos, **self._options)
                 )
 
     def unsubscribe(self) -> None:
@@ -90,7 +97,7 @@ class DepthInputs:
         """Unsubscribe and destroy the publishers."""
         self.unsubscribe()
         for publisher in self.publishers:
-            self._node.destroy_output(publisher)
+            (self._node.destroy_publisher if self._destroy is None else self._destroy)(publisher)
         self.publishers = []
 
     def _on_depth(self, msg: Image, index: int = 0) -> None:

@@ -194,7 +194,13 @@ class DetectorNodeBase(NodeParameters):
                 Image, camera.topics.debug_image, 1, qos_overriding_options=OVERRIDABLE
             )
         self._depth = (
-            DepthInputs(self, [c.topics for c in self.cameras], OVERRIDABLE)
+            DepthInputs(
+                self,
+                [c.topics for c in self.cameras],
+                OVERRIDABLE,
+                publisher=self.output_publisher,
+                destroy=self.destroy_output,
+            )
             if detector.config.depth
             else None
         )
@@ -239,7 +245,7 @@ class DetectorNodeBase(NodeParameters):
             )
             camera.last_frame = time.monotonic()
         if self._depth is not None:
-            self._depth.subscribe(image_qos(values["image_reliability"]), OVERRIDABLE)
+            self._depth.subscribe(image_qos(values["image_reliability"]))
         self._warn_unused_qos_overrides()
         self._slots = FrameSlots(len(self.cameras))
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
