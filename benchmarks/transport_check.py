@@ -35,6 +35,7 @@ def measure(args: argparse.Namespace) -> int:
     """Stream every configuration into one node and tabulate what arrived."""
     from diagnostic_msgs.msg import DiagnosticArray
 
+    from tiled_detector.fastdds import without_profile
     from tiled_detector.harness.client import DetectorClient
     from tiled_detector.harness.process import NodeProcess, pick_domain_id, ros_environment
 
@@ -49,7 +50,7 @@ def measure(args: argparse.Namespace) -> int:
                 raise SystemExit(f"the node did not start:\n{node.log_text()}")
             env = ros_environment(domain)
             if args.no_profile:
-                env.pop("FASTDDS_DEFAULT_PROFILES_FILE")
+                without_profile(env)
             for size in args.sizes:
                 for encoding in args.encodings:
                     for rate in args.rates:

@@ -2,26 +2,45 @@
 
 Every node parameter is also a launch argument (`conf_threshold:=0.4 transport:=compressed ...`); one given on
 the command line overrides the params file, one left empty keeps the params file's value. A misspelt argument
-(`conf_treshold:=0.4`) is refused naming the nearest one; `--show-args` lists them all.
+given to this file (`conf_treshold:=0.4` on its command line, or in the `launch_arguments` of a parent that
+includes it) is refused naming the nearest one; a parent's own arguments (`camera:=true`) are its business.
+`--show-args` lists them all.
 Several cameras, one node and one engine (their tiles batched together):
 `ros2 launch tiled_detector detector.launch.py "cameras:=[/front/image_raw, /rear/image_raw]"`; each camera's
 detections go to its topic's namespace (`/front/detections`, `/rear/detections`). Or one node per camera, each
 with its own `namespace` and `image` topic (`namespace:=front image:=/front/image_raw`).
 3D positions from an aligned depth image: `depth:=true depth_image:=/camera/camera/aligned_depth_to_color/image_raw
 camera_info:=/camera/camera/color/camera_info` (the node publishes `detections_3d` beside `detections`).
-`lifecycle:=true` starts the managed node instead (unconfigured; configure loads the engine, activate subscribes).
+`lifecycle:=true` starts the managed node instead (unconfigured; configure loads the engine, activate subscribes;
+`autostart:=true` configures and activates it once at start, without a lifecycle manager).
+The Fast DDS profile goes into the node's own environment only, never into the including launch's: both variable
+names (Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE, 3.x FASTDDS_DEFAULT_PROFILES_FILE), only the new one where
+the installed Fast DDS is 3 (its rmw_fastrtps warns about the old one).
+Imports no torch: the parameter table comes from `tiled_detector.launch_arguments`.
 """
 
-import difflib
+import os
+import sys
 
-import yaml
 from launch import LaunchContext, LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    IncludeLaunchDescription,
+    OpaqueFunction,
+    RegisterEventHandler,
+)
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.utilities import normalize_to_list_of_substitutions, perform_substitutions
 from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
+from lifecycle_msgs.msg import Transition
 
-from tiled_detector.ros.params import PARAMS
+from tiled_detector.fastdds import installed_major, profile_environment
+from tiled_detector.launch_arguments import PARAMETERS, check_spelling, typed, typed_flag
 
 SHARE = FindPackageShare("tiled_detector")
 
@@ -35,94 +54,105 @@ ARGUMENTS = (
     ("namespace", "", "namespace of the node and its topics (one per camera)"),
     ("use_sim_time", "false", "use /clock (true when replaying bags)"),
     ("lifecycle", "false", "true: the managed node (detector_lifecycle_node), unconfigured until a lifecycle "
-     "manager or `ros2 lifecycle set` configures and activates it"),
+     "manager (nav2_lifecycle_manager: the node bonds with it on activate) or `ros2 lifecycle set` configures and "
+     "activates it"),
+    ("autostart", "false", "with lifecycle:=true: configure and activate the managed node once at start (leave "
+     "false under a lifecycle manager, which drives the transitions itself)"),
     ("log_level", "info", "logging level: debug, info, warn, error"),
     ("fastdds_profile", PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
-     "Fast DDS profile with a shared-memory segment large enough for full-resolution images"),
-    *((p.name, "", f"{p.description}; empty = the params file's value") for p in PARAMS),
+     "Fast DDS profile with a shared-memory segment large enough for full-resolution images, set in the node's "
+     "environment only (FASTRTPS_DEFAULT_PROFILES_FILE and FASTDDS_DEFAULT_PROFILES_FILE; Fast DDS 3: the latter); "
+     "empty: the environment's"),
+    *((name, "", f"{description}; empty = the params file's value") for name, _, description in PARAMETERS),
 )  # fmt: skip
 NAMES = {name for name, _, _ in ARGUMENTS}
 
 
-def _typed_flag(name: str, text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ValueError(f"launch argument {name} must be true or false, got {text!r}")
-    return text.lower() == "true"
+def _given_here(context: LaunchContext) -> list[str]:
+    """The names of the arguments given to this file: those of the action that included it (`ros2 launch` includes
+    the file it names with its command line's arguments, a parent launch file with its `launch_arguments`).
+
+    launch hands a file no record of its include, so it is found where launch's visit keeps it while it runs this
+    file's entities: in a frame of the visit (`visit_all_entities_and_collect_futures`) on the stack. None found (a
+    launch that visits otherwise): no names, nothing refused."""
+    here = os.path.realpath(__file__)
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if (
+                isinstance(value, IncludeLaunchDescription)
+                and os.path.realpath(str(value.launch_description_source.location)) == here
+            ):
+                return [
+                    perform_substitutions(context, normalize_to_list_of_substitutions(name))
+                    for name, _ in value.launch_arguments
+                ]
+        frame = frame.f_back
+    return []
 
 
-def _typed(name: str, text: str) -> object:
-    """A launch argument's text as the parameter's type (arrays as YAML, e.g. [car, person] or [0, 0.4, 1, 1])."""
-    param = next(p for p in PARAMS if p.name == name)
-    kind = param.value_type
-    if kind is bool:
-        return _typed_flag(name, text)
-    if kind is list:
-        value = yaml.safe_load(text)
-        item = float if param.param_type.value == "double_array" else str
-        try:
-            return [item(v) for v in value] if isinstance(value, list) else text
-        except (TypeError, ValueError):
-            raise ValueError(f"launch argument {name} must be a list of numbers, got {text!r}") from None
-    try:
-        return kind(text)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise ValueError(f"launch argument {name} must be {what}, got {text!r}") from None
-
-
-def _check_spelling(context: LaunchContext) -> None:
-    """Refuse a launch configuration that is a near miss of one of our arguments (a typo)."""
-    for given in sorted(set(context.launch_configurations) - NAMES):
-        nearest = difflib.get_close_matches(given, NAMES, n=1, cutoff=0.85)
-        if nearest:
-            raise ValueError(
-                f"unknown launch argument {given!r}: did you mean {nearest[0]!r}? "
-                "(`ros2 launch tiled_detector detector.launch.py --show-args` lists them)"
-            )
-
-
-def _detector_node(context: LaunchContext) -> list[Node]:
-    """The node (or the managed node), with every non-empty parameter argument overriding the params file."""
-    _check_spelling(context)
-    arg = {name: LaunchConfiguration(name) for name, _, _ in ARGUMENTS}
-    overrides: dict[str, object] = {"use_sim_time": arg["use_sim_time"].perform(context).lower() == "true"}
-    for param in PARAMS:
-        text = arg[param.name].perform(context)
-        if text:
-            overrides[param.name] = _typed(param.name, text)
-    image = arg["image"].perform(context)
-    depth, info = arg["depth_image"].perform(context), arg["camera_info"].perform(context)
-    managed = _typed_flag("lifecycle", arg["lifecycle"].perform(context))
-    action = LifecycleNode if managed else Node
+def _autostart(node: LifecycleNode) -> list:
+    """Configure the managed node now and activate it once configured (once: a later configure is the user's)."""
+    matcher = matches_action(node)
+    activate = ChangeState(lifecycle_node_matcher=matcher, transition_id=Transition.TRANSITION_ACTIVATE)
     return [
-        action(
-            package="tiled_detector",
-            executable="detector_lifecycle_node" if managed else "detector_node",
-            name="tiled_detector",
-            namespace=arg["namespace"],
-            output="screen",
-            emulate_tty=True,
-            parameters=[arg["params_file"], overrides],
-            remappings=[
-                ("image", image),
-                ("image/compressed", f"{image}/compressed"),
-                ("depth_image", depth),
-                ("camera_info", info),
-            ],
-            arguments=["--ros-args", "--log-level", arg["log_level"]],
-        )
+        RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=node,
+                start_state="configuring",
+                goal_state="inactive",
+                entities=[EmitEvent(event=activate)],
+                handle_once=True,
+            )
+        ),
+        EmitEvent(
+            event=ChangeState(lifecycle_node_matcher=matcher, transition_id=Transition.TRANSITION_CONFIGURE)
+        ),
     ]
 
 
+def _detector_node(context: LaunchContext) -> list:
+    """The node (or the managed node), with every non-empty parameter argument overriding the params file."""
+    check_spelling(_given_here(context), NAMES)
+    arg = {name: LaunchConfiguration(name) for name, _, _ in ARGUMENTS}
+    overrides: dict[str, object] = {"use_sim_time": arg["use_sim_time"].perform(context).lower() == "true"}
+    for name, _, _ in PARAMETERS:
+        text = arg[name].perform(context)
+        if text:
+            overrides[name] = typed(name, text)
+    image = arg["image"].perform(context)
+    depth, info = arg["depth_image"].perform(context), arg["camera_info"].perform(context)
+    managed = typed_flag("lifecycle", arg["lifecycle"].perform(context))
+    autostart = typed_flag("autostart", arg["autostart"].perform(context))
+    profile = arg["fastdds_profile"].perform(context)
+    action = LifecycleNode if managed else Node
+    node = action(
+        package="tiled_detector",
+        executable="detector_lifecycle_node" if managed else "detector_node",
+        name="tiled_detector",
+        namespace=arg["namespace"],
+        output="screen",
+        emulate_tty=True,
+        parameters=[arg["params_file"], overrides],
+        remappings=[
+            ("image", image),
+            ("image/compressed", f"{image}/compressed"),
+            ("depth_image", depth),
+            ("camera_info", info),
+        ],
+        arguments=["--ros-args", "--log-level", arg["log_level"]],
+        # the node's own environment: nothing set here reaches the including launch or its other processes
+        additional_env=profile_environment(profile, installed_major()) if profile else None,
+    )
+    return [node, *(_autostart(node) if managed and autostart else [])]
+
+
 def generate_launch_description() -> LaunchDescription:
-    """Launch arguments, the Fast DDS profile, and the node."""
+    """Launch arguments and the node."""
     return LaunchDescription(
         [
             DeclareLaunchArgument(name, default_value=default, description=text)
             for name, default, text in ARGUMENTS
         ]
-        + [
-            SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE", LaunchConfiguration("fastdds_profile")),
-            OpaqueFunction(function=_detector_node),
-        ]
+        + [OpaqueFunction(function=_detector_node)]
     )

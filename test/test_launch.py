@@ -1,12 +1,14 @@
 """Structural tests of the launch file, the params file and the ament_python install layout.
 
 `launch` and `launch_ros` cannot be installed here, so the launch file is loaded against small recording fakes
-of the classes it uses; the assertions are on what it declares and on the Node action it builds.
+of the classes it uses; the assertions are on what it declares and on the Node action it builds. The real
+`ros2 launch` runs it in test_ros_tools.py (a parent launch file, the import cost, autostart).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -29,13 +31,36 @@ class _LaunchConfiguration(_Recorder):
         return context.launch_configurations[self.args[0]]
 
 
+class _Include:
+    """launch's IncludeLaunchDescription as the launch file reads it: its source's location and its arguments."""
+
+    def __init__(self, location: Path, launch_arguments: list[tuple[str, str]]) -> None:
+        self.launch_description_source = types.SimpleNamespace(location=str(location))
+        self.launch_arguments = launch_arguments
+
+
+LAUNCH_FILE = ROOT / "launch" / "detector.launch.py"
+
+
 def _fake_launch_modules() -> dict[str, types.ModuleType]:
     launch = types.ModuleType("launch")
     launch.LaunchDescription = type("LaunchDescription", (_Recorder,), {})
     launch.LaunchContext = type("LaunchContext", (), {})
     actions = types.ModuleType("launch.actions")
-    for name in ("DeclareLaunchArgument", "OpaqueFunction", "SetEnvironmentVariable"):
+    for name in (
+        "DeclareLaunchArgument",
+        "OpaqueFunction",
+        "EmitEvent",
+        "RegisterEventHandler",
+        "SetEnvironmentVariable",
+    ):
         setattr(actions, name, type(name, (_Recorder,), {}))
+    actions.IncludeLaunchDescription = _Include
+    events = types.ModuleType("launch.events")
+    events.matches_action = lambda action: ("matches", action)
+    utilities = types.ModuleType("launch.utilities")
+    utilities.normalize_to_list_of_substitutions = lambda text: [text]
+    utilities.perform_substitutions = lambda context, parts: "".join(parts)
     substitutions = types.ModuleType("launch.substitutions")
     substitutions.LaunchConfiguration = _LaunchConfiguration
     substitutions.PathJoinSubstitution = type("PathJoinSubstitution", (_Recorder,), {})
@@ -43,14 +68,23 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     ros_actions = types.ModuleType("launch_ros.actions")
     ros_actions.Node = type("Node", (_Recorder,), {})
     ros_actions.LifecycleNode = type("LifecycleNode", (_Recorder,), {})
+    ros_handlers = types.ModuleType("launch_ros.event_handlers")
+    ros_handlers.OnStateTransition = type("OnStateTransition", (_Recorder,), {})
+    ros_lifecycle = types.ModuleType("launch_ros.events.lifecycle")
+    ros_lifecycle.ChangeState = type("ChangeState", (_Recorder,), {})
     ros_substitutions = types.ModuleType("launch_ros.substitutions")
     ros_substitutions.FindPackageShare = type("FindPackageShare", (_Recorder,), {})
     return {
         "launch": launch,
         "launch.actions": actions,
+        "launch.events": events,
+        "launch.utilities": utilities,
         "launch.substitutions": substitutions,
         "launch_ros": launch_ros,
         "launch_ros.actions": ros_actions,
+        "launch_ros.event_handlers": ros_handlers,
+        "launch_ros.events": types.ModuleType("launch_ros.events"),
+        "launch_ros.events.lifecycle": ros_lifecycle,
         "launch_ros.substitutions": ros_substitutions,
     }
 
@@ -59,13 +93,15 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
 def launch_description(monkeypatch: pytest.MonkeyPatch) -> Any:
     for name, module in _fake_launch_modules().items():
         monkeypatch.setitem(sys.modules, name, module)
-    spec = importlib.util.spec_from_file_location("detector_launch", ROOT / "launch" / "detector.launch.py")
+    spec = importlib.util.spec_from_file_location("detector_launch", LAUNCH_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.generate_launch_description()
 
 
-def _node_for(description: Any, **configurations: str) -> Any:
+def _actions_for(description: Any, given: tuple[str, ...] | None = None, **configurations: str) -> list[Any]:
+    """What the launch file's opaque function returns for these launch configurations, included (as launch does)
+    with the arguments named `given` (default: every configuration given here)."""
     from tiled_detector.ros.params import PARAMS
 
     defaults = {
@@ -74,11 +110,21 @@ def _node_for(description: Any, **configurations: str) -> Any:
         "camera_info": "camera_info",
         "use_sim_time": "false",
         "lifecycle": "false",
+        "autostart": "false",
+        "fastdds_profile": "/share/fastdds_large_images.xml",
         **{p.name: "" for p in PARAMS},
     }
     context = types.SimpleNamespace(launch_configurations={**defaults, **configurations})
     (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
-    (node,) = opaque.kwargs["function"](context)
+    names = tuple(configurations) if given is None else given
+    # launch's visit holds the action that included the file while the file's entities run
+    including = _Include(LAUNCH_FILE, [(name, configurations.get(name, "")) for name in names])
+    assert including.launch_arguments is not None
+    return opaque.kwargs["function"](context)
+
+
+def _node_for(description: Any, given: tuple[str, ...] | None = None, **configurations: str) -> Any:
+    node, *_ = _actions_for(description, given, **configurations)
     return node
 
 
@@ -99,6 +145,7 @@ def test_launch_arguments(launch_description: Any) -> None:
         "lifecycle",
         "log_level",
         "fastdds_profile",
+        "autostart",
     } | {p.name for p in PARAMS}
     assert all(declared[p.name]["default_value"] == "" for p in PARAMS)
     assert all(kw["description"] for kw in declared.values())
@@ -108,10 +155,33 @@ def test_launch_arguments(launch_description: Any) -> None:
     assert params_default.args[0][0].args == ("tiled_detector",)
 
 
-def test_launch_sets_the_large_image_dds_profile(launch_description: Any) -> None:
-    (env,) = [e for e in launch_description.args[0] if type(e).__name__ == "SetEnvironmentVariable"]
-    assert env.args[0] == "FASTDDS_DEFAULT_PROFILES_FILE"
-    assert env.args[1].args == ("fastdds_profile",)
+def test_launch_sets_the_large_image_dds_profile_for_the_node_only(
+    launch_description: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS v2.6.10 and
+    v2.14.5), 3.x FASTDDS_DEFAULT_PROFILES_FILE (v3.2.2): both names, in the node action's own environment (no action
+    of the description sets the including launch's); where the installed Fast DDS is 3, the new name only (its
+    rmw_fastrtps warns about the old one in every process); empty leaves the environment's."""
+    assert {type(e).__name__ for e in launch_description.args[0]} == {
+        "DeclareLaunchArgument",
+        "OpaqueFunction",
+    }
+    envs = {}
+    for distro, library in (("humble", "libfastrtps.so.2.6.10"), ("kilted", "libfastdds.so.3.2.2")):
+        (tmp_path / distro / "lib").mkdir(parents=True)
+        (tmp_path / distro / "lib" / library).touch()
+        monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path / distro))
+        monkeypatch.setattr(sys, "prefix", str(tmp_path / distro))
+        monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+        envs[distro] = _node_for(launch_description, fastdds_profile="/opt/share/large.xml").kwargs[
+            "additional_env"
+        ]
+    assert envs["humble"] == {
+        "FASTRTPS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
+        "FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
+    }
+    assert envs["kilted"] == {"FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml"}
+    assert _node_for(launch_description, fastdds_profile="").kwargs["additional_env"] is None
 
 
 def test_launch_node_action(launch_description: Any) -> None:
@@ -167,10 +237,26 @@ def test_launch_parameter_arguments_are_typed(launch_description: Any) -> None:
         _node_for(launch_description, tile_width="wide")
 
 
-def test_launch_refuses_a_misspelt_argument(launch_description: Any) -> None:
+def test_launch_refuses_a_misspelt_argument_given_to_it(launch_description: Any) -> None:
     with pytest.raises(ValueError, match="'conf_treshold': did you mean 'conf_threshold'"):
         _node_for(launch_description, conf_treshold="0.4")
-    _node_for(launch_description, robot_name="r2")  # a parent launch file's own arguments pass
+    with pytest.raises(ValueError, match="'merges': did you mean 'merge'"):
+        _node_for(launch_description, given=("image", "merges"), image="/cam", merges="nms")
+    _node_for(launch_description, robot_name="r2")  # far from every argument: not ours to judge
+
+
+def test_a_parents_own_arguments_near_ours_pass(launch_description: Any) -> None:
+    """A parent's `camera:=true`, `models:=...`, `merges:=...` are launch configurations the included file sees,
+    but were not given to it: only the arguments of the action that included it are checked."""
+    node = _node_for(
+        launch_description,
+        given=("image",),
+        image="/cam/image_raw",
+        camera="true",
+        models="a.onnx",
+        merges="x",
+    )
+    assert node.kwargs["remappings"][0] == ("image", "/cam/image_raw")
 
 
 def test_params_yaml_documents_every_parameter_with_its_default() -> None:
@@ -227,3 +313,64 @@ def test_lifecycle_launches_the_managed_node(launch_description: Any) -> None:
     assert managed.kwargs["parameters"][1] == plain.kwargs["parameters"][1]  # the same overrides
     with pytest.raises(ValueError, match="lifecycle must be true or false, got 'yes'"):
         _node_for(launch_description, lifecycle="yes")
+
+
+def test_autostart_configures_then_activates_the_managed_node_once(launch_description: Any) -> None:
+    from lifecycle_msgs.msg import Transition
+
+    assert len(_actions_for(launch_description, lifecycle="true")) == 1  # a lifecycle manager's to drive
+    assert len(_actions_for(launch_description, autostart="true")) == 1  # the plain node is active anyway
+    node, handler, configure = _actions_for(launch_description, lifecycle="true", autostart="true")
+    assert type(node).__name__ == "LifecycleNode"
+    assert configure.kwargs["event"].kwargs == {
+        "lifecycle_node_matcher": ("matches", node),
+        "transition_id": Transition.TRANSITION_CONFIGURE,
+    }
+    on_configured = handler.args[0].kwargs
+    assert on_configured["target_lifecycle_node"] is node and on_configured["handle_once"] is True
+    assert (on_configured["start_state"], on_configured["goal_state"]) == ("configuring", "inactive")
+    (activate,) = on_configured["entities"]
+    assert activate.kwargs["event"].kwargs["transition_id"] == Transition.TRANSITION_ACTIVATE
+    with pytest.raises(ValueError, match="autostart must be true or false"):
+        _actions_for(launch_description, lifecycle="true", autostart="on")
+
+
+def test_the_launch_table_is_the_node_parameter_table() -> None:
+    """tiled_detector.launch_arguments writes out ros/params.PARAMS (the launch file imports it, not torch)."""
+    from tiled_detector.launch_arguments import PARAMETERS
+    from tiled_detector.ros.params import PARAMS
+
+    expected = tuple((p.name, p.param_type.value, p.description) for p in PARAMS)
+    rows = "".join(f"    ({name!r}, {kind!r}, {text!r}),\n" for name, kind, text in expected)
+    assert expected == PARAMETERS, f"launch_arguments.PARAMETERS should read:\n{rows}"
+
+
+def test_the_launch_file_imports_no_torch() -> None:
+    """Loaded (against the fakes) in a fresh interpreter: neither torch nor rclpy is imported for it."""
+    program = f"""
+import importlib.util, sys
+sys.path.insert(0, {str(ROOT / "test")!r})
+from test_launch import _fake_launch_modules
+sys.modules.update(_fake_launch_modules())
+spec = importlib.util.spec_from_file_location("detector_launch", {str(LAUNCH_FILE)!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print(sorted(m for m in ("torch", "rclpy", "numpy", "tiled_detector.config") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_package_xml_names_no_rosdep_key_that_installs_a_wrong_torch() -> None:
+    """rosdep's `python3-torch` (ros/rosdistro rosdep/python.yaml: Ubuntu's `python3-torch`) is the distribution's
+    CPU build, on x86_64 and on a Jetson alike: package.xml names no torch key, and the docs say how to install it
+    per platform."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(ROOT / "package.xml").getroot()
+    keys = {element.text for element in root if element.tag.endswith("depend")}
+    assert "rclpy" in keys and not [key for key in keys if "torch" in key], keys
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    assert "PyTorch has no rosdep key" in docs and "JetPack wheel" in docs

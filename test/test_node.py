@@ -22,9 +22,11 @@ pytestmark = pytest.mark.ros
 rclpy = pytest.importorskip("rclpy")
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
+from rclpy.qos import DurabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
+from tiled_detector.fastdds import profile_environment, without_profile  # noqa: E402
 from tiled_detector.harness.client import DetectorClient  # noqa: E402
 from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
 from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
@@ -269,7 +271,7 @@ def test_policy_parameters_apply_from_the_next_frame_and_vision_info_reaches_a_l
 
 def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
     """`tracker` set at runtime: Detection2D.id is the track id, the same object keeps it from frame to frame, and
-    the ids equal what the ROS-free tracker gives the same detections; `tracker: none` makes them indices again."""
+    the ids equal what the ROS-free tracker gives the same detections; `tracker: none` leaves them empty again."""
     from tiled_detector.messages.detections import msg_ids
     from tiled_detector.tools.synthetic import make_sequence
     from tiled_detector.tracking.tracks import Tracks
@@ -302,7 +304,8 @@ def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
     assert len(fresh) and fresh.min() > max(max(ids) for ids in seen if ids)
     assert client.set_parameters(NODE, {"tracker": "none"})[0].successful
     reply = _send(client, _image(frames[0], 9), _stamp(9))
-    assert msg_ids(reply).tolist() == list(range(len(reply.detections)))
+    # untracked: no id (vision_msgs 4.1.1: an identity across messages, "This field may be empty")
+    assert [d.id for d in reply.detections] == [""] * len(reply.detections) and reply.detections
 
 
 @pytest.mark.parametrize(
@@ -511,9 +514,9 @@ def _watched_node(
         _write_params(tmp_path / "params.yaml", diagnostics_period=0.5, **params), domain_id=domain
     )
     if profile is False:
-        del node.env["FASTDDS_DEFAULT_PROFILES_FILE"]
+        without_profile(node.env)
     elif profile is not True:
-        node.env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
+        node.env.update(profile_environment(profile))
     with node:
         client = DetectorClient(domain_id=domain)
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
@@ -528,7 +531,7 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
     """No frame gets through from a publisher lacking the profile: one WARN names the variable and the file."""
     domain = pick_domain_id()
     env = ros_environment(domain)
-    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    without_profile(env)
     with _watched_node(tmp_path, domain) as (node, client, diagnostics):
         publisher = _publisher(
             env,
@@ -559,7 +562,9 @@ def test_publisher_without_the_large_image_profile_is_explained(tmp_path: Path) 
     log = node.log_text()
     warnings = [line for line in log.splitlines() if "no frame arrived" in line]
     assert len(warnings) == 1, log  # said once, not per frame
-    assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE}" in warnings[0]
+    # the node runs Fast DDS 3 here (kilted): the variable it reads, not Fast DDS 2's
+    assert f"FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE} (Fast DDS 3)" in warnings[0]
+    assert "FASTRTPS_DEFAULT_PROFILES_FILE" not in warnings[0]
 
 
 def _stream_through_a_small_queue(tmp_path: Path) -> tuple[dict[str, str], int, str]:
@@ -571,7 +576,7 @@ def _stream_through_a_small_queue(tmp_path: Path) -> tuple[dict[str, str], int, 
     small.write_text(
         FASTDDS_PROFILE.read_text().replace("<port_queue_capacity>4096<", "<port_queue_capacity>128<")
     )
-    env = {**ros_environment(domain), "FASTDDS_DEFAULT_PROFILES_FILE": str(small)}
+    env = {**ros_environment(domain), **profile_environment(small)}
     with _watched_node(tmp_path, domain, small) as (_, client, diagnostics):
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         try:
@@ -610,7 +615,7 @@ def test_frames_lost_stay_a_count_when_the_middleware_reports_none(tmp_path: Pat
     values that are no counts (ros.stats.LostFrames), and frames_lost stays a count of what went missing."""
     domain = pick_domain_id()
     env = ros_environment(domain)
-    del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    without_profile(env)
     with _watched_node(tmp_path, domain, profile=False) as (_, client, diagnostics):
         publisher = _publisher(
             env,
@@ -982,6 +987,99 @@ def test_managed_node_configure_fails_with_the_reason(tmp_path: Path) -> None:
     assert "Traceback" not in node.log_text()
 
 
+def test_managed_node_publishes_only_while_active_and_takes_engine_parameters_while_unconfigured(
+    tmp_path: Path,
+) -> None:
+    """Lifecycle publishers: vision_info and label_info (transient local) come on activate, not on configure.
+    The parameters the plain node fixes at start are refused while configured and taken while unconfigured."""
+    from vision_msgs.msg import LabelInfo, VisionInfo
+
+    from tiled_detector.harness.client import reliable_qos
+
+    domain = pick_domain_id()
+    params = _write_params(tmp_path / "params.yaml", conf_threshold=0.4)
+    latched = reliable_qos(1)
+    latched.durability = DurabilityPolicy.TRANSIENT_LOCAL
+    with NodeProcess(params, domain_id=domain, program=LIFECYCLE_NODE) as node:
+        client = DetectorClient(domain_id=domain)
+        try:
+            infos = client.subscribe(VisionInfo, "vision_info", latched)
+            labels = client.subscribe(LabelInfo, "label_info", latched)
+            assert client.lifecycle(NODE, "configure"), node.log_text()
+            assert client.wait_until(lambda: client.node.count_publishers("/vision_info") == 1, 20)
+            assert not client.wait_until(lambda: infos or labels, 2.0)  # inactive: nothing published
+            refused = client.set_parameters(NODE, {"precision": "fp16"})[0]
+            assert not refused.successful and "set while it is unconfigured" in refused.reason
+            assert client.lifecycle(NODE, "activate")
+            assert client.wait_until(lambda: infos and labels, 20), node.log_text()
+            assert infos[0].method.endswith("(onnxruntime, fp32); class_id: label names")
+            assert [c.class_name for c in labels[0].class_map] == list(CLASSES)
+            assert labels[0].threshold == pytest.approx(0.4)
+            assert client.set_parameters(NODE, {"conf_threshold": 0.45})[0].successful
+            assert client.wait_until(lambda: len(labels) == 2, 10)  # the threshold it publishes follows
+            assert labels[1].threshold == pytest.approx(0.45)
+            assert client.lifecycle(NODE, "deactivate") and client.lifecycle(NODE, "cleanup")
+            taken = client.set_parameters(NODE, {"backend": "torch", "conf_threshold": 0.5})
+            assert all(r.successful for r in taken), taken
+            assert client.lifecycle(NODE, "configure") and client.lifecycle(NODE, "activate")
+            assert client.wait_until(lambda: len(infos) == 2, 20)
+            assert infos[1].method.endswith("(torch, fp32); class_id: label names")
+        finally:
+            client.close()
+    assert node.returncode == 0 and "Traceback" not in node.log_text(), node.log_text()
+    # bondpy is not on PyPI: no bond, said once (INFO) over both activations
+    assert node.log_text().count("bondpy does not import: no bond to a lifecycle manager") == 1, (
+        node.log_text()
+    )
+
+
+def test_qos_overrides_are_honoured_and_a_failing_activate_frees_the_engine(tmp_path: Path) -> None:
+    """qos_overrides.* (rclpy's QoSOverridingOptions) set the image subscription's and the outputs' QoS; one that
+    matches no endpoint is one WARN. A transition that raises (a qos override rclpy cannot read, on the camera
+    that activate subscribes) is logged in one line and handled by on_error: the engine and the diagnostics timer
+    are freed, the node is unconfigured and configures again."""
+    from rclpy.qos import ReliabilityPolicy
+
+    domain = pick_domain_id()
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "/**:\n  ros__parameters:\n    diagnostics_period: 0.2\n    cameras: [/left/image_raw, /right/image_raw]\n"
+        "    qos_overrides:\n"
+        "      /left/image_raw: {subscription: {reliability: reliable}}\n"
+        "      /right/image_raw: {subscription: {reliability: bogus}}\n"
+        "      /left/detections: {publisher: {reliability: best_effort, depth: 3}}\n"
+        "      /nowhere: {publisher: {depth: 2}}\n"
+    )
+    with NodeProcess(params, domain_id=domain, program=LIFECYCLE_NODE) as node:
+        client = DetectorClient(domain_id=domain)
+        diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+        try:
+            assert client.lifecycle(NODE, "configure"), node.log_text()
+            assert client.wait_until(lambda: len(diagnostics) > 0, 30)
+            (out,) = client.node.get_publishers_info_by_topic("/left/detections")
+            assert out.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT  # (default: reliable)
+            # (the depth is no part of what discovery tells: the parameter rclpy declared from it is read)
+            (depth,) = client.get_parameters(NODE, ["qos_overrides./left/detections.publisher.depth"])
+            assert depth == 3
+            assert client.lifecycle(NODE, "activate") is False
+            assert client.lifecycle(NODE) == "unconfigured"
+            log = node.log_text()
+            failed = [line for line in log.splitlines() if "activate failed:" in line]
+            assert len(failed) == 1 and "bogus" in failed[0], log
+            settled = len(diagnostics)
+            time.sleep(1.0)  # (five periods)
+            assert len(diagnostics) <= settled + 1  # the timer went with the engine
+            assert client.set_parameters(NODE, {"cameras": ["/left/image_raw"]})[0].successful
+            assert client.lifecycle(NODE, "configure") and client.lifecycle(NODE, "activate"), node.log_text()
+            (sub,) = client.node.get_subscriptions_info_by_topic("/left/image_raw")
+            assert sub.qos_profile.reliability == ReliabilityPolicy.RELIABLE  # image_reliability: best_effort
+            log = node.log_text()
+            assert log.count("qos_overrides./nowhere.publisher.depth ignored") == 1, log
+        finally:
+            client.close()
+    assert node.returncode == 0 and "Traceback" not in node.log_text(), node.log_text()
+
+
 def _depth_image(depth: np.ndarray, index: int, encoding: str = "16UC1") -> Image:
     """A depth image message (little-endian rows) stamped as frame `index`."""
     height, width = depth.shape
@@ -1009,7 +1107,7 @@ def test_depth_positions_over_dds_and_each_bad_input_said_once(
     from vision_msgs.msg import Detection3DArray
 
     from tiled_detector.harness.client import reliable_qos
-    from tiled_detector.messages.detections import msg_to_positions
+    from tiled_detector.messages.detections import msg_links, msg_to_positions
     from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 
     node, client = node_and_client
@@ -1040,7 +1138,9 @@ def test_depth_positions_over_dds_and_each_bad_input_said_once(
     camera = Intrinsics(900.0, 900.0, 639.5, 359.5)
     reference = TiledDetector(max_detections=40).detect(frame, depth=DepthImage(depth, camera))
     ids, positions, _ = msg_to_positions(answer)
-    np.testing.assert_allclose(positions, reference.positions[[int(i) for i in ids]], atol=1e-4)
+    links = msg_links(good, answer)  # (untracked: no ids; the 2D order, class and score)
+    assert ids == [""] * len(reference) and sorted(links.tolist()) == list(range(len(reference)))
+    np.testing.assert_allclose(positions[links], reference.positions, atol=1e-4)
     assert len(ids) == len(reference) > 0 and np.allclose(positions[:, 2], 8.0)
     assert [(d.bbox, d.results) for d in good.detections] == [(d.bbox, d.results) for d in plain.detections]
     send(2, _depth_image(np.full((300, 300), 8000, np.uint16), 2))  # another aspect ratio

@@ -236,6 +236,62 @@ def test_stats_rates_and_percentiles() -> None:
     assert stats.snapshot()["dropped_since_last"] == 0.0
 
 
+def test_the_silent_input_warn_names_the_variable_the_running_fast_dds_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fast DDS 2.x (Humble 2.6, Jazzy 2.14; the library libfastrtps.so.2.*) reads FASTRTPS_DEFAULT_PROFILES_FILE,
+    Fast DDS 3 (libfastdds.so.3.*) FASTDDS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS v2.6.10,
+    v2.14.5, v3.2.2): the WARN tells the user to export the one their Fast DDS reads (both when it is unknown)."""
+    from tiled_detector.fastdds import FASTDDS_PROFILE, loaded_major
+    from tiled_detector.ros import diagnostics
+
+    humble = "7f3a1c000000-7f3a1c400000 r-xp 00000000 08:01 42 /opt/ros/humble/lib/libfastrtps.so.2.6.10\n"
+    kilted = "7f3a1c000000-7f3a1c400000 r-xp 00000000 08:01 42 /venv/lib/libfastdds.so.3.2.2\n"
+    assert (loaded_major(humble), loaded_major(kilted), loaded_major("/usr/lib/libc.so.6")) == (2, 3, None)
+    for name in ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    silent = time.monotonic() - 10
+    warned = {}
+    for major in (2, 3, None):
+        monkeypatch.setattr(diagnostics, "running_major", lambda major=major: major)
+        warned[major] = diagnostics.input_problem("/cam/image_raw", silent, 1)
+    assert f"export FASTRTPS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE} (Fast DDS 2)" in warned[2]
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in warned[2]
+    assert f"export FASTDDS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE} (Fast DDS 3)" in warned[3]
+    assert "FASTRTPS_DEFAULT_PROFILES_FILE" not in warned[3]
+    assert f"FASTRTPS_DEFAULT_PROFILES_FILE={FASTDDS_PROFILE} FASTDDS_DEFAULT_PROFILES_FILE=" in warned[None]
+    # the profile the node itself runs with is the one named (Fast DDS 2 reads the old name)
+    monkeypatch.setenv("FASTRTPS_DEFAULT_PROFILES_FILE", "/robot/large.xml")
+    monkeypatch.setattr(diagnostics, "running_major", lambda: 2)
+    assert "FASTRTPS_DEFAULT_PROFILES_FILE=/robot/large.xml" in diagnostics.input_problem("/cam", silent, 1)
+
+
+def test_every_frame_of_a_window_failing_is_an_error_on_diagnostics() -> None:
+    """ERROR (not WARN) when frames were taken since the last report and every one failed or was malformed."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from tiled_detector.ros.diagnostics import problems, status
+
+    stats = Stats()
+
+    def reported() -> DiagnosticStatus:
+        values = stats.snapshot()
+        return status("pipeline", values, problems(values), "cpu")
+
+    for _ in range(3):
+        stats.add("failed")
+    every = reported()
+    assert (
+        every.level == DiagnosticStatus.ERROR and "every frame since the last report failed" in every.message
+    )
+    stats.record(5.0, {})
+    stats.add("failed")
+    assert reported().level == DiagnosticStatus.WARN  # one answered, one failed
+    assert reported().level == DiagnosticStatus.OK  # nothing at all
+    stats.add("malformed")
+    assert reported().level == DiagnosticStatus.ERROR  # only malformed frames
+
+
 def test_image_qos_is_depth_one() -> None:
     from rclpy.qos import ReliabilityPolicy
 

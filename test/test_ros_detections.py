@@ -14,14 +14,22 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import Header
-from vision_msgs.msg import Detection2D, Detection2DArray, Detection3DArray, ObjectHypothesisWithPose
+from vision_msgs.msg import (
+    Detection2D,
+    Detection2DArray,
+    Detection3DArray,
+    LabelInfo,
+    ObjectHypothesisWithPose,
+)
 
 from tiled_detector.messages.detections import (
     detections_3d_to_msg,
     detections_to_msg,
+    msg_links,
     msg_obb,
     msg_to_detections,
     msg_to_positions,
+    position_covariance,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +58,33 @@ class BoundingBox2DOld:
 
 
 @dataclass
+class PointFake:
+    x: float = 0.0
+    y: float = 0.0
+    z: float = 0.0
+
+
+@dataclass
+class QuaternionFake:
+    x: float = 0.0
+    y: float = 0.0
+    z: float = 0.0
+    w: float = 0.0
+
+
+@dataclass
+class PoseFake:
+    position: PointFake = field(default_factory=PointFake)
+    orientation: QuaternionFake = field(default_factory=QuaternionFake)
+
+
+@dataclass
+class PoseWithCovarianceFake:  # geometry_msgs/PoseWithCovariance (every layout's hypothesis pose)
+    pose: PoseFake = field(default_factory=PoseFake)
+    covariance: np.ndarray = field(default_factory=lambda: np.zeros(36))
+
+
+@dataclass
 class ObjectHypothesis3:
     class_id: str = ""
     score: float = 0.0
@@ -58,7 +93,7 @@ class ObjectHypothesis3:
 @dataclass
 class ObjectHypothesisWithPose3:
     hypothesis: ObjectHypothesis3 = field(default_factory=ObjectHypothesis3)
-    pose: object = None
+    pose: PoseWithCovarianceFake = field(default_factory=PoseWithCovarianceFake)
 
 
 @dataclass
@@ -73,7 +108,7 @@ class Detection2D3:
 class ObjectHypothesisWithPose2:  # Foxy: id and score directly on the hypothesis
     id: str = ""
     score: float = 0.0
-    pose: object = None
+    pose: PoseWithCovarianceFake = field(default_factory=PoseWithCovarianceFake)
 
 
 @dataclass
@@ -133,7 +168,9 @@ def test_real_messages_carry_boxes_scores_labels_and_header() -> None:
     assert (second.bbox.center.position.x, second.bbox.center.position.y) == (101.0, 230.5)
     assert (second.bbox.size_x, second.bbox.size_y) == (1.0, 60.5)
     assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["person", "boat", "7"]
-    assert [d.id for d in msg.detections] == ["0", "1", "2"]  # stable per-frame ids
+    # untracked: no identity across messages, so no id (vision_msgs 4.1.1 Detection2D.msg: "This field may be
+    # empty"; the index in the array would give different objects of different frames the same id)
+    assert [d.id for d in msg.detections] == ["", "", ""]
     assert first.results[0].hypothesis.score == pytest.approx(0.9)
     assert (second.results[0].hypothesis.score, third.results[0].hypothesis.score) == (1.0, 0.0)
     assert all(len(d.results) == 1 for d in msg.detections)
@@ -212,7 +249,7 @@ def test_older_layouts_by_feature_detection(layout: str) -> None:
         assert (result.id, result.score) == ("person", pytest.approx(0.9))
     else:
         assert (result.hypothesis.class_id, result.hypothesis.score) == ("person", pytest.approx(0.9))
-        assert first.id == "0"
+        assert first.id == ""
     boxes, scores, ids = msg_to_detections(msg, LABELS)
     np.testing.assert_array_equal(boxes, BOXES)
     np.testing.assert_array_equal(scores, np.clip(SCORES, 0, 1))
@@ -301,6 +338,51 @@ def test_vendored_msg_definitions_hash_to_upstream_4x() -> None:
     assert store.hash_rihs01("vision_msgs/msg/Detection2DArray") == UPSTREAM_4X_HASH
 
 
+# LabelInfo / VisionClass as vision_msgs 4.1.1 defines them (hashed with rosbags from msg/LabelInfo.msg and
+# msg/VisionClass.msg of ros-perception/vision_msgs at tag 4.1.1)
+UPSTREAM_4X_LABEL_INFO = {
+    "LabelInfo": "RIHS01_3d37df4015cdf660cc851c51897f2acd957e1ca6205ba0a99aebffb9406b0783",
+    "VisionClass": "RIHS01_1e4a11f0fed50b5623cb8ff26ca0e37952a48a9c074d16f804b44e9164c2037a",
+}
+
+
+def test_label_info_is_upstreams_in_rosidl_and_in_bags() -> None:
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    described = json.loads((ROOT / ".venv/share/vision_msgs/msg/LabelInfo.json").read_text())
+    generated = {entry["type_name"]: entry["hash_string"] for entry in described["type_hashes"]}
+    store = get_typestore(Stores.ROS2_JAZZY)
+    for name in UPSTREAM_4X_LABEL_INFO:
+        text = (ROOT / f"vendor/vision_msgs/msg/{name}.msg").read_text()
+        store.register(get_types_from_msg(text, f"vision_msgs/msg/{name}"))
+    for name, upstream in UPSTREAM_4X_LABEL_INFO.items():
+        assert (
+            generated[f"vision_msgs/msg/{name}"] == store.hash_rihs01(f"vision_msgs/msg/{name}") == upstream
+        )
+
+
+def test_vision_info_and_label_info_say_what_class_id_holds() -> None:
+    """class_id holds the label names (output_format: labels, the default) or the ids (ids): VisionInfo's method
+    says which; `labels` (index = id) and LabelInfo's class_map hold the names of the ids either way."""
+    from tiled_detector.messages.vision_info import label_info, labels_version, vision_info
+
+    named = vision_info("/models/m.onnx", "onnxruntime", "fp32", LABELS, image_header())
+    numbered = vision_info("/models/m.onnx", "onnxruntime", "fp32", LABELS, image_header(), names=False)
+    assert named.method == "tiled_detector m.onnx (onnxruntime, fp32); class_id: label names"
+    assert numbered.method.endswith("; class_id: ids")
+    assert named.database_location == numbered.database_location == "labels"
+    assert named.database_version == labels_version(LABELS) >= 0
+    info = deserialize_message(serialize_message(label_info(LABELS, 0.25, image_header())), LabelInfo)
+    assert [(c.class_id, c.class_name) for c in info.class_map] == list(enumerate(LABELS))
+    assert info.threshold == pytest.approx(0.25) and info.header == image_header()
+    by_id = {c.class_id: c.class_name for c in info.class_map}
+    names = detections_to_msg(BOXES[:2], SCORES[:2], CLASS_IDS[:2], image_header(), LABELS)
+    ids = detections_to_msg(BOXES[:2], SCORES[:2], CLASS_IDS[:2], image_header())
+    assert [d.results[0].hypothesis.class_id for d in names.detections] == [
+        by_id[int(d.results[0].hypothesis.class_id)] for d in ids.detections
+    ]
+
+
 # --- Detection3DArray: the objects with a position --------------------------------------------------------
 
 
@@ -365,18 +447,70 @@ class Detection3D2:  # Foxy: no id, tracking fields and the source cloud instead
 FAKES_3D = _fakes("3D", Detection3D3, Detection3D2)
 
 
-def test_3d_messages_hold_the_objects_with_a_position_under_their_2d_ids() -> None:
+def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:
+    """Untracked, the 3D objects are the 2D detections that have a position, in the 2D order, with the same (empty)
+    id, class and score: the k-th 3D object is the first 2D detection after the (k-1)-th's with its class and
+    score. Each hypothesis' pose is the position, with the depth spread's covariance."""
     header = image_header()
     wire = serialize_message(detections_3d_to_msg(POSITIONS, SIZES, SCORES, CLASS_IDS, header, LABELS))
     msg = deserialize_message(wire, Detection3DArray)
     assert msg.header == header and all(d.header == header for d in msg.detections)
     ids, positions, sizes = msg_to_positions(msg)
-    assert ids == ["0", "2"]  # the second object has no valid depth: left out, the others keep their 2D index
+    assert ids == ["", ""]  # the second object has no valid depth: left out
     np.testing.assert_allclose(positions, POSITIONS[[0, 2]])
     np.testing.assert_allclose(sizes, SIZES[[0, 2]])
-    assert [d.results[0].hypothesis.class_id for d in msg.detections] == ["person", "7"]
-    assert [d.results[0].hypothesis.score for d in msg.detections] == [pytest.approx(0.9), 0.0]
+    flat = detections_to_msg(BOXES, SCORES, CLASS_IDS, header, LABELS)
+    hypotheses = [(d.id, d.results[0].hypothesis) for d in flat.detections]
+    assert [(d.id, d.results[0].hypothesis) for d in msg.detections] == [hypotheses[0], hypotheses[2]]
     assert all(d.bbox.center.orientation.w == 1.0 for d in msg.detections)
+    for detection, position, size in zip(msg.detections, POSITIONS[[0, 2]], SIZES[[0, 2]], strict=True):
+        pose = detection.results[0].pose
+        point = pose.pose.position
+        np.testing.assert_allclose([point.x, point.y, point.z], position, rtol=1e-6)
+        assert pose.pose.orientation.w == 1.0
+        covariance = np.asarray(pose.covariance).reshape(6, 6)
+        # the depth's variance along the ray through the position: its z variance is (depth extent)^2 / 12 ...
+        ray = position / position[2]
+        np.testing.assert_allclose(covariance[:3, :3], size[2] ** 2 / 12 * np.outer(ray, ray), rtol=1e-5)
+        assert covariance[2, 2] == pytest.approx(size[2] ** 2 / 12, rel=1e-5) and not covariance[3:].any()
+        # ... and none across it: the ray is the only direction of uncertainty
+        across = np.cross(ray, [0.0, 1.0, 0.0])
+        assert across @ covariance[:3, :3] @ across == pytest.approx(0.0, abs=1e-12)
+
+
+def test_each_2d_detection_finds_its_3d_object_by_order_and_hypothesis_or_by_track_id() -> None:
+    """msg_links: untracked, the 2D order with the same class and score; tracked, the id. The documented limit:
+    untracked detections of equal class and score in a row, not all with a position, are linked in order."""
+    header = image_header()
+    scores = np.array([0.9, 0.9, 0.9, 0.5], np.float32)  # three equal hypotheses in a row
+    classes = np.array([0, 0, 0, 2])
+    boxes = np.array([[0, 0, 10, 10], [20, 0, 30, 10], [40, 0, 50, 10], [60, 0, 70, 10]], np.float32)
+    positions = np.array([[0.1, 0, 4], [np.nan] * 3, [0.3, 0, 5], [0.4, 0, 6]], np.float32)
+    sizes = np.full((4, 3), 0.2, np.float32)
+    flat = detections_to_msg(boxes, scores, classes, header, LABELS)
+    located = detections_3d_to_msg(positions, sizes, scores, classes, header, LABELS)
+    links = msg_links(flat, located)
+    # three 3D objects for four detections; the 2nd detection has no depth: without an id the equal neighbours
+    # cannot tell, so the order links the 1st and 2nd 3D objects to the 1st and 2nd equal detections
+    assert links.tolist() == [0, 1, -1, 2]
+    tracked = [11, 12, 13, 14]
+    flat = detections_to_msg(boxes, scores, classes, header, LABELS, track_ids=tracked)
+    located = detections_3d_to_msg(positions, sizes, scores, classes, header, LABELS, track_ids=tracked)
+    assert msg_links(flat, located).tolist() == [0, -1, 1, 2]  # ids tell them apart
+
+
+def test_position_covariance_follows_the_depth_spread_of_sampled_depths() -> None:
+    """The covariance of positions back-projected from depths spread as the depth stage sees them (uniform over
+    the depth extent: pipeline.depth.EXTENT) matches position_covariance."""
+    from tiled_detector.pipeline.depth import EXTENT
+
+    rng = np.random.default_rng(5)
+    centre, extent = np.array([1.5, -0.5, 6.0]), 0.6
+    depths = centre[2] + rng.uniform(-extent / 2, extent / 2, 200_000)
+    points = centre[None, :] / centre[2] * depths[:, None]  # the same pixel, back-projected at each depth
+    expected = position_covariance(centre[None], np.array([[0.3, 0.3, extent]]))[0]
+    np.testing.assert_allclose(np.cov(points.T), expected, rtol=0.02, atol=1e-6)
+    assert extent == pytest.approx(EXTENT * depths.std(), rel=0.01)
 
 
 def test_3d_ids_are_track_ids_and_carried_objects_keep_their_stamp() -> None:
@@ -407,4 +541,5 @@ def test_3d_older_layouts_by_feature_detection(layout: str) -> None:
     if layout == "2.x":
         assert (result.id, first.tracking_id) == ("person", "")
     else:
-        assert (result.hypothesis.class_id, first.id) == ("person", "0")
+        assert (result.hypothesis.class_id, first.id) == ("person", "")
+    assert (result.pose.pose.position.z, result.pose.covariance[14]) == (12.0, pytest.approx(0.1**2 / 12))

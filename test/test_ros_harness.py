@@ -29,11 +29,36 @@ def test_environment_isolates_and_enables_large_images() -> None:
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
     assert env["ROS_LOCALHOST_ONLY"] == "1"
     assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
+    # the venv's Fast DDS is 3 (kilted): FASTDDS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS
+    # v3.2.2); not the old name, which its rmw_fastrtps 9.3.3 warns about in every process
     assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]) == FASTDDS_PROFILE
+    assert "FASTRTPS_DEFAULT_PROFILES_FILE" not in env
     assert "<segment_size>67108864</segment_size>" in FASTDDS_PROFILE.read_text()
     assert "<port_queue_capacity>4096</port_queue_capacity>" in FASTDDS_PROFILE.read_text()
     with pytest.raises(ValueError, match="ROS_DOMAIN_ID"):
         ros_environment(300)
+
+
+def test_the_profile_goes_in_the_variables_the_installed_fast_dds_reads(tmp_path: Path) -> None:
+    """Fast DDS 2.x (Humble, Jazzy: libfastrtps.so.2) reads FASTRTPS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at
+    eProsima/Fast-DDS v2.6.10, v2.14.5): both names there; 3 only the new one. A profile the environment names in
+    either variable is the one used (a Humble user's `export FASTRTPS_DEFAULT_PROFILES_FILE=mine.xml`)."""
+    humble = tmp_path / "opt" / "ros" / "humble"
+    (humble / "lib").mkdir(parents=True)
+    (humble / "lib" / "libfastrtps.so.2.6.10").touch()
+    on_humble = {"AMENT_PREFIX_PATH": str(humble)}
+    env = ros_environment(base=on_humble)
+    assert (
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] == env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE)
+    )
+    for name in ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE"):
+        env = ros_environment(base={**on_humble, name: "/mine.xml"})
+        assert env["FASTRTPS_DEFAULT_PROFILES_FILE"] == env["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
+    both = {"FASTRTPS_DEFAULT_PROFILES_FILE": "/a.xml", "FASTDDS_DEFAULT_PROFILES_FILE": "/b.xml"}
+    assert {k: ros_environment(base={**on_humble, **both})[k] for k in both} == both
+    # Kilted's (this venv's): the new name only, a user's old one taken as the profile to use
+    env = ros_environment(base={"FASTRTPS_DEFAULT_PROFILES_FILE": "/mine.xml"})
+    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
 
 
 def test_domain_ids_stay_in_range() -> None:

@@ -159,7 +159,8 @@ def probe() -> dict[str, object]:
 
 def fastdds_profile() -> str | None:
     """The large-image Fast DDS profile this package ships (the launch file's default; the camera driver and
-    `ros2 bag play` need it too): the path to export as FASTDDS_DEFAULT_PROFILES_FILE."""
+    `ros2 bag play` need it too): the path to export as FASTRTPS_DEFAULT_PROFILES_FILE (Fast DDS 2.x: Humble,
+    Jazzy) and FASTDDS_DEFAULT_PROFILES_FILE (Fast DDS 3: Kilted and later)."""
     origin = _module_file("tiled_detector")
     profile = origin.parent / "resources" / "fastdds_large_images.xml" if origin else None
     return str(profile) if profile is not None and profile.is_file() else None

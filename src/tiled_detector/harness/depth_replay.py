@@ -11,14 +11,14 @@ objects of at least `MIN_SIZE` px (the longer side of their box): `depth_error_m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from tiled_detector.harness import bags
 from tiled_detector.harness.depth_recording import CAMERA_INFO_KEY, DETECTIONS_3D, GROUND_TRUTH_3D_TOPIC
-from tiled_detector.messages.detections import msg_ids, msg_to_positions
+from tiled_detector.messages.detections import msg_links, msg_to_positions
 from tiled_detector.messages.images import stamp_ns
 from tiled_detector.tools.depth_evaluation import MIN_SIZE, error_percentiles
 from tiled_detector.tools.scoring import Arrays, position_errors
@@ -95,7 +95,7 @@ def depth_scores(
     for stamp, arrays in answers.items():
         if stamp not in truth or stamp not in true_positions:
             continue
-        positions = _aligned(msg_ids(answer_messages[stamp]), answers_3d.get(stamp))
+        positions = _aligned(answer_messages[stamp], answers_3d.get(stamp))
         errors.append(position_errors(arrays, positions, truth[stamp], true_positions[stamp], MIN_SIZE))
     median, p95 = error_percentiles(errors)
     return {
@@ -105,13 +105,12 @@ def depth_scores(
     }
 
 
-def _aligned(ids: Sequence[int], located: Any) -> np.ndarray:
-    """(N, 3) the positions of a frame's Detection2Ds (by id) from its Detection3DArray; NaN where none."""
-    positions = np.full((len(ids), 3), np.nan)
+def _aligned(msg: Any, located: Any) -> np.ndarray:
+    """(N, 3) the positions of a frame's Detection2Ds from its Detection3DArray (`msg_links`); NaN where none."""
+    positions = np.full((len(msg.detections), 3), np.nan)
     if located is None:
         return positions
-    names, points, _ = msg_to_positions(located)
-    lookup = {name: k for k, name in enumerate(names)}
-    rows = np.array([lookup.get(str(int(i)), -1) for i in ids], np.int64)
-    positions[rows >= 0] = points[rows[rows >= 0]]
+    _, points, _ = msg_to_positions(located)
+    links = msg_links(msg, located)
+    positions[links >= 0] = points[links[links >= 0]]
     return positions

@@ -17,20 +17,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tiled_detector.ros.fastdds import FASTDDS_PROFILE
-
-# Fast DDS shared-memory profile with a segment large enough for full-resolution frames.
+from tiled_detector.fastdds import FASTDDS_PROFILE, with_profile
 
 
 def ros_environment(domain_id: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a ROS 2 process: Fast DDS with the large-image profile, discovery on this host only.
+    """Environment for a ROS 2 process: Fast DDS with the large-image profile (in both variables, each Fast DDS
+    version reads one: `fastdds.PROFILE_VARIABLES`; one already set names it for both), discovery on this host only.
 
     Both `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST` (Iron and later) and `ROS_LOCALHOST_ONLY=1` (Humble) are set,
     so no DDS traffic leaves the host whatever the distro. An explicit `domain_id` isolates concurrent runs.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(FASTDDS_PROFILE))
+    with_profile(env, FASTDDS_PROFILE)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["ROS_LOCALHOST_ONLY"] = "1"
     env.setdefault("AMENT_PREFIX_PATH", sys.prefix)

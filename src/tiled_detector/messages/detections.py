@@ -6,13 +6,20 @@ The message layout is found by feature detection on message instances, not by di
 - 3.x (Galactic): bbox.center.x/y (geometry_msgs/Pose2D), results[].hypothesis.class_id/score;
 - 2.x (Foxy): bbox.center.x/y, results[].id/score.
 Boxes are in the image's pixel frame. Each Detection2D carries the image header and one hypothesis whose
-class id is the label name when known, else the decimal class id. Detection2D.id is the detection's index in
-its array ("0", "1", ...; the node publishes them best score first): stable for a given frame and model, unique
-within the array, not an identity across frames; with track ids given (the node's `tracker` on) it is the track id
-instead ("17"): the same string for the same object in every frame of its track. A detection reported from an
-earlier frame (a tile budget's tile not run in this one: `seen_ns`) carries that frame's stamp in its own header;
-every other detection carries the array's header. A Detection3DArray holds the objects that have a position
-(`detections_3d_to_msg`), each with the results and the id (index or track id) of its Detection2D.
+class id is the label name when known, else the decimal class id. Detection2D.id is what vision_msgs 4.1.1 makes
+it: an identity across messages ("Detections of the same object in different detection messages should have the
+same id. This field may be empty."): with track ids given (the node's `tracker` on) the track id ("17", the same
+string for the same object in every frame of its track), else empty. The node publishes detections best score
+first. A detection reported from an earlier frame (a tile budget's tile not run in this one: `seen_ns`) carries
+that frame's stamp in its own header; every other detection carries the array's header.
+
+A Detection3DArray (`detections_3d_to_msg`) holds the objects of the same frame that have a position, in the
+order of its Detection2DArray (the same stamp), each with its Detection2D's id (the track id, or empty) and class
+and score, and the position as its hypothesis' pose (`PoseWithCovariance`, covariance from the depth spread). So a
+3D object is its 2D detection by track id when tracked; untracked, by order and hypothesis (`msg_links`): the k-th
+3D object is the first 2D detection after the (k-1)-th's match with the same class_id and score (ambiguous only
+between neighbours of equal class and score of which some have no position: a consumer that needs every link
+exact runs the tracker).
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ def detections_to_msg(
     ultralytics' and yolo_ros'), size_x / size_y are w / h (the rectangle's own sides, before turning).
 
     `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
-    ids (default: their index). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
+    ids (default: none, the id is empty). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
     the header's gets a copy of the header at that stamp. `msg_types` is a namespace with Detection2DArray, Detection2D and
     ObjectHypothesisWithPose (default: vision_msgs.msg).
     """
@@ -114,8 +121,8 @@ def detections_to_msg(
     ):
         detection = msg_types.Detection2D()
         detection.header = headers[rank]
-        if hasattr(detection, "id"):  # vision_msgs >= 3
-            detection.id = str(rank) if tags is None else tags[rank]
+        if hasattr(detection, "id") and tags is not None:  # vision_msgs >= 3
+            detection.id = tags[rank]
         center = _center(detection.bbox)
         center.x, center.y = cx, cy
         if theta is not None:
@@ -147,6 +154,18 @@ def _result(msg_types: Any, name: str, score: float) -> Any:
     return result
 
 
+def position_covariance(positions: Any, sizes: Any) -> np.ndarray:
+    """(N, 3, 3) covariances of object positions from their depth spread: the depth's variance along the ray from
+    the camera through the position, sigma_z^2 r r^T with r = (x / z, y / z, 1), sigma_z the standard deviation of
+    the object's depths (its depth extent, size z, spans sqrt(12) of them: `pipeline.depth.EXTENT`). Across the
+    ray nothing is measured beyond the box (a degenerate covariance: consumers that invert it add their own
+    floor)."""
+    positions = np.asarray(positions, np.float64).reshape(-1, 3)
+    sigma_z = np.asarray(sizes, np.float64).reshape(-1, 3)[:, 2] / np.sqrt(12.0)
+    ray = positions / positions[:, 2:3]
+    return sigma_z[:, None, None] ** 2 * ray[:, :, None] * ray[:, None, :]
+
+
 def detections_3d_to_msg(
     positions: Any,
     sizes: Any,
@@ -164,10 +183,11 @@ def detections_3d_to_msg(
     Positions and sizes are (N, 3) in metres in the header's frame (the colour camera's optical frame); an object
     whose position is not finite has no valid depth and is left out.
 
-    Each Detection3D has the results of its Detection2D (`detections_to_msg` with the same arguments) and its id:
-    the index in the 2D array, or the track id; `seen_ns` gives a carried object its own header as there. The box
-    is axis-aligned in that frame (identity orientation). `msg_types` is a namespace with Detection3DArray,
-    Detection3D and ObjectHypothesisWithPose (default: vision_msgs.msg).
+    Each Detection3D has the class and score of its Detection2D (`detections_to_msg` with the same arguments) and
+    its id (the track id, or empty), in the order of the 2D array; its hypothesis' pose is the position with
+    `position_covariance` (orientation not estimated: identity, its covariance 0). `seen_ns` gives a carried
+    object its own header as there. The box is axis-aligned in that frame (identity orientation). `msg_types` is
+    a namespace with Detection3DArray, Detection3D and ObjectHypothesisWithPose (default: vision_msgs.msg).
     """
     if msg_types is None:
         import vision_msgs.msg as msg_types
@@ -183,23 +203,58 @@ def detections_3d_to_msg(
         raise ValueError(f"need one track id per detection, got {len(tags)} for {len(ids)}")
     names = _label_map(labels)
     headers = _headers(header, seen_ns, len(ids))
+    located = np.isfinite(positions).all(axis=1) & np.isfinite(sizes).all(axis=1) & (positions[:, 2] > 0)
+    covariances = position_covariance(positions[located], sizes[located])
     detections = []
-    for index in np.flatnonzero(np.isfinite(positions).all(axis=1) & np.isfinite(sizes).all(axis=1)).tolist():
+    for index, covariance in zip(np.flatnonzero(located).tolist(), covariances, strict=True):
         detection = msg_types.Detection3D()
         detection.header = headers[index]
-        if hasattr(detection, "id"):  # vision_msgs >= 3
-            detection.id = str(index) if tags is None else tags[index]
+        if hasattr(detection, "id") and tags is not None:  # vision_msgs >= 3
+            detection.id = tags[index]
         point, size = detection.bbox.center.position, detection.bbox.size
         point.x, point.y, point.z = positions[index].tolist()
         size.x, size.y, size.z = sizes[index].tolist()
         detection.bbox.center.orientation.w = 1.0
         class_id = int(ids[index])
-        detection.results = [_result(msg_types, names.get(class_id, str(class_id)), float(scores[index]))]
+        result = _result(msg_types, names.get(class_id, str(class_id)), float(scores[index]))
+        result.pose.pose = detection.bbox.center
+        pose_covariance = np.zeros((6, 6))
+        pose_covariance[:3, :3] = covariance
+        result.pose.covariance = pose_covariance.reshape(-1)
+        detection.results = [result]
         detections.append(detection)
     array_msg = msg_types.Detection3DArray()
     array_msg.header = header
     array_msg.detections = detections
     return array_msg
+
+
+def msg_links(msg: Any, msg_3d: Any) -> np.ndarray:
+    """(N,) for each detection of a Detection2DArray the index of its object in the Detection3DArray of the same
+    frame (-1: none): by id where the 3D object has one (a track id), else by the documented order (module
+    docstring): the next 2D detection, after the last one linked, with the same class_id and score."""
+    links = np.full(len(msg.detections), -1, np.int64)
+    by_id = {str(getattr(d, "id", "")): k for k, d in enumerate(msg.detections) if getattr(d, "id", "")}
+    after = 0
+    for index, detection in enumerate(msg_3d.detections):
+        tag = str(getattr(detection, "id", ""))
+        if tag:
+            if tag in by_id:
+                links[by_id[tag]] = index
+            continue
+        key = _hypothesis_key(detection)
+        at = next((k for k in range(after, len(links)) if _hypothesis_key(msg.detections[k]) == key), None)
+        if at is not None:
+            links[at], after = index, at + 1
+    return links
+
+
+def _hypothesis_key(detection: Any) -> tuple[str, float] | None:
+    """A detection's first hypothesis as (class id, score), None without one."""
+    if not detection.results:
+        return None
+    hypothesis, id_field = _hypothesis(detection.results[0])
+    return str(getattr(hypothesis, id_field)), float(hypothesis.score)
 
 
 def msg_to_positions(msg: Any) -> tuple[list[str], np.ndarray, np.ndarray]:

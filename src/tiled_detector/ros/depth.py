@@ -16,7 +16,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,12 +49,25 @@ class DepthInputs:
     """The 3D side of a node with these cameras (module docstring). `publish` and `depth_for` run on the worker,
     the subscriptions' callbacks on the executor."""
 
-    def __init__(self, node: Any, cameras: Sequence[CameraTopics]) -> None:
+    def __init__(
+        self,
+        node: Any,
+        cameras: Sequence[CameraTopics],
+        overridable: Any = None,
+        *,
+        publisher: Callable[..., Any] | None = None,
+        destroy: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """`overridable`: the QoSOverridingOptions of its endpoints (None: none); `publisher` / `destroy` make and
+        destroy its detections_3d publishers (the node's output publishers; default: the node's plain ones)."""
         self._node = node
         self._topics = [depth_topics(c) for c in cameras]
         self._images = [c.image for c in cameras]
         self.sync = DepthSync(len(cameras))
-        self.publishers = [node.create_publisher(Detection3DArray, t[2], 10) for t in self._topics]
+        self._options = {} if overridable is None else {"qos_overriding_options": overridable}
+        make = node.create_publisher if publisher is None else publisher
+        self._destroy = destroy
+        self.publishers = [make(Detection3DArray, t[2], 10, **self._options) for t in self._topics]
         self._subscriptions: list[Any] = []
         self._said: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
@@ -66,8 +79,13 @@ class DepthInputs:
         for index, (depth, info, _) in enumerate(self._topics):
             on_depth = functools.partial(self._on_depth, index=index)
             on_info = functools.partial(self._on_info, index=index)
-            self._subscriptions.append(self._node.create_subscription(Image, depth, on_depth, image_qos))
-            self._subscriptions.append(self._node.create_subscription(CameraInfo, info, on_info, INFO_QOS))
+            for msg_type, topic, callback, qos in (
+                (Image, depth, on_depth, image_qos),
+                (CameraInfo, info, on_info, INFO_QOS),
+            ):
+                self._subscriptions.append(
+                    self._node.create_subscription(msg_type, topic, callback, qos, **self._options)
+                )
 
     def unsubscribe(self) -> None:
         """Stop taking depth images and camera infos."""
@@ -79,7 +97,7 @@ class DepthInputs:
         """Unsubscribe and destroy the publishers."""
         self.unsubscribe()
         for publisher in self.publishers:
-            self._node.destroy_publisher(publisher)
+            (self._node.destroy_publisher if self._destroy is None else self._destroy)(publisher)
         self.publishers = []
 
     def _on_depth(self, msg: Image, index: int = 0) -> None:

@@ -25,9 +25,11 @@ from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray, VisionInfo
 
+from tiled_detector.config import DetectorConfig
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
     array_to_imgmsg,
@@ -36,7 +38,7 @@ from tiled_detector.messages.images import (
     imgmsg_to_array,
     stamp_ns,
 )
-from tiled_detector.messages.vision_info import LABELS_PARAMETER, vision_info
+from tiled_detector.messages.vision_info import LABELS_PARAMETER, label_info, vision_info
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder
 from tiled_detector.pipeline.tiling import make_plan
@@ -61,9 +63,17 @@ try:  # Iron and later
 except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 
+try:  # vision_msgs 4.x (Humble and later)
+    from vision_msgs.msg import LabelInfo
+except ImportError:  # older vision_msgs have none: VisionInfo only
+    LabelInfo = None
+
 NODE_NAME = "tiled_detector"
 WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
-# vision_info: published once per configuration, kept for subscribers that come later
+# qos_overrides.<topic>.<subscription|publisher>.<history|depth|reliability> parameters of the image
+# subscriptions and the output publishers (rclpy declares them, read-only, when the endpoint is created)
+OVERRIDABLE = QoSOverridingOptions.with_default_policies()
+# vision_info and label_info: published once per configuration (activation), kept for subscribers that come later
 VISION_INFO_QOS = QoSProfile(
     depth=1,
     history=HistoryPolicy.KEEP_LAST,
@@ -136,6 +146,9 @@ class DetectorNodeBase(NodeParameters):
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
     _skips_counted = True  # False once the middleware is found to give no sequence numbers
     _depth: DepthInputs | None = None  # `depth: true`: the depth inputs and detections_3d (ros/depth.py)
+    label_info_pub: Any = None
+    # qos_overrides already warned about as matching no endpoint
+    _said_overrides: frozenset[str] = frozenset()
 
     def _configure(self) -> None:
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
@@ -168,19 +181,29 @@ class DetectorNodeBase(NodeParameters):
         ] = {}  # camera index -> its last frame's size (the worker's)
         self._loop: Worker | None = None
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.vision_info_pub = self.create_publisher(VisionInfo, "vision_info", VISION_INFO_QOS)
-        header = Detection2DArray().header
-        header.stamp = self.get_clock().now().to_msg()
-        engine = detector.engine
-        info = vision_info(
-            detector.config.model, engine.backend.value, engine.precision.value, self.labels, header
+        self.vision_info_pub = self.output_publisher(VisionInfo, "vision_info", VISION_INFO_QOS)
+        self.label_info_pub = (
+            self.output_publisher(LabelInfo, "label_info", VISION_INFO_QOS) if LabelInfo is not None else None
         )
-        self.vision_info_pub.publish(info)
         for camera in self.cameras:
             camera.image_topic = self.resolve_topic_name(camera.topics.image)
-            camera.detections_pub = self.create_publisher(Detection2DArray, camera.topics.detections, 10)
-            camera.debug_pub = self.create_publisher(Image, camera.topics.debug_image, 1)
-        self._depth = DepthInputs(self, [c.topics for c in self.cameras]) if detector.config.depth else None
+            camera.detections_pub = self.output_publisher(
+                Detection2DArray, camera.topics.detections, 10, qos_overriding_options=OVERRIDABLE
+            )
+            camera.debug_pub = self.output_publisher(
+                Image, camera.topics.debug_image, 1, qos_overriding_options=OVERRIDABLE
+            )
+        self._depth = (
+            DepthInputs(
+                self,
+                [c.topics for c in self.cameras],
+                OVERRIDABLE,
+                publisher=self.output_publisher,
+                destroy=self.destroy_output,
+            )
+            if detector.config.depth
+            else None
+        )
         self._convert = compressed_to_array if compressed else imgmsg_to_array
         self._gpu_jpeg = GpuJpegDecoder(detector.engine.device) if compressed else None
         if (
@@ -214,6 +237,7 @@ class DetectorNodeBase(NodeParameters):
                 functools.partial(take, index=index),
                 image_qos(values["image_reliability"]),
                 callback_group=camera.gate,
+                qos_overriding_options=OVERRIDABLE,
                 event_callbacks=SubscriptionEventCallbacks(
                     message_lost=functools.partial(self._on_message_lost, index=index),
                     incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
@@ -222,6 +246,7 @@ class DetectorNodeBase(NodeParameters):
             camera.last_frame = time.monotonic()
         if self._depth is not None:
             self._depth.subscribe(image_qos(values["image_reliability"]))
+        self._warn_unused_qos_overrides()
         self._slots = FrameSlots(len(self.cameras))
         self._share = EngineShare(len(self.cameras))  # a costly camera cannot set the pace for the others
         self._loop = Worker(
@@ -246,6 +271,49 @@ class DetectorNodeBase(NodeParameters):
             f"tiles={values['tile_width']}x{values['tile_height']} overlap={values['overlap']}"
         )
 
+    def _publish_info(self) -> None:
+        """Publish what the detections mean: VisionInfo and (where vision_msgs has it) LabelInfo."""
+        config, values = self._current()
+        header = self._now_header()
+        engine = self._detector.engine
+        names = values["output_format"] == "labels"
+        backend, precision = engine.backend.value, engine.precision.value
+        self.vision_info_pub.publish(
+            vision_info(config.model, backend, precision, self.labels, header, names)
+        )
+        if self.label_info_pub is not None:
+            self.label_info_pub.publish(label_info(self.labels, config.conf_threshold, header))
+
+    def _warn_unused_qos_overrides(self) -> None:
+        """One WARN per `qos_overrides.*` value given that matches no endpoint of this node (rclpy declares the
+        ones it honours when an endpoint is created: the image subscriptions and the output publishers)."""
+        given = {n for n in getattr(self, "_parameter_overrides", {}) if n.startswith("qos_overrides.")}
+        unused = sorted(given - set(self._parameters) - self._said_overrides)
+        for name in unused:
+            self.get_logger().warning(
+                f"{name} ignored: no endpoint of this node matches it (qos_overrides.<resolved topic>."
+                "<subscription|publisher>.<history|depth|reliability> of the image subscriptions and the outputs)"
+            )
+        self._said_overrides |= frozenset(unused)
+
+    def _changed(self, before: DetectorConfig, after: DetectorConfig) -> None:
+        """Runtime settings changed: LabelInfo's threshold follows `conf_threshold`."""
+        if after.conf_threshold != before.conf_threshold and self.label_info_pub is not None:
+            self.label_info_pub.publish(label_info(self.labels, after.conf_threshold, self._now_header()))
+
+    def _now_header(self) -> Any:
+        """A header stamped now (the node's clock), no frame."""
+        header = Detection2DArray().header
+        header.stamp = self.get_clock().now().to_msg()
+        return header
+
+    def output_publisher(self, msg_type: Any, topic: str, qos: Any, **kwargs: Any) -> Any:
+        """An output publisher (the managed node's publish only while it is active)."""
+        return self.create_publisher(msg_type, topic, qos, **kwargs)
+
+    def destroy_output(self, publisher: Any) -> None:
+        self.destroy_publisher(publisher)
+
     def _deactivate(self) -> None:
         """Stop taking frames: unsubscribe, then stop and join the worker (the frame in hand is finished)."""
         for camera in self.cameras:
@@ -265,20 +333,24 @@ class DetectorNodeBase(NodeParameters):
         for camera in self.cameras:
             for publisher in (camera.detections_pub, camera.debug_pub):
                 if publisher is not None:
-                    self.destroy_publisher(publisher)
+                    self.destroy_output(publisher)
         self.cameras = []
         if self._depth is not None:
             self._depth.destroy()
             self._depth = None
-        for name in ("diagnostics_pub", "vision_info_pub"):
+        if self.diagnostics_pub is not None:
+            self.destroy_publisher(self.diagnostics_pub)
+            self.diagnostics_pub = None
+        for name in ("vision_info_pub", "label_info_pub"):
             if getattr(self, name) is not None:
-                self.destroy_publisher(getattr(self, name))
+                self.destroy_output(getattr(self, name))
                 setattr(self, name, None)
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
         with self._state_lock:
             self._state = None
+        self._restore_given()
         if self._stream is not None:  # a cleanup ends every track and schedule (the ids keep counting up)
             self._stream.reset()
         device = self._detector.engine.device if self._detector is not None else None
@@ -542,6 +614,7 @@ class DetectorNode(DetectorNodeBase, Node):
         self._declare()
         self._configure()
         self._activate()
+        self._publish_info()
 
 
 def main(args: Sequence[str] | None = None) -> int:

@@ -70,17 +70,32 @@ def given_parameters(argv: Sequence[str], node: str) -> dict[str, tuple[Any, str
 
 class NodeParameters:
     """Parameter handling of a detector node (an rclpy node): `_state` holds the detector settings and the
-    parameter values they come from, swapped together under `_state_lock` (None until configured)."""
+    parameter values they come from, swapped together under `_state_lock` (None until configured).
 
+    The plain node's read-only parameters are fixed for its life; a managed node's (`MANAGED`) can be set while it
+    is unconfigured and are refused while it is configured (they are read when it configures)."""
+
+    MANAGED = False
     _state: tuple[DetectorConfig, dict[str, Any]] | None = None
     labels: list[str] = []  # noqa: RUF012 -- the loaded model's class names, set when configured
+    _given: dict[str, Any] | None = None  # a managed node's values given before `_show_loaded` replaced them
+
+    def _descriptor(self, param: Any) -> Any:
+        """The rcl descriptor of `param` for this node (a managed node's read-only ones are writable)."""
+        described = descriptor(param)
+        if self.MANAGED and param.read_only:
+            described.read_only = False
+            described.additional_constraints = "; ".join(
+                filter(None, [described.additional_constraints, "set while the node is unconfigured"])
+            )
+        return described
 
     def _declare(self) -> None:
         """Declare every parameter (overrides of the wrong type refused, unknown ones warned about) and
         validate changes from now on."""
         self._check_override_types()
         for param in PARAMS:
-            described = descriptor(param)
+            described = self._descriptor(param)
             # `model` and `labels` become read-only once the loaded values are known (_show_loaded)
             described.read_only &= param.name not in ("model", "labels")
             self.declare_parameter(param.name, declared_value(param), described)
@@ -126,14 +141,24 @@ class NodeParameters:
             self.get_logger().warning(f"unknown parameter {name!r} ignored{hint}")
 
     def _show_loaded(self, name: str, value: Any) -> Any:
-        """Re-declare read-only parameter `name` with the value actually loaded (the bundled model's path, the
-        model's class names); a managed node configured again keeps the first (read-only parameters cannot be
-        re-declared)."""
+        """Re-declare parameter `name` with the value actually loaded (the bundled model's path, the model's class
+        names): read-only in the plain node (the first stays), writable in a managed node, which gets the given
+        value back when it is cleaned up (`_restore_given`: a new model is not read with the old one's names)."""
         if self.describe_parameter(name).read_only:
             return self.get_parameter(name).value
+        if self.MANAGED:
+            self._given = self._given or {}
+            self._given.setdefault(name, self.get_parameter(name).value)
         self.undeclare_parameter(name)
-        self.declare_parameter(name, value, descriptor(BY_NAME[name]), ignore_override=True)
+        self.declare_parameter(name, value, self._descriptor(BY_NAME[name]), ignore_override=True)
         return value
+
+    def _restore_given(self) -> None:
+        """A managed node cleaned up: the parameters `_show_loaded` replaced hold the given values again."""
+        for name, value in (self._given or {}).items():
+            self.undeclare_parameter(name)
+            self.declare_parameter(name, value, self._descriptor(BY_NAME[name]), ignore_override=True)
+        self._given = None
 
     def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
         changed = {p.name: p.value for p in params if p.name in BY_NAME}
@@ -143,6 +168,13 @@ class NodeParameters:
                 return SetParametersResult(successful=False, reason=reason)
         if self._state is None:  # not configured yet (lifecycle): the values are read at configure
             return SetParametersResult(successful=True)
+        fixed = sorted(name for name in changed if BY_NAME[name].read_only)
+        if fixed:  # (the plain node's are read-only: rclpy refuses them before this callback)
+            return SetParametersResult(
+                successful=False,
+                reason=f"{', '.join(fixed)}: read when the node configures; set while it is unconfigured "
+                "(ros2 lifecycle set <node> cleanup, set it, configure)",
+            )
         current, values = self._current()
         merged = {**values, **changed}
         try:  # every runtime setting from the merged values (a size's two parameters together)
@@ -154,7 +186,11 @@ class NodeParameters:
             return SetParametersResult(successful=False, reason=str(error))
         with self._state_lock:
             self._state = (candidate, merged)
+        self._changed(current, candidate)
         return SetParametersResult(successful=True)
+
+    def _changed(self, before: DetectorConfig, after: DetectorConfig) -> None:
+        """Runtime settings changed from `before` to `after` (the node's hook)."""
 
     def _check_runtime(self, candidate: DetectorConfig) -> None:
         """Raise ValueError when new runtime settings cannot apply to what the node has seen (the node's check)."""

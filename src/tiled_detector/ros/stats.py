@@ -162,7 +162,7 @@ class Stats:
             out["views_per_frame"] = self.views / max(self.counts["processed"], 1)
             out["views_per_frame_max"] = self.views_max
             out["predicted_boxes"] = self.predicted
-            for name in ("dropped", "lost", "skipped", "malformed", "failed"):
+            for name in ("processed", "dropped", "lost", "skipped", "malformed", "failed"):
                 out[f"{name}_since_last"] = self.counts[name] - self._last_counts[name]
             self._last_counts, self._last_time = dict(self.counts), now
             series = {"latency": self.latency_ms, **self.stages}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -108,11 +109,14 @@ def mot_metrics(
 ) -> dict[str, float | int]:
     """IDF1, MOTA and identity switches (py-motmetrics, CLEAR MOT and ID measures) of a sequence: per frame, in
     order, the truth's and the prediction's (boxes x1, y1, x2, y2; ids); a prediction can match a truth box at
-    IoU >= `iou`."""
+    IoU >= `iou`. A prediction without an id (negative: an untracked detection carries none) is an identity of its
+    own."""
     import motmetrics
 
     accumulator = motmetrics.MOTAccumulator(auto_id=True)
-    for (truth_boxes, truth_ids), (boxes, ids) in zip(truth, predicted, strict=True):
+    unnamed = itertools.count(-1, -1)  # (fresh identities below every id given)
+    for (truth_boxes, truth_ids), (boxes, given) in zip(truth, predicted, strict=True):
+        ids = [int(i) if i >= 0 else next(unnamed) for i in np.asarray(given).reshape(-1).tolist()]
         overlap = box_iou(
             np.asarray(truth_boxes, np.float64).reshape(-1, 4), np.asarray(boxes, np.float64).reshape(-1, 4)
         )
