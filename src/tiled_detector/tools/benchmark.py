@@ -46,6 +46,7 @@ COLUMNS = (
     "input",
     "tile_size",
     "cuda_graph",
+    "cuda_graph_reason",
     "views",
     "views_per_frame",
     "views_per_frame_max",
@@ -217,6 +218,10 @@ def measure(
         tile_size="x".join(map(str, detector.tile_size)),  # auto: the model's input size
         # the frame captured whole, captured around an engine that cannot be (its calls eager), or not at all
         cuda_graph="split" if detector._runner.split else "whole" if detector._runner.captures else "off",
+        # why not whole, where the frame program is captured: what the engine says, or why its capture failed
+        cuda_graph_reason=detector.engine.capture_problem or detector._runner.reason
+        if device.type == "cuda" and detector.config.cuda_graph
+        else "",
         views=plan.batch_size,
         views_per_frame=round(float(np.mean(counted[warmup:])), 2),
         views_per_frame_max=int(max(counted[warmup:])),
