@@ -136,7 +136,11 @@ def specialise(module: torch.jit.ScriptModule, device: str | torch.device) -> tu
             output = node.output()
             uses = [use.user.kind() for use in output.uses()]
             only_factories = bool(uses) and all(u in FACTORIES for u in uses)
-            if str(output.type()) == "Device" and only_factories and torch.device(node.s("value")).type == "cpu":
+            if (
+                str(output.type()) == "Device"
+                and only_factories
+                and torch.device(node.s("value")).type == "cpu"
+            ):
                 node.s_("value", str(target))
         torch._C._jit_pass_constant_propagation(graph)
     return host_work(module, target)
