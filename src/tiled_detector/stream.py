@@ -405,6 +405,7 @@ class Stream:
             config.match_metric,
             config.merge_threshold,
             config.class_agnostic,
+            config.nms_rounds,
         )
         best = np.argsort(-scores, kind="stable")[: config.max_detections]
         timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}
