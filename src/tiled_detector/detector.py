@@ -54,6 +54,7 @@ from tiled_detector.pipeline.tiling import (
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
+from tiled_detector.threads import fit_to_load
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
@@ -375,6 +376,7 @@ class TiledDetector:
         `while_running` is called once, after the frame program is queued on the device and before its results
         are read: the time to `stage` the next frames (their copy then overlaps this batch's device work; on the
         CPU, where the program has run by then, nothing overlaps)."""
+        fit_to_load()  # (our own processes: torch's CPU threads follow the host's load)
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
