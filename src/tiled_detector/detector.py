@@ -102,6 +102,18 @@ class _StageClock:
         return result
 
 
+class _Once:
+    """A callback (or None) that runs at most once, however often it is called."""
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self._callback = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
 def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
     """`program.fused` (torch.compile) when `compile` is on and the engine runs on CUDA with triton installed;
     else None (one log line when it was asked for but cannot be had)."""
@@ -406,7 +418,10 @@ class TiledDetector:
         if on_device is not None:
             on_device(uploaded)
             clock.mark("motion")
-        return self._detect(uploaded, encodings, cameras, clock, tiles, checked, while_running)
+        running = _Once(while_running)
+        found = self._detect(uploaded, encodings, cameras, clock, tiles, checked, running)
+        running()  # (a batch with no view to run calls it here)
+        return found
 
     @property
     def stages(self) -> bool:
@@ -462,27 +477,7 @@ class TiledDetector:
         clock: _StageClock,
         tiles: Sequence[np.ndarray | None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
-        while_running: Callable[[], None] | None = None,
-    ) -> list[Detections]:
-        pending = [while_running] if while_running is not None else []
-
-        def running() -> None:  # at most once
-            while pending:
-                pending.pop()()
-
-        found = self._run_batch(frames, encodings, cameras, clock, tiles, depths, running)
-        running()  # (a batch with no view to run, or a path that did not call it)
-        return found
-
-    def _run_batch(
-        self,
-        frames: list[torch.Tensor],
-        encodings: list[Encoding],
-        cameras: Sequence[str | None],
-        clock: _StageClock,
-        tiles: Sequence[np.ndarray | None] | None,
-        depths: Sequence[DepthImage | None] | None,
-        running: Callable[[], None],
+        running: Callable[[], None] = lambda: None,
     ) -> list[Detections]:
         if not frames:
             return []
