@@ -14,8 +14,9 @@
 #   checks   the CUDA-only tests (pytest -m gpu) and benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
 #            and one D2H copy per frame)
 #   exports  ultralytics' own exports made there (TorchScript, ONNX), loaded with no options, bench with
-#            --peer sahi (host and device input, fp32 and fp16); a capture-hostile YOLOv8n-sized model before
-#            (cuda_graph off: the whole frame eager) and after (captured around the engine), normal and flood
+#            --peer sahi (host and device input, fp32 and fp16); a YOLOv8n-sized model that makes its anchors on
+#            the host (once capture-hostile; since issue 51 the torch engine moves that to the device: whole) with
+#            cuda_graph off and on, normal and flood
 #   policy   the detection policy's cost and savings: ultralytics' yolov8n TorchScript at 4K, fp16, the whole frame
 #            against roi [0, 0.5, 1, 1] (engine views and time), and with every policy setting on; the
 #            capture-hostile model again with frames already on the device (--input device)
