@@ -88,9 +88,8 @@ class Engine(ABC):
         False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
     )
     capturable: bool = False  # a call can be recorded in a CUDA graph (no host sync or allocation)
-    capture_problem: str = (
-        ""  # why a call cannot be recorded, where the engine knows ('' : it can, or unknown)
-    )
+    # why a call cannot be recorded, where the engine knows ('': it can, or it is not known)
+    capture_problem: str = ""
     input: TensorSpec  # (B, C, H, W); B may be -1 (dynamic)
     outputs: tuple[TensorSpec, ...]
     metadata: ModelMetadata = ModelMetadata()  # what the model file says about itself (`engines.metadata`)
