@@ -2,10 +2,10 @@
 frames are answered, and their latency, with one camera sending large frames as fast as it can.
 
     .venv/bin/python benchmarks/camera_share_probe.py [--good 1280x720 --good-rate 4 --frames 120] \
-        [--big 7680x4320] [--no-big] [--out out/probe.json]
+        [--big 7680x4320] [--no-big] [--malformed N] [--out out/probe.json]
 
 Two "good" cameras send --frames frames at --good-rate Hz; the "big" camera sends --big frames flat out until they
-are done. Prints and writes, per camera: frames sent, answered, received / skipped / lost by the node, its latency
+are done (with --malformed, that many malformed frames of its size, data cut short, after each). Prints and writes, per camera: frames sent, answered, received / skipped / lost by the node, its latency
 p50 and its engine share.
 """
 
@@ -25,7 +25,9 @@ PUBLISHER = (sys.executable, str(ROOT / "test" / "support" / "publisher.py"))
 CAMERAS = ("/cam_a/image", "/cam_b/image", "/cam_c/image")
 
 
-def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int) -> subprocess.Popen:
+def _publish(
+    env: dict[str, str], topic: str, size: str, rate: float, count: int, malformed: int = 0
+) -> subprocess.Popen:
     return subprocess.Popen(
         [
             *PUBLISHER,
@@ -39,6 +41,8 @@ def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int
             str(count),
             "--reliability",
             "best_effort",
+            "--malformed",
+            str(malformed),
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -47,7 +51,9 @@ def _publish(env: dict[str, str], topic: str, size: str, rate: float, count: int
     )
 
 
-def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Path) -> dict[str, Any]:
+def probe(
+    good: str, good_rate: float, frames: int, big: str | None, workdir: Path, malformed: int = 0
+) -> dict[str, Any]:
     """Per camera: sent, answered, the node's latency p50 (ms) and engine share, from one run."""
     from diagnostic_msgs.msg import DiagnosticArray
 
@@ -72,7 +78,7 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
         try:
             for client in clients:
                 assert client.wait_for_node(timeout=60), node.log_text()
-            costly = _publish(env, cameras[2], big, 100.0, 100000) if big else None
+            costly = _publish(env, cameras[2], big, 100.0, 100000, malformed) if big else None
             publishers = [_publish(env, topic, good, good_rate, frames) for topic in cameras[:2]]
             sent = [
                 json.loads(p.communicate(timeout=frames / good_rate + 120)[0].strip().splitlines()[-1])[
@@ -98,6 +104,10 @@ def probe(good: str, good_rate: float, frames: int, big: str | None, workdir: Pa
                     "received": int(values.get("frames_received", 0)),
                     "skipped": int(values.get("frames_skipped", 0)),
                     "lost": int(values.get("frames_lost", 0)),
+                    "malformed": int(values.get("frames_malformed", 0)),
+                    "processed": int(values.get("frames_processed", 0)),
+                    "dropped": int(values.get("frames_dropped", 0)),
+                    "failed": int(values.get("frames_failed", 0)),
                     "latency_ms_p50": float(values.get("latency_ms_p50", "nan")),
                     "engine_share": float(values.get("engine_share", "nan")),
                 }
@@ -116,14 +126,22 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--big", default="7680x4320")
     parser.add_argument("--no-big", action="store_true", help="the two good cameras alone (the baseline)")
+    parser.add_argument(
+        "--malformed",
+        type=int,
+        default=0,
+        help="malformed frames the big camera sends after each of its frames",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = probe(args.good, args.good_rate, args.frames, None if args.no_big else args.big, Path(tmp))
+        big = None if args.no_big else args.big
+        result = probe(args.good, args.good_rate, args.frames, big, Path(tmp), args.malformed)
     for topic, row in result.items():
         print(
-            f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received, "
-            f"{row['skipped']} skipped, {row['lost']} lost), latency p50 "
+            f"{topic} {row['size']}: {row['answered']}/{row['sent']} answered ({row['received']} received = "
+            f"{row['processed']} processed + {row['dropped']} dropped + {row['malformed']} malformed + "
+            f"{row['failed']} failed + in flight; {row['skipped']} skipped, {row['lost']} lost), latency p50 "
             f"{row['latency_ms_p50']:.0f} ms, engine share {row['engine_share']:.2f}"
         )
     if args.out:

@@ -53,8 +53,9 @@ class YoloV8nLike(nn.Module):
 
     Random weights; the class bias starts at -10 like a fresh YOLO head (scores ~5e-5), so thresholds decide
     how many candidates reach decoding. `host_anchors` builds the anchor grid on the host in every forward and
-    copies it over (`torch.arange(..., device="cpu").type_as(x)`, as a traced ultralytics head does): such a
-    model cannot be captured in a CUDA graph.
+    copies it over (`torch.arange(..., device="cpu").type_as(x)`, as a traced ultralytics head does): as traced, such a
+    model cannot be captured in a CUDA graph; the torch engine moves that work to the device when it loads the file on
+    CUDA (`engines/capture.py`), so it is captured whole there since issue 51.
     """
 
     def __init__(

@@ -3,7 +3,7 @@ same YOLOX weights (SAHI through `tools.peers.sahi_model`: YOLOX's own pre/post-
 engine), on real photos with COCO ground truth.
 
     PYTHONPATH=<sahi's site> .venv/bin/python benchmarks/sahi_accuracy.py --model yolox_nano.onnx \
-        --photos DIR [--map human=person] [--tile 416] [--out out/sahi_accuracy.json]
+        --photos DIR [--map human=person] [--tile 416] [--nms-rounds 1 2] [--out out/sahi_accuracy.json]
 
 DIR holds images and COCO files `<image stem>_coco.json` (category names are COCO's or mapped by --map). Prints one
 row per method and writes the numbers as JSON.
@@ -52,6 +52,13 @@ def main() -> None:
     parser.add_argument(
         "--conf", type=float, default=0.01, help="score threshold (low: AP needs the ranking)"
     )
+    parser.add_argument(
+        "--nms-rounds",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also ours with these nms_rounds (results change)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from sahi.predict import get_prediction, get_sliced_prediction
@@ -65,11 +72,13 @@ def main() -> None:
         args.model, tile_size=(args.tile, args.tile), overlap=args.overlap, conf_threshold=args.conf
     )
 
-    def ours(full_only: bool) -> list[tuple[np.ndarray, ...]]:
+    def ours(full_only: bool, **changes: int) -> list[tuple[np.ndarray, ...]]:
         found = []
         for frame in frames:
             height, width = frame.image.shape[:2]
-            detector = tiled.with_config(tile_size=(width, height), full_frame=False) if full_only else tiled
+            detector = tiled.with_config(**changes)
+            if full_only:
+                detector = detector.with_config(tile_size=(width, height), full_frame=False)
             d = detector.detect(frame.image, frame.encoding)
             found.append((d.boxes, d.scores, d.class_ids))
         return found
@@ -98,6 +107,7 @@ def main() -> None:
         "SAHI standard prediction": peer(False),
         "ours tiles + full frame": ours(False),
         "SAHI sliced prediction": peer(True),
+        **{f"ours tiles + full frame, nms_rounds {r}": ours(False, nms_rounds=r) for r in args.nms_rounds},
     }
     report = {
         "model": str(args.model),
@@ -112,7 +122,7 @@ def main() -> None:
             "AP50": None if stats is None else round(float(stats[1]), 4),
             "AP": None if stats is None else round(float(stats[0]), 4),
         }
-        print(f"{name:<28} AP50 {report[name]['AP50']}  AP {report[name]['AP']}")
+        print(f"{name:<44} AP50 {report[name]['AP50']}  AP {report[name]['AP']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")

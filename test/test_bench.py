@@ -49,7 +49,10 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader((out / "bench.csv").open()))
-    assert {"backend", "precision", "size", "total_ms", "model_only_ms", "ratio", "fps"} <= set(rows[0])
+    assert {"backend", "precision", "size", "total_ms", "stream_ms", "model_only_ms", "ratio", "fps"} <= set(
+        rows[0]
+    )
+    assert "stream ms" in printed
     ours = [r for r in rows if r["backend"] != "sahi"]
     assert [(r["backend"], r["precision"], r["size"]) for r in ours] == [
         (backend, precision, size)
@@ -67,6 +70,9 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(
     for r in measured:
         total, alone, ratio = float(r["total_ms"]), float(r["model_only_ms"]), float(r["ratio"])
         assert alone > 0 and total > 0 and ratio == pytest.approx(total / alone, rel=1e-2)
+        # the steady time per frame over a stream of host frames, beside the one frame's latency
+        streamed = float(r["stream_ms"])
+        assert streamed > 0 and float(r["stream_ratio"]) == pytest.approx(streamed / alone, rel=1e-2)
         assert float(r["fps"]) == pytest.approx(1000 / total, rel=1e-2, abs=0.006)  # fps has two decimals
         assert float(r["infer_ms"]) > 0 and float(r["preprocess_p95_ms"]) >= float(r["preprocess_ms"])
         assert int(r["views"]) >= 2 and int(r["detections"]) > 0 and r["input"] == "host"
@@ -271,6 +277,7 @@ def test_a_tile_budget_row_is_a_stream_with_its_views_per_frame(tmp_path: Path, 
     assert main(argv) == 0
     (row,) = csv.DictReader((tmp_path / "bench.csv").open())
     assert (row["views"], row["views_per_frame"], row["views_per_frame_max"]) == ("9", "3.0", "3")
+    assert float(row["stream_ms"]) > 0  # the same stream, frames in a row
     lines = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("backend "))
     assert lines[at + 1].split()[3] == "3/9"

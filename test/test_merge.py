@@ -14,8 +14,10 @@ from tiled_detector.pipeline import merge as merge_module
 from tiled_detector.pipeline.merge import (
     MatchMetric,
     MergeMethod,
+    MergeRule,
     merge,
     merge_detections,
+    merge_padded,
     overlap,
     rank_order,
 )
@@ -222,6 +224,34 @@ def test_cuda_equals_cpu(method):
     assert all(g.device.type == "cuda" for g in gpu)
     for a, b in zip(cpu, gpu, strict=True):
         torch.testing.assert_close(a, b.cpu(), rtol=0, atol=1e-5)
+
+
+# a chain: A suppresses B, B would suppress C (IoU 0.54 each), A and C overlap less (0.25); D matches nothing
+CHAIN = (
+    np.array([[0, 0, 10, 10], [3, 0, 13, 10], [6, 0, 16, 10], [40, 40, 50, 50]], np.float32),
+    np.array([0.9, 0.8, 0.7, 0.6], np.float32),
+    np.zeros(4, np.int64),
+)
+
+
+@pytest.mark.parametrize("method", [MergeMethod.NMS, MergeMethod.GREEDY_NMM])
+def test_nms_rounds_cap_the_suppression_and_both_paths_agree(method):
+    """rounds 0: SAHI's result (A, C, D kept); 1 round: C is dropped because B, itself suppressed, matches it; 2
+    rounds settle the chain; the fixed-size path (`merge_padded` with its own rounds and invalid rows) keeps what
+    the exact path keeps for the rule's rounds, and says it is exact."""
+    kept = {r: merge_detections(*CHAIN, method, "iou", 0.5, rounds=r)[0] for r in (0, 1, 2)}
+    assert kept[0][:, 0].tolist() == [0, 6, 40] and kept[2][:, 0].tolist() == [0, 6, 40]
+    assert kept[1][:, 0].tolist() == [0, 40]
+    boxes, scores, classes = (torch.from_numpy(np.concatenate([a, a[:2]])) for a in CHAIN)  # 2 invalid rows
+    valid = torch.tensor([True] * 4 + [False] * 2)
+    for rounds in (0, 1, 2):
+        rule = MergeRule(method, "iou", 0.5, False, rounds)
+        out = merge_padded(boxes, scores, classes, valid, rule, nms_rounds=1, slots=8)
+        if rounds:  # the rule's rounds are its result: exact by definition, whatever the path's own rounds
+            assert bool(out.exact)
+            assert out.boxes[out.valid][:, 0].tolist() == kept[rounds][:, 0].tolist()
+    with pytest.raises(ValueError, match="integer >= 0"):
+        MergeRule(rounds=-1)
 
 
 def test_enums_and_validation():

@@ -567,3 +567,47 @@ def test_a_repeated_colour_stamp_gets_the_latest_depth_image() -> None:
         paired = inputs.depth_for(0, 0, (4, 4), 0.02, time.monotonic())
         held.append(int(np.asarray(paired.image).max()))
     assert held == [1000, 3000]
+
+
+def test_images_arrive_as_bytes_read_in_place_and_a_malformed_one_is_skipped_there() -> None:
+    """The node takes Image messages raw: a frame's fields are read from its bytes (its pixels a view of them, its
+    header a std_msgs/Header), it is detected and published with that header; a malformed one is counted and skipped
+    as it arrives, before any conversion, and never reaches the worker."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Header
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.messages.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(context=context)
+    try:
+        node.shutdown()  # no worker: this test hands the frames over itself
+        frame = np.random.default_rng(0).integers(0, 255, (48, 64, 3), np.uint8)
+        good = array_to_imgmsg(frame, "rgb8")
+        good.header.frame_id, good.header.stamp.sec, good.header.stamp.nanosec = "cam", 7, 5
+        short = array_to_imgmsg(frame, "rgb8")
+        short.data = short.data[:10]
+        data = serialize_message(good)
+        node._on_image(data)
+        node._on_image(serialize_message(short))
+        counts = node.stats.counts
+        assert (counts["received"], counts["malformed"], counts["dropped"]) == (2, 1, 0)
+        [(index, arrival)] = node._slots.take(timeout=0.0)
+        msg = arrival.message
+        assert index == 0 and isinstance(msg.header, Header) and msg.header.frame_id == "cam"
+        assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (7, 5)
+        assert np.shares_memory(np.frombuffer(msg.data, np.uint8), np.frombuffer(data, np.uint8))
+        published = []
+        node.cameras[0].detections_pub.publish = published.append
+        node._loop.process([arrival])
+        assert [p.header.frame_id for p in published] == ["cam"] and counts["processed"] == 1
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)

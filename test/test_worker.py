@@ -8,8 +8,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
+from support.transfers import RecordedTransfers
 from tiled_detector import TiledDetector
 from tiled_detector.messages.images import ImageConversionError
+from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.ros.share import EngineShare
 from tiled_detector.ros.stats import FrameSlots
 from tiled_detector.ros.worker import Arrival, Worker
@@ -265,3 +267,46 @@ def test_a_camera_whose_stream_starts_over_has_its_engine_time_forgotten(detecto
     worker.process([Arrival(0, Message(small, 5), 0.0)])  # stamps back: camera a starts over
     after = worker.share.fractions()
     assert after[0] < before[0] and after[1] == before[1]
+
+
+def test_the_worker_feeds_the_next_frame_while_a_batch_runs(detector) -> None:
+    """Where the detector copies frames ahead (CUDA; here its staging through `support.transfers`), the frame that
+    arrives while a batch runs is taken, converted and staged during it, and runs in the next cycle; one replaced
+    by a newer frame before it ran counts as dropped; a camera held meanwhile gets it back in its slot."""
+    staging = detector.with_config()
+    staging._uploader = Uploader("cpu", RecordedTransfers())
+    worker, host = _worker(staging, ["cam", "other"])
+    frames = [make_scene(seed, 96, 64).image for seed in range(5)]
+    arrivals = [Arrival(0, Message(f, stamp), 0.0) for stamp, f in enumerate(frames)]
+    during: list[Arrival] = []
+    prepare = host.prepare
+    host.prepare = lambda: (prepare(), [worker.slots.put(0, a) for a in during[:1]], during.clear())  # type: ignore[method-assign]
+    staged = []
+    stage = staging.stage
+    staging.stage = lambda f, e, s: staged.extend(f) or stage(f, e, s)  # type: ignore[method-assign]
+
+    worker.slots.put(0, arrivals[0])
+    during.append(arrivals[1])  # arrives while frame 0 runs
+    worker.cycle(timeout=0.0)
+    assert [p[1] for p in host.published] == [0] and [id(f) for f in staged] == [id(frames[1])]
+    assert worker.slots.take(timeout=0.0) == []  # taken ahead, out of the slot
+    worker.cycle(timeout=0.0)  # frame 1 runs from its staged copy, with no wait for a new frame
+    assert [p[1] for p in host.published] == [0, 1]
+    np.testing.assert_array_equal(
+        host.published[1][2].detections.boxes, staging.with_config().detect(frames[1]).boxes
+    )
+
+    during.append(arrivals[2])
+    worker.slots.put(0, arrivals[3])
+    worker.cycle(timeout=0.0)  # frame 3 runs; frame 2 arrives meanwhile and is staged
+    worker.slots.put(0, arrivals[4])  # a newer one before frame 2 ran
+    worker.cycle(timeout=0.0)
+    assert [p[1] for p in host.published] == [0, 1, 3, 4] and host.counts[0, "dropped"] == 1
+
+    during.append(arrivals[0])
+    worker.slots.put(0, arrivals[1])
+    worker.cycle(timeout=0.0)  # frame 0 (again) taken ahead while frame 1 runs...
+    worker.share.held = lambda: {0}  # type: ignore[method-assign]
+    worker.cycle(timeout=0.0)  # ...and given back to the slot when its camera is held
+    assert [p[1] for p in host.published] == [0, 1, 3, 4, 1]
+    assert [a for _, a in worker.slots.take(timeout=0.0)] == [arrivals[0]]

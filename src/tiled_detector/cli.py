@@ -12,7 +12,7 @@ from types import ModuleType
 
 from tiled_detector import __version__
 from tiled_detector.errors import one_line
-from tiled_detector.threads import short_spin
+from tiled_detector.threads import follow_load, short_spin
 
 # name -> (module under tiled_detector.commands, one-line help). Each module defines
 # `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported.
@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with `--debug`), 2 a usage error, 130 interrupted (Ctrl-C). A subcommand may return 1 for its own verdicts.
     """
     short_spin()  # before a subcommand imports torch
+    if argv is None:  # the console script's own process (not a caller's): torch's CPU threads follow the load
+        follow_load()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]

@@ -54,6 +54,7 @@ from tiled_detector.pipeline.tiling import (
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
+from tiled_detector.threads import fit_to_load
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
@@ -99,6 +100,18 @@ class _StageClock:
             previous = now
         result["total"] = sum(result.values())
         return result
+
+
+class _Once:
+    """A callback (or None) that runs at most once, however often it is called."""
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self._callback = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
 
 
 def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
@@ -352,6 +365,7 @@ class TiledDetector:
         tiles: Sequence[np.ndarray | None] | None = None,
         on_device: Callable[[list[torch.Tensor]], None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        while_running: Callable[[], None] | None = None,
     ) -> list[Detections]:
         """Detect objects in several frames (any sizes and encodings) at once: all their tiles and views go
         through the fewest engine calls `max_batch` allows, and each frame gets the `Detections` that `detect`
@@ -369,7 +383,12 @@ class TiledDetector:
         frame without one): each is uploaded beside its frame, and the frame program adds every detection's
         position (`Detections.positions`, `sizes`; the boxes, scores and classes are what they are without it).
         A depth image of another aspect ratio than its frame, or a camera matrix that fits neither, raises
-        `DepthError` (a ValueError) before anything runs."""
+        `DepthError` (a ValueError) before anything runs.
+
+        `while_running` is called once, after the frame program is queued on the device and before its results
+        are read: the time to `stage` the next frames (their copy then overlaps this batch's device work; on the
+        CPU, where the program has run by then, nothing overlaps)."""
+        fit_to_load()  # (our own processes: torch's CPU threads follow the host's load)
         encodings = self._encodings(encodings, len(frames))
         slots = range(len(frames)) if slots is None else slots
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
@@ -399,7 +418,30 @@ class TiledDetector:
         if on_device is not None:
             on_device(uploaded)
             clock.mark("motion")
-        return self._detect(uploaded, encodings, cameras, clock, tiles, checked)
+        running = _Once(while_running)
+        found = self._detect(uploaded, encodings, cameras, clock, tiles, checked, running)
+        running()  # (a batch with no view to run calls it here)
+        return found
+
+    @property
+    def stages(self) -> bool:
+        """True where `stage` copies frames ahead (host frames to a CUDA engine, pinned memory available)."""
+        return self._uploader.stages
+
+    def stage(
+        self,
+        frames: Sequence[np.ndarray | torch.Tensor],
+        encodings: Sequence[str | Encoding] | str | Encoding = Encoding.RGB8,
+        slots: Sequence[int] | None = None,
+    ) -> list[bool]:
+        """Start copying the frames of a coming `detect_many` call (the same objects, the same `slots`) to the
+        device now, from pinned memory on a copy stream of their own (`pipeline.upload`): called from
+        `while_running`, the copies overlap the batch running. Per frame whether it was staged (False: a CPU
+        engine, a frame already on the device, or no pinned memory; it is copied as usual when detected).
+        Raises what `detect_many` raises for a frame it cannot take."""
+        encodings = self._encodings(encodings, len(frames))
+        slots = range(len(frames)) if slots is None else slots
+        return [self._uploader.stage(f, e, s) for f, e, s in zip(frames, encodings, slots, strict=True)]
 
     def detect_device(
         self, frame: Any, encoding: str | Encoding = Encoding.RGB8, camera: str | None = None
@@ -435,6 +477,7 @@ class TiledDetector:
         clock: _StageClock,
         tiles: Sequence[np.ndarray | None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        running: Callable[[], None] = lambda: None,
     ) -> list[Detections]:
         if not frames:
             return []
@@ -451,7 +494,7 @@ class TiledDetector:
         if self._exact_batches:
             self._exact_batches -= 1
         elif self._sync_free:
-            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen, depths)
+            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen, depths, running)
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             if found is None:
                 found = self._program.candidates(
@@ -462,6 +505,7 @@ class TiledDetector:
             if depths is not None:
                 packed = self._program.positions(packed, plan, self._frame_settings, depths, exact=True)
                 clock.mark("positions")
+            running()
             host = packed.cpu().numpy()
             clock.mark("download")
         timings = clock.timings()
@@ -514,6 +558,7 @@ class TiledDetector:
         clock: _StageClock,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        running: Callable[[], None] = lambda: None,
     ) -> tuple[np.ndarray | None, PaddedDecoded]:
         """The batch through the frame program with fixed limits and one download, and its candidates; the
         rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
@@ -541,6 +586,7 @@ class TiledDetector:
         )
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows
+        running()  # the host's time while the device runs the batch
         host = packed.cpu().numpy()
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])

@@ -76,6 +76,11 @@ PARAMETERS: tuple[tuple[str, str, str], ...] = (
     ("match_metric", "string", "overlap measure for merging: intersection over union or over smaller"),
     ("merge_threshold", "double", "overlap above which two detections are the same object"),
     ("class_agnostic", "bool", "merge detections across classes"),
+    (
+        "nms_rounds",
+        "integer",
+        "0 = SAHI's result: the suppression of nms and greedy_nmm settled to its fixed point (its cost grows with the longest chain of boxes suppressing one another, as in a flood of candidates); N > 0 = at most N matrix rounds over all candidates, a bounded cost that CHANGES RESULTS where chains are longer than N (1: a box is dropped when any higher-ranked box matches it; measured effect on real-photo AP in docs/PERFORMANCE.md)",
+    ),
     ("max_detections", "integer", "most detections per frame (highest scores kept)"),
     ("classes", "string_array", "only these classes (names or ids); not set or empty = all"),
     ("top_k", "integer", "most candidates per tile (highest scores) before merging"),

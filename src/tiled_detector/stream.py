@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -258,12 +258,16 @@ class Stream:
         ]
         return [step.result for step in self.run(jobs)]  # type: ignore[misc]
 
-    def run(self, jobs: Sequence[Job], view_cap: int = 0) -> list[Step]:
+    def run(
+        self, jobs: Sequence[Job], view_cap: int = 0, while_running: Callable[[], None] | None = None
+    ) -> list[Step]:
         """Detect the frames of `jobs` (at most one per camera) in one batch and report each.
 
         `view_cap` (0: none) runs a frame of more views than that in parts of at most `view_cap` views (module
         docstring): its step has no result until the run of its last part; give its job again (`continuing`)
-        until then. Nothing changes when the detector raises: the same jobs can be given again."""
+        until then. Nothing changes when the detector raises: the same jobs can be given again. `while_running`
+        is called while the device runs the batch (`TiledDetector.detect_many`: the time to stage the next
+        frames)."""
         compensate = self._compensating()
         jobs = [
             job if job.sequence is not None else replace(job, sequence=next(self._numbers)) for job in jobs
@@ -310,6 +314,7 @@ class Stream:
             chosen,
             observe if compensate else None,
             **({"depths": [j.depth for j in jobs]} if any(j.depth is not None for j in jobs) else {}),
+            **({"while_running": while_running} if while_running is not None else {}),
         )
         steps = []
         for job, state, why, plan, picked, detections, note, parts, aside in zip(
@@ -400,6 +405,7 @@ class Stream:
             config.match_metric,
             config.merge_threshold,
             config.class_agnostic,
+            config.nms_rounds,
         )
         best = np.argsort(-scores, kind="stable")[: config.max_detections]
         timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}

@@ -22,14 +22,21 @@ class SquareDetector(nn.Module):
 
     A pure red or blue square covering exactly one cell scores 1.0 there and 0 elsewhere; grey padding and white
     or black background score 0, so frames of coloured squares on a dark background have exact detections.
+
+    `dynamic_anchors` computes the anchors from the input's shape in every forward, as ultralytics' `dynamic=True`
+    export does: traced, `torch.arange` runs on the CPU (its device a constant of the graph) and is copied to the
+    input's device, and the box size is read on the host from a tensor constant (`aten::ScalarImplicit`).
     """
 
-    def __init__(self, input_hw: tuple[int, int] = (64, 64), cell: int = 8) -> None:
+    def __init__(
+        self, input_hw: tuple[int, int] = (64, 64), cell: int = 8, dynamic_anchors: bool = False
+    ) -> None:
         super().__init__()
         height, width = input_hw
         if height % cell or width % cell:
             raise ValueError(f"input size {input_hw} must be a multiple of the cell size {cell}")
-        self.cell = cell
+        self.cell, self.dynamic_anchors = cell, dynamic_anchors
+        self.cell_size = torch.tensor([float(cell)])  # a plain attribute: a constant of the traced graph
         ys, xs = torch.meshgrid(torch.arange(height // cell), torch.arange(width // cell), indexing="ij")
         centres = torch.stack([xs.flatten(), ys.flatten()]).float() * cell + cell / 2
         sizes = torch.full_like(centres, float(cell))
@@ -39,8 +46,19 @@ class SquareDetector(nn.Module):
         """(B, 3, H, W) in [0, 1] -> (B, 6, A)."""
         red, green, blue = images[:, 0:1], images[:, 1:2], images[:, 2:3]
         colour = torch.cat([red - green, blue - green], dim=1).clamp_min(0.0)
-        scores = F.avg_pool2d(colour, self.cell).flatten(2)
-        return torch.cat([self.anchors.expand(images.shape[0], -1, -1), scores], dim=1)
+        grid = F.avg_pool2d(colour, self.cell)
+        anchors = self._anchors(grid) if self.dynamic_anchors else self.anchors
+        return torch.cat([anchors.expand(images.shape[0], -1, -1), grid.flatten(2)], dim=1)
+
+    def _anchors(self, grid: torch.Tensor) -> torch.Tensor:
+        """(1, 4, A) from the shape of the cells' map (ultralytics' `make_anchors`: no `device=`, `type_as`)."""
+        rows, cols = grid.shape[2:]
+        ys, xs = torch.meshgrid(
+            torch.arange(rows).type_as(grid), torch.arange(cols).type_as(grid), indexing="ij"
+        )
+        sizes = grid.new_full((2, rows * cols), self.cell_size[0])
+        centres = torch.stack([xs.flatten(), ys.flatten()]) * sizes + sizes / 2
+        return torch.cat([centres, sizes]).unsqueeze(0)
 
 
 class Conv(nn.Sequential):

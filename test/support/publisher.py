@@ -41,11 +41,13 @@ def publish(args: argparse.Namespace) -> int:
     msg.header.frame_id = "transport_check"
     msg.data.frombytes(np.random.default_rng(0).integers(0, 255, height * width * 3, np.uint8).data)
     small = Image(height=4, width=4, encoding=args.encoding, step=12, data=bytes(48))  # between the frames
+    # malformed: the frame's size with its data cut short
+    bad = Image(height=height, width=width, encoding=args.encoding, step=width * 3, data=bytes(48))
     sent, start = 0, time.monotonic()
     for index in range(args.count):
         time.sleep(max(0.0, start + index / args.rate - time.monotonic()))
         msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + index, 0
-        for frame in (msg, *[small] * args.between):
+        for frame in (msg, *[small] * args.between, *[bad] * args.malformed):
             try:
                 publisher.publish(frame)
                 sent += 1
@@ -70,6 +72,12 @@ def main() -> int:
     parser.add_argument("--reliability", default="reliable", choices=("reliable", "best_effort"))
     parser.add_argument("--match-timeout", type=float, default=20.0)
     parser.add_argument("--between", type=int, default=0, help="tiny 4x4 frames published after each frame")
+    parser.add_argument(
+        "--malformed",
+        type=int,
+        default=0,
+        help="malformed frames (data cut short) published after each frame",
+    )
     return publish(parser.parse_args())
 
 

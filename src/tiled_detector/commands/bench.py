@@ -111,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"tracker (bytetrack, one camera, 300 detections a frame): {tracked:.3f} ms per frame on the host"
         )
+    for row in rows:  # why a frame was not captured as one CUDA graph
+        if row.values.get("cuda_graph_reason"):
+            print(
+                f"{row.backend} {row.precision} {row.size}: cuda_graph {row.values['cuda_graph']}, "
+                f"{row.values['cuda_graph_reason']}"
+            )
     for width, height in args.size:
         size = f"{width}x{height}"
         peer = next((r for r in rows if r.backend == "sahi" and r.size == size and r.status == "ok"), None)

@@ -106,7 +106,26 @@ def report(config: Any) -> dict[str, Any]:
         },
         "views": views,
         "engine_calls": {size: math.ceil(n / engine.max_batch) for size, n in views.items()},
+        "cuda_graph": _cuda_graph(config, engine),
     }
+
+
+def _cuda_graph(config: Any, engine: Any) -> str:
+    """How a frame would be captured on CUDA: "whole" (the engine with the frame program in one graph), or
+    "split" with why the engine runs between the captured parts (a TorchScript file is read as it would be
+    loaded on CUDA: `engines.capture`)."""
+    from tiled_detector.engines.base import Backend, ModelFormat, model_format
+
+    if engine.backend is Backend.TORCH and model_format(config.model) is ModelFormat.TORCHSCRIPT:
+        import torch
+
+        from tiled_detector.engines.capture import specialise
+
+        left = specialise(torch.jit.load(str(config.model), map_location="cpu"), "cuda")
+        return "whole" if not left else "split: " + "; ".join(left)
+    if engine.backend is Backend.TORCH or engine.backend is Backend.TENSORRT:
+        return "whole" if type(engine).capturable else f"split: {engine.capture_problem}"
+    return f"split: {engine.backend.value} calls are not captured"
 
 
 def _print(found: dict[str, Any]) -> None:
@@ -135,6 +154,7 @@ def _print(found: dict[str, Any]) -> None:
         f"frame      {size}: {found['views'][size]} views, {calls} engine calls"
         for size, calls in found["engine_calls"].items()
     ]
+    lines.append(f"cuda_graph {found['cuda_graph']}")
     print("\n".join(lines))
 
 

@@ -87,7 +87,9 @@ class Engine(ABC):
     reuses_output_buffers: ClassVar[bool] = (
         False  # outputs alias buffers the next `_infer` overwrites (TensorRT)
     )
-    capturable: ClassVar[bool] = False  # a call can be recorded in a CUDA graph (no host sync or allocation)
+    capturable: bool = False  # a call can be recorded in a CUDA graph (no host sync or allocation)
+    # why a call cannot be recorded, where the engine knows ('': it can, or it is not known)
+    capture_problem: str = ""
     input: TensorSpec  # (B, C, H, W); B may be -1 (dynamic)
     outputs: tuple[TensorSpec, ...]
     metadata: ModelMetadata = ModelMetadata()  # what the model file says about itself (`engines.metadata`)

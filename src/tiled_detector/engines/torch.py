@@ -8,6 +8,11 @@ What the file says about itself is read from its extra files (`engines.metadata`
     program = torch.export.export(model, (example,), dynamic_shapes=...)
     torch.export.save(program, "model.pt2", extra_files=extra)
 
+On CUDA a TorchScript forward is rewritten where it does host work that a CUDA graph cannot record
+(`engines.capture.specialise`: tensors made on the CPU in every forward, as ultralytics' `dynamic=True` export makes
+its anchors, are made on the device; reads of constants folded); host work left makes the engine run between the
+captured parts of the frame program, its reason in `capture_problem`.
+
 `input_shape` is "B,C,H,W" with B = -1 for a dynamic batch or a positive number for a model traced for exactly
 that batch (padded to it). Without any of these, a .pt2 program's input shape is read from its graph (symbolic
 dimensions are dynamic); a TorchScript file then needs the model's input size (setting `input_size`, or the
@@ -24,6 +29,7 @@ from pathlib import Path
 import torch
 
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
+from tiled_detector.engines.capture import specialise
 from tiled_detector.engines.metadata import INPUT_KEYS, ModelMetadata, extra_files_metadata, parse_input_shape
 
 # extra files read from a TorchScript / torch.export file: ours (with the input conventions), and the exporters'
@@ -104,8 +110,12 @@ class TorchEngine(Engine):
             program = move_to_device_pass(program, self.device)
             return program.module(), _texts(extra), _program_input_shape(program)
         _refuse_checkpoint(path)
-        module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra)
-        return module.eval(), _texts(extra), ""
+        module = torch.jit.load(str(path), map_location=self.device, _extra_files=extra).eval()
+        # host work in the forward (a dynamic export's anchors made on the CPU) moved to the device where it can be
+        left = specialise(module, self.device)
+        if left:  # the engine runs between the captured parts of the frame program
+            self.capturable, self.capture_problem = False, "; ".join(left)
+        return module, _texts(extra), ""
 
     def _infer(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._padded(batch, self._run)

@@ -125,6 +125,23 @@ def imgmsg_to_array(msg: Any) -> tuple[np.ndarray, str]:
 
     Raises ImageConversionError for malformed or unsupported messages.
     """
+    layout, height, width, step, buffer = _checked(msg)
+    big_endian = layout.itemsize == 2 and bool(getattr(msg, "is_bigendian", 0))
+    dtype = np.dtype(">u2" if big_endian else "<u2") if layout.itemsize == 2 else np.dtype(np.uint8)
+    shape: tuple[int, ...] = (height, width, layout.channels)
+    strides: tuple[int, ...] = (step, layout.bytes_per_pixel, layout.itemsize)
+    if layout.channels == 1:
+        shape, strides = shape[:2], strides[:2]
+    image = np.ndarray(shape, dtype=dtype, buffer=buffer, strides=strides)
+    if big_endian:
+        image = image.astype(np.uint16)
+    if layout.cv_code is not None:
+        image = cv2.cvtColor(image, layout.cv_code)
+    return image, layout.pipeline
+
+
+def _checked(msg: Any) -> tuple[_Layout, int, int, int, np.ndarray]:
+    """An Image message's layout, height, width, step and bytes, checked (ImageConversionError: why not)."""
     encoding = getattr(msg, "encoding", None)
     layout = _layout(encoding)
     height, width, step = (_checked_int(msg, name) for name in ("height", "width", "step"))
@@ -144,19 +161,13 @@ def imgmsg_to_array(msg: Any) -> tuple[np.ndarray, str]:
         raise ImageConversionError(f"{encoding} needs an even width, got {width}")
     if encoding in _BAYER and (width < 2 or height < 2):
         raise ImageConversionError(f"{encoding} needs at least 2x2 pixels, got {width}x{height}")
+    return layout, height, width, step, buffer
 
-    big_endian = layout.itemsize == 2 and bool(getattr(msg, "is_bigendian", 0))
-    dtype = np.dtype(">u2" if big_endian else "<u2") if layout.itemsize == 2 else np.dtype(np.uint8)
-    shape: tuple[int, ...] = (height, width, layout.channels)
-    strides: tuple[int, ...] = (step, layout.bytes_per_pixel, layout.itemsize)
-    if layout.channels == 1:
-        shape, strides = shape[:2], strides[:2]
-    image = np.ndarray(shape, dtype=dtype, buffer=buffer, strides=strides)
-    if big_endian:
-        image = image.astype(np.uint16)
-    if layout.cv_code is not None:
-        image = cv2.cvtColor(image, layout.cv_code)
-    return image, layout.pipeline
+
+def check_image(msg: Any) -> None:
+    """Raise the ImageConversionError `imgmsg_to_array` would raise for this message, without converting it (the
+    node rejects a malformed frame as it arrives)."""
+    _checked(msg)
 
 
 def compressed_to_array(msg: Any) -> tuple[np.ndarray, str]:

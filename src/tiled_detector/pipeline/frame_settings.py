@@ -23,6 +23,7 @@ class FrameSettings:
     match_metric: MatchMetric
     merge_threshold: float
     class_agnostic: bool
+    nms_rounds: int
     max_detections: int
     classes: tuple[int, ...] | None
     top_k: int
@@ -36,4 +37,6 @@ class FrameSettings:
     @property
     def merge_rule(self) -> MergeRule:
         """How overlapping detections are merged."""
-        return MergeRule(self.merge, self.match_metric, self.merge_threshold, self.class_agnostic)
+        return MergeRule(
+            self.merge, self.match_metric, self.merge_threshold, self.class_agnostic, self.nms_rounds
+        )

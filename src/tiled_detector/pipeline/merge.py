@@ -67,18 +67,24 @@ DEFAULT_MERGE = MergeMethod.NMS  # the default everywhere: the node, the CLI, th
 @dataclass(frozen=True)
 class MergeRule:
     """How overlapping detections are merged: the method, the overlap measure and threshold at which two boxes
-    are one object, and whether classes are merged together."""
+    are one object, whether classes are merged together, and `rounds`: 0 settles the suppression of nms and
+    greedy_nmm to its fixed point (SAHI's result), N > 0 runs at most N matrix rounds over all candidates (a
+    bounded cost; a box whose chain of higher-ranked boxes suppressing one another is longer than N may be
+    settled otherwise than SAHI settles it)."""
 
     method: MergeMethod = DEFAULT_MERGE
     metric: MatchMetric = MatchMetric.IOS
     threshold: float = 0.5
     class_agnostic: bool = False
+    rounds: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", MergeMethod.from_value(self.method))
         object.__setattr__(self, "metric", MatchMetric.from_value(self.metric))
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"merge threshold must be in [0, 1], got {self.threshold!r}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
+            raise ValueError(f"merge rounds must be an integer >= 0, got {self.rounds!r}")
 
 
 DEFAULT_RULE = MergeRule()
@@ -166,6 +172,19 @@ def _nms_keep(match: Tensor, rounds: int | None) -> tuple[Tensor, Tensor]:
             exact = exact & (_nms_round(alive, across, settled) == settled).all()
         keep[start:stop] = settled.bool()
     return keep, exact
+
+
+def _capped_keep(match: Tensor, rounds: int) -> Tensor:
+    """`rounds` fixed-point rounds over the whole rank-ordered match matrix from every row alive (`MergeRule.rounds`;
+    1: a row is dropped when any higher-ranked row matches it): the same result on every device, whatever the
+    block sizes of the exact fixed point."""
+    dtype = torch.float16 if match.device.type == "cuda" else torch.float32
+    alive = torch.ones(len(match), dtype=dtype, device=match.device)
+    across = match.to(dtype).T
+    settled = alive
+    for _ in range(rounds):
+        settled = _nms_round(alive, across, settled)
+    return settled.bool()
 
 
 def _nms_round(alive: Tensor, across: Tensor, settled: Tensor) -> Tensor:
@@ -385,9 +404,11 @@ def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge
     """Keep a box unless a kept higher-ranked box matches it: torchvision's kernel (exact path, IoU), each
     (frame, class) group on its own matrix (the CPU's exact path), else one fixed-point over the match matrix."""
     exact = torch.ones((), dtype=torch.bool, device=rows.boxes.device)
-    # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
     aligned = rows.boxes.shape[1] == groups.AXIS_ALIGNED.columns
-    if torchvision is not None and aligned and rule.metric is MatchMetric.IOU and rule.threshold > 0:
+    if rule.rounds:  # the rule's own rounds: its result, on both paths
+        keep = _capped_keep(rows.matches(rule), rule.rounds)
+    # torchvision separates groups by offsetting boxes (IoU 0), so it cannot express "every pair matches"
+    elif torchvision is not None and aligned and rule.metric is MatchMetric.IOU and rule.threshold > 0:
         keep = _nms_keep_torchvision(
             torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold, rule.class_agnostic
         )
@@ -403,7 +424,10 @@ def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge
 def _greedy_nmm(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
     """nms's keepers; every other box joins the first keeper (by rank) that matches it."""
     match = rows.matches(rule)
-    keep, exact = _nms_keep(match, rows.rounds)
+    if rule.rounds:  # the rule's own rounds: its result, on both paths
+        keep, exact = _capped_keep(match, rule.rounds), torch.ones((), dtype=torch.bool, device=match.device)
+    else:
+        keep, exact = _nms_keep(match, rows.rounds)
     parent, _ = _first_true_row(match & keep[:, None])
     positions = torch.arange(len(rows.boxes), device=rows.boxes.device)
     # SAHI appends a keeper's members in rank order
@@ -490,9 +514,11 @@ def merge(
     class_agnostic: bool = DEFAULT_RULE.class_agnostic,
     use_torchvision: bool = True,
     frame_index: torch.Tensor | None = None,
+    rounds: int = DEFAULT_RULE.rounds,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Combine overlapping detections like SAHI (see the module docstring), on the inputs' device: the valid
-    rows of `merge_padded` over all rows with the rounds and slots the data needs (so always exact).
+    rows of `merge_padded` over all rows with the rounds and slots the data needs (so always exact; `rounds` > 0:
+    the rule's capped suppression, `MergeRule.rounds`).
 
     boxes (N, 4) x1, y1, x2, y2 or (N, 5) cx, cy, w, h, angle, scores (N,), class_ids (N,) int64 -> the same,
     float32 / int64, score-ranked.
@@ -500,7 +526,7 @@ def merge(
     threshold above 0).
     """
     valid = torch.ones(len(scores), dtype=torch.bool, device=scores.device)
-    rule = MergeRule(method, metric, threshold, class_agnostic)
+    rule = MergeRule(method, metric, threshold, class_agnostic, rounds)
     out = merge_padded(
         boxes,
         scores,
@@ -524,6 +550,7 @@ def merge_detections(
     metric: str | MatchMetric = DEFAULT_RULE.metric,
     threshold: float = DEFAULT_RULE.threshold,
     class_agnostic: bool = DEFAULT_RULE.class_agnostic,
+    rounds: int = DEFAULT_RULE.rounds,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy wrapper of `merge`: (N, 4) x1, y1, x2, y2 or (N, 5) rotated cx, cy, w, h, angle boxes (angle in
     radians, turning +x toward +y: ultralytics' xywhr), (N,) scores, (N,) class ids -> boxes of the same form,
@@ -535,5 +562,5 @@ def merge_detections(
         torch.as_tensor(np.asarray(scores, np.float32).reshape(-1)),
         torch.as_tensor(np.asarray(class_ids, np.int64).reshape(-1)),
     )
-    out = merge(*tensors, method, metric, threshold, class_agnostic)
+    out = merge(*tensors, method, metric, threshold, class_agnostic, rounds=rounds)
     return out[0].numpy(), out[1].numpy(), out[2].numpy()

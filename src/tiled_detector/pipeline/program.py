@@ -112,6 +112,7 @@ class Runner:
         self._max = max_captures
         self._split = split
         self._captured: dict[Hashable, tuple[Any, ...]] = {}
+        self.reason = ""  # why a capture failed (the engine then runs between captured parts, or all eagerly)
 
     @property
     def captures(self) -> bool:
@@ -142,6 +143,7 @@ class Runner:
                 )
             except Exception as error:  # e.g. an engine that synchronises or allocates while captured
                 self._captured.clear()
+                self.reason = one_line(error)
                 if self._split or split is None:
                     LOG.warning(
                         "capturing the frame program%s failed (%s); running it eagerly from now on",

@@ -15,10 +15,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy import subscription as rclpy_subscription
 from rclpy.callback_groups import CallbackGroup
@@ -26,14 +27,19 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.qos_overriding_options import QoSOverridingOptions
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, VisionInfo
 
 from tiled_detector.config import DetectorConfig
+from tiled_detector.messages.cdr import UnreadableCdrError, read_image
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
+    ImageConversionError,
     array_to_imgmsg,
     byte_view,
+    check_image,
     compressed_to_array,
     imgmsg_to_array,
     stamp_ns,
@@ -80,6 +86,16 @@ VISION_INFO_QOS = QoSProfile(
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
+
+
+def raw_image(data: bytes | bytearray | memoryview) -> Any:
+    """A serialized sensor_msgs/Image as `messages.cdr.RawImage` (its pixels a view of `data`) with a
+    std_msgs/Header, or deserialised where its encapsulation is one `read_image` does not parse."""
+    try:
+        raw = read_image(data)
+    except UnreadableCdrError:
+        return deserialize_message(bytes(data), Image)
+    return replace(raw, header=Header(stamp=Time(sec=raw.sec, nanosec=raw.nanosec), frame_id=raw.frame_id))
 
 
 def image_qos(reliability: str) -> QoSProfile:
@@ -238,6 +254,7 @@ class DetectorNodeBase(NodeParameters):
                 image_qos(values["image_reliability"]),
                 callback_group=camera.gate,
                 qos_overriding_options=OVERRIDABLE,
+                raw=not compressed,  # Image messages as their bytes: read in place (`messages.cdr`)
                 event_callbacks=SubscriptionEventCallbacks(
                     message_lost=functools.partial(self._on_message_lost, index=index),
                     incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
@@ -371,11 +388,22 @@ class DetectorNodeBase(NodeParameters):
         if camera.stats is not self.stats:
             self.stats.add(name, count)
 
-    def _on_image(self, msg: Image | CompressedImage, index: int = 0) -> None:
+    def _on_image(self, msg: Image | CompressedImage | bytes, index: int = 0) -> None:
+        """A frame arrived: into its camera's slot (replacing one the worker never took: dropped). An Image comes
+        as its serialized bytes: its fields are read where they lie (no deserialising: an 8K message would cost
+        the executor about half a second), and a malformed one is counted and skipped here, never converted."""
         camera = self.cameras[index]
         camera.last_frame = time.monotonic()
         self._share.arrived(index)
         self._count(camera, "received")
+        if isinstance(msg, bytes | bytearray | memoryview):
+            try:
+                msg = raw_image(msg)
+                check_image(msg)
+            except ImageConversionError as error:
+                self._count(camera, "malformed")
+                self.problem(index, f"skipped a malformed image: {error}", error=False)
+                return
         if self._slots.put(index, Arrival(index, msg, camera.last_frame)):
             self._count(camera, "dropped")
 

@@ -15,6 +15,7 @@ from rclpy.signals import SignalHandlerOptions
 
 from tiled_detector.errors import one_line
 from tiled_detector.ros.params import USAGE
+from tiled_detector.threads import follow_load
 
 SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
 
@@ -22,6 +23,7 @@ SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ct
 def run_node(node_type: Callable[..., Any], name: str, args: Sequence[str] | None = None) -> int:
     """Run the node until Ctrl-C / SIGTERM (or a managed node's shutdown transition): exit 0 after a clean
     shutdown, 1 when the node cannot start."""
+    follow_load()  # the node's process: torch's CPU threads follow the host's load
     argv = list(sys.argv if args is None else args)
     ros_args_at = argv.index("--ros-args") if "--ros-args" in argv else len(argv)
     if {"-h", "--help"} & set(argv[1:ros_args_at]):

@@ -97,6 +97,15 @@ class FrameSlots:
             self._cond.notify()
             return dropped
 
+    def put_back(self, index: int, item: Any) -> bool:
+        """Return an `item` taken from input `index` to its slot, unless a newer one is there: True when it was
+        (the item is then the one dropped)."""
+        with self._cond:
+            if self._items[index] is not None:
+                return True
+            self._items[index] = item
+            return False
+
     def take(self, timeout: float, held: Collection[int] = ()) -> list[tuple[int, Any]]:
         """(input index, frame) of every input with a new frame, in input order, except the `held` inputs' (their
         frames stay, a newer one replacing them); [] after `timeout` seconds without any, or once closed."""

@@ -11,6 +11,11 @@ every camera's state over time, the frames in parts included (`Stream.continuing
 under); the worker numbers each camera's frames as it takes them (`Job.sequence`: a frame in parts is continued by
 its number, never by its stamp) and keeps the last frame size each camera sent (for the share's `view_cap`; every
 frame replaces it); a camera whose record starts over (`Stream.starts_over`) has its share's engine time forgotten.
+
+Where the detector copies frames ahead (`TiledDetector.stages`: a CUDA engine), the worker feeds the next frames
+while a batch runs on the device: it takes the newest frame of each camera the share lets through, converts it and
+starts its copy to the device (`TiledDetector.stage`), and the next cycle runs it (a newer frame of that camera
+arrived meanwhile replaces it, counted `dropped`; a camera held meanwhile gets it back in its slot).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -86,6 +91,8 @@ class Worker:
         # per camera, the frames taken so far (the last one's `Job.sequence`)
         self._taken = [0] * len(self.names)
         self._index = {name: index for index, name in enumerate(self.names)}
+        # camera index -> a frame taken while the last batch ran: its arrival, frame and encoding (staged)
+        self._ahead: dict[int, tuple[Arrival, Any, str]] = {}
 
     def run(self, stop: threading.Event) -> None:
         """Cycle until `stop` is set."""
@@ -99,17 +106,47 @@ class Worker:
         continuing = {self._index[job.camera] for job in self.stream.continuing()}
         self.host.gate(held | continuing)
         parts = [job for job in self.stream.continuing() if self._index[job.camera] not in held]
-        items = self.slots.take(timeout=0.0 if parts else timeout, held=held | continuing)
-        if not items and not parts:
+        self._return_held(held | continuing)
+        items = self.slots.take(timeout=0.0 if parts or self._ahead else timeout, held=held | continuing)
+        for index, _ in items:
+            if self._ahead.pop(index, None) is not None:  # a newer frame of that camera came meanwhile
+                self.host.count(index, "dropped")
+        arrivals = sorted(
+            [a for _, a in items] + [a for a, _, _ in self._ahead.values()], key=lambda a: a.index
+        )
+        if not arrivals and not parts:
             return
         try:
-            self.process([arrival for _, arrival in items], parts)
+            self.process(arrivals, parts)
         except Exception:
             for job in parts:
                 self.stream.give_up(job.camera)
-            for index, _ in items:
-                self.host.count(index, "failed")
+            for arrival in arrivals:
+                self.host.count(arrival.index, "failed")
+                if arrival.index in self._ahead and self._ahead[arrival.index][0] is arrival:
+                    del self._ahead[arrival.index]
             self.host.problem(None, f"a frame failed:\n{traceback.format_exc()}", error=True)
+
+    def _return_held(self, held: set[int]) -> None:
+        """A frame taken ahead of a camera held now goes back to its slot (dropped where a newer one waits)."""
+        for index in held & self._ahead.keys():
+            arrival, _, _ = self._ahead.pop(index)
+            if self.slots.put_back(index, arrival):
+                self.host.count(index, "dropped")
+
+    def _stage_next(self) -> None:
+        """While a batch runs on the device: take the newest frame of each camera the share lets through,
+        convert it and start its copy to the device, for the next cycle (module docstring)."""
+        held = self.share.held() | {self._index[job.camera] for job in self.stream.continuing()}
+        for index, arrival in self.slots.take(timeout=0.0, held=held):
+            try:
+                frame, encoding = self.host.decode(index, arrival.message)
+                self.stream.detector.stage([frame], [encoding], [index])
+            except (ImageConversionError, ValueError):  # converted (and counted) again in its own cycle
+                if self.slots.put_back(index, arrival):
+                    self.host.count(index, "dropped")
+                continue
+            self._ahead[index] = (arrival, frame, encoding)
 
     def process(self, arrivals: Sequence[Arrival], parts: Sequence[Job] = ()) -> None:
         """Convert the newest frame of each camera in `arrivals`, detect them in one batch with the next part of
@@ -118,7 +155,7 @@ class Worker:
         jobs: list[Job] = []
         for arrival in arrivals:
             try:
-                frame, encoding = self.host.decode(arrival.index, arrival.message)
+                frame, encoding = self._converted(arrival)
             except ImageConversionError as error:
                 self.host.count(arrival.index, "malformed")
                 self.host.problem(arrival.index, f"skipped a malformed image: {error}", error=False)
@@ -142,12 +179,20 @@ class Worker:
         jobs.extend(parts)
         self.largest_batch = max(self.largest_batch, len(jobs))
         start = time.monotonic()
-        steps = self._detect(jobs, self.frame_view_cap(jobs))
+        feed = self._stage_next if self.stream.detector.stages else None
+        steps = self._detect(jobs, self.frame_view_cap(jobs), feed)
         self.share.forget({s.job.context.index for s in steps if s.started_over is not None})
         self.share.charge([(s.job.context.index, s.views) for s in steps], time.monotonic() - start)
         for step in steps:
             if step.result is not None:
                 self.host.publish(step.job.context, step.job, step.result)
+
+    def _converted(self, arrival: Arrival) -> tuple[Any, str]:
+        """The arrival's frame and encoding: converted when it was taken ahead (it is staged), else now."""
+        ahead = self._ahead.pop(arrival.index, None)
+        if ahead is not None and ahead[0] is arrival:
+            return ahead[1], ahead[2]
+        return self.host.decode(arrival.index, arrival.message)
 
     def frame_view_cap(self, jobs: Sequence[Job]) -> int:
         """The most views a frame runs in one batch (`ros.share.view_cap`), from the views of the frames of the
@@ -162,13 +207,14 @@ class Worker:
             [detector.plan_for(h, w, self.mask_cameras[i]).batch_size for i, (h, w) in sizes.items()]
         )
 
-    def _detect(self, jobs: Sequence[Job], cap: int) -> list[Step]:
-        """The steps of `jobs`, all in one batch; when that fails, each frame alone (a frame in parts re-runs the
-        same part), so that one bad frame costs only its own camera (counted, and a frame in parts given up)."""
+    def _detect(self, jobs: Sequence[Job], cap: int, feed: Callable[[], None] | None = None) -> list[Step]:
+        """The steps of `jobs`, all in one batch (`feed` called while it runs); when that fails, each frame alone
+        (a frame in parts re-runs the same part), so that one bad frame costs only its own camera (counted, and a
+        frame in parts given up)."""
         if not jobs:
             return []
         try:
-            return self.stream.run(jobs, cap)
+            return self.stream.run(jobs, cap) if feed is None else self.stream.run(jobs, cap, feed)
         except (RuntimeError, ValueError) as error:
             if len(jobs) == 1:
                 index = jobs[0].context.index

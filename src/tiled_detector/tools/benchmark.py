@@ -1,9 +1,10 @@
 """`tiled-detector bench`: the pipeline's time per frame against its own engine's model-only time on the same
 batch, measured alternately in one loop (these machines are noisy: the ratio is what is compared).
 
-One configuration = (backend, precision, frame size). Each gets per-stage median and p95, end to end, the model
-alone on a batch of the same size (eager, and replayed as a CUDA graph where the engine can be captured), their
-ratio, frames/s, host<->device bytes per frame (counted by torch.profiler on CUDA) and peak GPU memory. A
+One configuration = (backend, precision, frame size). Each gets per-stage median and p95, end to end (one frame's
+latency), the steady time per frame over a stream of frames (`stream_ms`: each frame's copy to the device staged
+while the one before runs), the model alone on a batch of the same size (eager, and replayed as a CUDA graph where
+the engine can be captured), their ratios, frames/s, host<->device bytes per frame (counted by torch.profiler on CUDA) and peak GPU memory. A
 combination an engine cannot run is a row with its reason, never dropped.
 """
 
@@ -30,7 +31,7 @@ from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
 from tiled_detector.models import coco_labels
-from tiled_detector.stream import Stream
+from tiled_detector.stream import Job, Stream
 from tiled_detector.tools.peers import FAMILIES, model_family, sahi_model
 from tiled_detector.tools.synthetic import make_scene
 from tiled_detector.tracking.bytetrack import TrackerKind
@@ -45,6 +46,7 @@ COLUMNS = (
     "input",
     "tile_size",
     "cuda_graph",
+    "cuda_graph_reason",
     "views",
     "views_per_frame",
     "views_per_frame_max",
@@ -52,6 +54,8 @@ COLUMNS = (
     "detections",
     "total_ms",
     "total_p95_ms",
+    "stream_ms",
+    "stream_ratio",
     "model_only_ms",
     "model_only_graph_ms",
     "ratio",
@@ -64,6 +68,7 @@ COLUMNS = (
 )
 TRACKED_DETECTIONS = 300  # detections per frame of the tracker's cost column
 FRAME_NS = 33_333_333  # a benchmarked stream's frame period (30 Hz)
+STREAM_FRAMES = 3  # distinct frame objects cycled through by `stream_ms` (copies of the benchmark frame)
 
 
 @dataclass
@@ -202,6 +207,7 @@ def measure(
             model.append(model_ms)
             model_graph.append(graph_ms)
         progress()
+    per_frame = stream_time(detector, frame, runs, stream if streaming else None, len(counted))
     found = len(detector.detect(frame))
     stages = stages[warmup:]
     h2d, d2h = transfer_bytes(lambda: detector.detect(frame)) if device.type == "cuda" else (0, 0)
@@ -212,6 +218,10 @@ def measure(
         tile_size="x".join(map(str, detector.tile_size)),  # auto: the model's input size
         # the frame captured whole, captured around an engine that cannot be (its calls eager), or not at all
         cuda_graph="split" if detector._runner.split else "whole" if detector._runner.captures else "off",
+        # why not whole, where the frame program is captured: what the engine says, or why its capture failed
+        cuda_graph_reason=detector.engine.capture_problem or detector._runner.reason
+        if device.type == "cuda" and detector.config.cuda_graph
+        else "",
         views=plan.batch_size,
         views_per_frame=round(float(np.mean(counted[warmup:])), 2),
         views_per_frame_max=int(max(counted[warmup:])),
@@ -220,6 +230,8 @@ def measure(
         detections=found,
         total_ms=round(total, 3),
         total_p95_ms=round(_p95(walls), 3),
+        stream_ms=round(per_frame, 3),
+        stream_ratio=round(per_frame / best_alone, 3),
         model_only_ms=round(alone, 3),
         model_only_graph_ms=round(statistics.median(model_graph), 3) if graph is not None else "",
         ratio=round(total / best_alone, 3),
@@ -236,6 +248,37 @@ def measure(
         for n in names
     }
     return row
+
+
+def stream_time(
+    detector: TiledDetector,
+    frame: np.ndarray | torch.Tensor,
+    count: int,
+    stream: Stream | None = None,
+    first: int = 0,
+) -> float:
+    """Milliseconds per frame over `count` frames in a row (`STREAM_FRAMES` copies of `frame` in turn, host frames
+    staged while the frame before runs: `TiledDetector.stage`, as the node's worker feeds them), from the first
+    call to the last result; through `stream` (frames numbered from `first`) where given."""
+    device = detector.engine.device
+    frames = [frame] + [
+        frame.clone() if isinstance(frame, torch.Tensor) else frame.copy() for _ in range(1, STREAM_FRAMES)
+    ]
+    order = [frames[i % len(frames)] for i in range(count + 1)]
+
+    def feed(i: int) -> Callable[[], None]:
+        return lambda: detector.stage([order[i + 1]], slots=[0])
+
+    _synchronize(device)
+    start = time.perf_counter()
+    for i in range(count):
+        if stream is None:
+            detector.detect_many([order[i]], slots=[0], while_running=feed(i))
+        else:
+            job = Job("bench", order[i], (first + i) * FRAME_NS, slot=0)
+            stream.run([job], 0, feed(i))
+    _synchronize(device)
+    return (time.perf_counter() - start) * 1000.0 / max(count, 1)
 
 
 def frame_for(width: int, height: int) -> np.ndarray:
@@ -331,15 +374,15 @@ def table(rows: Sequence[Row]) -> str:
     """A fixed-width table of the main columns (views: engine images per frame; under a tile budget, the mean run
     per frame / the plan's)."""
     lines = [
-        f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>7} {'total ms':>9} {'model ms':>9} "
-        f"{'ratio':>6} {'fps':>7}  status"
+        f"{'backend':<12} {'precision':<9} {'size':<10} {'views':>7} {'total ms':>9} {'stream ms':>9} "
+        f"{'model ms':>9} {'ratio':>6} {'fps':>7}  status"
     ]
     for row in rows:
         v = row.values
         if row.status != "ok":
             lines.append(
-                f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>7} {'':>9} {'':>9} {'':>6} "
-                f"{'':>7}  {row.status}"
+                f"{row.backend:<12} {row.precision:<9} {row.size:<10} {'':>7} {'':>9} {'':>9} {'':>9} "
+                f"{'':>6} {'':>7}  {row.status}"
             )
             continue
         model = _model_ms(row)  # None for a peer, timed end to end only
@@ -347,9 +390,11 @@ def table(rows: Sequence[Row]) -> str:
         views = v.get("views", "")  # with a tile budget: the mean views run per frame of the plan's
         if v.get("views_per_frame", views) != views:
             views = f"{v['views_per_frame']:g}/{views}"
+        streamed = v.get("stream_ms", "")  # (a peer's row has none)
+        streamed = f"{streamed:.2f}" if streamed != "" else ""
         lines.append(
             f"{row.backend:<12} {row.precision:<9} {row.size:<10} {views!s:>7} {v['total_ms']:>9.2f} "
-            f"{model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok"
+            f"{streamed:>9} {model_text:>9} {ratio:>6} {v['fps']:>7.1f}  ok"
         )
     return "\n".join(lines)
 
