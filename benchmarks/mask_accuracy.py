@@ -108,6 +108,9 @@ def sahi_masks(predictions: list[Any], frame_hw: tuple[int, int]) -> tuple[np.nd
 
 
 def main() -> None:
+    from tiled_detector.threads import short_spin
+
+    short_spin()  # as the CLI: idle torch threads yield soon (before torch loads)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -204,9 +207,8 @@ def main() -> None:
             "seconds_per_frame": float(np.mean(times[name])),
         }
         s = summary[name]
-        print(
-            f"{name}: mask AP {s['mask_AP']:.3f}, AP50 {s['mask_AP50']:.3f}, {s['seconds_per_frame']:.2f} s a frame"
-        )
+        ap = "n/a" if s["mask_AP"] is None else f"{s['mask_AP']:.3f}, AP50 {s['mask_AP50']:.3f}"
+        print(f"{name}: mask AP {ap}, {s['seconds_per_frame']:.2f} s a frame")
     ratio = summary["tiles + full view"]["seconds_per_frame"] / summary["SAHI sliced"]["seconds_per_frame"]
     print(f"tiles + full view take {ratio:.2f} of SAHI's time")
     if args.json:
