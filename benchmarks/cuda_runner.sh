@@ -60,6 +60,10 @@
 #            confidence and flooded (conf 1e-5: every view's top_k through the rotated merge): the obb rows must be one
 #            whole captured graph and at most 1.3x the detect rows' total. Dry run on a CPU: OBB_DEVICE=cpu
 #            OBB_SIZES=1280x720 OBB_RUNS=2 OBB_PRECISION=fp32 (no graph then; the check prints the ratios only)
+#   masks    instance masks on the GPU: the CUDA tests of test_masks.py (one captured graph, CUDA == CPU masks,
+#            fp32 / fp16) and benchmarks/mask_cost.py (a YOLOv8n-seg-sized network, torch fp16, 100 objects a
+#            frame: masks on against off at 4K and 1080p, captures, split, peak memory); the target is <= 1.20x
+#            at 4K, one whole captured graph
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -413,5 +417,20 @@ for name in ('still', 'moving'):
     d = json.load(open('$out/eval_' + name + '.json'))
     for k, v in d['configs'].items():
         print(name, k, *(f'{m}={v[m]:.3f}' for m in ('AP50', 'IDF1', 'id_switches', 'views_per_frame', 'frames_per_second', 'latency_p95')))
+"
+fi
+
+if [[ " $what " == *" masks "* ]]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_masks.py >"$out/pytest_masks.txt" 2>&1
+  tail -2 "$out/pytest_masks.txt"
+  for size in 3840x2160 1920x1080; do
+    python3 benchmarks/mask_cost.py --device cuda --precision fp16 --size "$size" --objects 100 --runs 30 \
+      --warmup 5 --json "$out/mask_cost_$size.json" 2>"$out/mask_cost_$size.err" | tee -a "$out/mask_cost.txt"
+  done
+  python3 -c "
+import json
+row = json.load(open('$out/mask_cost_3840x2160.json'))
+ok = row['ratio'] <= 1.20 and row['captured'] and not row['split'] and row['objects'] == 100
+print('  masks at 4K:', f\"{row['ratio']:.3f}x\", 'captures', row['captures'], 'OK' if ok else 'FAILED')
 "
 fi

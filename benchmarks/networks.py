@@ -14,7 +14,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
 from support.networks import Conv, GflLike, SquareDetector, save_onnx, save_torchscript
 
-__all__ = ["GflLike", "SquareDetector", "YoloV8nLike", "save_onnx", "save_torchscript"]
+__all__ = ["GflLike", "SquareDetector", "YoloV8nLike", "YoloV8nSegLike", "save_onnx", "save_torchscript"]
 
 
 class _C2f(nn.Module):
@@ -115,6 +115,49 @@ class YoloV8nLike(nn.Module):
         xy = (anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * strides
         wh = (ltrb[:, :2] + ltrb[:, 2:]) * strides
         return torch.cat([xy, wh, logits.sigmoid()], 1)
+
+
+class YoloV8nSegLike(YoloV8nLike):
+    """`YoloV8nLike` with YOLOv8n-seg's segmentation head (random weights): per level a 32-coefficient branch beside
+    the box and class ones, and the prototype module on the stride-8 map (conv, x2 upsample, conv, conv to 32
+    prototypes at stride 4): outputs (B, 4 + classes + 32, A) and (B, 32, H / 4, W / 4), as ultralytics exports it.
+    Its box branch starts near one bin (boxes of about 3 strides: 24 to 96 px), so masks cover what small objects
+    would."""
+
+    def __init__(self, classes: int = 80, input_hw: tuple[int, int] = (640, 640)) -> None:
+        super().__init__(classes, input_hw)
+        self.coefficients = nn.ModuleList(
+            nn.Sequential(Conv(c, 32, 3), Conv(32, 32, 3), nn.Conv2d(32, 32, 1)) for c in (64, 128, 256)
+        )
+        self.proto = nn.Sequential(
+            Conv(64, 64, 3), nn.Upsample(scale_factor=2.0, mode="nearest"), Conv(64, 64, 3), Conv(64, 32)
+        )
+        for head in self.box:
+            nn.init.zeros_(head[-1].weight)
+            bias = torch.full((4, 16), -4.0)
+            bias[:, 1] = 4.0
+            head[-1].bias.data.copy_(bias.view(-1))
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        """(B, 3, H, W) -> ((B, 4 + classes + 32, A), (B, 32, H / 4, W / 4))."""
+        x, feats = images, []
+        for layer in self.backbone:
+            x = layer(x)
+            feats.append(x)
+        p3, p4, p5 = feats[4], feats[6], feats[9]
+        n4 = self.up4(torch.cat([F.interpolate(p5, scale_factor=2.0), p4], 1))
+        n3 = self.up3(torch.cat([F.interpolate(n4, scale_factor=2.0), p3], 1))
+        m4 = self.out4(torch.cat([self.down3(n3), n4], 1))
+        m5 = self.out5(torch.cat([self.down4(m4), p5], 1))
+        levels = (n3, m4, m5)
+        b = images.shape[0]
+        dist = torch.cat([head(f).view(b, 64, -1) for head, f in zip(self.box, levels, strict=True)], 2)
+        logits = torch.cat([head(f).flatten(2) for head, f in zip(self.cls, levels, strict=True)], 2)
+        coefficients = torch.cat([h(f).flatten(2) for h, f in zip(self.coefficients, levels, strict=True)], 2)
+        ltrb = (dist.view(b, 4, 16, -1).softmax(2) * self.bins).sum(2)
+        xy = (self.anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * self.strides
+        wh = (ltrb[:, :2] + ltrb[:, 2:]) * self.strides
+        return torch.cat([xy, wh, logits.sigmoid(), coefficients], 1), self.proto(n3)
 
 
 def _anchor_grid(input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -276,7 +276,8 @@ def test_params_yaml_documents_every_parameter_with_its_default() -> None:
         if param.choices:
             assert " | ".join(param.choices) in comment, line
         if param.min_value is not None:
-            assert f"[{param.min_value:g}, {param.max_value:g}]" in comment, line
+            opening = "(" if getattr(param.kind, "open_low", False) else "["
+            assert f"{opening}{param.min_value:g}, {param.max_value:g}]" in comment, line
     assert set(values) <= {p.name for p in PARAMS}
 
 

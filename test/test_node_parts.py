@@ -344,7 +344,11 @@ def test_camera_topics_map_each_camera_to_its_namespace() -> None:
     assert camera_topics([], compressed=True)[0].image == "image/compressed"
     front, rear = camera_topics(["/front/image_raw", "robot/rear/image/"], compressed=True)
     assert front == CameraTopics(
-        "/front/image_raw", "/front/image_raw/compressed", "/front/detections", "/front/debug_image"
+        "/front/image_raw",
+        "/front/image_raw/compressed",
+        "/front/detections",
+        "/front/debug_image",
+        "/front/masks",
     )
     assert (rear.image, rear.detections) == ("robot/rear/image/compressed", "robot/rear/detections")
     with pytest.raises(ValueError, match="'/image' needs a namespace of its own"):

@@ -159,6 +159,38 @@ def test_a_resize_to_constant_batch_one_sizes_is_rewritten_to_scales_and_proven(
     torch.testing.assert_close(engine.infer(batch)["output0"], alone, rtol=1e-5, atol=1e-6)
 
 
+def test_a_reshaped_weight_keeps_its_shape(tmp_path, cache) -> None:
+    """ONNX Runtime's dynamic quantization adds each conv's bias as a weight reshaped to (1, -1, 1, 1): a weight has
+    no batch, so that Reshape stays (the old rewrite made it (0, -1, 1, 1): the bias's length as the batch)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.ones((4, 3, 1, 1), np.float32), "w"),
+        numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias"),
+        numpy_helper.from_array(np.array([1, -1, 1, 1], np.int64), "bias_shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["c"]),
+        helper.make_node("Reshape", ["bias", "bias_shape"], ["b"]),
+        helper.make_node("Add", ["c", "b"], ["output0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bias",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    path = tmp_path / "bias.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7), str(path))
+    engine = load_engine(path, "onnxruntime", "cpu", max_batch=4)
+    assert engine.max_batch == 4 and engine.fixed_batch is None  # proven equal: one call per 4 views
+    batch = torch.rand(3, 3, 8, 8)
+    torch.testing.assert_close(
+        engine.infer(batch)["output0"], batch.sum(1, keepdim=True) + torch.arange(4.0)[:, None, None]
+    )
+
+
 def test_tensorrt_builds_a_batch_one_export_from_its_rewrite(export_onnx, cache, monkeypatch) -> None:
     path = export_onnx(FlatHead(), (32, 32), batch=1)
     built: list[tuple[Path, BuildOptions]] = []

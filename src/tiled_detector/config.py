@@ -32,6 +32,7 @@ from tiled_detector.kinds import (
     Options,
     Rectangle,
     Size,
+    Switch,
     Text,
 )
 from tiled_detector.options import ChannelOrder, LetterboxAnchor, Option
@@ -302,6 +303,17 @@ class DetectorConfig:
         "farthest valid depth in metres (beyond: invalid; the default is below 16UC1's largest value at 0.001, "
         "which drivers use for saturated pixels)",
         kind=Number(0.0, 1000.0),
+    )
+    masks: bool | None = _setting(
+        None,
+        "instance masks of a segmentation model's detections (the masks topic, a label image; detect --json's mask): "
+        "true, false, or auto (not set: true for a segmentation model)",
+        kind=Switch(auto="true for a segmentation model"),
+    )
+    mask_scale: float = _setting(
+        1.0,
+        "resolution of the masks as a fraction of the frame's (the label image is the frame's size times it)",
+        kind=Number(0.0, 1.0, open_low=True),
     )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,

@@ -27,18 +27,20 @@ import torch
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.base import Engine, load_engine
+from tiled_detector.pipeline import masks as mask_stage
 from tiled_detector.pipeline.decode import ROTATED_LAYOUTS, PaddedDecoded
 from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
-from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess, unpack
+from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, unpack
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.program import (
     Capture,
     Compiler,
     FrameProgram,
     Runner,
+    finish,
     fused,
     no_mark,
 )
@@ -55,7 +57,7 @@ from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
 from tiled_detector.threads import fit_to_load
-from tiled_detector.types import Detections
+from tiled_detector.types import Detections, InstanceMasks
 
 LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
@@ -317,7 +319,11 @@ class TiledDetector:
         if Applies.DETECTOR in self._same_engine(config).changed(self._config):
             self._setup(config, self._engine, self._capture)
             return
-        # raises for an unknown class name: nothing changes
+        # raises for an unknown class name or masks asked of a model without them: nothing changes
+        if config.masks and not self._resolved.segments:
+            raise ValueError(
+                f"masks: true, but {config.model} has no mask prototypes (not a segmentation model)"
+            )
         frame_settings = config.frame_settings(self._labels)
         self._config, self._frame_settings = config, frame_settings
 
@@ -490,23 +496,27 @@ class TiledDetector:
             return [
                 Detections(np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), {}, p, p) for p in located
             ]
-        host = found = None
+        host = found = masks = None
         if self._exact_batches:
             self._exact_batches -= 1
         elif self._sync_free:
-            host, found = self._sync_free_pass(frames, encodings, plan, clock, chosen, depths, running)
+            result, found = self._sync_free_pass(frames, encodings, plan, clock, chosen, depths, running)
+            host, masks = (None, None) if result is None else result
         if host is None:  # CPU, or the sync-free result was not proven exact: the exact path
             if found is None:
                 found = self._program.candidates(
                     frames, encodings, plan, self._frame_settings, clock.mark, chosen
                 )
-            packed = postprocess(found, plan, self._frame_settings, None)
-            clock.mark("merge")
+            packed, built = finish(found, plan, self._frame_settings, None, clock.mark)
+            if built is None:
+                clock.mark("merge")
             if depths is not None:
-                packed = self._program.positions(packed, plan, self._frame_settings, depths, exact=True)
+                packed = self._program.positions(
+                    packed, plan, self._frame_settings, depths, exact=True, masks=built
+                )
                 clock.mark("positions")
             running()
-            host = packed.cpu().numpy()
+            host, masks = self._download(packed, None if built is None else mask_stage.pack(built), plan)
             clock.mark("download")
         timings = clock.timings()
         extra = OBB_COLUMNS if self.rotated else 0
@@ -517,6 +527,7 @@ class TiledDetector:
                 for d, p in zip(depths, unpack_positions(host, COLUMNS + extra, plan.num_frames), strict=True)
             ]
         self._count_degenerate(int(host[-1, 3]))
+        shown = self._frame_masks(host, masks, plan)
         return [
             Detections(
                 rows[:, :4],
@@ -525,9 +536,43 @@ class TiledDetector:
                 dict(timings),
                 *at,
                 obb=rows[:, 6:] if extra else None,
+                masks=m,
             )
-            for rows, at in zip(unpack(host, plan.num_frames, extra), located, strict=True)
+            for rows, at, m in zip(unpack(host, plan.num_frames, extra), located, shown, strict=True)
         ]
+
+    def _download(
+        self, packed: torch.Tensor, built: torch.Tensor | None, plan: BatchPlan
+    ) -> tuple[np.ndarray, mask_stage.HostMasks | None]:
+        """The packed rows and, where built, the masks, in one device-to-host copy."""
+        if built is None:
+            return packed.cpu().numpy(), None
+        data = torch.cat([packed.contiguous().view(torch.uint8).reshape(-1), built]).cpu().numpy()
+        size = packed.numel() * packed.element_size()
+        host = data[:size].view(np.float32).reshape(packed.shape)
+        labels = sum(h * w for h, w in mask_stage.label_sizes(plan, self._frame_settings.mask_scale))
+        return host, mask_stage.unpack(data[size:], packed.shape[0] - 1, labels)
+
+    def _frame_masks(
+        self, host: np.ndarray, masks: mask_stage.HostMasks | None, plan: BatchPlan
+    ) -> list[InstanceMasks | None]:
+        """Each frame's `InstanceMasks` (its result rows', in order), from the downloaded masks (None: none)."""
+        if masks is None:
+            return [None] * plan.num_frames
+        scale = self._frame_settings.mask_scale
+        rows = host[:-1]
+        areas = np.asarray(mask_stage.row_sizes(masks), np.int64)
+        starts = np.cumsum(areas) - areas
+        images = masks.frames(plan, scale)
+        found = []
+        for k, frame_plan in enumerate(plan.plans):
+            mine = np.flatnonzero(
+                (rows[:, 6] > 0) & (rows[:, 7] == k)
+            )  # consecutive rows (`_per_frame_best`)
+            first = starts[mine[0]] if len(mine) else 0
+            bits = masks.bits[first : first + int(areas[mine].sum())]
+            found.append(InstanceMasks(images[k].copy(), masks.boxes[mine], bits, scale, frame_plan.frame_hw))
+        return found
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
         """The chosen views of a batch on the engine's device (None: every view). Where the program is captured,
@@ -559,9 +604,10 @@ class TiledDetector:
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
         running: Callable[[], None] = lambda: None,
-    ) -> tuple[np.ndarray | None, PaddedDecoded]:
+    ) -> tuple[tuple[np.ndarray, mask_stage.HostMasks | None] | None, PaddedDecoded]:
         """The batch through the frame program with fixed limits and one download, and its candidates; the
-        rows are None when the status row says they are not proven exact (the limits it exceeded grow)."""
+        rows (and masks) are None when the status row says they are not proven exact (the limits it exceeded
+        grow)."""
         settings, limits = self._frame_settings, self._limits
         # the capture key: everything the frame program reads (frame buffers, plan, how many views of each frame
         # run and the buffer naming them, settings, limits)
@@ -575,7 +621,7 @@ class TiledDetector:
         key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), views, settings, limits, located)
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         program = self._program
-        packed, found = self._runner.run(
+        packed, found, built = self._runner.run(
             key,
             lambda: program(frames, encodings, plan, settings, limits, mark, chosen, depths),
             lambda: (
@@ -587,10 +633,12 @@ class TiledDetector:
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows
         running()  # the host's time while the device runs the batch
-        host = packed.cpu().numpy()
+        host, masks = self._download(packed, built, plan)
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])
-        self._limits, maxed = limits.grown(needed, exact, largest)
+        pixels = 0 if masks is None else masks.needed
+        self._limits, maxed = limits.grown(needed, exact, largest, pixels)
         if maxed:
             self._exact_batches = _RETRY_AFTER
-        return (host if needed <= limits.capacity and exact else None), found
+        fits = needed <= limits.capacity and exact and pixels <= limits.mask_pixels
+        return ((host, masks) if fits else None), found

@@ -111,12 +111,13 @@ class Kind:
 class Number(Kind):
     """A number in [low, high]: an integer when `integer` (a parameter of either type is accepted for a decimal
     one: `conf_threshold: 1` is 1.0). `unset`: the parameter value that means not set (None), for a setting
-    whose default comes from the model."""
+    whose default comes from the model. `open_low`: the range is (low, high], low itself refused."""
 
     low: float | None = None
     high: float | None = None
     integer: bool = False
     unset: float | None = None
+    open_low: bool = False
 
     @property
     def param_type(self) -> ParamType:  # type: ignore[override]
@@ -150,6 +151,8 @@ class Number(Kind):
         if not is_number(value):
             raise ValueError(f"{name} must be a number, got {value!r}")
         reason = out_of_range(name, value, self.low, self.high)
+        if self.open_low and (reason or value == self.low):
+            reason = f"{name} must be in ({self.low:g}, {self.high:g}], got {value!r}"
         if reason:
             raise ValueError(reason)
         return int(value) if self.integer else float(value)
@@ -159,7 +162,8 @@ class Number(Kind):
 
     def describe(self) -> str:
         unset = "" if self.unset is None else f", {self.unset:g} = from the model"
-        return "" if self.low is None else f"[{self.low:g}, {self.high:g}]{unset}"
+        opening = "(" if self.open_low else "["
+        return "" if self.low is None else f"{opening}{self.low:g}, {self.high:g}]{unset}"
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,30 @@ class Flag(Kind):
 
     def flag(self) -> dict[str, Any]:
         return {"action": argparse.BooleanOptionalAction}
+
+
+@dataclass(frozen=True)
+class Switch(Kind):
+    """True, false, or not set (None: decided by the model, `auto`). Its ROS parameter holds a bool or the string
+    `auto` (dynamically typed: a params file's `masks: true` is a bool); its flag is --name / --no-name."""
+
+    auto: str = "auto"
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("auto", "true", "false"):
+            return {"auto": None, "true": True, "false": False}[value.strip().lower()]
+        raise ValueError(f"{name} must be true, false or auto ({self.auto}), got {value!r}")
+
+    def encode(self, name: str, value: Any) -> dict[str, Any]:
+        return {name: "auto" if value is None else value}
+
+    def flag(self) -> dict[str, Any]:
+        return {"action": argparse.BooleanOptionalAction}
+
+    def describe(self) -> str:
+        return f"true | false | auto ({self.auto})"
 
 
 @dataclass(frozen=True)
@@ -498,6 +526,12 @@ class Parameter:
     def value_type(self) -> type:
         """Python type of the parameter's values (arrays: list)."""
         return self.param_type.python
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the parameter's type may change (arrays: `[]` from the command line is a bool array; a
+        `Switch`: a bool or `auto`)."""
+        return self.value_type is list or isinstance(self.kind, Switch)
 
     @property
     def choices(self) -> tuple[str, ...]:

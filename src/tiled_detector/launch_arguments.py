@@ -140,6 +140,16 @@ PARAMETERS: tuple[tuple[str, str, str], ...] = (
         "double",
         "farthest valid depth in metres (beyond: invalid; the default is below 16UC1's largest value at 0.001, which drivers use for saturated pixels)",
     ),
+    (
+        "masks",
+        "string",
+        "instance masks of a segmentation model's detections (the masks topic, a label image; detect --json's mask): true, false, or auto (not set: true for a segmentation model)",
+    ),
+    (
+        "mask_scale",
+        "double",
+        "resolution of the masks as a fraction of the frame's (the label image is the frame's size times it)",
+    ),
     ("layout", "string", "model output layout; auto detects it from the output shapes"),
     (
         "max_batch",

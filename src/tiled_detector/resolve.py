@@ -7,7 +7,7 @@ never a guess between families.
 built (`file_view`: its graph's shapes, metadata and, for the YOLOX probe, one ONNX Runtime run of the file itself),
 so that a file the detector would refuse is refused before anything is loaded or cached.
 
-Rules, in order: a task the file's metadata names that the node does not serve (pose, classify, segment) refused;
+Rules, in order: a task the file's metadata names that the node does not serve (pose, classify) refused;
 the setting `layout` (checked against the shapes for yolox, gfl and the rotated layouts: an angle column); the
 rotated layouts where the metadata says `task: obb` (end-to-end rows where it says `end2end`); an end-to-end head
 where the file's metadata says so; else the layouts the output shapes fit (`decode.layout_candidates`), narrowed by the class
@@ -40,8 +40,10 @@ from tiled_detector.pipeline.decode import (
     Candidate,
     OutputLayout,
     anchor_points,
+    coefficient_count,
     layout_candidates,
     main_output,
+    mask_output,
     yolox_decoded,
 )
 from tiled_detector.pipeline.preprocess import InputFormat
@@ -50,7 +52,7 @@ COCO_FAMILIES = frozenset({"yolox", "picodet", "nanodet"})  # released with COCO
 # what a GFL head of no known family must be told: its pre-processing differs between the families
 GFL_INPUTS = ("channel_order", "input_scale", "input_mean", "input_std", "letterbox")
 DECIDING = ("labels", "layout")
-SERVED_TASKS = ("detect", "obb")  # ultralytics' tasks whose heads the node decodes
+SERVED_TASKS = ("detect", "obb", "segment")  # ultralytics' tasks whose heads the node decodes
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,13 @@ class Resolved:
     input_format: InputFormat
     input_sources: dict[str, tuple[Any, str]]
     view: ModelView = dataclasses.field(repr=False)
+    masks: int = 0  # a segmentation head's mask prototypes (the coefficients each detection carries); 0: none
+    task: str = "detect"  # what the file says it does (`detect` where it says nothing), `segment` with masks
+
+    @property
+    def segments(self) -> bool:
+        """A segmentation head: each detection has an instance mask."""
+        return self.masks > 0
 
     @property
     def coco_by_family(self) -> bool:
@@ -205,8 +214,9 @@ def _check_task(config: DetectorConfig, view: ModelView) -> None:
     task = view.metadata.task
     if task is not None and task not in SERVED_TASKS:
         raise ValueError(
-            f"{config.model}: its metadata says task {task}: this node serves detection models (task detect) and "
-            f"rotated-box models (task obb), not {task} models; export a detect or obb model"
+            f"{config.model}: its metadata says task {task}: this node serves detection models (task detect), "
+            f"rotated-box models (task obb) and segmentation models (task segment), not {task} models; export a "
+            "detect, obb or segment model"
         )
 
 
@@ -370,7 +380,16 @@ def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
     _check_task(config, view)
     labels, labels_from = _labels(config, view)
     num_classes = len(labels) if labels else None
+    masks = _masks(config, view)
+    if masks:
+        _check_coefficients(config, view, num_classes, masks)
     layout, family, decided_by, head, classes = _layout(config, view, num_classes)
+    if masks and layout not in (OutputLayout.YOLOV8, OutputLayout.END2END, OutputLayout.AUTO):
+        raise ValueError(
+            f"{config.model}: a segmentation head ({masks} mask prototypes in {mask_output(view.outputs)!r}) "
+            f"read as {layout.value} rows: only yolov8 and end2end rows carry mask coefficients; set the setting "
+            "layout to the model's"
+        )
     if labels is None and family in COCO_FAMILIES and classes == len(coco_labels()):
         labels, labels_from = coco_labels(), f"COCO's names (an 80-class {family} file names none)"
     num_classes = classes if num_classes is None else num_classes
@@ -390,4 +409,50 @@ def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
     ):
         if name not in values:
             sources[name] = (getattr(defaults, field), "ultralytics default")
-    return Resolved(layout, family, decided_by, head, labels, labels_from, num_classes, fmt, sources, view)
+    task = view.metadata.task or ("segment" if masks else "detect")
+    if masks:
+        head += f", {masks} mask coefficients (prototypes {mask_output(view.outputs)!r})"
+    return Resolved(
+        layout, family, decided_by, head, labels, labels_from, num_classes, fmt, sources, view, masks, task
+    )
+
+
+def _check_coefficients(
+    config: DetectorConfig, view: ModelView, num_classes: int | None, prototypes: int
+) -> None:
+    """A segmentation head's rows must carry one mask coefficient per prototype: end-to-end rows 6 + P columns,
+    YOLOv8 rows 4 + classes + P (checked where the class count is known); ValueError naming the file."""
+    name = main_output(view.outputs)
+    shape = view.outputs[name]
+    if len(shape) != 3 or min(shape[1:]) < 0:
+        return
+    rows, columns = shape[1], shape[2]
+    if view.metadata.end2end or config.layout is OutputLayout.END2END:
+        coefficients, how = columns - 6, f"{columns} columns - 6"
+    elif num_classes is not None and rows < columns:
+        coefficients, how = rows - 4 - num_classes, f"{rows} rows - 4 - {num_classes} classes"
+    else:
+        return
+    if coefficients != prototypes:
+        raise ValueError(
+            f"{config.model}: its output {name!r} {list(shape)} carries {coefficients} mask coefficients per "
+            f"detection ({how}), but {mask_output(view.outputs)!r} has {prototypes} mask prototypes: the prototype "
+            "count must equal the coefficient count"
+        )
+
+
+def _masks(config: DetectorConfig, view: ModelView) -> int:
+    """The mask prototypes of a segmentation head (0: none); ValueError (one line naming the file or setting)
+    where the file says `task: segment` without prototypes, or `masks: true` is set for a file without them."""
+    count = coefficient_count(view.outputs)
+    if not count and view.metadata.task == "segment":
+        raise ValueError(
+            f"{config.model}: its metadata says task segment, but it has no (batch, prototypes, height, width) "
+            f"output of mask prototypes (outputs {', '.join(f'{n} {list(s)}' for n, s in view.outputs.items())})"
+        )
+    if not count and config.masks:
+        raise ValueError(
+            f"masks: true, but {config.model} has no mask prototypes (not a segmentation model); set masks to "
+            "false or auto"
+        )
+    return count

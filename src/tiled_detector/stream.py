@@ -53,7 +53,7 @@ from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
 from tiled_detector.tracking.looks import Looks, across_parts
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
-from tiled_detector.tracking.positions import Positions, joined
+from tiled_detector.tracking.positions import Positions, joined, with_masks
 from tiled_detector.tracking.schedule import (
     TENTATIVE_WEIGHT,
     ScheduleKind,
@@ -362,11 +362,15 @@ class Stream:
 
     @staticmethod
     def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
-        """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections."""
+        """`result` with its boxes' 3D positions (`tracking.positions`) and instance masks from the frame's
+        `measured` detections."""
         located = state.positions.attach(
             measured, result.detections, result.track_ids, result.seen_ns, result.fresh
         )
-        return replace(result, detections=located)
+        if located is measured:  # every box as detected in this frame (positions, masks and all)
+            return replace(result, detections=located)
+        masked = with_masks(result.stamp_ns, measured, located, result.seen_ns)
+        return replace(result, detections=masked)
 
     @staticmethod
     def _parts(

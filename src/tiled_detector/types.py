@@ -8,6 +8,101 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class InstanceMasks:
+    """The instance masks of one frame's N detections, at `scale` of the frame's pixels.
+
+    labels: (h, w) uint16 label image, k + 1 where detection k's mask covers a pixel, 0 elsewhere (where masks
+    overlap, the better-ranked detection, the higher score, wins); boxes: (N, 4) int32 each detection's box in label
+    pixels x0, y0, x1, y1 (end exclusive; empty: no mask, e.g. an object carried from an earlier frame); bits: every
+    detection's pixels in its box, row-major, one detection after the other; frame_hw: the frame's size.
+    """
+
+    labels: np.ndarray
+    boxes: np.ndarray
+    bits: np.ndarray
+    scale: float
+    frame_hw: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        boxes = np.asarray(self.boxes, np.int32).reshape(-1, 4)
+        object.__setattr__(self, "boxes", boxes)
+        object.__setattr__(self, "labels", np.asarray(self.labels, np.uint16))
+        object.__setattr__(self, "bits", np.asarray(self.bits, bool).reshape(-1))
+        if self.bits.size != int(self.areas.sum()):
+            raise ValueError(
+                f"InstanceMasks: {self.bits.size} bits for boxes of {int(self.areas.sum())} pixels"
+            )
+
+    @property
+    def areas(self) -> np.ndarray:
+        """(N,) each box's pixel count."""
+        size = (self.boxes[:, 2:] - self.boxes[:, :2]).clip(0).astype(np.int64)
+        return size[:, 0] * size[:, 1]
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    def crop(self, k: int) -> np.ndarray:
+        """Detection k's mask within its box (bh, bw) bool."""
+        areas = self.areas
+        start = int(areas[:k].sum())
+        x0, y0, x1, y1 = self.boxes[k]
+        return self.bits[start : start + int(areas[k])].reshape(max(y1 - y0, 0), max(x1 - x0, 0))
+
+    def mask(self, k: int) -> np.ndarray:
+        """Detection k's mask as a (h, w) bool image of the label image's size."""
+        full = np.zeros(self.labels.shape, bool)
+        x0, y0, x1, y1 = self.boxes[k]
+        full[y0:y1, x0:x1] = self.crop(k)
+        return full
+
+    def pixels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every mask pixel: (flat index into the label image, its detection), vectorised."""
+        areas = self.areas
+        row = np.repeat(np.arange(len(self.boxes)), areas)
+        local = np.arange(int(areas.sum())) - np.repeat(np.cumsum(areas) - areas, areas)
+        wide = np.maximum(self.boxes[row, 2] - self.boxes[row, 0], 1)
+        x = self.boxes[row, 0] + local % wide
+        y = self.boxes[row, 1] + local // wide
+        on = self.bits
+        return (y[on] * self.labels.shape[1] + x[on]).astype(np.int64), row[on]
+
+    @classmethod
+    def joined(cls, parts: list[InstanceMasks]) -> InstanceMasks:
+        """The masks of several detections of one frame (its parts) as one, the label image composed again (the
+        parts' detections in order)."""
+        first = parts[0]
+        together = cls(
+            first.labels,
+            np.concatenate([p.boxes for p in parts]),
+            np.concatenate([p.bits for p in parts]),
+            first.scale,
+            first.frame_hw,
+        )
+        return together.select(np.arange(len(together)))
+
+    def select(self, index: np.ndarray) -> InstanceMasks:
+        """The masks of detections `index` (their new order; -1: a detection without a mask), the label image
+        composed again (where masks overlap, the one first in the old order wins)."""
+        index = np.asarray(index, np.int64).reshape(-1)
+        flat, row = self.pixels()
+        new = np.full(len(self.boxes) + 1, -1, np.int64)
+        new[index[index >= 0]] = np.flatnonzero(index >= 0)
+        chosen = new[row] >= 0
+        flat, row = flat[chosen], row[chosen]
+        order = np.lexsort((row, flat))
+        first = np.unique(flat[order], return_index=True)[1]
+        labels = np.zeros(self.labels.shape, np.uint16)
+        labels.reshape(-1)[flat[order][first]] = new[row[order][first]] + 1
+        areas = self.areas
+        starts = np.cumsum(areas) - areas
+        parts = [self.bits[starts[k] : starts[k] + areas[k]] for k in index if k >= 0]
+        boxes = np.where((index >= 0)[:, None], self.boxes[np.maximum(index, 0)], 0)
+        bits = np.concatenate(parts) if parts else np.zeros(0, bool)
+        return InstanceMasks(labels, boxes, bits, self.scale, self.frame_hw)
+
+
+@dataclass(frozen=True)
 class Detections:
     """Detections of one frame as a struct of arrays, in frame pixel coordinates.
 
@@ -16,7 +111,8 @@ class Detections:
     and sizes (N, 3) float32, each object's centre and extent in metres in the colour camera's optical frame (x
     right, y down, z forward), NaN rows where it has no valid depth; None without one. From a rotated-box model:
     obb (N, 5) float32 cx, cy, w, h, angle (radians in [0, pi/2), turning +x toward +y: clockwise on screen;
-    ultralytics' xywhr), whose axis-aligned hulls are `boxes`; None from an axis-aligned model.
+    ultralytics' xywhr), whose axis-aligned hulls are `boxes`; None from an axis-aligned model. masks: a
+    segmentation model's instance masks (`InstanceMasks`, one per detection, in this order), None without them.
     """
 
     boxes: np.ndarray
@@ -26,6 +122,7 @@ class Detections:
     positions: np.ndarray | None = field(default=None, compare=False)
     sizes: np.ndarray | None = field(default=None, compare=False)
     obb: np.ndarray | None = None
+    masks: InstanceMasks | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
@@ -48,6 +145,8 @@ class Detections:
                         f"Detections need one row of {name} per box, got {len(value)} for {len(scores)}"
                     )
                 object.__setattr__(self, name, value)
+        if self.masks is not None and len(self.masks) != len(scores):
+            raise ValueError(f"Detections need one mask per box, got {len(self.masks)} for {len(scores)}")
 
     @classmethod
     def empty(cls) -> Detections:
@@ -58,8 +157,9 @@ class Detections:
         return len(self.scores)
 
     def __getitem__(self, index: np.ndarray | slice) -> Detections:
-        """Select detections by boolean mask, index array or slice (timings, positions, sizes and rotated boxes are
-        kept)."""
+        """Select detections by boolean mask, index array or slice (timings, positions, sizes, rotated boxes and
+        masks are kept)."""
+        rows = np.arange(len(self.scores))[index]
         return Detections(
             self.boxes[index],
             self.scores[index],
@@ -68,4 +168,5 @@ class Detections:
             None if self.positions is None else self.positions[index],
             None if self.sizes is None else self.sizes[index],
             None if self.obb is None else self.obb[index],
+            None if self.masks is None else self.masks.select(rows),
         )

@@ -133,11 +133,13 @@ def ultralytics_torchscript(
 
 
 def ultralytics_onnx(
-    path: Path, model: nn.Module | None = None, dynamic: bool = False, **metadata: object
+    path: Path, model: nn.Module | None = None, dynamic: bool = False, outputs: int = 1, **metadata: object
 ) -> Path:
-    """As `yolo export format=onnx`: input `images`, output `output0`, a static batch unless `dynamic` (then batch,
-    height and width are symbolic), every metadata key as `str(value)` in metadata_props."""
+    """As `yolo export format=onnx`: input `images`, output `output0` (a segmentation model's `outputs=2`: and
+    `output1`, its prototypes), a static batch unless `dynamic` (then batch, height and width are symbolic), every
+    metadata key as `str(value)` in metadata_props."""
     meta = ultralytics_metadata(**metadata, dynamic=dynamic)
+    names = ["output0", "output1"][:outputs]
     axes = (
         {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 2: "anchors"}}
         if dynamic
@@ -146,7 +148,7 @@ def ultralytics_onnx(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export((model or SquareDetector(INPUT_HW, 8)).eval(), (torch.zeros(meta["batch"], 3, *INPUT_HW),),
-                          str(path), input_names=["images"], output_names=["output0"], dynamic_axes=axes,
+                          str(path), input_names=["images"], output_names=names, dynamic_axes=axes,
                           opset_version=17, dynamo=False)  # fmt: skip
     exported = onnx.load(str(path))
     for key, value in meta.items():

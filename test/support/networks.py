@@ -1,6 +1,6 @@
 """Small synthetic networks with known layouts, and their exports, for the tests (the benchmarks use them too).
 
-`SquareDetector` has an exact right answer (YOLOv8's output layout); `GflLike` has PP-PicoDet's / NanoDet's GFL
+`SquareDetector` has an exact right answer (YOLOv8's output layout), `SquareSegmenter` its masks too; `GflLike` has PP-PicoDet's / NanoDet's GFL
 head layouts (random weights). `save_onnx` / `save_torchscript` write them as the exporters users have would.
 """
 
@@ -61,6 +61,26 @@ class SquareDetector(nn.Module):
         return torch.cat([centres, sizes]).unsqueeze(0)
 
 
+class SquareSegmenter(nn.Module):
+    """`SquareDetector` with a segmentation head, as ultralytics' YOLOv8-seg exports it: `output0` (B, 4 + 2 + 2, A)
+    = boxes, class scores, then 2 mask coefficients per anchor, and `output1` (B, 2, H / 4, W / 4) = 2 mask
+    prototypes: how red and how blue each 4 x 4 block is. A red cell's coefficients are (1, -1) (red - blue), a
+    blue cell's (-1, 1): its mask (logit above 0, cropped to its box) is exactly its square, a known answer."""
+
+    def __init__(self, input_hw: tuple[int, int] = (64, 64), cell: int = 8) -> None:
+        super().__init__()
+        self.net = SquareDetector(input_hw, cell)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(images)  # (B, 6, A)
+        red, blue = out[:, 4:5], out[:, 5:6]
+        coefficients = torch.cat([red - blue, blue - red], dim=1)
+        colour = torch.cat([images[:, 0:1] - images[:, 1:2], images[:, 2:3] - images[:, 1:2]], 1).clamp_min(
+            0.0
+        )
+        return torch.cat([out, coefficients], dim=1), F.avg_pool2d(colour, 4)
+
+
 class Conv(nn.Sequential):
     """Conv + SiLU (batch norm folded away, as in an exported YOLO)."""
 
@@ -112,10 +132,14 @@ class GflLike(nn.Module):
         return (*scores, *boxes)
 
 
-def save_onnx(model: nn.Module, path: Path, input_hw: tuple[int, int], batch: int | None = None) -> Path:
-    """Export `model` to ONNX: input `images` (B, 3, H, W), output `output0`; B dynamic unless `batch` is given."""
+def save_onnx(
+    model: nn.Module, path: Path, input_hw: tuple[int, int], batch: int | None = None, outputs: int = 1
+) -> Path:
+    """Export `model` to ONNX: input `images` (B, 3, H, W), outputs `output0` (.. `output{outputs - 1}`); B dynamic
+    unless `batch` is given."""
     example = torch.zeros(batch or 1, 3, *input_hw)
-    dynamic = None if batch else {"images": {0: "batch"}, "output0": {0: "batch"}}
+    names = [f"output{k}" for k in range(outputs)]
+    dynamic = None if batch else {"images": {0: "batch"}, **{n: {0: "batch"} for n in names}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
@@ -123,7 +147,7 @@ def save_onnx(model: nn.Module, path: Path, input_hw: tuple[int, int], batch: in
             (example,),
             str(path),
             input_names=["images"],
-            output_names=["output0"],
+            output_names=names,
             dynamic_axes=dynamic,
             opset_version=17,
             dynamo=False,

@@ -1,5 +1,6 @@
-"""`tiled-detector detect IMAGE...`: tiled detection on image files, one line per image (and optional JSON); with
-`--depth DEPTH... --camera-info INFO.yaml` each detection's 3D position too."""
+"""`tiled-detector detect IMAGE...`: tiled detection on image files, one line per image (and optional JSON: a
+segmentation model's detections with their `mask`, COCO RLE in frame pixels); with `--depth DEPTH... --camera-info
+INFO.yaml` each detection's 3D position too."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Detect in every image; returns 1 when an image could not be read, else 0."""
     from tiled_detector.parameters import build_detector
+    from tiled_detector.tools.segmentation import detection_rles
 
     depths, camera = _depth_arguments(args)
     detector = build_detector(parameter_values(args))
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             print(_positions_text(dets, names))
         if args.out:
             _save_annotated(image, dets, labels, detector.plan_for(*image.shape[:2]), args.out / path.name)
+        rles = detection_rles(dets.masks, len(dets))
         results.append(
             {
                 "image": str(path),
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
                         "class_id": c,
                         "label": n,
                         **_located(dets, k),
+                        **({} if rles[k] is None else {"mask": rles[k]}),
                     }
                     for k, (box, s, c, n) in enumerate(
                         zip(dets.boxes, dets.scores, dets.class_ids.tolist(), names, strict=True)

@@ -1,6 +1,7 @@
 """`tiled-detector inspect MODEL [--json]`: what the node would make of a model file (any backend's), and why: its
 input (name, size, batch: fixed, dynamic, or rewritten to a dynamic one and proven), its outputs, the layout its
-head is decoded in and how that was decided (with the task the file's metadata names: detect, obb, ...), the input conventions and where each came from, the class names and
+head is decoded in and how that was decided (with the task the file's metadata names: detect, obb, segment (with
+its mask prototypes), ...), the input conventions and where each came from, the class names and
 their source, the tile size and the engine calls a 1080p and a 4K frame take. A file that fits several readings is
 named ambiguous with its candidates and the settings that decide (exit 1)."""
 
@@ -94,6 +95,7 @@ def report(config: Any) -> dict[str, Any]:
         "layout": resolved.layout.value,
         "layout_decided_by": resolved.decided_by,
         "head": resolved.head,
+        "masks": resolved.masks,
         "family": resolved.family,
         "input_conventions": {
             n: {"value": list(v) if isinstance(v, tuple) else getattr(v, "value", v), "from": src}
@@ -140,7 +142,8 @@ def _print(found: dict[str, Any]) -> None:
         lines.append(f"decide     with the setting {' or '.join(found['decided_by'])} ({found['error']})")
         print("\n".join(lines))
         return
-    lines.append(f"task       {found['task'] or 'not named in the file'}")
+    masks = f": instance masks ({found['masks']} prototypes)" if found["masks"] else ""
+    lines.append(f"task       {found['task'] or 'not named in the file'}{masks}")
     lines.append(f"layout     {found['layout']} ({found['head']}), decided by {found['layout_decided_by']}")
     lines.append(f"family     {found['family'] or 'none (ultralytics conventions)'}")
     for name, entry in found["input_conventions"].items():

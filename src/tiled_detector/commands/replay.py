@@ -26,6 +26,9 @@ EPILOG = """gate a release on a bag (exit 0: passed, 1: a threshold was missed, 
   answers detections_3d, and the report adds depth_error_median, depth_error_p95 (|p - p_true| / |p_true| of the
   matched objects of 12 px and more) and objects_3d:
     tiled-detector make-bag bags/rgbd --depth --frames 10 && tiled-detector replay bags/rgbd --depth --json
+  A segmentation model's node publishes masks (label images): the report adds label_images, label_images_missing,
+  label_images_wrong (their values against the array of the same stamp) and, where the bag's truth has masks
+  (make-bag --truth coco.json with segmentations), mask_AP and mask_AP50 (pycocotools segm).
   Scores use the bag's /ground_truth (vision_msgs/Detection2DArray, class_id = label name) over the answered
   frames; frames without an answer count as dropped (gate them with --max-drop-rate).
   lockstep (default) sends a frame, waits for its detections (matched by header stamp), then the next: it
@@ -166,5 +169,12 @@ def _describe(summary: dict[str, object]) -> str:
             else f"\n3D: {summary['objects_3d']} objects with a position, error median "
             f"{number(summary['depth_error_median'], '.4f')}, p95 {number(summary['depth_error_p95'], '.4f')} of "
             "the true distance (objects of 12 px and more)"
+        )
+        + (
+            ""
+            if summary.get("label_images") is None
+            else f"\nmasks: {summary['label_images']} label images ({summary['label_images_missing']} answers "
+            f"with detections had none, {summary['label_images_wrong']} not matching their array), mask AP "
+            f"{number(summary['mask_AP'], '.3f')}, mask AP50 {number(summary['mask_AP50'], '.3f')}"
         )
     )

@@ -33,7 +33,9 @@ from tiled_detector.errors import one_line
 LOG = logging.getLogger(__name__)
 BATCH = "batch"  # the symbolic batch dimension's name
 PROOF_VIEWS = 3  # sample views the rewritten model must get right, in one batch
-REWRITE = "symbolic batch dim, value_info dropped, Reshape batch-1 -> -1 or 0, Resize sizes -> scales, v3"
+REWRITE = (
+    "symbolic batch dim, value_info dropped, Reshape of values batch-1 -> -1 or 0, Resize sizes -> scales, v4"
+)
 
 
 def fixed_batch_one(model: onnx.ModelProto) -> bool:
@@ -103,10 +105,15 @@ def rebatched(model: onnx.ModelProto) -> onnx.ModelProto:
         inputs = [value for value in graph.input if value.name not in weights]
         del graph.input[:]
         graph.input.extend(inputs)
+    constants = {init.name for init in graph.initializer}
     for node in graph.node:
         if node.op_type == "Resize":
             _resize_by_scales(graph, node, shapes)
         if node.op_type != "Reshape" or len(node.input) < 2:
+            continue
+        if (
+            node.input[0] in constants
+        ):  # a weight reshaped (a quantized conv's bias to (1, C, 1, 1)): no batch
             continue
         tensor = _constant(graph, node.input[1])
         if tensor is None:

@@ -42,6 +42,9 @@ GROUND_TRUTH_TOPIC = "/ground_truth"
 # the true camera motion of a moving synthetic scene per frame: the previous frame's pixels -> this frame's, a 2 x 3
 # matrix row by row (`tools.synthetic.frame_motion`)
 CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
+# the ground truth's masks: per frame a JSON list, one COCO RLE (or null) per box of its `GROUND_TRUTH_TOPIC` array
+GROUND_TRUTH_MASKS_TOPIC = "/ground_truth/masks"
+TEXT = "std_msgs/msg/String"
 CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag
 DEPTH_TOPIC_KEY = "depth_topic"  # bag metadata: the topic of the depth images aligned to the image topic
@@ -190,6 +193,11 @@ def camera_motion_message(matrix: np.ndarray) -> Any:
     ]
     layout = new_message("std_msgs/msg/MultiArrayLayout", dim=dims, data_offset=0)
     return new_message(CAMERA_MOTION, layout=layout, data=np.asarray(matrix, np.float64).reshape(6))
+
+
+def text_message(text: str) -> Any:
+    """std_msgs/String holding `text`."""
+    return new_message(TEXT, data=text)
 
 
 def detections_message(

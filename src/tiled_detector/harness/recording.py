@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,14 +14,17 @@ from tiled_detector.harness.bags import (
     CAMERA_MOTION_TOPIC,
     COMPRESSED_IMAGE,
     DETECTIONS,
+    GROUND_TRUTH_MASKS_TOPIC,
     GROUND_TRUTH_TOPIC,
     IMAGE,
     START_NS,
+    TEXT,
     BagWriter,
     Storage,
     camera_motion_message,
     detections_message,
     image_message,
+    text_message,
 )
 from tiled_detector.tools.frames import Frame, motion_frames, synthetic_frames
 
@@ -52,7 +56,8 @@ def write_image_bag(
 ) -> Path:
     """Write `frames` as Image (or CompressedImage) messages stamped at `rate` Hz, with ground truth as
     Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0; Detection2D.id = the object's
-    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it, and
+    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it (and
+    their masks, one COCO RLE per box as JSON, on `GROUND_TRUTH_MASKS_TOPIC` where the frame has them), and
     the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one. `extra(index, stamp)` gives more
     (topic, type, message) of each frame, written just before its image (a depth image, its camera info)."""
     if not rate > 0:
@@ -71,6 +76,8 @@ def write_image_bag(
                     frame.boxes, scores, frame.class_ids, stamp, frame_id, labels, track_ids=frame.ids
                 )
                 writer.write(GROUND_TRUTH_TOPIC, DETECTIONS, stamp, truth)
+                if frame.masks is not None:
+                    writer.write(GROUND_TRUTH_MASKS_TOPIC, TEXT, stamp, text_message(json.dumps(frame.masks)))
             if frame.camera is not None:
                 writer.write(CAMERA_MOTION_TOPIC, CAMERA_MOTION, stamp, camera_motion_message(frame.camera))
             count += 1

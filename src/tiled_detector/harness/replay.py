@@ -11,7 +11,10 @@ completing on the node's side, and a best-effort subscription loses what arrives
 with a warm node and a working path, and only the first frame's last publish counts for its latency.
 
 Scores: AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the answered frames against the
-bag's ground truth (`/ground_truth`); a dropped frame is counted in `dropped` / the drop rate instead.
+bag's ground truth (`/ground_truth`); a dropped frame is counted in `dropped` / the drop rate instead. A node with
+a segmentation model also publishes `masks` (label images): each answer's is checked against its array (same
+stamp, values 0..N), and scored as mask AP (pycocotools `segm`) where the bag has truth masks
+(`/ground_truth/masks`, from `make-bag --truth coco.json`).
 Latency per frame is the time the answer arrived minus the time the frame was published.
 The ROS side goes through `tiled_detector.harness.client.DetectorClient`; rclpy is imported only there.
 """
@@ -32,8 +35,17 @@ import numpy as np
 from tiled_detector.harness import bags
 from tiled_detector.harness.depth_replay import DepthPlay, depth_scores, truth_positions
 from tiled_detector.harness.recording import IDENTITIES
-from tiled_detector.harness.report import FrameRecord, Mode, ReplayReport, class_names, summarize, to_arrays
+from tiled_detector.harness.report import (
+    FrameRecord,
+    Mode,
+    ReplayReport,
+    class_names,
+    mask_scores,
+    summarize,
+    to_arrays,
+)
 from tiled_detector.messages.detections import msg_carried, msg_ids
+from tiled_detector.messages.images import stamp_ns
 from tiled_detector.tools.scoring import mot_metrics
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
@@ -116,6 +128,7 @@ class _Played:
     arrivals: dict[int, float] = field(default_factory=dict)
     detections_topic: str = ""
     node_values: dict[str, str] = field(default_factory=dict)  # the node's last /diagnostics key/values
+    masks: dict[int, Any] = field(default_factory=dict)  # a segmentation model's label images by header stamp
 
 
 def _unique_stamps(frames: Iterable[bags.BagMessage]) -> Iterator[bags.BagMessage]:
@@ -170,6 +183,7 @@ def _play(
     from builtin_interfaces.msg import Time
     from diagnostic_msgs.msg import DiagnosticArray
     from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import Image
 
     from tiled_detector.harness.client import DetectorClient
     from tiled_detector.harness.process import DETECTOR_NODE, NodeProcess, pick_domain_id
@@ -213,6 +227,7 @@ def _play(
         depth.wait(client, options.startup_timeout)
         played.detections_topic = client.detections_subscription.topic_name
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+        labels = client.subscribe(Image, masks_topic(played.detections_topic))
         clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
         start, first_time = 0.0, 0
         for index, frame in enumerate(_unique_stamps(depth.frames(frames))):
@@ -235,10 +250,19 @@ def _play(
         answered = sum(stamp in client.detections for stamp, _ in played.sent)
         client.wait_until(lambda: _counted(diagnostics, answered) is not None, DIAGNOSTICS_WAIT_S)
         played.node_values = _counted(diagnostics, answered) or {}
+        if labels:  # the node publishes masks: the last frames' label images may still be on their way
+            client.wait_until(lambda: len(labels) >= answered, DIAGNOSTICS_WAIT_S)
+        played.masks = {stamp_ns(m.header.stamp): m for m in list(labels)}
     stamps = {stamp for stamp, _ in played.sent}  # the client is closed: its dicts no longer change
     played.answers = {s: m for s, m in client.detections.items() if s in stamps}
     played.arrivals = {s: t for s, t in client.arrivals.items() if s in stamps}
     return played
+
+
+def masks_topic(detections_topic: str) -> str:
+    """The node's masks topic beside its detections topic (`.../detections` -> `.../masks`)."""
+    namespace, _, _ = detections_topic.rpartition("/")
+    return f"{namespace}/masks" if namespace or detections_topic.startswith("/") else "masks"
 
 
 def _counted(diagnostics: list[Any], answered: int) -> dict[str, str] | None:
@@ -312,6 +336,13 @@ def replay_bag(
     report = dataclasses.replace(
         summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking, work=work
     )
+    if (
+        played.masks
+    ):  # a segmentation model: its label images against the array, and mask AP where there is truth
+        truth_masks = _truth_masks(bag, info)
+        size = _frame_size(bag, topic)
+        scores = mask_scores(answers, played.masks, truth, truth_masks, size)
+        report = dataclasses.replace(report, masks=scores)
     if depth.topics:  # an RGB-D bag: the positions of the node's detections_3d against the true ones
         located = depth.answers(stamp for stamp, _ in played.sent)
         truth_3d = truth_positions(bag) if depth.truth else {}
@@ -320,6 +351,27 @@ def replay_bag(
     if output is not None:
         _record(Path(output), played, info.storage, report, records, labels)
     return report
+
+
+def _frame_size(bag: str | Path, topic: str) -> tuple[int, int]:
+    """The (height, width) of the bag's first frame on `topic`."""
+    from tiled_detector.messages.images import compressed_to_array
+
+    first = next(iter(bags.read_messages(bag, [topic])))
+    message = bags.deserialize(first.data, first.msgtype)
+    if first.msgtype == bags.COMPRESSED_IMAGE:
+        return compressed_to_array(message)[0].shape[:2]
+    return int(message.height), int(message.width)
+
+
+def _truth_masks(bag: str | Path, info: bags.BagInfo) -> dict[int, list]:
+    """The bag's ground-truth masks (stamp -> one COCO RLE or None per truth box), empty when it has none."""
+    if bags.GROUND_TRUTH_MASKS_TOPIC not in info.topics:
+        return {}
+    return {
+        m.time_ns: json.loads(bags.deserialize(m.data, bags.TEXT).data)
+        for m in bags.read_messages(bag, [bags.GROUND_TRUTH_MASKS_TOPIC])
+    }
 
 
 def _record(

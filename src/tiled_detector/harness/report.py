@@ -18,6 +18,7 @@ from tiled_detector.options import Option
 from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
 
 DEPTH_KEYS = ("depth_error_median", "depth_error_p95", "objects_3d")
+MASK_KEYS = ("mask_AP", "mask_AP50", "label_images", "label_images_missing", "label_images_wrong")
 WORK_KEYS = (
     "views_per_frame",
     "views_per_frame_max",
@@ -76,6 +77,9 @@ class ReplayReport:
     work: dict[str, float | int | None] | None = None
     # a bag with depth (`harness.depth_replay`): depth_error_median, depth_error_p95 (relative), objects_3d
     depth: dict[str, float | int | None] | None = None
+    # a segmentation model (`mask_scores`): mask_AP, mask_AP50 (truth with masks), label_images (received),
+    # label_images_missing (answers with detections but no label image), label_images_wrong (not the array's)
+    masks: dict[str, float | int | None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -101,6 +105,7 @@ class ReplayReport:
             **{key: (self.tracking or {}).get(key) for key in ("IDF1", "MOTA", "id_switches")},
             **{key: (self.work or {}).get(key) for key in WORK_KEYS},
             **{key: (self.depth or {}).get(key) for key in DEPTH_KEYS},
+            **{key: (self.masks or {}).get(key) for key in MASK_KEYS},
         }
 
 
@@ -171,6 +176,79 @@ def summarize(
         p95,
         tuple(records),
     )
+
+
+def label_masks(
+    labels: np.ndarray, boxes: np.ndarray, frame_hw: tuple[int, int] | None = None
+) -> list[dict[str, Any]] | None:
+    """A label image's masks as COCO RLE, one per detection of its array (`boxes`, frame pixels; value k + 1: the
+    k-th), at the label image's size; None when it does not match the array: a value beyond it, or a detection's
+    pixels outside its box (`frame_hw`: the frame's size, when the label image is smaller)."""
+    from tiled_detector.tools.segmentation import crop_rle
+
+    count = len(boxes)
+    if labels.size and int(labels.max()) > count:
+        return None
+    height, width = labels.shape
+    scale = labels.shape[1] / frame_hw[1] if frame_hw is not None else 1.0
+    found = []
+    for k in range(count):
+        ys, xs = np.nonzero(labels == k + 1)
+        if not len(xs):
+            found.append(crop_rle(np.zeros((0, 0), bool), (0, 0), (height, width)))
+            continue
+        x1, y1, x2, y2 = (np.asarray(boxes[k], np.float64) * scale).tolist()
+        if xs.min() < np.floor(x1) - 1 or ys.min() < np.floor(y1) - 1 or xs.max() > x2 or ys.max() > y2:
+            return None
+        x0, y0 = int(xs.min()), int(ys.min())
+        crop = labels[y0 : int(ys.max()) + 1, x0 : int(xs.max()) + 1] == k + 1
+        found.append(crop_rle(crop, (x0, y0), (height, width)))
+    return found
+
+
+def mask_scores(
+    answers: Mapping[int, Arrays],
+    label_images: Mapping[int, Any],
+    truth: Mapping[int, tuple[np.ndarray, np.ndarray]],
+    truth_masks: Mapping[int, Sequence[dict | None]],
+    frame_hw: tuple[int, int],
+) -> dict[str, float | int | None]:
+    """The node's label images (stamp -> sensor_msgs/Image mono16) against its answers: how many came, how many
+    answers with detections had none, how many hold a value beyond their array; and mask AP / AP50 (pycocotools
+    `segm`) over the answered frames whose truth has masks (a label image smaller than its frame, `mask_scale`,
+    resized to `frame_hw`, the frames' size)."""
+    import cv2
+
+    from tiled_detector.messages.images import imgmsg_to_array
+    from tiled_detector.tools.scoring import coco_mask_stats
+
+    missing = sum(1 for stamp, found in answers.items() if len(found[0]) and stamp not in label_images)
+    wrong, frames, predicted = 0, [], []
+    for stamp, found in sorted(answers.items()):
+        if stamp not in label_images:
+            continue
+        labels = imgmsg_to_array(label_images[stamp])[0].reshape(label_images[stamp].height, -1)
+        masks = label_masks(labels, found[0], frame_hw)
+        if masks is None:
+            wrong += 1
+            continue
+        rles = truth_masks.get(stamp)
+        if rles is None or stamp not in truth:
+            continue
+        if labels.shape != frame_hw:
+            resized = cv2.resize(labels, frame_hw[::-1], interpolation=cv2.INTER_NEAREST)
+            masks = label_masks(resized, found[0]) or []
+        size = frame_hw
+        frames.append((truth[stamp][0], truth[stamp][1], rles, size))
+        predicted.append((*found, masks))
+    stats = coco_mask_stats(frames, predicted) if frames else None
+    return {
+        "mask_AP": None if stats is None else float(stats[0]),
+        "mask_AP50": None if stats is None else float(stats[1]),
+        "label_images": len(label_images),
+        "label_images_missing": missing,
+        "label_images_wrong": wrong,
+    }
 
 
 # --- class names shared by ground truth and answers -------------------------------------------------------

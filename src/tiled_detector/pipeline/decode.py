@@ -101,21 +101,65 @@ class Decoded(NamedTuple):
     image_index: torch.Tensor
 
 
+class Prototypes(NamedTuple):
+    """What a segmentation head gives per view rather than per candidate: `values` (V, P, h, w), one set of mask
+    prototypes per engine image in batch order, and `views` (V,) int64, the batch plan's view of each (None: the
+    engine ran every view of the plan, in order)."""
+
+    values: torch.Tensor
+    views: torch.Tensor | None = None
+
+    def rows(self, image_index: torch.Tensor, views: int) -> torch.Tensor:
+        """The `values` row of each candidate's view (`image_index`, the plan's views; `views`: how many it has):
+        fixed shapes, no host read."""
+        if self.views is None:
+            return image_index
+        inverse = torch.zeros(views, dtype=torch.int64, device=image_index.device)
+        inverse[self.views] = torch.arange(len(self.views), device=image_index.device)
+        return inverse[image_index]
+
+
 class PaddedDecoded(NamedTuple):
     """`Decoded` with a fixed number of rows, B * min(top_k, A): each image's top-k candidates in rank order,
     and `valid` (M,) bool marking those above the threshold. Its shapes depend only on the input shapes, so no
-    host synchronisation is needed; `Decoded` equals the valid rows, in order."""
+    host synchronisation is needed; `Decoded` equals the valid rows, in order. `extra` (M, E): each candidate's
+    payload, carried with it by index (None: none); `prototypes`: a segmentation head's per-view prototypes the
+    candidates' mask coefficients (`extra`) apply to (None: not a segmentation head)."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
     class_ids: torch.Tensor
     image_index: torch.Tensor
     valid: torch.Tensor
+    extra: torch.Tensor | None = None
+    prototypes: Prototypes | None = None
 
     def compact(self) -> Decoded:
         """The valid rows (a data-dependent shape: synchronises on an accelerator)."""
         keep = self.valid.nonzero().squeeze(1)
         return Decoded(self.boxes[keep], self.scores[keep], self.class_ids[keep], self.image_index[keep])
+
+    def take(self, index: torch.Tensor) -> PaddedDecoded:
+        """The candidates at `index` (rows and their payload; the per-view prototypes as they are)."""
+        rows = (t[index] for t in self[:5])
+        return PaddedDecoded(*rows, None if self.extra is None else self.extra[index], self.prototypes)
+
+
+def joined(parts: Sequence[PaddedDecoded]) -> PaddedDecoded:
+    """The candidates of several engine calls (consecutive images of one batch) as one set (one call: as it is);
+    their prototypes joined in batch order."""
+    if len(parts) == 1:
+        return parts[0]
+    rows = (torch.cat(field) for field in zip(*(p[:5] for p in parts), strict=True))
+    extra = None if parts[0].extra is None else torch.cat([p.extra for p in parts])  # type: ignore[misc]
+    prototypes = None
+    if parts[0].prototypes is not None:
+        views = [p.prototypes.views for p in parts]  # type: ignore[union-attr]
+        prototypes = Prototypes(
+            torch.cat([p.prototypes.values for p in parts]),  # type: ignore[union-attr]
+            None if views[0] is None else torch.cat(views),  # type: ignore[arg-type]
+        )
+    return PaddedDecoded(*rows, extra, prototypes)
 
 
 Shape = Sequence[int]
@@ -145,6 +189,19 @@ def main_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str:
         if len(_shape(value)) == 3:
             return name
     raise ValueError(f"no (batch, rows, columns) detection output among {list(outputs)}")
+
+
+def mask_output(outputs: Mapping[str, torch.Tensor | Shape]) -> str | None:
+    """Name of a segmentation head's prototype output (B, P, h, w): its only rank-4 output, else None."""
+    found = [name for name, value in outputs.items() if len(_shape(value)) == 4]
+    return found[0] if len(found) == 1 else None
+
+
+def coefficient_count(outputs: Mapping[str, torch.Tensor | Shape]) -> int:
+    """How many mask coefficients each row of the head carries: the prototype count P of a segmentation head's
+    prototype output (`mask_output`), else 0."""
+    name = mask_output(outputs)
+    return 0 if name is None else _shape(outputs[name])[1]
 
 
 class Candidate(NamedTuple):
@@ -189,6 +246,8 @@ def layout_candidates(
     YOLOV8 (anchors are the larger dimension of raw heads). D1 > D2: YOLOX (D1 the anchor points of strides 8,
     16, 32 over `input_hw`: its raw or decoded rows), else YOLOV5 (5 + C columns); YOLOV8_TRANSPOSED (4 + C); with
     `num_classes`, a GFL head joined into one tensor (C + 4 x bins columns over every stride's anchor points).
+    A segmentation head (a (B, P, h, w) prototype output beside: `mask_output`) ends each row with P mask
+    coefficients: END2END rows have 6 + P columns, YOLOV8 4 + C + P rows (only these two carry them).
     """
     if len(outputs) == 4 and _efficient_nms_names(outputs) is not None:
         return [Candidate(OutputLayout.EFFICIENT_NMS, None)]
@@ -200,14 +259,32 @@ def layout_candidates(
     if len(shape) != 3 or min(shape[1:]) < 0:
         raise ValueError(f"cannot tell the layout of output {name!r} with shape {shape}; {LAYOUT_HINT}")
     rows, cols = shape[1], shape[2]
-    if cols == 6 and rows <= MAX_END2END_DETECTIONS:
+    coefficients = coefficient_count(outputs)
+    if cols == 6 + coefficients and rows <= MAX_END2END_DETECTIONS:
         return [Candidate(OutputLayout.END2END, None)]
     if rows < cols:
-        if num_classes is not None and rows != 4 + num_classes:
-            raise ValueError(
-                f"output {name!r} {shape} looks like YOLOv8 but has {rows - 4} classes, not {num_classes}"
+        classes = rows - 4 - coefficients
+        if num_classes is not None and classes != num_classes:
+            masks = (
+                f" (beside {coefficients} mask coefficients: its prototypes {mask_output(outputs)!r})"
+                if coefficients
+                else ""
             )
-        return [Candidate(OutputLayout.YOLOV8, rows - 4)]
+            raise ValueError(
+                f"output {name!r} {shape} looks like YOLOv8 but has {classes} classes, not {num_classes}{masks}"
+            )
+        if classes < 1:
+            raise ValueError(
+                f"output {name!r} {shape} has {rows} rows: too few for 4 box rows, classes and the "
+                f"{coefficients} mask coefficients of its prototype output {mask_output(outputs)!r}"
+            )
+        return [Candidate(OutputLayout.YOLOV8, classes)]
+    if coefficients:
+        raise ValueError(
+            f"output {name!r} {shape} beside prototypes {mask_output(outputs)!r} is neither a YOLOv8 "
+            f"segmentation head (4 + classes + {coefficients} rows) nor end-to-end rows (6 + {coefficients} "
+            "columns)"
+        )
     found = []
     if cols > 5:
         anchor_free = input_hw is not None and rows == anchor_points(input_hw)
@@ -327,13 +404,19 @@ def _decode_raw(
     class_filter: Iterable[int] | None,
     thresholds: torch.Tensor | None,
     input_hw: tuple[int, int] | None = None,
+    coefficients: int = 0,
 ) -> PaddedDecoded:
     """YOLOv5 / YOLOX / YOLOv8 / transposed-v8 / OBB heads: best class per anchor, then threshold (the class's own,
     where `thresholds` gives them) and top-k; YOLOX's raw boxes are decoded for the kept anchors only; OBB rows keep
-    cx, cy, w, h and their angle (the last row)."""
+    cx, cy, w, h and their angle (the last row). A YOLOv8 segmentation head's last `coefficients` rows are the kept
+    anchors' payload (`extra`), not classes."""
     objectness = None
+    extra_of = None
     if layout is OutputLayout.YOLOV8:  # (B, 4 + C, A): reduce over the channel dimension in place
-        class_scores, channel_dim = head[:, 4:], 1
+        end = head.shape[1] - coefficients
+        class_scores, channel_dim = head[:, 4:end], 1
+        if coefficients:
+            extra_of = lambda i, a: head[i, end:, a].float()  # noqa: E731
     elif layout is OutputLayout.OBB:  # (B, 4 + C + 1, A): the angle row after the class scores
         class_scores, channel_dim = head[:, 4:-1], 1
     else:
@@ -382,7 +465,7 @@ def _decode_raw(
     # (an anchor of objectness 0 whose classes are all filtered out: nan, not kept)
     if objectness is not None:
         conf = (conf * objectness).nan_to_num(nan=float("-inf"))
-    return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds)
+    return _pick(conf, best_class, scores_of, xyxy_of, conf_threshold, top_k, thresholds, extra_of)
 
 
 Rows = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (image, anchor) indices -> (M, D) values
@@ -396,17 +479,19 @@ def _pick(
     conf_threshold: float,
     top_k: int,
     thresholds: torch.Tensor | None,
+    extra_of: Rows | None = None,
 ) -> PaddedDecoded:
     """Each image's top-k anchors of `conf` (B, A) above the threshold (the class's own, with `thresholds` and
     every anchor's `best_class`), their boxes (`boxes_of`: x1, y1, x2, y2 rows) and classes (`best_class`, else the
     argmax of `scores_of` for the kept anchors only: a max with indices over every anchor is slow on CPUs; argmax,
-    like max, takes the first of equal scores)."""
+    like max, takes the first of equal scores), and their payload (`extra_of`, None: none)."""
     if thresholds is not None:
         image, anchor, valid = _select(_above(conf, best_class, thresholds), float("-inf"), top_k)
     else:
         image, anchor, valid = _select(conf, conf_threshold, top_k)
     classes = best_class[image, anchor] if best_class is not None else scores_of(image, anchor).argmax(dim=1)
-    return PaddedDecoded(boxes_of(image, anchor), conf[image, anchor], classes, image, valid)
+    extra = None if extra_of is None else extra_of(image, anchor)
+    return PaddedDecoded(boxes_of(image, anchor), conf[image, anchor], classes, image, valid, extra)
 
 
 @functools.lru_cache(maxsize=16)
@@ -453,8 +538,10 @@ def _decode_nms_done(
     top_k: int,
     class_filter: Iterable[int] | None,
     thresholds: torch.Tensor | None,
+    extra: torch.Tensor | None = None,
 ) -> PaddedDecoded:
-    """Heads that already ran NMS (x1, y1, x2, y2 boxes (B, K, 4), scores and classes (B, K))."""
+    """Heads that already ran NMS (x1, y1, x2, y2 boxes (B, K, 4), scores and classes (B, K); `extra` (B, K, E):
+    each row's payload, or None)."""
     scores = scores.float()
     classes = classes.long()
     if class_filter is not None:
@@ -463,7 +550,10 @@ def _decode_nms_done(
     if thresholds is not None:
         scores, conf_threshold = _above(scores, classes, thresholds), float("-inf")
     image, row, valid = _select(scores, conf_threshold, top_k)
-    return PaddedDecoded(boxes[image, row].float(), scores[image, row], classes[image, row], image, valid)
+    taken = None if extra is None else extra[image, row].float()
+    return PaddedDecoded(
+        boxes[image, row].float(), scores[image, row], classes[image, row], image, valid, taken
+    )
 
 
 def decode_outputs(
@@ -496,6 +586,8 @@ def decode_padded(
     anchor's best allowed class).
     YOLOv5 and YOLOX scores are objectness * class score (in float32). Raw heads take the per-anchor class maximum in
     the output's dtype (exact) and convert only the result, so fp16 outputs are never copied whole.
+    A segmentation head (YOLOv8 or end-to-end rows with mask coefficients, `mask_output`): each candidate's
+    coefficients are its `extra`, and the prototypes of every image its `prototypes` (the output itself).
     """
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
@@ -539,8 +631,24 @@ def decode_padded(
             class_filter,
             thresholds,
         )
+    masks = mask_output(outputs)
+    coefficients = 0 if masks is None else int(outputs[masks].shape[1])
     if chosen is OutputLayout.END2END:
-        return _decode_nms_done(
-            head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter, thresholds
+        found = _decode_nms_done(
+            head[..., :4],
+            head[..., 4],
+            head[..., 5],
+            conf_threshold,
+            top_k,
+            class_filter,
+            thresholds,
+            head[..., 6 : 6 + coefficients] if coefficients else None,
         )
-    return _decode_raw(head, chosen, conf_threshold, top_k, class_filter, thresholds, input_hw)
+    else:
+        coefficients = coefficients if chosen is OutputLayout.YOLOV8 else 0
+        found = _decode_raw(
+            head, chosen, conf_threshold, top_k, class_filter, thresholds, input_hw, coefficients
+        )
+    if found.extra is None:
+        return found
+    return found._replace(prototypes=Prototypes(outputs[masks]))  # type: ignore[index]

@@ -12,6 +12,11 @@ its depth extent `EXTENT` standard deviations of them (the extent of depths spre
 from the camera). Its centre and its width and height back-project with the camera matrix:
 X = (u - cx) Z / fx, Y = (v - cy) Z / fy, in the optical frame (x right, y down, z forward), metres. A box with
 fewer than `MIN_VALID` of its samples valid, or no such cluster, has no position.
+
+A detection with an instance mask (`RowMasks`, a segmentation model's) takes its depths from its mask's pixels
+instead: the grid covers its whole box, and only the samples on the mask count (a thin or hollow object's box is
+mostly what lies behind it; `MIN_VALID` of those must be valid); a mask with fewer than `MASK_SAMPLES` of the grid's
+points on it falls back to the box's inner part.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ BINNED = 0.01  # metres: the histogram starts here (or at depth_min); nearer val
 HOLE = 1e-6  # metres: depths at or below are holes whatever depth_min is
 SHARE = 0.2  # the object: the nearest cluster holding at least this fraction of the box's valid depths
 MIN_VALID = 0.1  # a box needs at least this fraction of its samples valid
+MASK_SAMPLES = 8  # a mask with fewer of its box's grid points on it gives way to the box's inner part
 EXTENT = math.sqrt(12.0)  # depth extent per standard deviation: that of depths spread evenly over the extent
 ASPECT_TOLERANCE = 0.01  # relative difference of aspect ratios still taken as the same
 COLUMNS = 7  # x, y, z, size x, size y, size z (metres, optical frame), valid
@@ -95,6 +101,17 @@ def aspect_problem(
     return None
 
 
+class RowMasks(NamedTuple):
+    """The rows' instance masks, as the masks stage made them: per row its box in label pixels (R, 4) x0, y0, x1,
+    y1 (end exclusive; empty: no mask), where its bits start (R,) and every row's bits (row-major in its box), at
+    `scale` of the frame's pixels."""
+
+    boxes: torch.Tensor
+    starts: torch.Tensor
+    bits: torch.Tensor
+    scale: float
+
+
 class DepthImage(NamedTuple):
     """One colour frame's aligned depth: (H, W) uint16 (units of depth_scale metres; 16UC1) or float32 (metres;
     32FC1), a numpy array or a tensor (in the frame program: on the engine's device), and the colour camera's
@@ -135,9 +152,30 @@ def aligned(depth: DepthImage, frame_hw: tuple[int, int]) -> DepthImage:
     return DepthImage(image, depth.intrinsics.for_frame(*frame_hw))
 
 
-def _grid(device: torch.device) -> torch.Tensor:
-    """(SAMPLES,) offsets of the grid's points from a box's centre, in box widths."""
-    return ((torch.arange(SAMPLES, device=device, dtype=torch.float32) + 0.5) / SAMPLES - 0.5) * INNER
+def _grid(device: torch.device, inner: float = INNER) -> torch.Tensor:
+    """(SAMPLES,) offsets of the grid's points from a box's centre, in box widths (over `inner` of it)."""
+    return ((torch.arange(SAMPLES, device=device, dtype=torch.float32) + 0.5) / SAMPLES - 0.5) * inner
+
+
+def _points(rows: torch.Tensor, inner: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, SAMPLES) x and y of every row's grid over `inner` of its box, frame pixels."""
+    grid = _grid(rows.device, inner)
+    centre = (rows[:, :2] + rows[:, 2:4]) / 2
+    extent = rows[:, 2:4] - rows[:, :2]
+    return centre[:, 0:1] + grid[None] * extent[:, 0:1], centre[:, 1:2] + grid[None] * extent[:, 1:2]
+
+
+def _on_mask(masks: RowMasks, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(R, SAMPLES^2) whether each point of every row's grid (x, y (R, SAMPLES) frame pixels) is on its mask."""
+    lx = (x * masks.scale).floor().long()[:, None, :]  # (R, 1, S): columns
+    ly = (y * masks.scale).floor().long()[:, :, None]  # (R, S, 1): lines
+    box = masks.boxes.long()
+    x0, y0, x1, y1 = (box[:, k, None, None] for k in range(4))
+    inside = (lx >= x0) & (lx < x1) & (ly >= y0) & (ly < y1)
+    index = masks.starts[:, None, None] + (ly - y0) * (x1 - x0) + (lx - x0)
+    index = torch.where(inside, index, 0).clamp(0, max(len(masks.bits) - 1, 0)).reshape(len(box), -1)
+    taken = masks.bits[index] if len(masks.bits) else torch.zeros_like(index, dtype=torch.bool)
+    return inside.reshape(len(box), -1) & taken
 
 
 def _samples(
@@ -146,23 +184,24 @@ def _samples(
     image: torch.Tensor,
     scale: float,
     obb: torch.Tensor | None = None,
+    inner: float = INNER,
 ) -> torch.Tensor:
-    """(R, SAMPLES^2) float32 metres: the depths of every row's grid read from one frame's depth image (with
-    rotated boxes `obb` (R, 5), the grid turned with each rectangle: depth pixels inside the rotated box)."""
+    """(R, SAMPLES^2) float32 metres: the depths of every row's grid (over `inner` of its box) read from one frame's
+    depth image (with rotated boxes `obb` (R, 5), the grid turned with each rectangle: depth pixels inside the
+    rotated box)."""
     height, width = frame_hw
     dh, dw = image.shape
-    grid = _grid(rows.device)
     if obb is not None:
+        grid = _grid(rows.device, inner)
         along_h, along_w = torch.meshgrid(grid, grid, indexing="ij")
         points = rotated.inner_points(obb.float(), along_w.reshape(-1), along_h.reshape(-1))
         u = (points[..., 0] * (dw / width)).floor().clamp(0, dw - 1).long()
         v = (points[..., 1] * (dh / height)).floor().clamp(0, dh - 1).long()
         index = v * dw + u
     else:
-        centre = (rows[:, :2] + rows[:, 2:4]) / 2
-        extent = rows[:, 2:4] - rows[:, :2]
-        u = ((centre[:, 0:1] + grid[None] * extent[:, 0:1]) * (dw / width)).floor().clamp(0, dw - 1).long()
-        v = ((centre[:, 1:2] + grid[None] * extent[:, 1:2]) * (dh / height)).floor().clamp(0, dh - 1).long()
+        x, y = _points(rows, inner)
+        u = (x * (dw / width)).floor().clamp(0, dw - 1).long()
+        v = (y * (dh / height)).floor().clamp(0, dh - 1).long()
         index = (v[:, :, None] * dw + u[:, None, :]).reshape(len(rows), SAMPLES * SAMPLES)
     flat = image.reshape(-1)
     if image.dtype == torch.uint16:  # gathered as int16 (uint16 has no indexing), read back unsigned
@@ -178,13 +217,23 @@ def locate(
     depth_min: float,
     depth_max: float,
     obb: torch.Tensor | None = None,
+    masks: RowMasks | None = None,
 ) -> torch.Tensor:
     """(R, COLUMNS) positions of packed result rows (x1, y1, x2, y2 in frame pixels in columns 0-3, the frame
     index in column 7; the status row too, which gets nothing): x, y, z, size x, size y, size z, valid (module
     docstring). Frames whose depth is None, and rows without a valid depth, are 0 with valid 0. With `obb`
-    (R, 5), the rows' rotated boxes: the depth is read inside each rotated box (its sizes stay its hull's)."""
+    (R, 5), the rows' rotated boxes: the depth is read inside each rotated box (its sizes stay its hull's). With
+    `masks` (the first rows' instance masks), a masked row's depth from its mask's pixels."""
     count, device = len(rows), rows.device
     found = torch.zeros((count, SAMPLES * SAMPLES), dtype=torch.float32, device=device)
+    on = None
+    if (
+        masks is not None
+    ):  # the whole box's grid, the samples on the mask (too few on it: the box's inner part)
+        on = torch.zeros((count, SAMPLES * SAMPLES), dtype=torch.bool, device=device)
+        mine = len(masks.boxes)
+        on[:mine] = _on_mask(masks, *_points(rows[:mine], 1.0))
+        on &= (on.sum(dim=1) >= MASK_SAMPLES)[:, None]
     # per row its frame's fx, fy, cx, cy (scalars into kernels: nothing is copied to the device)
     fx, fy, cx, cy = (torch.ones(count, dtype=torch.float32, device=device) for _ in range(4))
     usable = torch.zeros(count, dtype=torch.bool, device=device)
@@ -192,12 +241,18 @@ def locate(
         if depth is None:
             continue
         mine = rows[:, 7] == k
-        found = torch.where(mine[:, None], _samples(rows, frame_hw, depth.image, depth_scale, obb), found)
+        taken = _samples(rows, frame_hw, depth.image, depth_scale, obb)
+        if on is not None:
+            whole = _samples(rows, frame_hw, depth.image, depth_scale, obb, 1.0)
+            masked = on.any(dim=1, keepdim=True)
+            taken = torch.where(masked, torch.where(on, whole, float("nan")), taken)
+        found = torch.where(mine[:, None], taken, found)
         m = depth.intrinsics
         fx, fy = torch.where(mine, m.fx, fx), torch.where(mine, m.fy, fy)
         cx, cy = torch.where(mine, m.cx, cx), torch.where(mine, m.cy, cy)
         usable |= mine
-    z, spread, ok = robust_depth(found, depth_min, depth_max)
+    considered = None if on is None else torch.where(on.any(dim=1), on.sum(dim=1), SAMPLES * SAMPLES)
+    z, spread, ok = robust_depth(found, depth_min, depth_max, considered)
     ok &= usable
     u = (rows[:, 0] + rows[:, 2]) / 2 - 0.5  # box edges -> pixel-centre coordinates
     v = (rows[:, 1] + rows[:, 3]) / 2 - 0.5
@@ -217,11 +272,12 @@ def locate(
 
 
 def robust_depth(
-    samples: torch.Tensor, depth_min: float, depth_max: float
+    samples: torch.Tensor, depth_min: float, depth_max: float, considered: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row of (R, N) depth samples (metres; holes 0 or NaN): the object's depth, its depth extent and whether
     it has one (module docstring), from a histogram of log depths in bins `BIN` wide (sorting rows is slow on a
-    CPU; a histogram is one scatter)."""
+    CPU; a histogram is one scatter). `considered` (R,): how many of a row's samples are its object's to begin
+    with (a mask's; default all N): `MIN_VALID` of them must be valid."""
     count = len(samples)
     valid = (samples >= max(depth_min, HOLE)) & (samples <= depth_max)  # (NaN compares false)
     origin, step = max(depth_min, BINNED), math.log1p(BIN)
@@ -238,7 +294,8 @@ def robust_depth(
     # (run 0 gathers the bins outside every cluster: empty, never dense)
     dense = members >= torch.clamp(SHARE * valid_count, min=1)[:, None]
     chosen = dense.byte().argmax(dim=1)  # the first dense run (0 when there is none, which is not dense)
-    ok = dense.gather(1, chosen[:, None])[:, 0] & (valid_count >= MIN_VALID * samples.shape[1])
+    wanted = samples.shape[1] if considered is None else considered
+    ok = dense.gather(1, chosen[:, None])[:, 0] & (valid_count >= MIN_VALID * wanted)
     inside = run == chosen[:, None]  # (R, bins): the bins of the chosen cluster
     picked = valid & inside.gather(1, at.clamp(max=bins - 1))
     taken = picked.sum(dim=1).clamp(min=1)

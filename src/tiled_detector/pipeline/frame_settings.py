@@ -15,7 +15,8 @@ from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
 @dataclass(frozen=True)
 class FrameSettings:
     """Decoding (thresholds, top-k, class filter), the seam rule, the merge, the box size limits, the
-    per-frame cut and the depth's scale and valid range."""
+    per-frame cut, the depth's scale and valid range, and the instance masks (`masks` None: a segmentation
+    head's) and their resolution."""
 
     conf_threshold: float
     class_thresholds: tuple[tuple[int, float], ...]
@@ -33,6 +34,8 @@ class FrameSettings:
     depth_scale: float
     depth_min: float
     depth_max: float
+    masks: bool | None = None
+    mask_scale: float = 1.0
 
     @property
     def merge_rule(self) -> MergeRule:

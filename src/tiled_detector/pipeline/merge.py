@@ -253,12 +253,13 @@ def _absorb(
     metric: MatchMetric,
     threshold: float,
     geometry: Geometry,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One step of SAHI's `_apply_merge` for every group at once: a present member that still matches the
-    group's union box widens it, and gives the group its class where `takes_class`."""
+    group's union box widens it, and gives the group its class where `takes_class`; and which members did."""
     ok = present & (geometry.overlap(merged, member, metric.value) >= threshold)
     grown = geometry.grown(merged, member)
-    return torch.where(ok[:, None], grown, merged), torch.where(ok & takes_class, member_class, merged_class)
+    merged_class = torch.where(ok & takes_class, member_class, merged_class)
+    return torch.where(ok[:, None], grown, merged), merged_class, ok
 
 
 def _merge_groups(
@@ -271,9 +272,10 @@ def _merge_groups(
     metric: MatchMetric,
     threshold: float,
     slots: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """SAHI's `_apply_merge` for all groups at once (inputs in rank order): merged boxes and classes on the
-    keepers' rows, the keeper mask, and the largest group size.
+    keepers' rows, the keeper mask, the largest group size, and the members merged into each row (N, slots):
+    their positions (slot 0 the row itself), N where none.
 
     keeper (N,) is each box's group keeper (itself for keepers); member_order (N,) int64 sorts the members of a
     group in SAHI's merge order. Every group walks `slots` positions (slot 0 is the keeper), so the result is
@@ -300,9 +302,10 @@ def _merge_groups(
     classes = torch.cat([class_ids, class_ids.new_zeros(1)])
     present = torch.cat([valid, valid.new_zeros(1)])
     merged, merged_class = b64[:n], class_ids
+    members = [positions]
     for s in range(1, slots):
         index = table[:, s]
-        merged, merged_class = _absorb(
+        merged, merged_class, ok = _absorb(
             merged,
             merged_class,
             b64[index],
@@ -313,7 +316,8 @@ def _merge_groups(
             threshold,
             geometry_of(boxes),
         )
-    return merged.to(boxes.dtype), merged_class, own & valid, largest
+        members.append(torch.where(ok, index, n))
+    return merged.to(boxes.dtype), merged_class, own & valid, largest, torch.stack(members, 1)
 
 
 class PaddedMerge(NamedTuple):
@@ -331,6 +335,9 @@ class PaddedMerge(NamedTuple):
     # (N,) int64: the input row each row is (its keeper's, for a merged group): anything else a candidate carries
     # (its view, mask coefficients, ...) follows it by this index
     index: torch.Tensor
+    # (N, S) int64: the input rows merged into each row (slot 0 the row itself; nms: S = 1), -1 where none: the
+    # group map a payload of the candidates (mask coefficients) follows
+    members: torch.Tensor
 
 
 class _Ranked(NamedTuple):
@@ -352,6 +359,7 @@ class _Ranked(NamedTuple):
 
     def kept(self, keep: Tensor, exact: Tensor) -> PaddedMerge:
         """The result of a method that only keeps rows (nms)."""
+        members = self.order[:, None]
         return PaddedMerge(
             self.boxes,
             self.scores,
@@ -361,6 +369,7 @@ class _Ranked(NamedTuple):
             self.one,
             self.frames,
             self.order,
+            members,
         )
 
     @property
@@ -383,7 +392,7 @@ class _Ranked(NamedTuple):
 
     def grouped(self, rule: MergeRule, keeper: Tensor, member_order: Tensor, exact: Tensor) -> PaddedMerge:
         """The result of a method that merges each group into its keeper (SAHI's `_apply_merge`)."""
-        merged, merged_class, is_keeper, largest = _merge_groups(
+        merged, merged_class, is_keeper, largest, members = _merge_groups(
             self.boxes,
             self.scores,
             self.class_ids,
@@ -395,8 +404,17 @@ class _Ranked(NamedTuple):
             self.slots,
         )
         fits = largest <= self.slots if self.slots is not None else exact
+        order = torch.cat([self.order, self.order.new_full((1,), -1)])  # position N: none
         return PaddedMerge(
-            merged, self.scores, merged_class, is_keeper, exact & fits, largest, self.frames, self.order
+            merged,
+            self.scores,
+            merged_class,
+            is_keeper,
+            exact & fits,
+            largest,
+            self.frames,
+            self.order,
+            order[members],
         )
 
 

@@ -14,6 +14,7 @@ after the one download.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -39,20 +40,27 @@ COLUMNS = (
 )
 OBB_COLUMNS = 5  # a rotated box's own columns after them: cx, cy, w, h, angle
 STATUS = ("needed", "exact", "largest", "degenerate")  # the status row's first columns
+# mask pixels (the kept detections' boxes at mask_scale) the sync-free masks stage computes (adapted likewise; a
+# 4K frame is 8.3 million pixels)
+MIN_MASK_PIXELS, MAX_MASK_PIXELS = 1 << 16, 1 << 25
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Fixed sizes of the sync-free path: candidates kept, merge-group positions walked, NMS rounds."""
+    """Fixed sizes of the sync-free path: candidates kept, merge-group positions walked, NMS rounds, mask pixels
+    computed."""
 
     capacity: int = MIN_CAPACITY
     slots: int = MIN_SLOTS
     rounds: int = MIN_ROUNDS
+    mask_pixels: int = MIN_MASK_PIXELS
 
-    def grown(self, needed: int, exact: bool, largest: int) -> tuple[Limits, bool]:
-        """The limits a batch with this status needs (each at most its maximum), and whether a limit already at
-        its maximum was exceeded (then the exact path is the only way)."""
-        capacity, slots, rounds = self.capacity, self.slots, self.rounds
+    def grown(self, needed: int, exact: bool, largest: int, pixels: int = 0) -> tuple[Limits, bool]:
+        """The limits a batch with this status needs (each at most its maximum; `pixels`: the mask pixels it
+        needed), and whether a limit already at its maximum was exceeded (then the exact path is the only way)."""
+        capacity, slots, rounds, mask_pixels = self.capacity, self.slots, self.rounds, self.mask_pixels
+        if pixels > mask_pixels:
+            mask_pixels = min(MAX_MASK_PIXELS, 1 << (pixels - 1).bit_length())
         if needed > capacity:
             capacity = min(MAX_CAPACITY, 1 << (needed - 1).bit_length())
         if largest > slots:
@@ -60,11 +68,12 @@ class Limits:
         elif not exact:  # the group walk was long enough, so the NMS fixed point was not reached
             rounds = min(MAX_ROUNDS, 2 * rounds)
         maxed = (
-            (needed > self.capacity >= MAX_CAPACITY)
+            (pixels > self.mask_pixels >= MAX_MASK_PIXELS)
+            or (needed > self.capacity >= MAX_CAPACITY)
             or (largest > self.slots >= MAX_SLOTS)
             or (not exact and largest <= self.slots and self.rounds >= MAX_ROUNDS)
         )
-        return Limits(capacity, slots, rounds), maxed
+        return Limits(capacity, slots, rounds, mask_pixels), maxed
 
 
 def valid_first(valid: torch.Tensor) -> torch.Tensor:
@@ -78,21 +87,24 @@ def _best(scores: torch.Tensor, count: int) -> torch.Tensor:
     return torch.sort(scores, descending=True, stable=True).indices[:count].sort().values
 
 
-def _strongest(found: PaddedDecoded, plan: BatchPlan, limits: Limits | None) -> PaddedDecoded:
-    """The candidates post-processing takes: at most the capacity of rows, every valid one when they fit, else the
-    valid ones of the best scores, in their original order (sync-free); or exactly the valid rows, at most
-    MAX_CANDIDATES per frame, the best ones in their original order (exact). A one-frame flood at the largest
-    capacity so keeps the same candidates on both paths."""
+def _strongest(
+    found: PaddedDecoded, plan: BatchPlan, limits: Limits | None
+) -> tuple[PaddedDecoded, torch.Tensor | None]:
+    """The candidates post-processing takes, and where each is among `found` (None: all of them, in order): at most
+    the capacity of rows, every valid one when they fit, else the valid ones of the best scores, in their original
+    order (sync-free); or exactly the valid rows, at most MAX_CANDIDATES per frame, the best ones in their original
+    order (exact). A one-frame flood at the largest capacity so keeps the same candidates on both paths."""
     if limits is not None:
         if len(found.valid) <= limits.capacity:
-            return found
+            return found, None
         ranked = found.scores.float().masked_fill(~found.valid, float("-inf"))
-        return PaddedDecoded(*(t[_best(ranked, limits.capacity)] for t in found))
+        keep = _best(ranked, limits.capacity)
+        return found.take(keep), keep
     keep = found.valid.nonzero().squeeze(1)
     cap = MAX_CANDIDATES * plan.num_frames
     if len(keep) > cap:  # a candidate flood
         keep = keep[_best(found.scores[keep].float(), cap)]
-    return PaddedDecoded(*(t[keep] for t in found))
+    return found.take(keep), keep
 
 
 def _per_frame_best(
@@ -109,16 +121,33 @@ def _per_frame_best(
     return order, kept[valid_first(kept)][: num_frames * max_detections]
 
 
+class Rows(NamedTuple):
+    """`postprocess_rows`' result: the packed (R + 1, 8) rows and status row, and per result row the candidates
+    merged into it (R, S) int64: rows of the candidates given, -1 where none (their payload follows them)."""
+
+    packed: torch.Tensor
+    members: torch.Tensor
+
+
 def postprocess(
     found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None
 ) -> torch.Tensor:
-    """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring).
+    """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring):
+    `postprocess_rows`' packed rows."""
+    return postprocess_rows(found, plan, settings, limits).packed
+
+
+def postprocess_rows(
+    found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None
+) -> Rows:
+    """Candidates of a batch (image indices into `plan`) -> packed (R + 1, 8) rows and status (module docstring),
+    and the candidates merged into each row (the group map: `Rows`).
 
     With `limits` no op reads device data on the host; `exact` in the status row says whether the result equals
     the exact one (`limits` None, always exact). The candidates needed are at most the exact path's cut
     (MAX_CANDIDATES per frame): a flood beyond it needs no more capacity than that."""
     needed = found.valid.sum().clamp_max(MAX_CANDIDATES * plan.num_frames)
-    found = _strongest(found, plan, limits)
+    found, source = _strongest(found, plan, limits)
     geometry = geometry_of(found.boxes)
     boxes = geometry.in_frame(plan, found.boxes, found.image_index)
     bad = geometry.degenerate(boxes)
@@ -130,7 +159,8 @@ def postprocess(
         boxes = torch.where(bad[:, None], 0.0, boxes)
         if limits is None:  # the exact path's rows are all valid
             kept = found.valid.nonzero().squeeze(1)
-            found, boxes = PaddedDecoded(*(t[kept] for t in found)), boxes[kept]
+            found, boxes = found.take(kept), boxes[kept]
+            source = kept if source is None else source[kept]
     bounds = plan.tensors(boxes.device).to_frame[found.image_index, 2, :2]  # each row's frame width, height
     frame = plan.tensors(boxes.device).frame[found.image_index]
     scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
@@ -149,6 +179,7 @@ def postprocess(
         boxes, scores, class_ids, frame, valid, bounds = (
             t[kept] for t in (boxes, scores, class_ids, frame, valid, bounds)
         )
+        source = kept if source is None else source[kept]
     merged = merge_padded(
         boxes,
         scores,
@@ -166,6 +197,9 @@ def postprocess(
     status = torch.stack([needed.float(), merged.exact.float(), merged.largest.float(), dropped.float()])
     hulls = geometry.hulls(merged.boxes[rows]).clamp_min(0.0)
     hulls = torch.minimum(hulls, bounds[merged.index[rows]].repeat(1, 2))
+    members = merged.members[rows]
+    if source is not None:  # rows of the merge's input -> rows of the candidates given (-1 stays)
+        members = torch.cat([source, source.new_full((1,), -1)])[members]
     body = torch.cat(
         [
             hulls,
@@ -177,7 +211,8 @@ def postprocess(
         ],
         dim=1,
     )
-    return torch.cat([body, torch.cat([status, status.new_zeros(body.shape[1] - len(STATUS))])[None]])
+    packed = torch.cat([body, torch.cat([status, status.new_zeros(body.shape[1] - len(STATUS))])[None]])
+    return Rows(packed, members)
 
 
 def unpack(host: np.ndarray, num_frames: int, extra: int = 0) -> list[np.ndarray]:

@@ -20,12 +20,20 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 
 from tiled_detector.errors import one_line
-from tiled_detector.pipeline.decode import ROTATED_LAYOUTS, OutputLayout, PaddedDecoded, decode_padded
+from tiled_detector.pipeline import masks
+from tiled_detector.pipeline.decode import (
+    ROTATED_LAYOUTS,
+    OutputLayout,
+    PaddedDecoded,
+    Prototypes,
+    decode_padded,
+    joined,
+)
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
-from tiled_detector.pipeline.depth import DepthImage, locate
+from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.frame_settings import FrameSettings
-from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess
+from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess, postprocess_rows
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import BatchPlan, ViewSelection, pieces
 
@@ -87,6 +95,34 @@ def fused(function: F) -> F:
             return result
 
     return call  # type: ignore[return-value]
+
+
+def finish(
+    found: PaddedDecoded,
+    plan: BatchPlan,
+    settings: FrameSettings,
+    limits: Limits | None,
+    mark: Mark = no_mark,
+    post: Callable[..., torch.Tensor] = postprocess,
+    post_rows: Callable[..., Any] = postprocess_rows,
+) -> tuple[torch.Tensor, masks.MaskRows | None]:
+    """The candidates' `postprocess`: the packed rows; and with masks on for a segmentation head (`settings.masks`
+    not false) the kept detections' masks (`masks.build`; `masks.pack` makes them bytes for the download), else
+    None. `post` / `post_rows`: the post-processing functions (a program's compiled ones)."""
+    if settings.masks is False or found.prototypes is None:
+        return post(found, plan, settings, limits), None
+    rows = post_rows(found, plan, settings, limits)
+    mark("merge")
+    built = masks.build(
+        rows.packed,
+        rows.members,
+        found,
+        plan,
+        settings.mask_scale,
+        None if limits is None else limits.mask_pixels,
+    )
+    mark("masks")
+    return rows.packed, built
 
 
 class SplitProgram(NamedTuple):
@@ -204,7 +240,19 @@ class FrameProgram:
         # data-dependent shapes stay with `postprocess` itself, in the detector)
         self.decode = compiler(decode_padded) if compiler else decode_padded
         self.postprocess = compiler(postprocess) if compiler else postprocess
+        self.postprocess_rows = compiler(postprocess_rows) if compiler else postprocess_rows
         self.locate = compiler(locate) if compiler else locate
+
+    def finish(
+        self,
+        found: PaddedDecoded,
+        plan: BatchPlan,
+        settings: FrameSettings,
+        limits: Limits | None,
+        mark: Mark = no_mark,
+    ) -> tuple[torch.Tensor, masks.MaskRows | None]:
+        """`finish` with this program's (compiled) stage functions."""
+        return finish(found, plan, settings, limits, mark, self.postprocess, self.postprocess_rows)
 
     def candidates(
         self,
@@ -218,9 +266,11 @@ class FrameProgram:
         """Every view of every frame (or the `chosen` ones) through the engine, decoded to candidates.
 
         Chunks of at most `max_batch` images (one engine call whenever the batch fits), each decoded to its
-        per-image top-k before the next runs, so memory follows the engine batch, not the frames. Image indices are
-        the batch plan's."""
+        per-image top-k before the next runs, so memory follows the engine batch, not the frames (a segmentation
+        head's prototypes excepted: every view's stay on the device until the kept detections' masks are built).
+        Image indices are the batch plan's."""
         parts = []
+        size = (plan if chosen is None else chosen).batch_size
         for start, stop in self._chunks(plan, chosen):
             # the engine's bound input when it has one (written in place), else the preprocessor's batch
             batch = self.preprocessor.batch(stop - start, self.engine.input_buffer(stop - start))
@@ -228,9 +278,9 @@ class FrameProgram:
             mark("preprocess")
             outputs = self.engine.infer(batch)
             mark("infer")
-            parts.append(self._decode(outputs, start, settings, chosen))
+            parts.append(self._decode(outputs, start, settings, chosen, copy=stop - start < size))
             mark("decode")
-        return _joined(parts)
+        return joined(parts)
 
     def _chunks(self, plan: BatchPlan, chosen: ViewSelection | None) -> list[tuple[int, int]]:
         """(start, stop) of the engine calls: the views in chunks of at most `max_batch`."""
@@ -272,9 +322,11 @@ class FrameProgram:
         start: int,
         settings: FrameSettings,
         chosen: ViewSelection | None,
+        copy: bool = False,
     ) -> PaddedDecoded:
         """One engine call's outputs (batch images from `start` on) -> their per-image top-k candidates, their
-        image indices the batch plan's views."""
+        image indices the batch plan's views; a segmentation head's prototypes with the views they belong to
+        (`copy`: copied, when the engine's next call would overwrite them)."""
         found = self.decode(
             outputs,
             self.layout,
@@ -286,6 +338,10 @@ class FrameProgram:
             self.preprocessor.input_hw,
         )
         image = found.image_index + start if start else found.image_index
+        if found.prototypes is not None:
+            values = found.prototypes.values
+            views = None if chosen is None else chosen.views[0][start : start + len(values)]
+            found = found._replace(prototypes=Prototypes(values.clone() if copy else values, views))
         return found._replace(image_index=image if chosen is None else chosen.views[0][image])
 
     @property
@@ -324,13 +380,15 @@ class FrameProgram:
                 for name, value in self.engine.infer(batch[start:stop]).items():
                     outputs[name][start:stop].copy_(value)
 
-        def after(state: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> tuple[torch.Tensor, PaddedDecoded]:
+        def after(
+            state: tuple[torch.Tensor, dict[str, torch.Tensor]],
+        ) -> tuple[torch.Tensor, PaddedDecoded, torch.Tensor | None]:
             _, outputs = state
             calls = [({n: o[a:b] for n, o in outputs.items()}, a) for a, b in self._chunks(plan, chosen)]
-            found = _joined([self._decode(out, start, settings, chosen) for out, start in calls])
-            return self.positions(
-                self.postprocess(found, plan, settings, limits), plan, settings, depths
-            ), found
+            found = joined([self._decode(out, start, settings, chosen) for out, start in calls])
+            packed, built = self.finish(found, plan, settings, limits)
+            packed = self.positions(packed, plan, settings, depths, masks=built)
+            return packed, found, None if built is None else masks.pack(built)
 
         return SplitProgram(before, engine, after)
 
@@ -344,16 +402,17 @@ class FrameProgram:
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
-    ) -> tuple[torch.Tensor, PaddedDecoded]:
+    ) -> tuple[torch.Tensor, PaddedDecoded, torch.Tensor | None]:
         """The packed result rows + status row (see `postprocess`; with `depths`, each row's position after its
-        columns: `positions`), and the candidates (for an exact redo)."""
+        columns: `positions`), the candidates (for an exact redo) and the kept detections' masks (`finish`)."""
         found = self.candidates(frames, encodings, plan, settings, mark, chosen)
-        packed = self.postprocess(found, plan, settings, limits)
-        mark("merge")
+        packed, built = self.finish(found, plan, settings, limits, mark=mark)
+        if built is None:
+            mark("merge")
         if depths is not None:
-            packed = self.positions(packed, plan, settings, depths)
+            packed = self.positions(packed, plan, settings, depths, masks=built)
             mark("positions")
-        return packed, found
+        return packed, found, None if built is None else masks.pack(built)
 
     def positions(
         self,
@@ -362,14 +421,22 @@ class FrameProgram:
         settings: FrameSettings,
         depths: Sequence[DepthImage | None] | None,
         exact: bool = False,
+        masks: masks.MaskRows | None = None,
     ) -> torch.Tensor:
         """`packed` with each row's position (`depth.locate`: x, y, z, sizes, valid) in columns after its own,
-        from its frame's depth image on the device (None: `packed` as it is). `exact` (the exact path, where host
-        reads are free) locates the result rows only."""
+        from its frame's depth image on the device (None: `packed` as it is); a row with an instance mask (`masks`)
+        from its mask's pixels. `exact` (the exact path, where host reads are free) locates the result rows only."""
         if depths is None:
             return packed
         frames_hw = [p.frame_hw for p in plan.plans]
         kept = (packed[:, 6] > 0).nonzero()[:, 0] if exact else None
+        row_masks = None
+        if masks is not None:
+            areas = (masks.boxes[:, 2:] - masks.boxes[:, :2]).clamp_min(0).long().prod(dim=1)
+            starts = areas.cumsum(0) - areas
+            boxes = masks.boxes if kept is None else masks.boxes[kept]
+            starts = starts if kept is None else starts[kept]
+            row_masks = RowMasks(boxes, starts, masks.bits, settings.mask_scale)
         # (the exact path's row counts vary: uncompiled there, as `postprocess` is)
         rows = packed if kept is None else packed[kept]
         located = (locate if exact else self.locate)(
@@ -380,14 +447,8 @@ class FrameProgram:
             settings.depth_min,
             settings.depth_max,
             rows[:, COLUMNS : COLUMNS + OBB_COLUMNS] if self.layout in ROTATED_LAYOUTS else None,
+            row_masks,
         )
         if kept is not None:
             located = packed.new_zeros((len(packed), DEPTH_COLUMNS)).index_copy_(0, kept, located)
         return torch.cat([packed, located], dim=1)
-
-
-def _joined(parts: list[PaddedDecoded]) -> PaddedDecoded:
-    """The candidates of several engine calls as one set (one call: as they are)."""
-    if len(parts) == 1:
-        return parts[0]
-    return PaddedDecoded(*(torch.cat(field) for field in zip(*parts, strict=True)))

@@ -1,9 +1,10 @@
 """The node's inputs: which topics each camera subscribes and publishes (no rclpy here: tested anywhere).
 
-One camera (the `cameras` parameter empty): `image` in, `detections` and `debug_image` out, names relative to the
+One camera (the `cameras` parameter empty): `image` in, `detections`, `debug_image` (and a segmentation model's
+`masks`) out, names relative to the
 node (remapped by the launch file). Several cameras: each camera topic T (e.g. `/front/image_raw`) is subscribed
 (`T/compressed` with the compressed transport), and its results go to T's namespace: `/front/detections`,
-`/front/debug_image`.
+`/front/debug_image`, `/front/masks`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CameraTopics:
     """One camera's topics: `name` (as configured, for /diagnostics), the image topic subscribed, and the
-    detections and debug-image topics published."""
+    detections, debug-image and masks (label image) topics published."""
 
     name: str
     image: str
     detections: str
     debug_image: str
+    masks: str = "masks"
 
 
 def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[CameraTopics]:
@@ -46,7 +48,11 @@ def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[Came
             )
         found[namespace] = str(given)
         image = f"{topic}/compressed" if compressed else topic
-        topics.append(CameraTopics(topic, image, f"{namespace}/detections", f"{namespace}/debug_image"))
+        topics.append(
+            CameraTopics(
+                topic, image, f"{namespace}/detections", f"{namespace}/debug_image", f"{namespace}/masks"
+            )
+        )
     return topics
 
 

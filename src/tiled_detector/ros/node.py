@@ -137,6 +137,7 @@ class Camera:
     subscription: Any = None
     detections_pub: Any = None
     debug_pub: Any = None
+    masks_pub: Any = None  # a segmentation model's label images (`masks`)
     last_frame: float = field(default_factory=time.monotonic)
     image_topic: str = ""  # the subscribed topic, fully resolved
     lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
@@ -209,6 +210,10 @@ class DetectorNodeBase(NodeParameters):
             camera.debug_pub = self.output_publisher(
                 Image, camera.topics.debug_image, 1, qos_overriding_options=OVERRIDABLE
             )
+            if detector.resolved.segments:  # a segmentation model's label images
+                camera.masks_pub = self.output_publisher(
+                    Image, camera.topics.masks, 10, qos_overriding_options=OVERRIDABLE
+                )
         self._depth = (
             DepthInputs(
                 self,
@@ -348,7 +353,7 @@ class DetectorNodeBase(NodeParameters):
     def _cleanup(self) -> None:
         """Free the engine (and the GPU memory it held), the publishers and the diagnostics timer."""
         for camera in self.cameras:
-            for publisher in (camera.detections_pub, camera.debug_pub):
+            for publisher in (camera.detections_pub, camera.debug_pub, camera.masks_pub):
                 if publisher is not None:
                     self.destroy_output(publisher)
         self.cameras = []
@@ -517,6 +522,9 @@ class DetectorNodeBase(NodeParameters):
         )
         if self._depth is not None:
             self._depth.publish(index, found, msg.header, labels)
+        if camera.masks_pub is not None and detections.masks is not None:
+            # mono16: k + 1 where the k-th detection of the array just published covers the pixel, 0 elsewhere
+            camera.masks_pub.publish(array_to_imgmsg(detections.masks.labels, "mono16", msg.header))
         if camera.debug_pub.get_subscription_count() > 0:
             plan = self._detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
             image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded

@@ -115,7 +115,7 @@ class NodeParameters:
             value, source = given.get(param.name, (None, ""))
             if value is None and param.name in overrides:
                 value, source = overrides[param.name].value, "the params file or -p"
-            if value is None or param.value_type is list:
+            if value is None or param.dynamic:
                 continue
             if param.value_type is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)

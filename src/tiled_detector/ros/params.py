@@ -94,7 +94,7 @@ def descriptor(param: Parameter) -> ParameterDescriptor:
         read_only=param.read_only,
         additional_constraints=f"one of: {', '.join(param.choices)}" if param.choices else "",
         # lists: `[]` from the command line is typed as an empty bool array; names or ids are both fine
-        dynamic_typing=kind is list,
+        dynamic_typing=param.dynamic,
     )
     if param.min_value is not None and kind is int:
         result.integer_range = [IntegerRange(from_value=int(param.min_value), to_value=int(param.max_value))]

@@ -40,8 +40,9 @@ def annotate(
 ) -> np.ndarray:
     """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (rotated ones, `detections.obb`, as
     their rectangles; with `track_ids`: each box's "#id" first, coloured by its track; `captions=False`: the boxes
-    alone, for a frame drawn small), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored
-    area tinted and its region of interest outlined."""
+    alone, for a frame drawn small), their instance masks tinted in the box's colour (where the detections have
+    them), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored area tinted and its region
+    of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
     if plan is not None:
@@ -56,6 +57,8 @@ def annotate(
         x1, y1, x2, y2 = region_pixels(plan.roi, canvas.shape[:2])
         cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), _ROI_COLOUR, 2, cv2.LINE_4)
     ids = [None] * len(detections.scores) if track_ids is None else np.asarray(track_ids).tolist()
+    if detections.masks is not None and len(detections):
+        _tint_masks(canvas, detections, ids)
     outlines = (
         [None] * len(ids) if detections.obb is None else np.rint(corners(detections.obb)).astype(np.int32)
     )
@@ -80,6 +83,23 @@ def annotate(
             canvas, f"{name} {score:.2f}", (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1
         )
     return canvas
+
+
+def _tint_masks(canvas: np.ndarray, detections: Detections, ids: list) -> None:
+    """Blend each detection's mask (its label image, resized to the canvas) at 50 % with the box's colour."""
+    assert detections.masks is not None
+    labels = detections.masks.labels
+    if labels.shape != canvas.shape[:2]:
+        labels = cv2.resize(labels, canvas.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+    keys = [c if t is None else t for c, t in zip(detections.class_ids.tolist(), ids, strict=True)]
+    colours = np.concatenate(
+        [np.zeros((1, 3), np.uint8), _PALETTE[np.asarray(keys, np.int64) % len(_PALETTE)]]
+    )
+    on = labels > 0
+    tinted = (
+        canvas[on].astype(np.float32) * 0.5 + colours[labels[on].astype(np.int64)].astype(np.float32) * 0.5
+    )
+    canvas[on] = tinted.astype(np.uint8)
 
 
 def annotated_encoding(encoding: str) -> str:

@@ -29,6 +29,7 @@ class Frame:
     encoding: str = "rgb8"
     ids: np.ndarray | None = None
     camera: np.ndarray | None = None  # moving scenes: the true camera motion since the previous frame (2, 3)
+    masks: tuple[dict[str, Any] | None, ...] | None = None  # the boxes' masks (COCO RLE; None: not given)
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):

@@ -1,5 +1,5 @@
-"""Scoring detections against ground truth: box IoU, COCO metrics (pycocotools), MOT metrics and 3D position
-errors, for `eval` and `replay`."""
+"""Scoring detections against ground truth: box IoU, COCO metrics (pycocotools; boxes, and masks where the truth has
+them), MOT metrics and 3D position errors, for `eval` and `replay`."""
 
 from __future__ import annotations
 
@@ -95,6 +95,74 @@ def coco_stats(
         truth.dataset = dataset
         truth.createIndex()
         evaluation = COCOeval(truth, truth.loadRes(results), "bbox")
+        evaluation.params.maxDets = list(max_dets)
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return evaluation.stats
+
+
+MaskFrame = tuple[
+    np.ndarray, np.ndarray, np.ndarray, list
+]  # boxes, scores, class ids, COCO RLEs (one per box)
+
+
+def coco_mask_stats(
+    truth: Sequence[tuple[np.ndarray, np.ndarray, Sequence[dict | None], tuple[int, int]]],
+    predictions: Sequence[MaskFrame],
+    max_dets: Sequence[int] = (1, 10, 100),
+) -> np.ndarray | None:
+    """COCOeval's 12 `segm` summary numbers (mask AP, AP50, ...) of `predictions` against `truth`, per image in order:
+    truth (boxes xyxy, class ids, masks as COCO RLE (None: the box stands for it), (height, width)); predictions
+    (boxes, scores, class ids, RLEs). None when there is no prediction."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    images, annotations, results = [], [], []
+    for image_id, (
+        (boxes, classes, masks, (height, width)),
+        (p_boxes, p_scores, p_classes, p_masks),
+    ) in enumerate(zip(truth, predictions, strict=True), start=1):
+        images.append({"id": image_id, "width": width, "height": height})
+        for box, cls, rle in zip(
+            np.asarray(boxes, float).tolist(), np.asarray(classes).tolist(), masks, strict=True
+        ):
+            x1, y1, x2, y2 = box
+            shape = rle if rle is not None else [[x1, y1, x2, y1, x2, y2, x1, y2]]
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "area": (x2 - x1) * (y2 - y1),
+                    "iscrowd": 0,
+                    "segmentation": shape,
+                }
+            )
+        for box, score, cls, rle in zip(
+            np.asarray(p_boxes, float).tolist(), np.asarray(p_scores).tolist(), np.asarray(p_classes).tolist(),
+            p_masks, strict=True,
+        ):  # fmt: skip
+            x1, y1, x2, y2 = box
+            results.append(
+                {
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "score": float(score),
+                    "segmentation": rle,
+                }
+            )
+    if not results:
+        return None
+    categories = sorted({a["category_id"] for a in annotations} | {r["category_id"] for r in results})
+    dataset = {"images": images, "annotations": annotations, "categories": [{"id": c} for c in categories]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        ground = COCO()
+        ground.dataset = dataset
+        ground.createIndex()
+        evaluation = COCOeval(ground, ground.loadRes(results), "segm")
         evaluation.params.maxDets = list(max_dets)
         evaluation.evaluate()
         evaluation.accumulate()

@@ -20,7 +20,10 @@ image of its file name (`file_name`'s last part; COCO images not in the folder a
 images are its frames in the order of `frame_index` (TAO) or `frame_id` (BDD100K) where every image has one,
 else of their ids, and they must all be of one video (`video_id`). An annotation's `track_id` (TAO),
 `instance_id` (BDD100K) or `attributes.track_id` (CVAT) is its identity; when any kept annotation has none, the
-truth has no identities (boxes only: AP50 can be scored, not IDF1).
+truth has no identities (boxes only: AP50 can be scored, not IDF1). An annotation's `segmentation` (polygons or
+RLE) is kept, as compressed RLE of its image's size (`width` / `height` of the COCO image; mask AP is scored
+where the truth has them); a broken one (a polygon of fewer than 3 points, an odd coordinate count, an RLE of
+another size) is refused before anything is written.
 
 Boxes reaching past the frame's border (normal in MOT17) are clipped to it; a box with no area inside its frame is
 left out and counted (`TruthFrames.outside`); a frame the recording does not have, a wrong column count or a
@@ -41,6 +44,7 @@ import numpy as np
 
 from tiled_detector.options import Option
 from tiled_detector.tools.frames import Frame, image_folder_frames, image_paths, video_frames
+from tiled_detector.tools.segmentation import SegmentationError, truth_rle
 
 MOT_COLUMNS = {9: "MOT16 / MOT17 / MOT20", 10: "MOT15"}
 PEDESTRIAN = 1  # the MOT16+ class kept
@@ -94,6 +98,7 @@ class Truth:
     frames: int
     exact: bool = False
     left_out: int = 0
+    segments: tuple[dict[str, Any] | None, ...] | None = None  # per row its mask (COCO RLE), None: none given
 
     def __post_init__(self) -> None:
         if self.ids is not None:
@@ -115,6 +120,23 @@ class Truth:
         inside = (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])
         ids = None if self.ids is None else self.ids[rows][inside]
         return clipped[inside], ids, int(np.count_nonzero(~inside))
+
+    def masks_in_frame(self, index: int, width: int, height: int) -> tuple[dict[str, Any] | None, ...] | None:
+        """Frame `index`'s masks (COCO RLE, one per box of `in_frame`), None when the truth has none; TruthError
+        for a mask of another size than the frame."""
+        if self.segments is None:
+            return None
+        rows = np.flatnonzero(self.frame == index)
+        clipped = np.clip(self.boxes[rows], 0.0, [width, height, width, height])
+        inside = (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])  # `in_frame`'s boxes
+        found = tuple(self.segments[k] for k in rows[inside])
+        for rle in found:
+            if rle is not None and list(rle["size"]) != [height, width]:
+                raise TruthError(
+                    f"--truth {self.path}: frame {index + 1} has a segmentation of size {rle['size']} (its COCO "
+                    f"image's), but the frame is {width}x{height}"
+                )
+        return found
 
     def check_count(self, available: int, what: str, cut: bool = False) -> None:
         """TruthError when the truth does not fit `available` frames of `what` (`cut`: the recording was cut
@@ -192,7 +214,33 @@ def read_coco(path: str | Path, truth_class: str, names: Sequence[str] | None = 
     boxes[:, 2:] += boxes[:, :2]
     tracks = [_track_id(a) for a in taken]
     ids = None if None in tracks else _as_ints(tracks)
-    return Truth(path, frame, boxes, ids, len(order), exact=True, left_out=left_out)
+    segments = _segments(path, data["images"], taken)
+    return Truth(path, frame, boxes, ids, len(order), exact=True, left_out=left_out, segments=segments)
+
+
+def _segments(
+    path: Path, images: list[dict[str, Any]], taken: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, ...] | None:
+    """The taken annotations' segmentations as compressed RLE of their image's size (None where an annotation
+    has none; None when none has one); TruthError naming the annotation of a broken one."""
+    if not any(a.get("segmentation") for a in taken):
+        return None
+    sizes = {image["id"]: (image.get("height"), image.get("width")) for image in images}
+    found: list[dict[str, Any] | None] = []
+    for annotation in taken:
+        segmentation = annotation.get("segmentation")
+        where = f"--truth {path}: annotation {annotation.get('id', '?')} (image {annotation['image_id']})"
+        if not segmentation:
+            found.append(None)
+            continue
+        height, width = sizes.get(annotation["image_id"], (None, None))
+        if not isinstance(height, int) or not isinstance(width, int) or height < 1 or width < 1:
+            raise TruthError(f"{where}: a segmentation needs its COCO image's width and height")
+        try:
+            found.append(truth_rle(segmentation, (height, width), where))
+        except SegmentationError as error:
+            raise TruthError(str(error)) from None
+    return tuple(found)
 
 
 def _coco_order(path: Path, images: list[dict[str, Any]], names: Sequence[str] | None) -> dict[Any, int]:
@@ -261,7 +309,7 @@ def read_truth(
 
 class TruthFrames:
     """`frames` carrying `truth` (class id 0, boxes clipped to each frame, identities where the truth has them;
-    a frame without rows carries no objects), iterated once; `outside`: the boxes left out so far for having no
+    a frame without rows carries no objects; their masks where the truth has them), iterated once; `outside`: the boxes left out so far for having no
     area inside their frame. TruthError, raised while the frames are read, when they do not match
     (`Truth.check_count`; `cut`: the most frames the recording was limited to)."""
 
@@ -274,8 +322,11 @@ class TruthFrames:
         for index, frame in enumerate(self._frames):
             height, width = frame.image.shape[:2]
             boxes, ids, outside = self._truth.in_frame(index, width, height)
+            masks = self._truth.masks_in_frame(index, width, height)
             self.outside += outside
-            yield dataclasses.replace(frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids)
+            yield dataclasses.replace(
+                frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids, masks=masks
+            )
             count += 1
         self._truth.check_count(count, self._what, cut=self._cut is not None and count == self._cut)
 

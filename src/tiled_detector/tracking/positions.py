@@ -7,18 +7,20 @@ they came from, so a reported box is found again: one seen in this frame among t
 (same class, most overlap, the same score first: the tracker reports a match's own score), one carried among the
 camera's previous report (by track id, or without a tracker by class, overlap and the same `seen_ns`). State: the
 camera's previous report (bounded by its boxes); a frame without depth reports no positions and leaves its
-boxes without one for the frames that carry them.
+boxes without one for the frames that carry them. Instance masks follow the boxes seen in the frame the same way
+(`with_masks`); a carried box has none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from tiled_detector.tracking.bytetrack import assign
 from tiled_detector.tracking.geometry import overlapping
-from tiled_detector.types import Detections
+from tiled_detector.types import Detections, InstanceMasks
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class _Report:
     sizes: np.ndarray
 
 
-def _found_again(
+def found_again(
     boxes: np.ndarray,
     classes: np.ndarray,
     keys: np.ndarray,
@@ -77,7 +79,7 @@ class Positions:
         positions, sizes = _nan(count), _nan(count)
         if measured.positions is not None:
             if fresh.any():
-                at = _found_again(
+                at = found_again(
                     reported.boxes[fresh],
                     reported.class_ids[fresh],
                     reported.scores[fresh],
@@ -94,9 +96,7 @@ class Positions:
         self._last = _Report(reported.boxes, reported.class_ids, track_ids, seen_ns, positions, sizes)
         if measured.positions is None:
             return reported
-        return Detections(
-            reported.boxes, reported.scores, reported.class_ids, reported.timings, positions, sizes
-        )
+        return dataclasses.replace(reported, positions=positions, sizes=sizes)  # (rotated boxes, masks kept)
 
     @staticmethod
     def _carried(
@@ -115,7 +115,7 @@ class Positions:
             wanted = track_ids[carried]
             at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
             return np.where(known[at] == wanted, order[at], -1)
-        return _found_again(
+        return found_again(
             reported.boxes[carried],
             reported.class_ids[carried],
             seen_ns[carried],
@@ -133,9 +133,11 @@ def _taken(values: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def joined(found: list[Detections]) -> Detections:
-    """Several detections of one frame (its parts) as one, positions included where every part has them."""
+    """Several detections of one frame (its parts) as one, positions and masks included where every part has
+    them."""
     positions = [f.positions for f in found]
     sizes = [f.sizes for f in found]
+    masks = [f.masks for f in found]
     located = all(p is not None for p in positions)
     return Detections(
         np.concatenate([f.boxes for f in found]),
@@ -144,4 +146,25 @@ def joined(found: list[Detections]) -> Detections:
         {},
         np.concatenate(positions) if located else None,
         np.concatenate(sizes) if located else None,
+        masks=InstanceMasks.joined(masks) if all(m is not None for m in masks) else None,  # type: ignore[arg-type]
     )
+
+
+def with_masks(stamp_ns: int, measured: Detections, reported: Detections, seen_ns: np.ndarray) -> Detections:
+    """`reported` with the instance masks of the frame's `measured` detections: a box seen in this frame has the
+    mask of the detection it is (found again as for positions), a box carried from an earlier frame none (an
+    object not looked at has no new mask: none is made up); as it is when the detections have no masks."""
+    if measured.masks is None or reported is measured:
+        return reported
+    at = np.full(len(reported), -1, np.int64)
+    fresh = seen_ns == stamp_ns
+    if fresh.any():
+        at[fresh] = found_again(
+            reported.boxes[fresh],
+            reported.class_ids[fresh],
+            reported.scores[fresh],
+            measured.boxes,
+            measured.class_ids,
+            measured.scores,
+        )
+    return dataclasses.replace(reported, masks=measured.masks.select(at))

@@ -1,0 +1,267 @@
+"""Instance masks of the kept detections, built on the engine's device after the merge.
+
+A segmentation head gives each candidate mask coefficients (`PaddedDecoded.extra`) and each view its prototypes
+(`PaddedDecoded.prototypes`); the merge says which candidates became each kept detection (`postprocess.Rows`).
+A kept detection's mask in frame pixels: for each of its members (the candidate itself; an nmm / greedy_nmm
+group's every member, each from its own view) the logit coefficients . prototypes of that member's view, sampled
+bilinearly at each pixel's centre (the prototypes' pixel centres are at (i + 0.5) x the view's stride, like
+`F.interpolate(align_corners=False)`) and kept inside the member's box (a pixel whose left / top edge lies in
+[x1, x2) x [y1, y2), ultralytics' `crop_mask`), above 0 (sigmoid above 0.5); the union of its members.
+
+Only the pixels of kept detections' boxes are computed, at `mask_scale` of the frame's resolution: the boxes' pixels
+are enumerated (a fixed number, `capacity`, on the sync-free path: the status says how many were needed), so memory
+follows the kept detections, never a full-frame mask per candidate, and no loop runs per detection. The result is a
+label image per frame (k + 1 where the frame's k-th detection covers a pixel, 0 elsewhere; where masks overlap the
+better-ranked detection, the higher score, wins) and each detection's own mask (its box in label pixels and its
+bits), packed into bytes for the one download (`pack` / `unpack`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from tiled_detector.pipeline.decode import PaddedDecoded
+from tiled_detector.pipeline.tiling import BatchPlan
+
+_NONE = torch.iinfo(torch.int32).max  # a label buffer's value where no detection covers the pixel
+
+
+def label_size(frame_hw: tuple[int, int], scale: float) -> tuple[int, int]:
+    """The label image's (height, width) for a frame at `scale` (`mask_scale`): rounded, at least 1."""
+    return max(1, round(frame_hw[0] * scale)), max(1, round(frame_hw[1] * scale))
+
+
+def label_sizes(plan: BatchPlan, scale: float) -> list[tuple[int, int]]:
+    """Each frame's label image size."""
+    return [label_size(p.frame_hw, scale) for p in plan.plans]
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(sizes: tuple[tuple[int, int], ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, 2) label image sizes and (F,) the first pixel of each in the joined label buffer, on `device` (made
+    once per sizes and device: before a capture, in its warm-up run)."""
+    starts = np.concatenate([[0], np.cumsum([h * w for h, w in sizes])[:-1]])
+    return (
+        torch.tensor(sizes, dtype=torch.int64, device=device).reshape(-1, 2),
+        torch.tensor(starts, dtype=torch.int64, device=device),
+    )
+
+
+class MaskRows(NamedTuple):
+    """The masks of a batch's result rows on the device: per row its box in label pixels (R, 4) int32 x0, y0, x1,
+    y1 (end exclusive; empty for a row that is not a result), its pixels' bits (P,) bool in row order (each row's
+    box row-major), the frames' label images one after the other (L,) int16 (uint16 values), and the pixels (or,
+    where more, the prototype cells of a member slot) its boxes needed (0-dim int64; more than P: the bits and
+    labels are not all there)."""
+
+    boxes: torch.Tensor
+    bits: torch.Tensor
+    labels: torch.Tensor
+    needed: torch.Tensor
+
+
+def _label_boxes(boxes: torch.Tensor, frame: torch.Tensor, sizes: torch.Tensor, scale: float) -> torch.Tensor:
+    """The label pixels (x0, y0, x1, y1; end exclusive, int64) whose left / top edge lies in each box (frame
+    pixels), clipped to its frame's label image (`sizes` (F, 2) height, width)."""
+    ends = sizes[frame].flip(1).repeat(1, 2)  # (R, 4): width, height, width, height
+    return torch.minimum(torch.ceil(boxes * scale).clamp_min(0).long(), ends)
+
+
+def build(
+    packed: torch.Tensor,
+    members: torch.Tensor,
+    found: PaddedDecoded,
+    plan: BatchPlan,
+    scale: float,
+    capacity: int | None,
+) -> MaskRows:
+    """The masks of the result rows of `packed` (`postprocess` rows: boxes, kept flag, frame) whose merged
+    candidates are `members` (rows of `found`, -1 where none), at `scale` of the frames' pixels (module
+    docstring). `capacity` pixels are computed (fixed shapes, no host read); None: as many as needed (a host read:
+    the exact path)."""
+    if found.extra is None or found.prototypes is None:
+        raise ValueError("masks need a segmentation head's mask coefficients and prototypes")
+    device = packed.device
+    rows = packed[: len(members)]
+    kept = rows[:, 6] > 0
+    frame = rows[:, 7].long()
+    sizes_list = label_sizes(plan, scale)
+    total = sum(h * w for h, w in sizes_list)
+    sizes, starts = _tables(tuple(sizes_list), device)
+    box = _label_boxes(rows[:, :4].float(), frame, sizes, scale)
+    wide, high = (box[:, 2] - box[:, 0]).clamp_min(0), (box[:, 3] - box[:, 1]).clamp_min(0)
+    area = torch.where(kept, wide * high, 0)
+    box = torch.where((area > 0)[:, None], box, 0)
+    if len(area) == 0:
+        bits = torch.zeros(capacity or 0, dtype=torch.bool, device=device)
+        labels = torch.zeros(total, dtype=torch.int16, device=device)
+        return MaskRows(box.int(), bits, labels, area.new_zeros(()))
+    row, local, inside, needed = _enumerated(area, capacity)
+    width = wide[row].clamp_min(1)
+    x = box[row, 0] + local % width
+    y = box[row, 1] + local // width
+    covered, cells = _covered(x, y, row, kept, members, found, plan, scale, capacity)
+    bits = inside & covered
+    needed = torch.maximum(needed, cells)  # pixels and prototype cells share the capacity
+    # the label images: each pixel the smallest rank (the best-scored detection) of the frame's masks covering it
+    position = torch.arange(len(rows), device=device)
+    key = torch.where(kept, frame, plan.num_frames)
+    first = torch.searchsorted(key, key)  # result rows come first, grouped by frame (`_per_frame_best`)
+    label = (position - first + 1).int()
+    index = starts[frame[row]] + y * sizes[frame[row], 1] + x
+    index = torch.where(bits, index, total)  # pixels not on: the buffer's last (discarded) element
+    buffer = torch.full((total + 1,), _NONE, dtype=torch.int32, device=device)
+    buffer.scatter_reduce_(0, index, label[row], "amin")
+    labels = torch.where(buffer[:total] == _NONE, 0, buffer[:total]).to(torch.int16)
+    return MaskRows(box.int(), bits, labels, needed)
+
+
+def _enumerated(
+    area: torch.Tensor, capacity: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Items of rows that have `area` of them each, one after the other: (row, position in its row, whether the
+    item is one, how many the rows need). `capacity` items (fixed shapes, no host read), None: as many as needed."""
+    ends = area.cumsum(0)
+    needed = ends[-1]
+    count = int(needed) if capacity is None else capacity
+    item = torch.arange(count, device=area.device)
+    row = torch.searchsorted(ends, item, right=True).clamp_max(len(area) - 1)
+    return row, item - (ends - area)[row], item < needed, needed
+
+
+def _covered(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    row: torch.Tensor,
+    kept: torch.Tensor,
+    members: torch.Tensor,
+    found: PaddedDecoded,
+    plan: BatchPlan,
+    scale: float,
+    capacity: int | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether each pixel (its label-image column `x` and line `y`, its result `row`) is on the mask of one of its
+    row's members (a loop over the member slots, not the rows), and the prototype cells that took.
+
+    Per member only the prototype cells its pixels' bilinear samples read are computed (its box in prototype
+    pixels, one cell of margin): coefficients . prototypes for those cells, enumerated like the pixels
+    (`capacity` of them on the fixed-size path), and each pixel's four corners read from them. What depends on the
+    row alone (where its member's view maps a pixel, its cells, its crop) is worked out per row, then gathered."""
+    prototypes = found.prototypes
+    assert prototypes is not None and found.extra is not None
+    values = prototypes.values
+    high, wide = values.shape[2:]
+    mapping = plan.tensors(x.device).to_frame  # (B, 3, 4): frame = model * scale + offset
+    input_hw = plan.plans[0].input_hw
+    per_x, per_y = wide / input_hw[1], high / input_hw[0]  # prototype pixels per model-input pixel
+    proto_rows = prototypes.rows(found.image_index, plan.batch_size)
+    on = torch.zeros(len(row), dtype=torch.bool, device=x.device)
+    needed = torch.zeros((), dtype=torch.int64, device=x.device)
+    xf, yf = x.float(), y.float()
+    for slot in range(members.shape[1]):
+        member = members[:, slot]
+        present = (member >= 0) & kept
+        candidate = member.clamp_min(0)
+        view = found.image_index[candidate]
+        model_box = found.boxes[candidate].float()  # (R, 4): the member's own box, model-input pixels
+        # its cells (inclusive): the box in prototype pixels (centres at i + 0.5), one cell of margin each side
+        x0 = torch.floor(model_box[:, 0] * per_x - 1.5).clamp(0, wide - 1).long()
+        x1 = torch.floor(model_box[:, 2] * per_x + 0.5).clamp(0, wide - 1).long()
+        y0 = torch.floor(model_box[:, 1] * per_y - 1.5).clamp(0, high - 1).long()
+        y1 = torch.floor(model_box[:, 3] * per_y + 0.5).clamp(0, high - 1).long()
+        cells_wide, cells_high = x1 - x0 + 1, y1 - y0 + 1
+        area = torch.where(present, cells_wide * cells_high, 0)
+        cell_row, local, _, taken = _enumerated(area, capacity)
+        needed = torch.maximum(needed, taken)
+        # (cells past those needed, on the fixed-size path: any cell, read and not used)
+        cx = (x0[cell_row] + local % cells_wide[cell_row]).clamp(0, wide - 1)
+        cy = (y0[cell_row] + local // cells_wide[cell_row]).clamp(0, high - 1)
+        vectors = values[proto_rows[candidate[cell_row]], :, cy, cx]  # (cells, P)
+        logits = (vectors.float() * found.extra[candidate[cell_row]].float()).sum(1)
+        logits = torch.cat([logits, logits.new_zeros(1)])  # (a row without cells reads a 0)
+        # per row: a label pixel's prototype coordinate u = x * a + b (its centre, (x + 0.5) / scale in frame pixels,
+        # in the member's view, then prototype pixels with centres at i + 0.5), its crop in label pixels (a pixel
+        # whose left / top edge lies in the member's own box), where its cells start (minus their corner)
+        view_scale, view_offset = mapping[view, 0, :2], mapping[view, 1, :2]
+        step = [per / (view_scale[:, k] * scale) for k, per in enumerate((per_x, per_y))]
+        start = [
+            (0.5 / scale - view_offset[:, k]) / view_scale[:, k] * per - 0.5
+            for k, per in enumerate((per_x, per_y))
+        ]
+        crop = torch.ceil(plan.to_frame(model_box, view) * scale)  # (R, 4) label pixels, end exclusive
+        first = area.cumsum(0) - area
+        table = torch.stack([*step, *start, *crop.unbind(1), present.float()], 1)[row]  # (N, 9): one gather
+        u = (xf * table[:, 0] + table[:, 2]).clamp(0, wide - 1)
+        v = (yf * table[:, 1] + table[:, 3]).clamp(0, high - 1)
+        within = (xf >= table[:, 4]) & (yf >= table[:, 5]) & (xf < table[:, 6]) & (yf < table[:, 7])
+        u0, v0 = u.floor(), v.floor()
+        fu, fv = u - u0, v - v0
+        # corners in the member's cells (clamped to them: a corner past the border is the border's)
+        left, top = x0[row], y0[row]
+        span_x, span_y = cells_wide[row], cells_high[row]
+        lx0 = (u0.long() - left).clamp_min(0).minimum(span_x - 1)
+        lx1 = (lx0 + 1).minimum(span_x - 1).minimum((wide - 1) - left)
+        ly0 = (v0.long() - top).clamp_min(0).minimum(span_y - 1)
+        ly1 = (ly0 + 1).minimum(span_y - 1).minimum((high - 1) - top)
+        line0, line1 = first[row] + ly0 * span_x, first[row] + ly1 * span_x
+        limit = len(logits) - 1
+        upper = (
+            logits[(line0 + lx0).clamp_max(limit)] * (1 - fu) + logits[(line0 + lx1).clamp_max(limit)] * fu
+        )
+        lower = (
+            logits[(line1 + lx0).clamp_max(limit)] * (1 - fu) + logits[(line1 + lx1).clamp_max(limit)] * fu
+        )
+        sampled = upper * (1 - fv) + lower * fv
+        on |= (table[:, 8] > 0) & within & (sampled > 0)
+    return on, needed
+
+
+def pack(masks: MaskRows) -> torch.Tensor:
+    """The masks as one uint8 tensor (boxes, pixels needed, labels, bits), for the one download beside the rows."""
+    parts = [
+        masks.boxes.contiguous().view(torch.uint8).reshape(-1),
+        masks.needed.reshape(1).long().view(torch.uint8),
+        masks.labels.contiguous().view(torch.uint8),
+        masks.bits.view(torch.uint8),
+    ]
+    return torch.cat(parts)
+
+
+class HostMasks(NamedTuple):
+    """`MaskRows` downloaded: boxes (R, 4) int32, the pixels needed, labels (L,) uint16, bits (P,) bool."""
+
+    boxes: np.ndarray
+    needed: int
+    labels: np.ndarray
+    bits: np.ndarray
+
+    def frames(self, plan: BatchPlan, scale: float) -> list[np.ndarray]:
+        """Each frame's label image (h, w) uint16."""
+        images, start = [], 0
+        for h, w in label_sizes(plan, scale):
+            images.append(self.labels[start : start + h * w].reshape(h, w))
+            start += h * w
+        return images
+
+
+def unpack(data: np.ndarray, rows: int, labels: int) -> HostMasks:
+    """`pack`'s bytes (uint8) of `rows` result rows and `labels` label pixels, back to arrays."""
+    data = np.ascontiguousarray(data)
+    at = rows * 16
+    boxes = data[:at].view(np.int32).reshape(rows, 4)
+    needed = int(data[at : at + 8].view(np.int64)[0])
+    at += 8
+    values = data[at : at + 2 * labels].view(np.uint16)
+    bits = data[at + 2 * labels :].astype(bool)
+    return HostMasks(boxes, needed, values, bits)
+
+
+def row_sizes(masks: HostMasks) -> Sequence[int]:
+    """Each row's pixel count (its box's area in label pixels)."""
+    wide = (masks.boxes[:, 2] - masks.boxes[:, 0]).clip(0)
+    return wide * (masks.boxes[:, 3] - masks.boxes[:, 1]).clip(0)
