@@ -21,7 +21,9 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
 @dataclass(frozen=True)
 class Frame:
     """One camera frame: (H, W, C) pixels in `encoding` (rgb8 unless a bag says otherwise), and ground truth
-    (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known."""
+    (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known; rotated
+    truth adds `obb` (N, 5: cx, cy, w, h, angle; `boxes` are their axis-aligned hulls) and `difficult` (N,) bool:
+    objects DOTA's scores ignore."""
 
     image: np.ndarray
     boxes: np.ndarray | None = None
@@ -29,6 +31,8 @@ class Frame:
     encoding: str = "rgb8"
     ids: np.ndarray | None = None
     camera: np.ndarray | None = None  # moving scenes: the true camera motion since the previous frame (2, 3)
+    obb: np.ndarray | None = None
+    difficult: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):
