@@ -72,3 +72,17 @@ def test_export_wrapper_writes_ultralytics_obb_layout() -> None:
         cls, ltrb, angle = (t[0].double().numpy() for t in model(x))
     assert out.shape == (4 + len(CLASSES) + 1, 6400)
     np.testing.assert_allclose(out, reference_obb_layout(cls, ltrb, angle), rtol=1e-4, atol=1e-3)
+
+
+def test_exported_files_load_as_rotated_box_models_with_no_flag(tmp_path) -> None:
+    """Both files say `task: obb` (ONNX metadata, TorchScript config.txt) and name the classes (labels file, extra
+    file): the pipeline reads them as ultralytics OBB heads with no layout flag."""
+    from tiled_detector import TiledDetector
+    from tiled_detector.pipeline.decode import OutputLayout
+
+    torch.manual_seed(0)
+    onnx_path, ts_path = obb.export_rotated(obb.RotatedDetector(len(CLASSES)), tmp_path)
+    for path in (onnx_path, ts_path):
+        found = TiledDetector(path).resolved
+        assert found.layout is OutputLayout.OBB and "task obb" in found.decided_by
+        assert found.labels == CLASSES and found.num_classes == len(CLASSES)

@@ -246,8 +246,8 @@ def validate_rotated(
 
 
 def export_rotated(model: nn.Module, out: Path, stem: str = STEM) -> tuple[Path, Path]:
-    """Write `<stem>.onnx` (dynamic batch; metadata task obb and the class names), `<stem>.ts` (TorchScript with
-    input_shape, labels and config.txt {"task": "obb"}) and `<stem>.labels.txt`."""
+    """Write `<stem>.onnx` (dynamic batch; metadata task obb), `<stem>.ts` (TorchScript with input_shape, labels and
+    config.txt {"task": "obb"}) and `<stem>.labels.txt` (the ONNX file's labels)."""
     import onnx
 
     wrapper = ObbLayout(model.cpu().eval()).eval()  # type: ignore[arg-type]
@@ -266,8 +266,7 @@ def export_rotated(model: nn.Module, out: Path, stem: str = STEM) -> tuple[Path,
     graph = onnx.load(str(onnx_path))  # the exporter leaves (4 + C + 1, A) symbolic: state the static sizes
     dims = graph.graph.output[0].type.tensor_type.shape.dim
     dims[1].dim_value, dims[2].dim_value = 4 + len(CLASSES) + 1, (EXPORT_SIZE // STRIDE) ** 2
-    for key, value in {"task": "obb", "names": str(dict(enumerate(CLASSES)))}.items():
-        graph.metadata_props.add(key=key, value=value)
+    graph.metadata_props.add(key="task", value="obb")
     onnx.checker.check_model(graph)
     onnx.save(graph, str(onnx_path))
     labels = "\n".join(CLASSES) + "\n"
