@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -119,20 +119,19 @@ def mot_metrics(
     truth: Sequence[tuple[np.ndarray, np.ndarray]],
     predicted: Sequence[tuple[np.ndarray, np.ndarray]],
     iou: float = 0.5,
+    overlap_of: Callable[[np.ndarray, np.ndarray], np.ndarray] = box_iou,
 ) -> dict[str, float | int]:
     """IDF1, MOTA and identity switches (py-motmetrics, CLEAR MOT and ID measures) of a sequence: per frame, in
-    order, the truth's and the prediction's (boxes x1, y1, x2, y2; ids); a prediction can match a truth box at
-    IoU >= `iou`. A prediction without an id (negative: an untracked detection carries none) is an identity of its
-    own."""
+    order, the truth's and the prediction's (boxes x1, y1, x2, y2, or rotated boxes with `overlap_of`
+    `rotated_iou`; ids); a prediction can match a truth box at IoU >= `iou`. A prediction without an id
+    (negative: an untracked detection carries none) is an identity of its own."""
     import motmetrics
 
     accumulator = motmetrics.MOTAccumulator(auto_id=True)
     unnamed = itertools.count(-1, -1)  # (fresh identities below every id given)
     for (truth_boxes, truth_ids), (boxes, given) in zip(truth, predicted, strict=True):
         ids = [int(i) if i >= 0 else next(unnamed) for i in np.asarray(given).reshape(-1).tolist()]
-        overlap = box_iou(
-            np.asarray(truth_boxes, np.float64).reshape(-1, 4), np.asarray(boxes, np.float64).reshape(-1, 4)
-        )
+        overlap = overlap_of(np.asarray(truth_boxes, np.float64), np.asarray(boxes, np.float64))
         # NaN: cannot match (motmetrics' convention)
         distances = np.where(overlap >= iou, 1.0 - overlap, np.nan)
         accumulator.update(np.asarray(truth_ids).tolist(), np.asarray(ids).tolist(), distances)
