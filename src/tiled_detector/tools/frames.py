@@ -66,6 +66,26 @@ def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
     return tuple(int(part) if k % 2 else part for k, part in enumerate(parts)), name
 
 
+def rotated_frames(frames: int, seed: int, width: int, height: int, moving: bool = False) -> Iterator[Frame]:
+    """Frames of the rotated world (`rotated_scenes`: frame i of `make_rotated_scene` uses seed + i; `moving`: one
+    `make_rotated_sequence` whose objects drive and turn, with their identities) with rotated truth and its
+    axis-aligned hulls."""
+    from tiled_detector import polygons
+    from tiled_detector.tools.rotated_scenes import make_rotated_scene, make_rotated_sequence
+
+    scenes = (
+        make_rotated_sequence(seed, frames, width, height)
+        if moving
+        else (make_rotated_scene(seed + index, width, height) for index in range(frames))
+    )
+    for scene in scenes:
+        hulls = (
+            polygons.hulls(polygons.corners(scene.obb.astype(np.float64))).astype(np.float32).reshape(-1, 4)
+        )
+        hulls = np.clip(hulls, 0.0, [width, height, width, height])
+        yield Frame(scene.image, hulls, scene.class_ids, ids=scene.ids if moving else None, obb=scene.obb)
+
+
 def image_paths(folder: str | Path) -> list[Path]:
     """The image files of a folder (png, jpg, jpeg, bmp, tif, tiff) in natural order of their names (`natural_key`);
     FileNotFoundError when none."""

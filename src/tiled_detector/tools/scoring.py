@@ -240,8 +240,9 @@ def dota_ap50(
 ) -> dict[str, float | dict[str, float] | int]:
     """DOTA's AP50 (module docstring) of `predictions` (per image: rotated boxes (N, 5), scores, class ids)
     against `truth` (per image, in the same order: `RotatedTruth`). Returns mAP50, recall (over every class:
-    true positives / objects that are not difficult), true_positives, false_positives, objects and per_class
-    {class id: AP50}; mAP50 and recall are 0 without an object that is not difficult."""
+    true positives / objects that are not difficult), true_positives, false_positives, ignored (detections of a
+    difficult object), objects and per_class {class id: AP50}; mAP50 and recall are 0 without an object that is
+    not difficult (detections of a class without one are not counted)."""
     if len(predictions) != len(truth):
         raise ValueError(f"need one prediction per truth image, got {len(predictions)} and {len(truth)}")
     overlaps = [rotated_iou(p[0], t[0]) for p, t in zip(predictions, truth, strict=True)]
@@ -254,7 +255,7 @@ def dota_ap50(
         }
     )
     per_class: dict[str, float] = {}
-    totals = {"true_positives": 0, "false_positives": 0, "objects": 0}
+    totals = {"true_positives": 0, "false_positives": 0, "ignored": 0, "objects": 0}
     for cls in classes:
         rows = []  # (score, image, detection) of this class
         for image, (_, scores, labels) in enumerate(predictions):
@@ -269,6 +270,7 @@ def dota_ap50(
             best = int(np.argmax(row)) if len(row) else -1
             if best >= 0 and row[best] > iou:
                 if _difficult(truth[image])[best]:
+                    totals["ignored"] += 1
                     continue
                 if matched[image][best]:
                     fp[n] = 1.0
