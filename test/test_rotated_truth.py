@@ -127,3 +127,66 @@ def test_minimum_area_rectangle_gives_back_a_rotated_box() -> None:
             back = cv2.boxPoints(((found[0], found[1]), (found[2], found[3]), math.degrees(found[4])))
             distance = np.linalg.norm(back[:, None] - corners[None], axis=2).min(axis=1)
             assert distance.max() < 1e-3  # the same four corners
+
+
+@pytest.fixture(scope="module")
+def obb_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ultralytics OBB export (as its exporter writes it) of classes red and blue."""
+    from support.exports import ObbHead, ultralytics_onnx
+
+    return ultralytics_onnx(tmp_path_factory.mktemp("model") / "obb.onnx", ObbHead(), task="obb")
+
+
+def test_make_bag_writes_dota_truth_as_rotated_boxes(tmp_path: Path, obb_model: Path, capsys) -> None:
+    from tiled_detector.cli import main as cli_main
+    from tiled_detector.harness import bags, recording
+    from tiled_detector.messages.detections import msg_obb
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("P1.png", "P2.png"):
+        cv2.imwrite(str(images / name), np.zeros((64, 96, 3), np.uint8))
+    corners = cv2.boxPoints(((40, 30), (30, 8), 30.0)).reshape(-1).tolist()
+    text = " ".join(f"{v:.2f}" for v in corners)
+    labels = write_labels(
+        tmp_path / "labelTxt",
+        {"P1.txt": f"gsd:0.1\n{text} red 0\n{text} blue 1\n{text} ship 0\n", "P2.txt": ""},
+    )
+    argv = ["make-bag", str(tmp_path / "bag"), "--images", str(images), "--truth", str(labels)]
+    assert cli_main([*argv, "--truth-format", "dota", "--model", str(obb_model)]) == 0
+    out = capsys.readouterr().out
+    assert "2 rotated boxes (1 difficult)" in out and "1 objects of other classes left out (ship)" in out
+    info = bags.bag_info(tmp_path / "bag")
+    assert info.custom_data[recording.ROTATED] == "true" and info.custom_data["truth_format"] == "dota"
+    messages = [
+        bags.deserialize(m.data, bags.DETECTIONS)
+        for m in bags.read_messages(tmp_path / "bag", ["/ground_truth"])
+    ]
+    assert [len(m.detections) for m in messages] == [2, 0]
+    found = msg_obb(messages[0])[0]
+    assert found[:2] == pytest.approx((40, 30), abs=0.01) and sorted(found[2:4]) == pytest.approx(
+        [8, 30], abs=0.01
+    )
+    names = [d.results[0].hypothesis.class_id for d in messages[0].detections]
+    assert names == ["red", "blue"] and [d.results[0].hypothesis.score for d in messages[0].detections] == [
+        1.0,
+        0.0,
+    ]
+
+
+def test_make_bag_refuses_bad_labels_at_start_writing_nothing(
+    tmp_path: Path, obb_model: Path, capsys
+) -> None:
+    from tiled_detector.cli import main as cli_main
+
+    images = tmp_path / "images"
+    images.mkdir()
+    cv2.imwrite(str(images / "P1.png"), np.zeros((64, 96, 3), np.uint8))
+    labels = write_labels(tmp_path / "labelTxt", {"P1.txt": "1 2 3 4 5 6 red 0\n"})
+    argv = ["make-bag", str(tmp_path / "bag"), "--images", str(images), "--truth", str(labels)]
+    assert cli_main([*argv, "--truth-format", "dota", "--model", str(obb_model)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "P1.txt line 1: 6 coordinates; a DOTA label has 8" in err[0]
+    assert cli_main([*argv, "--model", str(obb_model)]) == 1  # a folder needs its format named
+    assert "give --truth-format dota" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "labelTxt"]  # nothing written, no staging
