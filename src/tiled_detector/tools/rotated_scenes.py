@@ -215,10 +215,13 @@ def _thing(
     return _Object(cx, cy, length, length / rng.uniform(low, high), angle, shape, _colour(rng, hue), label)
 
 
-def _rows(rng: np.random.Generator, style: RotatedStyle, width: int, height: int) -> list[_Object]:
-    """Rows of objects of one class side by side at one angle (each facing either way), 1-4 px apart."""
-    found = []
-    for _ in range(rng.poisson(style.rows_per_mpix * width * height / 1e6)):
+def _rows(
+    rng: np.random.Generator, style: RotatedStyle, width: int, height: int, either_way: bool = True
+) -> tuple[list[_Object], list[int]]:
+    """Rows of objects of one class side by side at one angle, 1-4 px apart (each facing either way, or all the
+    same way), and each object's row."""
+    found, rows = [], []
+    for row in range(rng.poisson(style.rows_per_mpix * width * height / 1e6)):
         label = int(rng.integers(len(CLASSES)))
         first = _thing(rng, style, label, 0.0, 0.0, float(rng.uniform(0, 2 * math.pi)))
         across = np.array([-math.sin(first.angle), math.cos(first.angle)])
@@ -226,8 +229,9 @@ def _rows(rng: np.random.Generator, style: RotatedStyle, width: int, height: int
         step = first.width + rng.uniform(1.0, 4.0)
         for k in range(int(rng.integers(3, 11))):
             cx, cy = start + across * step * k
-            flip = math.pi if rng.random() < 0.5 else 0.0
+            flip = math.pi if rng.random() < 0.5 and either_way else 0.0
             angle = first.angle + flip + rng.uniform(-0.04, 0.04)
+            rows.append(row)
             found.append(
                 _Object(
                     cx,
@@ -240,7 +244,7 @@ def _rows(rng: np.random.Generator, style: RotatedStyle, width: int, height: int
                     label,
                 )
             )
-    return found
+    return found, rows
 
 
 def _scattered(
@@ -296,7 +300,7 @@ def _render(
     occupied = np.zeros((height, width), np.uint8)
     placed = [
         t
-        for t in _rows(rng, style, width, height) + _scattered(rng, style, width, height, seams)
+        for t in _rows(rng, style, width, height)[0] + _scattered(rng, style, width, height, seams)
         if _free(occupied, t)
     ]
     obb, labels = [], []
@@ -341,9 +345,9 @@ def make_rotated_sequence(
     style: RotatedStyle | None = None,
 ) -> Iterator[RotatedScene]:
     """A moving scene, frame by frame, from a still camera: the objects and distractors of a
-    `make_rotated_scene`-like frame (scattered, no rows) drive forward while turning (`Turning`), so both their
-    places and their angles change; some enter or leave the frame, some pass over each other. Truth carries
-    each object's identity (>= 1). Deterministic per arguments."""
+    `make_rotated_scene`-like frame drive forward while turning (`Turning`), so both their places and their angles
+    change; rows drive in formation (side by side, one speed and turn), some objects enter or leave the frame, some
+    pass over each other. Truth carries each object's identity (>= 1). Deterministic per arguments."""
     turning, style = turning or Turning(), style or RotatedStyle()
     if width < 16 or height < 16 or frames < 1:
         raise ValueError(
@@ -352,11 +356,17 @@ def make_rotated_sequence(
     rng = np.random.default_rng([int(seed), width, height, 12])
     scenery = background(rng, height, width)
     margin = 60.0  # objects start up to this far outside the frame, so some drive in
-    things = _scattered(rng, style, int(width + 2 * margin), int(height + 2 * margin), seams=False)
+    area = (int(width + 2 * margin), int(height + 2 * margin))
+    rows, row_of = _rows(rng, style, *area, either_way=False)
+    things = rows + _scattered(rng, style, *area, seams=False)
     things = [dataclasses.replace(t, cx=t.cx - margin, cy=t.cy - margin) for t in things]
     count = len(things)
-    speed = np.exp(rng.uniform(math.log(turning.min_speed), math.log(turning.max_speed), count))
-    turn = np.radians(rng.uniform(-turning.max_turn, turning.max_turn, count))
+    # a row's objects share its speed and turn (the first of each row's draw): they keep side by side
+    group = np.concatenate(
+        [np.asarray(row_of, np.int64), max(row_of, default=-1) + 1 + np.arange(count - len(rows))]
+    )
+    speed = np.exp(rng.uniform(math.log(turning.min_speed), math.log(turning.max_speed), count))[group]
+    turn = np.radians(rng.uniform(-turning.max_turn, turning.max_turn, count))[group]
     heading = np.array([t.angle for t in things])
     position = np.array([(t.cx, t.cy) for t in things])
     order = rng.permutation(count)
