@@ -11,8 +11,8 @@ Three steps; ultralytics is no dependency of this project, so `train` runs where
        .venv/bin/python benchmarks/obb_reference.py dataset --out /tmp/obbref/data --train 2000 --val 200
 
 2. `train` (with ultralytics; offline: YOLO_OFFLINE=1): each model from its yaml (no pretrained weights), trained on
-   the dataset (imgsz 640, amp off: no download for its check, plots off), exported (ONNX; YOLO26 also
-   end-to-end, `nms=False`; TorchScript), and ultralytics' prediction of each export on each aerial image
+   the dataset (imgsz 640, amp off: no download for its check, plots off), exported (ONNX, not simplified
+   unless --simplify: onnxslim may not be installed; YOLO26 also end-to-end, `nms=False`; TorchScript), and ultralytics' prediction of each export on each aerial image
    (`YOLO(file, task="obb").predict`, imgsz 640, --conf, iou 0.7) saved as reference.json: xywhr, score, class
    per detection, in image pixels.
 
@@ -83,11 +83,12 @@ def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
 # 2. training, export, ultralytics' predictions (needs ultralytics)
 
 
-def exports(model_name: str) -> dict[str, dict]:
-    """The exports of a model: file tag -> YOLO.export arguments."""
-    found = {"onnx": {"format": "onnx"}, "torchscript": {"format": "torchscript"}}
-    if model_name.startswith("yolo26"):
-        found["end2end.onnx"] = {"format": "onnx", "nms": False}  # the NMS-free one-to-one head
+def exports(model_name: str, simplify: bool) -> dict[str, dict]:
+    """The exports of a model: file tag -> YOLO.export arguments (ONNX `simplify` needs onnxslim, which ultralytics
+    would otherwise try to download)."""
+    found = {"onnx": {"format": "onnx", "simplify": simplify}, "torchscript": {"format": "torchscript"}}
+    if model_name.startswith("yolo26"):  # the NMS-free one-to-one head
+        found["end2end.onnx"] = {"format": "onnx", "simplify": simplify, "nms": False}
     return found
 
 
@@ -120,7 +121,7 @@ def train(args: argparse.Namespace) -> None:
         )
         best = Path(model.trainer.best if Path(model.trainer.best).is_file() else model.trainer.last)
         trained = YOLO(str(best), task="obb")
-        for tag, options in exports(model_name).items():
+        for tag, options in exports(model_name, args.simplify).items():
             written = Path(trained.export(imgsz=640, **options))
             target = out / f"{model_name}.{tag}"
             shutil.copyfile(written, target)
@@ -203,8 +204,7 @@ def check(args: argparse.Namespace) -> bool:
             if (width, height) not in detectors:  # the full-frame view only: one tile the size of the frame
                 detectors[(width, height)] = TiledDetector(
                     args.out / file,
-                    backend=args.backend,
-                    device=args.device,
+                    device=args.device if file.endswith("torchscript") else "cpu",  # ONNX: ONNX Runtime's CPU
                     tile_size=(width, height),
                     full_frame=False,
                     conf_threshold=reference["conf"],
@@ -255,13 +255,15 @@ def main() -> int:
     fit.add_argument("--workers", type=int, default=8)
     fit.add_argument("--device", default="cpu", help="cpu, or a CUDA index (0)")
     fit.add_argument("--conf", type=float, default=0.05, help="score threshold of both predictions")
+    fit.add_argument("--simplify", action="store_true", help="ONNX simplified by onnxslim (installed)")
     test = steps.add_parser("check", help="our full-frame view against ultralytics' predictions")
     test.add_argument(
         "--out", type=Path, required=True, help="the train step's folder (reference.json, models)"
     )
     test.add_argument("--images", type=Path, required=True)
-    test.add_argument("--backend", default="auto", help="engine backend (default: by the file's suffix)")
-    test.add_argument("--device", default="cpu")
+    test.add_argument(
+        "--device", default="cpu", help="the TorchScript files' device (ONNX: ONNX Runtime, CPU)"
+    )
     args = parser.parse_args()
     if args.step == "dataset":
         dataset(args.out, args.train, args.val, args.size, args.seed)
