@@ -107,14 +107,17 @@ def test_yolo_obb_labels_scaled_by_each_image(tmp_path: Path) -> None:
         read_yolo_obb(bad, ["a.png", "b.png"], LABELS)
 
 
-def test_object_outside_its_image_is_refused(tmp_path: Path) -> None:
+def test_object_outside_its_image_is_left_out_and_counted(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
     cv2.imwrite(str(images / "a.png"), np.zeros((64, 64, 3), np.uint8))
-    labels = write_labels(tmp_path / "labelTxt", {"a.txt": "100 100 110 100 110 105 100 105 ship 0\n"})
+    labels = write_labels(
+        tmp_path / "labelTxt",
+        {"a.txt": "100 100 110 100 110 105 100 105 ship 0\n10 10 20 10 20 15 10 15 ship 0\n"},
+    )
     frames, _ = rotated_recording_frames(images, labels, TruthFormat.DOTA, LABELS)
-    with pytest.raises(TruthError, match="no area inside the 64x64 image"):
-        list(frames)
+    (frame,) = list(frames)
+    assert len(frame.obb) == 1 and frames.outside == 1
 
 
 def test_minimum_area_rectangle_gives_back_a_rotated_box() -> None:

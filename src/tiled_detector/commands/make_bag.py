@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {topic}: {count} x {msgtype}")
     if truth is not None and hasattr(truth, "difficult"):  # rotated truth from label files
         left = f"; {truth.left_out} objects of other classes left out ({', '.join(truth.left_out_classes)})"
-        outside = getattr(truthful, "outside", 0)
+        outside = truthful.outside
         print(
             f"  ground truth: {len(truth.frame) - outside} rotated boxes ({int(truth.difficult.sum())} difficult) "
             f"from {args.truth}{left if truth.left_out else ''}"

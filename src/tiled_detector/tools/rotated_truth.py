@@ -14,10 +14,10 @@ without objects has an empty file), so a wrong folder is refused instead of read
 
 Each object keeps its four corners as written (DOTA's scores use the polygon) and, for the bag's message, its
 rotated box: their minimum-area rectangle (`cv2.minAreaRect`, as ultralytics converts DOTA labels), in
-ultralytics' xywhr. A problem (a line with fewer than 8 coordinates, a value that is not a number, a difficult
-flag that is not 0 or 1, an image without a label file, a class index the model does not have, an object with
-no area inside its image) is refused before anything is written (`TruthError`, one line naming the file, the line
-and the problem, and how many other problems there are).
+ultralytics' xywhr. An object with no area inside its image is left out and counted (`RotatedTruthFrames.outside`).
+A problem (a line with fewer than 8 coordinates, a value that is not a number, a difficult flag that is not 0 or
+1, an image without a label file, a class index the model does not have) is refused before anything is written
+(`TruthError`, one line naming the file, the line and the problem, and how many other problems there are).
 """
 
 from __future__ import annotations
@@ -56,22 +56,24 @@ class LabelFolder:
     left_out: int = 0
     left_out_classes: tuple[str, ...] = ()
 
-    def in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Frame `index`'s objects in a `width` x `height` image: corners (N, 4, 2) in pixels, class ids, difficult;
-        TruthError for an object with no area inside the image."""
+    def in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Frame `index`'s objects in a `width` x `height` image: corners (N, 4, 2) in pixels, class ids, difficult,
+        and how many objects were left out for having no area inside the image."""
         rows = self.frame == index
         corners = self.corners[rows].astype(np.float64)
         if self.normalised:
             corners = corners * (width, height)
         frame = np.array([(0, 0), (width, 0), (width, height), (0, height)], np.float32)
-        for polygon in corners:
-            inside, _ = cv2.intersectConvexConvex(cv2.convexHull(polygon.astype(np.float32)), frame)
-            if not inside > 0:
-                raise TruthError(
-                    f"--truth {self.path}: image {index + 1} has an object with no area inside the {width}x{height} "
-                    f"image (corners {np.round(polygon, 1).reshape(-1).tolist()} in pixels)"
-                )
-        return corners, self.class_ids[rows], self.difficult[rows]
+        inside = np.array(
+            [cv2.intersectConvexConvex(cv2.convexHull(p.astype(np.float32)), frame)[0] > 0 for p in corners],
+            bool,
+        ).reshape(-1)
+        return (
+            corners[inside],
+            self.class_ids[rows][inside],
+            self.difficult[rows][inside],
+            int((~inside).sum()),
+        )
 
 
 def label_key(name: str) -> str:
@@ -271,17 +273,25 @@ def _folder(
     )
 
 
-def with_rotated_truth(frames: Iterable[Frame], truth: LabelFolder) -> Iterator[Frame]:
+class RotatedTruthFrames:
     """`frames` carrying `truth`: rotated boxes (the corners' minimum-area rectangles), their axis-aligned hulls
-    clipped to the frame, class ids and difficult flags."""
-    for index, frame in enumerate(frames):
-        height, width = frame.image.shape[:2]
-        corners, class_ids, difficult = truth.in_frame(index, width, height)
-        hulls = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1).reshape(-1, 4)
-        hulls = np.clip(hulls, 0.0, [width, height, width, height]).astype(np.float32)
-        yield dataclasses.replace(
-            frame, boxes=hulls, class_ids=class_ids, obb=min_area_boxes(corners), difficult=difficult
-        )
+    clipped to the frame, class ids and difficult flags; iterated once; `outside`: the objects left out so far for
+    having no area inside their image."""
+
+    def __init__(self, frames: Iterable[Frame], truth: LabelFolder) -> None:
+        self._frames, self._truth = frames, truth
+        self.outside = 0
+
+    def __iter__(self) -> Iterator[Frame]:
+        for index, frame in enumerate(self._frames):
+            height, width = frame.image.shape[:2]
+            corners, class_ids, difficult, outside = self._truth.in_frame(index, width, height)
+            self.outside += outside
+            hulls = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1).reshape(-1, 4)
+            hulls = np.clip(hulls, 0.0, [width, height, width, height]).astype(np.float32)
+            yield dataclasses.replace(
+                frame, boxes=hulls, class_ids=class_ids, obb=min_area_boxes(corners), difficult=difficult
+            )
 
 
 READERS = {TruthFormat.DOTA: read_dota, TruthFormat.YOLO_OBB: read_yolo_obb}
@@ -293,7 +303,7 @@ def rotated_recording_frames(
     truth_format: TruthFormat,
     labels: Sequence[str],
     truth_class: str | None = None,
-) -> tuple[Iterator[Frame], LabelFolder]:
+) -> tuple[RotatedTruthFrames, LabelFolder]:
     """The images of a folder carrying the rotated truth of a folder of label files, and the truth (read and
     checked before any image is)."""
     names = [p.name for p in image_paths(images)]
@@ -305,4 +315,4 @@ def rotated_recording_frames(
         raise TruthError(
             f"--truth {truth_path}: no object of a class of the model (its labels: {', '.join(labels)}){extra}"
         )
-    return with_rotated_truth(image_folder_frames(images), truth), truth
+    return RotatedTruthFrames(image_folder_frames(images), truth), truth
