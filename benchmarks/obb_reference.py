@@ -223,6 +223,8 @@ def check(args: argparse.Namespace) -> bool:
         detectors: dict = {}
         for key, theirs in per_image.items():
             iou, image_name = key.split("/", 1)
+            if args.ious and float(iou) not in args.ious:
+                continue
             frame = read_image(args.images / image_name).image
             height, width = frame.shape[:2]
             if (
@@ -300,6 +302,9 @@ def main() -> int:
         "--device", default="cpu", help="the TorchScript files' device (ONNX: ONNX Runtime, CPU)"
     )
     test.add_argument("--files", nargs="+", default=None, metavar="NAME", help="only these model files")
+    test.add_argument(
+        "--ious", nargs="+", type=float, default=None, help="only these NMS overlaps (1.0, 0.7)"
+    )
     args = parser.parse_args()
     if args.step == "dataset":
         dataset(args.out, args.train, args.val, args.size, args.seed)
