@@ -358,18 +358,20 @@ def make_rotated_sequence(
     margin = 60.0  # objects start up to this far outside the frame, so some drive in
     area = (int(width + 2 * margin), int(height + 2 * margin))
     rows, row_of = _rows(rng, style, *area, either_way=False)
-    things = rows + _scattered(rng, style, *area, seams=False)
-    things = [dataclasses.replace(t, cx=t.cx - margin, cy=t.cy - margin) for t in things]
+    scattered = _scattered(rng, style, *area, seams=False)
+    # a row's objects share its speed and turn: they keep side by side; no two objects start on each other
+    group_of = [*row_of, *(max(row_of, default=-1) + 1 + np.arange(len(scattered)))]
+    occupied = np.zeros(area[::-1], np.uint8)
+    kept = [k for k, t in enumerate(rows + scattered) if _free(occupied, t)]
+    things = [dataclasses.replace(t, cx=t.cx - margin, cy=t.cy - margin) for t in (rows + scattered)]
     count = len(things)
-    # a row's objects share its speed and turn (the first of each row's draw): they keep side by side
-    group = np.concatenate(
-        [np.asarray(row_of, np.int64), max(row_of, default=-1) + 1 + np.arange(count - len(rows))]
-    )
+    group = np.asarray(group_of, np.int64)
     speed = np.exp(rng.uniform(math.log(turning.min_speed), math.log(turning.max_speed), count))[group]
     turn = np.radians(rng.uniform(-turning.max_turn, turning.max_turn, count))[group]
     heading = np.array([t.angle for t in things])
     position = np.array([(t.cx, t.cy) for t in things])
     order = rng.permutation(count)
+    order = order[np.isin(order, kept)]  # the objects that start where no other is
     finish_seed = [int(seed), width, height, 13]
     for index in range(frames):
         image = scenery.copy()
