@@ -64,6 +64,15 @@
 #            fp32 / fp16) and benchmarks/mask_cost.py (a YOLOv8n-seg-sized network, torch fp16, 100 objects a
 #            frame: masks on against off at 4K and 1080p, captures, split, peak memory); the target is <= 1.20x
 #            at 4K, one whole captured graph
+#   obb_train  the bundled rotated-box model trained on the GPU as the bundled detector was
+#            (python -m tiled_detector.tools.obb_training --device cuda; files in $OUT/obb_model)
+#   obb_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n OBB trained there by ultralytics' trainer on our
+#            synthetic rotated crops, exported (ONNX, YOLO26 end-to-end ONNX, TorchScript), ultralytics' own
+#            predictions on the real aerial images in .models/aerial/ against our full-frame view
+#            (benchmarks/obb_reference.py: boxes 1 px, angles 0.01 rad, scores 0.01); needs ultralytics
+#   obb_bench  the rotated-box model at 4K on the GPU (torch fp32 / fp16): eval --obb (tiles + full view against the
+#            full view alone), bench against the same-sized detect network (the bundled default.ts): one whole
+#            captured graph per frame; reads $OUT/obb_model (obb_train) or the bundled obb.ts
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -433,4 +442,39 @@ row = json.load(open('$out/mask_cost_3840x2160.json'))
 ok = row['ratio'] <= 1.20 and row['captured'] and not row['split'] and row['objects'] == 100
 print('  masks at 4K:', f\"{row['ratio']:.3f}x\", 'captures', row['captures'], 'OK' if ok else 'FAILED')
 "
+fi
+
+if [[ " $what " == *" obb_train "* ]]; then
+  python3 -m tiled_detector.tools.obb_training --device cuda --workers 14 --out "$out/obb_model" \
+    >"$out/obb_training.log" 2>&1
+  tail -2 "$out/obb_training.log"
+  ls -l "$out/obb_model"
+fi
+
+if [[ " $what " == *" obb_reference "* ]]; then
+  ref=/tmp/obbref
+  python3 benchmarks/obb_reference.py dataset --out "$ref/data" --train 1000 --val 100 >"$out/obb_dataset.log" 2>&1
+  python3 benchmarks/obb_reference.py train --data "$ref/data" --images .models/aerial --out "$ref" --device 0 \
+    --epochs 20 --batch 32 --workers 8 >"$out/obb_reference_train.log" 2>&1
+  grep -E "ultralytics found|wrote|Error" "$out/obb_reference_train.log" | tail -12
+  python3 benchmarks/obb_reference.py check --out "$ref" --images .models/aerial --device cuda \
+    2>&1 | tee "$out/obb_reference_check.txt" | grep -vE "^(PASS) "
+fi
+
+if [[ " $what " == *" obb_bench "* ]]; then
+  model="$out/obb_model/obb.ts"
+  [[ -f "$model" ]] || model=src/tiled_detector/models/obb.ts
+  gpu=(--backend torch --device cuda --width 3840 --height 2160)
+  td eval --obb --model "$model" "${gpu[@]}" --frames 20 --configs full tiles+full --json --out /tmp/eval_obb \
+    2>"$out/eval_obb.err" | tail -1 >"$out/eval_obb_4k.json"
+  python3 -c "
+import json
+d = json.load(open('$out/eval_obb_4k.json'))
+print({k: round(v['AP50'], 3) for k, v in d['configs'].items()})"
+  for name in obb default; do
+    file="$model"; [[ $name == default ]] && file=src/tiled_detector/models/default.ts
+    td bench --model "$file" --backend torch --device cuda --precision fp32 fp16 --size 3840x2160 1920x1080 \
+      --runs 30 --warmup 5 --out "/tmp/bench_$name" 2>&1 | grep -v "bench \[" | tail -3
+    echo "$name:"; graph_rows "/tmp/bench_$name/bench.csv"
+  done
 fi

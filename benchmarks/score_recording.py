@@ -23,8 +23,9 @@ from tiled_detector.commands.make_bag import add_truth_arguments
 from tiled_detector.commands.settings import add_settings, default_params_file, parameter_values
 from tiled_detector.harness.recording import frame_stamp
 from tiled_detector.parameters import build_detector
+from tiled_detector.tools.rotated_truth import rotated_recording_frames
 from tiled_detector.tools.stream_scores import score_stream
-from tiled_detector.tools.truth import recording_frames
+from tiled_detector.tools.truth import TruthFormat, recording_frames
 
 
 def scores(argv: Sequence[str] | None = None) -> dict[str, float | int | None]:
@@ -40,14 +41,21 @@ def scores(argv: Sequence[str] | None = None) -> dict[str, float | int | None]:
     add_truth_arguments(parser)
     add_settings(parser, params_file_help="the node's params file (default config/detector.yaml)")
     args = parser.parse_args(argv)
-    if args.truth is None or args.truth_class is None:
+    kind = TruthFormat.of(args.truth, args.truth_format) if args.truth is not None else None
+    if kind is None or (args.truth_class is None and not kind.rotated):
         parser.error("--truth FILE and --truth-class NAME are needed: the recording's ground truth")
     args.params_file = args.params_file or default_params_file()
+    detector = build_detector(parameter_values(args))
+    stamps = (frame_stamp(index, args.rate) for index in range(sys.maxsize))
+    if kind.rotated:  # a folder of DOTA / ultralytics OBB labels: classes by the model's labels
+        if args.images is None:
+            parser.error(f"--truth-format {kind.value} needs --images")
+        labels = list(detector.labels or ())
+        frames, _ = rotated_recording_frames(args.images, args.truth, kind, labels, args.truth_class)
+        return score_stream(detector, frames, stamps, labels)
     frames, _ = recording_frames(
         args.images, args.video, args.frames, args.truth, args.truth_format, args.truth_class
     )
-    detector = build_detector(parameter_values(args))
-    stamps = (frame_stamp(index, args.rate) for index in range(sys.maxsize))
     return score_stream(detector, frames, stamps, [args.truth_class])
 
 

@@ -1,11 +1,16 @@
-"""Scores (`tools.scoring`): the MOT metrics against hand-counted numbers."""
+"""Scores (`tools.scoring`): the MOT metrics against hand-counted numbers; rotated IoU against box IoU, DOTA's AP50
+against its devkit's rules."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tiled_detector.tools.scoring import mot_metrics
+from tiled_detector.tools.scoring import box_iou, dota_ap50, mot_metrics, rotated_iou, voc07_ap
 
 
 def _box(cx: float, cy: float, size: float = 20.0) -> list[float]:
@@ -25,3 +30,66 @@ def test_mot_metrics_equal_the_hand_counted_numbers():
     # MOTA = 1 - (FN 1 + FP 0 + IDSW 2) / GT 6; IDF1 = 2 IDTP / (GT + predictions) with the best one-to-one
     # identity mapping (1->7, 2->8): IDTP = 2 + 1 = 3 (frames 1 and 2) -> 2 * 3 / (6 + 5)
     assert found == {"IDF1": pytest.approx(6 / 11), "MOTA": pytest.approx(0.5), "id_switches": 2}
+
+
+def _rbox(cx: float, cy: float, w: float = 20.0, h: float = 10.0, angle: float = 0.0) -> list[float]:
+    return [cx, cy, w, h, angle]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    x=st.floats(0, 50),
+    y=st.floats(0, 50),
+    w=st.floats(2, 40),
+    h=st.floats(2, 40),
+    dx=st.floats(-30, 30),
+    dy=st.floats(-30, 30),
+)
+def test_rotated_iou_of_upright_boxes_is_box_iou_and_ignores_turns_of_pi(x, y, w, h, dx, dy) -> None:
+    a = np.array([_rbox(x, y, w, h)])
+    b = np.array([_rbox(x + dx, y + dy, h, w)])
+    expected = box_iou(
+        np.c_[a[:, :2] - a[:, 2:4] / 2, a[:, :2] + a[:, 2:4] / 2],
+        np.c_[b[:, :2] - b[:, 2:4] / 2, b[:, :2] + b[:, 2:4] / 2],
+    )
+    np.testing.assert_allclose(rotated_iou(a, b), expected, atol=1e-4)
+    turned = b + np.array([0, 0, 0, 0, math.pi])
+    swapped = np.array([[x + dx, y + dy, w, h, math.pi / 2]])  # w and h swapped, turned a quarter
+    np.testing.assert_allclose(rotated_iou(a, turned), expected, atol=1e-4)
+    np.testing.assert_allclose(rotated_iou(a, swapped), expected, atol=1e-4)
+
+
+def test_voc07_ap_is_the_mean_of_eleven_precisions() -> None:
+    recall = np.array([0.1, 0.2, 0.4, 0.4, 0.65])
+    precision = np.array([1.0, 1.0, 0.67, 0.5, 0.6])
+    # at 0 and 0.1: 1; 0.2: 1; 0.3, 0.4: max(0.67, 0.5, 0.6) = 0.67; 0.5, 0.6: 0.6; 0.7 .. 1: 0
+    assert voc07_ap(recall, precision) == pytest.approx((3 * 1.0 + 2 * 0.67 + 2 * 0.6) / 11)
+
+
+def test_dota_ap50_follows_the_devkit_rules() -> None:
+    """Difficult objects neither count nor punish; a second detection of an object is a false positive; IoU must
+    be above 0.5, not equal; quadrilateral truth against rotated detections; classes without an object that is
+    not difficult are not averaged."""
+    truth_a = (
+        np.array([[[0, 0], [20, 0], [20, 10], [0, 10]], [[100, 0], [120, 0], [120, 10], [100, 10]]], float),
+        np.array([0, 0]),
+        np.array([False, True]),  # the second object is difficult
+    )
+    truth_b = (np.array([[[0, 0], [10, 0], [10, 10], [0, 10]]], float), np.array([1]), np.array([True]))
+    predictions = [
+        (
+            np.array([_rbox(10, 5), _rbox(10.5, 5), _rbox(110, 5), _rbox(300, 300)]),
+            np.array([0.9, 0.8, 0.95, 0.3]),
+            np.array([0, 0, 0, 0]),
+        ),
+        (np.array([_rbox(5, 5, 10, 10)]), np.array([0.7]), np.array([1])),  # on a difficult object: ignored
+    ]
+    found = dota_ap50(predictions, [truth_a, truth_b])
+    # class 0: detections by score: 0.95 on the difficult one (ignored), 0.9 TP, 0.8 duplicate FP, 0.3 FP
+    assert found["true_positives"] == 1 and found["false_positives"] == 2 and found["objects"] == 1
+    assert found["per_class"] == {"0": pytest.approx(1.0)} and found["mAP50"] == pytest.approx(1.0)
+    half = [(np.array([_rbox(10, 10, 20, 20)]), np.array([0.9]), np.array([0]))]  # IoU exactly 0.5
+    assert dota_ap50(half, [truth_a[:2]])["true_positives"] == 0
+    tilted = [(np.array([_rbox(10, 5, 20, 10, 0.2)]), np.array([0.9]), np.array([0]))]
+    assert dota_ap50(tilted, [truth_a])["mAP50"] == pytest.approx(1.0)
+    assert dota_ap50([(np.zeros((0, 5)), np.zeros(0), np.zeros(0, int))], [truth_a])["mAP50"] == 0.0

@@ -21,11 +21,13 @@ from tiled_detector.messages.images import imgmsg_to_array
 
 
 class EchoNode(Node):
-    """Publishes the bounding box of the pixels brighter than the `threshold` parameter as class 'bright'."""
+    """Publishes the bounding box of the pixels brighter than the `threshold` parameter as class 'bright' (with the
+    `rotated` parameter: their minimum-area rectangle, center.theta its angle)."""
 
     def __init__(self) -> None:
         super().__init__("echo_detector")
         self.threshold = self.declare_parameter("threshold", 200).value
+        self.rotated = self.declare_parameter("rotated", False).value
         self.publisher = self.create_publisher(Detection2DArray, "detections", 10)
         self.create_subscription(Image, "image", self.on_image, qos_profile_sensor_data)
 
@@ -37,8 +39,17 @@ class EchoNode(Node):
             if len(xs)
             else np.zeros((0, 4))
         )
+        obb = None
+        if self.rotated and len(xs):
+            import cv2
+
+            # pixel centres: a pixel (x, y) spans [x, x + 1], so its rectangle is half a pixel larger on each side
+            (cx, cy), (w, h), degrees = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
+            obb = np.array([[cx + 0.5, cy + 0.5, w + 1, h + 1, np.radians(degrees)]])
         self.publisher.publish(
-            detections_to_msg(boxes, np.ones(len(boxes)), np.zeros(len(boxes)), msg.header, ["bright"])
+            detections_to_msg(
+                boxes, np.ones(len(boxes)), np.zeros(len(boxes)), msg.header, ["bright"], obb=obb
+            )
         )
 
 

@@ -12,7 +12,8 @@ from tiled_detector.commands.camera_motion import add_camera_arguments, camera_m
 from tiled_detector.commands.settings import add_settings, parameter_values
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.truth import Truth, TruthFrames
+    from tiled_detector.tools.rotated_truth import LabelFolder, RotatedTruthFrames
+    from tiled_detector.tools.truth import Truth, TruthFormat, TruthFrames
 
 # the settings that name the detector's classes: `--truth-class` must be one of them
 LABEL_SETTINGS = ("model", "labels", "layout")
@@ -28,12 +29,21 @@ EPILOG = """examples:
   tiled-detector make-bag out/mot04 --images MOT17-04/img1 --truth MOT17-04/gt/gt.txt --truth-class person \\
     --model yolox_nano.onnx
   tiled-detector make-bag out/yard --video yard.mp4 --truth yard.json --truth-class person --model yolox_nano.onnx
+  # aerial images with their DOTA labels (rotated boxes; replay scores DOTA's AP50, difficult objects ignored)
+  tiled-detector make-bag out/dota --images DOTA/images --truth DOTA/labelTxt --truth-format dota \
+    --model yolov8n-obb.onnx
+  tiled-detector make-bag out/rotated --obb --frames 10   # the rotated world with rotated truth (--motion: turning)
 Synthetic frame i uses seed S+i, so the same command always writes the same bag.
 --truth: a MOTChallenge gt.txt (frame n = the n-th image in natural order, frame2 before frame10, the names numbering
 the frames one to one / the n-th video frame; pedestrians with consider 1) or a
 COCO file (images matched by file name; for a video, its images in frame_index / frame_id / id order; track_id,
 instance_id or attributes.track_id give identities). --truth-class names the detector's class the objects are:
-checked against the labels of the model given by --model / --labels / --params-file (default: the bundled model)."""
+checked against the labels of the model given by --model / --labels / --params-file (default: the bundled model).
+--truth DIR --truth-format dota / yolo-obb: a folder of label files, one <image name>.txt per image of --images
+(an image without objects needs an empty file): DOTA labelTxt (8 corner coordinates, class, difficult; classes
+matched to the model's labels, - _ and spaces alike) or ultralytics OBB labels (class index, 8 normalised
+coordinates). The ground truth is rotated boxes (each label's minimum-area rectangle; center.theta the angle; a
+difficult object has score 0); --truth-class, optional there, keeps one class."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "entering and leaving); the ground truth carries each object's id",
     )
     add_camera_arguments(parser)
+    parser.add_argument(
+        "--obb",
+        action="store_true",
+        help="synthetic: the rotated world (boats, cars, trucks at any angle, dense rows) with rotated ground truth "
+        "(center.theta); with --motion its objects drive and turn (a still camera)",
+    )
     parser.add_argument(
         "--depth",
         action="store_true",
@@ -99,13 +115,15 @@ def add_truth_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="a MOTChallenge gt.txt or a COCO JSON file of the frames' objects",
+        help="a MOTChallenge gt.txt or a COCO JSON file of the frames' objects, or a folder of label files "
+        "(dota, yolo-obb: one per image)",
     )
     group.add_argument(
         "--truth-format",
         default=None,
-        metavar="{mot,coco}",
-        help="the --truth file's format (default from its suffix: .txt mot, .json coco)",
+        metavar="{mot,coco,dota,yolo-obb}",
+        help="the --truth file's format (default from its suffix: .txt mot, .json coco); a folder of DOTA labelTxt "
+        "(dota) or ultralytics OBB labels (yolo-obb) gives rotated boxes",
     )
     group.add_argument(
         "--truth-class",
@@ -138,6 +156,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--depth makes synthetic still scenes: not with --motion, --images or --video")
     if args.images is not None and args.frames is not None:
         raise ValueError("--frames cannot be used with --images (every image is written)")
+    still = not (args.pan or args.rotate or args.zoom != 1.0 or args.shake)
+    if args.obb and (args.depth or args.images is not None or args.video is not None or not still):
+        raise ValueError(
+            "--obb makes synthetic rotated scenes (with --motion a still camera): not with --depth, --images, "
+            "--video, --pan, --rotate, --zoom or --shake"
+        )
     truth = truthful = None
     if args.truth is not None:
         path, truthful, truth = _truth_bag(args, common)
@@ -170,12 +194,21 @@ def run(args: argparse.Namespace) -> int:
             args.height,
             **common,
             camera=camera,
+            rotated=args.obb,
         )
     info = bags.bag_info(path)
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")
     for topic, (msgtype, count) in info.topics.items():
         print(f"  {topic}: {count} x {msgtype}")
-    if truth is not None and truthful is not None:
+    if truth is not None and hasattr(truth, "difficult"):  # rotated truth from label files
+        left = f"; {truth.left_out} objects of other classes left out ({', '.join(truth.left_out_classes)})"
+        outside = truthful.outside
+        print(
+            f"  ground truth: {len(truth.frame) - outside} rotated boxes ({int(truth.difficult.sum())} difficult) "
+            f"from {args.truth}{left if truth.left_out else ''}"
+            + (f"; {outside} objects with no area inside their image left out" if outside else "")
+        )
+    elif truth is not None and truthful is not None:
         written = int(np.count_nonzero(truth.frame < info.topics[args.topic][1])) - truthful.outside
         print(
             f"  ground truth: {written} {args.truth_class} boxes from {args.truth}, "
@@ -186,13 +219,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Path, TruthFrames, Truth]:
+def _truth_bag(
+    args: argparse.Namespace, common: dict[str, object]
+) -> tuple[Path, TruthFrames | RotatedTruthFrames, Truth | LabelFolder]:
     """The bag of `--images` / `--video` with the `--truth` file's boxes as ground truth (checked before writing;
     a mismatch found while reading the frames leaves nothing written), the frames written (their count of boxes
     left out) and the truth."""
     from tiled_detector.harness import recording
-    from tiled_detector.tools.truth import TruthError, recording_frames
+    from tiled_detector.tools.truth import TruthError, TruthFormat, recording_frames
 
+    kind = TruthFormat.of(args.truth, args.truth_format)
+    if kind.rotated:
+        return _rotated_truth_bag(args, common, kind)
     if args.truth_class is None:
         raise TruthError("--truth needs --truth-class NAME: the detector's class the truth's objects are")
     frames, truth = recording_frames(
@@ -209,6 +247,33 @@ def _truth_bag(args: argparse.Namespace, common: dict[str, object]) -> tuple[Pat
     path = recording.write_image_bag(
         args.out, frames, **common, labels=[args.truth_class], custom_data=custom
     )
+    return path, frames, truth
+
+
+def _rotated_truth_bag(
+    args: argparse.Namespace, common: dict[str, object], kind: TruthFormat
+) -> tuple[Path, RotatedTruthFrames, LabelFolder]:
+    """The bag of `--images` with the rotated boxes of a folder of label files (DOTA, ultralytics OBB) as ground
+    truth, classes named by the model's labels (every label file read and checked before anything is written)."""
+    from tiled_detector.harness import recording
+    from tiled_detector.parameters import build_detector
+    from tiled_detector.tools.rotated_truth import rotated_recording_frames
+    from tiled_detector.tools.truth import TruthError
+
+    if args.images is None:
+        raise TruthError(
+            f"--truth-format {kind.value} needs --images: one label file per image, matched by name"
+        )
+    values = parameter_values(args)
+    labels = list(build_detector(values).labels or ())
+    frames, truth = rotated_recording_frames(args.images, args.truth, kind, labels, args.truth_class)
+    custom = {
+        "source": f"images:{args.images}",
+        "truth": str(args.truth),
+        "truth_format": kind.value,
+        recording.ROTATED: "true",
+    }
+    path = recording.write_image_bag(args.out, frames, **common, labels=labels, custom_data=custom)
     return path, frames, truth
 
 

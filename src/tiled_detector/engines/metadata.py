@@ -121,8 +121,13 @@ def ultralytics_metadata(values: Mapping[str, Any], dynamic_batch: bool | None =
         end2end=_truthy(values.get("end2end")) or nms,
         half=_half(args),
         source=f"{ULTRALYTICS} {values.get('version', '')}".strip(),
-        task=str(values["task"]).strip().lower() if str(values.get("task", "")).strip() else None,
+        task=_task(values),
     )
+
+
+def _task(values: Mapping[str, Any]) -> str | None:
+    """The `task` a file states (ultralytics writes it; so does our rotated-box model), lower case, or None."""
+    return str(values["task"]).strip().lower() if str(values.get("task", "")).strip() else None
 
 
 def yolov5_metadata(values: Mapping[str, Any]) -> ModelMetadata:
@@ -146,14 +151,14 @@ def input_conventions(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def exporter_metadata(values: Mapping[str, Any], dynamic_batch: bool | None = None) -> ModelMetadata:
     """The metadata of whichever exporter wrote `values` (ultralytics, YOLOv5; or an empty one), with the input
-    conventions they state."""
+    conventions and the task they state."""
     if "imgsz" in values or "args" in values or str(values.get("author", "")).lower() == ULTRALYTICS:
         found = ultralytics_metadata(values, dynamic_batch)
     elif "shape" in values or "names" in values:
         found = yolov5_metadata(values)
     else:
         found = ModelMetadata()
-    return dataclasses.replace(found, inputs=input_conventions(values))
+    return dataclasses.replace(found, inputs=input_conventions(values), task=found.task or _task(values))
 
 
 def parse_input_shape(text: str | Any) -> tuple[int, int, int, int]:

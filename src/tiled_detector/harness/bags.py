@@ -208,12 +208,21 @@ def detections_message(
     frame_id: str,
     labels: Sequence[str],
     track_ids: np.ndarray | None = None,
+    obb: np.ndarray | None = None,
 ) -> Any:
-    """vision_msgs/Detection2DArray (rosbags type), built by the same converter the node uses."""
+    """vision_msgs/Detection2DArray (rosbags type), built by the same converter the node uses (rotated boxes `obb`:
+    center.theta the angle)."""
     from tiled_detector.messages.detections import detections_to_msg
 
     return detections_to_msg(
-        boxes, scores, class_ids, header(stamp, frame_id), labels, track_ids=track_ids, msg_types=_factories()
+        boxes,
+        scores,
+        class_ids,
+        header(stamp, frame_id),
+        labels,
+        track_ids=track_ids,
+        msg_types=_factories(),
+        obb=obb,
     )
 
 

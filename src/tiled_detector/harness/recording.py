@@ -26,13 +26,16 @@ from tiled_detector.harness.bags import (
     image_message,
     text_message,
 )
-from tiled_detector.tools.frames import Frame, motion_frames, synthetic_frames
+from tiled_detector.tools.frames import Frame, motion_frames, rotated_frames, synthetic_frames
 
 if TYPE_CHECKING:
     from tiled_detector.tools.synthetic import MotionStyle
 
 # bag metadata key: "true" when the ground truth's Detection2D.id is each object's identity across frames
 IDENTITIES = "ground_truth_ids"
+# bag metadata key: "true" when the ground truth is rotated boxes (center.theta), scored by polygon IoU; a
+# difficult object (DOTA's) has score 0: detections of it are neither right nor wrong
+ROTATED = "ground_truth_rotated"
 
 
 def frame_stamp(index: int, rate: float) -> int:
@@ -55,9 +58,10 @@ def write_image_bag(
     extra: Callable[[int, int], Iterable[tuple[str, str, Any]]] | None = None,
 ) -> Path:
     """Write `frames` as Image (or CompressedImage) messages stamped at `rate` Hz, with ground truth as
-    Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0; Detection2D.id = the object's
-    identity for frames that carry one, as `IDENTITIES` in the bag's metadata says) for frames that carry it (and
-    their masks, one COCO RLE per box as JSON, on `GROUND_TRUTH_MASKS_TOPIC` where the frame has them), and
+    Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0, 0.0 for a difficult object;
+    Detection2D.id = the object's identity for frames that carry one, as `IDENTITIES` in the bag's metadata says;
+    rotated boxes where frames carry them, as `ROTATED` says) for frames that carry it (and their masks, one COCO RLE
+    per box as JSON, on `GROUND_TRUTH_MASKS_TOPIC` where the frame has them), and
     the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one. `extra(index, stamp)` gives more
     (topic, type, message) of each frame, written just before its image (a depth image, its camera info)."""
     if not rate > 0:
@@ -72,8 +76,17 @@ def write_image_bag(
             writer.write(topic, msgtype, stamp, image_message(frame.image, stamp, frame_id, compressed))
             if frame.boxes is not None and frame.class_ids is not None:
                 scores = np.ones(len(frame.class_ids), np.float32)
+                if frame.difficult is not None:
+                    scores[frame.difficult] = 0.0
                 truth = detections_message(
-                    frame.boxes, scores, frame.class_ids, stamp, frame_id, labels, track_ids=frame.ids
+                    frame.boxes,
+                    scores,
+                    frame.class_ids,
+                    stamp,
+                    frame_id,
+                    labels,
+                    track_ids=frame.ids,
+                    obb=frame.obb,
                 )
                 writer.write(GROUND_TRUTH_TOPIC, DETECTIONS, stamp, truth)
                 if frame.masks is not None:
@@ -100,24 +113,34 @@ def make_synthetic_bag(
     frame_id: str = "camera",
     force: bool = False,
     camera: MotionStyle | None = None,
+    rotated: bool = False,
 ) -> Path:
     """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`); with
     `camera`, one moving scene (objects and the camera moving as it says) whose ground truth carries identities
-    and the true camera motion of each frame (`CAMERA_MOTION_TOPIC`)."""
-    from tiled_detector.tools.synthetic import CLASSES
+    and the true camera motion of each frame (`CAMERA_MOTION_TOPIC`). `rotated`: the rotated world
+    (`rotated_scenes`) with rotated truth; with `camera` (still: the rotated world's camera does not move) its
+    objects drive and turn."""
+    from tiled_detector.tools import rotated_scenes, synthetic
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
-    source = (
-        motion_frames(frames, seed, width, height, camera)
-        if camera is not None
-        else synthetic_frames(frames, seed, width, height)
-    )
-    extra = (
-        {}
-        if camera is None
-        else {IDENTITIES: "true", **{k: str(getattr(camera, k)) for k in ("pan", "rotate", "zoom", "shake")}}
-    )
+    if rotated:
+        source = rotated_frames(frames, seed, width, height, moving=camera is not None)
+        extra = {ROTATED: "true", **({IDENTITIES: "true"} if camera is not None else {})}
+    else:
+        source = (
+            motion_frames(frames, seed, width, height, camera)
+            if camera is not None
+            else synthetic_frames(frames, seed, width, height)
+        )
+        extra = (
+            {}
+            if camera is None
+            else {
+                IDENTITIES: "true",
+                **{k: str(getattr(camera, k)) for k in ("pan", "rotate", "zoom", "shake")},
+            }
+        )
     return write_image_bag(
         out,
         source,
@@ -126,7 +149,7 @@ def make_synthetic_bag(
         compressed=compressed,
         topic=topic,
         frame_id=frame_id,
-        labels=CLASSES,
+        labels=(rotated_scenes if rotated else synthetic).CLASSES,
         force=force,
         custom_data={"source": "synthetic", "seed": str(seed), "size": f"{width}x{height}", **extra},
     )

@@ -34,7 +34,7 @@ import numpy as np
 
 from tiled_detector.harness import bags
 from tiled_detector.harness.depth_replay import DepthPlay, depth_scores, truth_positions
-from tiled_detector.harness.recording import IDENTITIES
+from tiled_detector.harness.recording import IDENTITIES, ROTATED
 from tiled_detector.harness.report import (
     FrameRecord,
     Mode,
@@ -46,7 +46,7 @@ from tiled_detector.harness.report import (
 )
 from tiled_detector.messages.detections import msg_carried, msg_ids
 from tiled_detector.messages.images import stamp_ns
-from tiled_detector.tools.scoring import mot_metrics
+from tiled_detector.tools.scoring import box_iou, mot_metrics, rotated_iou
 
 RESEND_S = 1.0  # seconds between publishes of the first frame until the node answers it
 DIAGNOSTICS_WAIT_S = 5.0  # seconds to wait for the node's /diagnostics to count every answered frame
@@ -301,9 +301,11 @@ def replay_bag(
     depth = DepthPlay(info)
     played = _play(bags.read_messages(bag, [topic, *depth.topics]), compressed, topic, options, depth)
     labels = class_names([*truth_messages.values(), *played.answers.values()])
-    answers = to_arrays(played.answers, labels)
-    truth = {
-        stamp: (boxes, classes) for stamp, (boxes, _, classes) in to_arrays(truth_messages, labels).items()
+    rotated = info.custom_data.get(ROTATED) == "true"
+    answers = to_arrays(played.answers, labels, rotated)
+    truth = {  # rotated: with each object's difficult flag (score 0)
+        stamp: (boxes, classes, scores == 0) if rotated else (boxes, classes)
+        for stamp, (boxes, scores, classes) in to_arrays(truth_messages, labels, rotated).items()
     }
     records = [
         FrameRecord(
@@ -316,11 +318,12 @@ def replay_bag(
     ]
     tracking = None
     if info.custom_data.get(IDENTITIES) == "true" and truth_messages:
-        empty = (np.zeros((0, 4)), np.zeros(0, np.int64))
+        empty = (np.zeros((0, 5 if rotated else 4)), np.zeros(0, np.int64))
         scored = [r for r in records if r.stamp_ns in truth_messages]  # every frame sent: a drop is a miss
         tracking = mot_metrics(
             [(truth[r.stamp_ns][0], msg_ids(truth_messages[r.stamp_ns])) for r in scored],
             [empty if r.detections is None else (r.detections[0], r.ids) for r in scored],
+            overlap_of=rotated_iou if rotated else box_iou,
         )
     answered = [played.arrivals[stamp] for stamp, _ in played.sent if stamp in played.arrivals]
     elapsed = max(answered) - played.sent[0][1] if answered and played.sent else 0.0
@@ -334,7 +337,7 @@ def replay_bag(
         else None,
     }
     report = dataclasses.replace(
-        summarize(options.mode, records, truth), labels=tuple(labels), tracking=tracking, work=work
+        summarize(options.mode, records, truth, rotated), labels=tuple(labels), tracking=tracking, work=work
     )
     if (
         played.masks
@@ -402,7 +405,7 @@ def _record(
                 "answered": record.detections is not None,
                 "latency_ms": record.latency_ms,
                 "detections": [
-                    {"box": b, "score": s, "class_id": labels[c]}
+                    {"obb" if len(b) == 5 else "box": b, "score": s, "class_id": labels[c]}
                     for b, s, c in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True)
                 ],
             }

@@ -1,7 +1,10 @@
 """Replay reports: what each replayed frame got, and scores against the bag's ground truth.
 
 AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the answered frames; a dropped frame is
-counted in `dropped` / the drop rate instead. When the bag's ground truth carries identities (`make-bag --motion`),
+counted in `dropped` / the drop rate instead. A bag whose ground truth is rotated boxes (`make-bag --obb`,
+`--truth-format dota / yolo-obb`) is scored on the answers' rotated boxes (center.theta) by polygon IoU: AP50 is
+DOTA's (its devkit's rules, `scoring.dota_ap50`), difficult objects (score 0 in the truth) ignored; recall over the
+other objects, precision over the detections not of a difficult one. When the bag's ground truth carries identities (`make-bag --motion`),
 also IDF1, MOTA and identity switches (py-motmetrics) of the answers' Detection2D ids over every frame sent (a
 dropped frame is one with no answer). Pure numpy / pycocotools / motmetrics: no ROS.
 """
@@ -15,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.options import Option
-from tiled_detector.tools.scoring import Arrays, box_iou, coco_ground_truth, coco_stats
+from tiled_detector.tools.scoring import (
+    Arrays,
+    RotatedTruth,
+    box_iou,
+    coco_ground_truth,
+    coco_stats,
+    dota_ap50,
+)
 
 DEPTH_KEYS = ("depth_error_median", "depth_error_p95", "objects_3d")
 MASK_KEYS = ("mask_AP", "mask_AP50", "label_images", "label_images_missing", "label_images_wrong")
@@ -157,13 +167,29 @@ def score(predicted: Mapping[int, Arrays], truth: Mapping[int, tuple[np.ndarray,
     return Scores(ap50, hits / n_predicted if n_predicted else 0.0, hits / n_truth)
 
 
+def rotated_score(predicted: Mapping[int, Arrays], truth: Mapping[int, RotatedTruth]) -> Scores:
+    """DOTA's AP50, precision and recall (module docstring) of rotated boxes over the frames that have both an
+    answer and ground truth with an object that is not difficult."""
+    common = sorted(set(predicted) & set(truth))
+    if not any((~np.asarray(truth[s][2], bool)).any() for s in common):
+        return Scores()
+    found = dota_ap50([predicted[s] for s in common], [truth[s] for s in common])
+    judged = sum(len(predicted[s][0]) for s in common) - int(found["ignored"])
+    precision = int(found["true_positives"]) / judged if judged else 0.0
+    return Scores(float(found["mAP50"]), precision, float(found["recall"]))
+
+
 def summarize(
-    mode: Mode, records: Sequence[FrameRecord], truth: Mapping[int, tuple[np.ndarray, np.ndarray]]
+    mode: Mode,
+    records: Sequence[FrameRecord],
+    truth: Mapping[int, tuple[np.ndarray, np.ndarray]] | Mapping[int, RotatedTruth],
+    rotated: bool = False,
 ) -> ReplayReport:
-    """The report of a replay from its frame records and the ground truth (stamp -> boxes, class ids)."""
+    """The report of a replay from its frame records and the ground truth (stamp -> boxes, class ids; `rotated`:
+    rotated boxes, class ids, difficult)."""
     answered = {r.stamp_ns: r.detections for r in records if r.detections is not None}
     latencies = [r.latency_ms for r in records if r.latency_ms is not None]
-    scores = score(answered, truth)
+    scores = rotated_score(answered, truth) if rotated else score(answered, truth)  # type: ignore[arg-type]
     p50, p95 = (float(v) for v in np.percentile(latencies, [50, 95])) if latencies else (None, None)
     return ReplayReport(
         mode.value,
@@ -259,8 +285,12 @@ def class_names(messages: Iterable[Any]) -> list[str]:
     return sorted({r.hypothesis.class_id for m in messages for d in m.detections for r in d.results})
 
 
-def to_arrays(messages: Mapping[int, Any], labels: Sequence[str]) -> dict[int, Arrays]:
-    """stamp -> Detection2DArray  =>  stamp -> (boxes, scores, class ids by index in `labels`)."""
-    from tiled_detector.messages.detections import msg_to_detections
+def to_arrays(messages: Mapping[int, Any], labels: Sequence[str], rotated: bool = False) -> dict[int, Arrays]:
+    """stamp -> Detection2DArray  =>  stamp -> (boxes, scores, class ids by index in `labels`); `rotated`: the boxes
+    are the rotated ones (N, 5: centre, size, center.theta)."""
+    from tiled_detector.messages.detections import msg_obb, msg_to_detections
 
-    return {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}
+    found = {stamp: msg_to_detections(msg, labels) for stamp, msg in messages.items()}
+    if rotated:
+        return {stamp: (msg_obb(messages[stamp]), scores, ids) for stamp, (_, scores, ids) in found.items()}
+    return found

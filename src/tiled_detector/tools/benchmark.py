@@ -281,8 +281,13 @@ def stream_time(
     return (time.perf_counter() - start) * 1000.0 / max(count, 1)
 
 
-def frame_for(width: int, height: int) -> np.ndarray:
-    """The benchmark frame of a size: a synthetic scene (objects of the bundled model's classes)."""
+def frame_for(width: int, height: int, rotated: bool = False) -> np.ndarray:
+    """The benchmark frame of a size: a synthetic scene (objects of the bundled model's classes; `rotated`: of the
+    bundled rotated-box model's, `rotated_scenes`)."""
+    if rotated:
+        from tiled_detector.tools.rotated_scenes import make_rotated_scene
+
+        return make_rotated_scene(1, width, height).image
     return make_scene(1, width, height).image
 
 
@@ -315,7 +320,7 @@ def run_bench(
                     row.status = f"unsupported: {reason}"
                     progress(warmup + runs)
                 else:
-                    frame = frame_for(width, height)
+                    frame = frame_for(width, height, detector.rotated)
                     source = torch.from_numpy(frame).to(detector.engine.device) if on_device else frame
                     measure(detector, source, runs, warmup, row, progress)
                 rows.append(row)

@@ -18,6 +18,11 @@ its motion (`motion_compensation: image`), the estimate's error (`motion_error_p
 corners moved by the estimate and by the true motion) and the frames it fell back to the identity
 (`motion_fallbacks`) are added.
 
+With `obb` (`eval --obb`) the scenes are the rotated world (`rotated_scenes`: boats, cars and trucks at any angle,
+scattered and in dense rows; moving ones drive and turn) scored on the detections' rotated boxes by polygon IoU:
+AP50 is DOTA's (`scoring.dota_ap50`: its devkit's rules, the mean over classes), recall its recall, duplicates and
+the MOT metrics matched by polygon IoU (COCO's AP and AP_small, which are axis-aligned, are left out).
+
 New-object latency: for each object that appears after the first frame and that full tiling (every tile, every
 frame, same run) detects at some frame, the frames from its first ground-truth appearance to the first frame in
 which a box detected in that frame (not carried over) matches it (same class, IoU >= 0.5); p50 / p95 / max over
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,8 @@ import numpy as np
 
 from tiled_detector.pipeline.merge import MergeMethod
 from tiled_detector.stream import Stream
-from tiled_detector.tools.scoring import box_iou, coco_stats, mot_metrics
+from tiled_detector.tools.rotated_scenes import make_rotated_scene, make_rotated_sequence
+from tiled_detector.tools.scoring import box_iou, coco_stats, dota_ap50, mot_metrics, rotated_iou
 from tiled_detector.tools.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
 from tiled_detector.tracking.geometry import corner_error
 from tiled_detector.tracking.schedule import ScheduleKind
@@ -99,11 +105,29 @@ def scene_seed(seed: int, index: int) -> int:
 
 
 def duplicate_count(gt_boxes: np.ndarray, gt_classes: np.ndarray, found: Detections, iou: float = 0.5) -> int:
-    """Ground-truth objects matched (IoU >= `iou`, same class) by two or more detections."""
+    """Ground-truth objects matched (IoU >= `iou`, same class) by two or more detections (rotated truth (N, 5):
+    by polygon IoU with the detections' rotated boxes)."""
     if len(gt_boxes) == 0 or len(found) == 0:
         return 0
-    hits = (box_iou(gt_boxes, found.boxes) >= iou) & (gt_classes[:, None] == found.class_ids[None, :])
+    hits = (_overlap(gt_boxes, found) >= iou) & (gt_classes[:, None] == found.class_ids[None, :])
     return int((hits.sum(axis=1) >= 2).sum())
+
+
+def _overlap(truth: np.ndarray, found: Detections) -> np.ndarray:
+    """IoU of truth boxes with detections: axis-aligned, or by polygon with rotated truth (N, 5)."""
+    if truth.shape[-1] == 5:
+        return rotated_iou(truth, found.obb if found.obb is not None else np.zeros((0, 5)))
+    return box_iou(truth, found.boxes)
+
+
+def rotated_metrics(
+    truth: Sequence[tuple[np.ndarray, np.ndarray]], detections: Sequence[Detections]
+) -> dict[str, float]:
+    """DOTA's AP50 (mAP50 over classes) and recall of the detections' rotated boxes against rotated truth."""
+    found = dota_ap50(
+        [(d.obb if d.obb is not None else np.zeros((0, 5)), d.scores, d.class_ids) for d in detections], truth
+    )
+    return {"AP50": float(found["mAP50"]), "recall": float(found["recall"])}
 
 
 def coco_metrics(ground_truth: dict, detections: Sequence[Detections]) -> dict[str, float]:
@@ -150,7 +174,7 @@ def first_detections(
     ):
         if not len(boxes) or not new.any():
             continue
-        overlap = box_iou(boxes, detections.boxes[new]) >= iou
+        overlap = _overlap(boxes, detections[new]) >= iou
         overlap &= classes[:, None] == detections.class_ids[new][None, :]
         for object_id in ids[overlap.any(axis=1)].tolist():
             first.setdefault(object_id, index)
@@ -195,9 +219,11 @@ def evaluate(
     motion: bool = False,
     camera: MotionStyle | None = None,
     budgets: Sequence[int] = (),
+    obb: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Metrics per configuration on `frames` scenes of `make_scene` (or one moving scene: `motion`, the camera
-    moving as `camera` says; see the module docstring), or per tile budget (`budgets`, with `motion`).
+    moving as `camera` says; see the module docstring), or per tile budget (`budgets`, with `motion`); with `obb`
+    the rotated world (`make_rotated_scene`, `make_rotated_sequence`) scored on rotated boxes.
 
     `detector` is a `TiledDetector`; each configuration is `detector.with_config(...)`, and configurations
     that end up equal (e.g. "tiles+full" and "tiles+full/nms" by default) are run once.
@@ -225,15 +251,14 @@ def evaluate(
     }
     truth: list[tuple[np.ndarray, np.ndarray]] = []
     identities: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    scenes = (
-        make_sequence(seed, frames, width, height, camera or MotionStyle())
-        if motion
-        else (make_scene(scene_seed(seed, index), width, height) for index in range(frames))
-    )
+    if obb and camera is not None and camera != MotionStyle():
+        raise ValueError("the rotated world's sequences have a still camera: no camera motion with obb")
+    scenes = _scenes(seed, frames, width, height, motion, camera, obb)
     for index, scene in enumerate(scenes):
-        truth.append((scene.boxes, scene.class_ids))
+        shapes = scene.obb if obb else scene.boxes
+        truth.append((shapes, scene.class_ids))
         if motion:
-            identities.append((scene.boxes, scene.class_ids, scene.ids))
+            identities.append((shapes, scene.class_ids, scene.ids))
         for name, tally in tallies.items():
             if tally.stream is None:
                 found = variants[name].detect(scene.image)
@@ -248,20 +273,24 @@ def evaluate(
                 tally.fresh.append(result.fresh)  # type: ignore[union-attr]
                 tally.views.append(result.views)
                 tally.predicted += result.predicted
-                if result.motion is not None and result.motion.estimated:
+                if result.motion is not None and result.motion.estimated and not obb:
                     tally.motion_errors.append(
                         corner_error(result.motion.matrix, scene.camera, (height, width))
                     )
                     tally.fallbacks += result.motion.fallback
             tally.detections.append(found)
-            tally.duplicates += duplicate_count(scene.boxes, scene.class_ids, found)
+            tally.duplicates += duplicate_count(shapes, scene.class_ids, found)
         if progress is not None:
             progress(index + 1, frames)
-    ground_truth = coco_ground_truth(truth, [(width, height)] * frames)
-    n_objects = max(len(ground_truth["annotations"]), 1)
+    n_objects = max(sum(len(classes) for _, classes in truth), 1)
+    if obb:
+        quality = {name: rotated_metrics(truth, tally.detections) for name, tally in tallies.items()}
+    else:
+        ground_truth = coco_ground_truth(truth, [(width, height)] * frames)
+        quality = {name: coco_metrics(ground_truth, tally.detections) for name, tally in tallies.items()}
     computed = {
         name: {
-            **coco_metrics(ground_truth, tally.detections),
+            **quality[name],
             "duplicate_rate": tally.duplicates / n_objects,
             "ms_per_frame": tally.milliseconds / max(frames, 1),
         }
@@ -276,7 +305,11 @@ def evaluate(
             computed[name].update(
                 **mot_metrics(
                     [(b, i) for b, _, i in identities],
-                    [(d.boxes, i) for d, i in zip(tally.detections, tally.ids or [], strict=True)],
+                    [
+                        (d.obb if obb else d.boxes, i)
+                        for d, i in zip(tally.detections, tally.ids or [], strict=True)
+                    ],
+                    overlap_of=rotated_iou if obb else box_iou,
                 ),
                 views_per_frame=float(np.mean(tally.views)),
                 views_per_frame_max=int(max(tally.views)),
@@ -289,6 +322,19 @@ def evaluate(
                     motion_error_px=float(np.mean(tally.motion_errors)), motion_fallbacks=tally.fallbacks
                 )
     return {name: dict(computed[distinct[name]]) for name in configs}
+
+
+def _scenes(
+    seed: int, frames: int, width: int, height: int, motion: bool, camera: MotionStyle | None, obb: bool
+) -> Iterator[Any]:
+    """The evaluated frames: still scenes (frame i of set `seed`) or one moving scene, of the detect world or, with
+    `obb`, of the rotated one."""
+    if motion:
+        if obb:
+            return make_rotated_sequence(seed, frames, width, height)
+        return make_sequence(seed, frames, width, height, camera or MotionStyle())
+    scene = make_rotated_scene if obb else make_scene
+    return (scene(scene_seed(seed, index), width, height) for index in range(frames))
 
 
 _COUNTS = {
@@ -320,8 +366,7 @@ def _cell(metric: str, value: float) -> str:
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
     """One row per configuration, one column per metric (the MOT metrics too where computed)."""
-    extra = (*MOT_METRICS, *STREAM_METRICS)
-    metrics = [*METRICS, *(m for m in extra if all(m in v for v in results.values()))]
+    metrics = [m for m in (*METRICS, *MOT_METRICS, *STREAM_METRICS) if all(m in v for v in results.values())]
     lines = ["| config | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
     for name, values in results.items():
         lines.append(f"| {name} | " + " | ".join(_cell(m, values[m]) for m in metrics) + " |")
@@ -335,8 +380,8 @@ def bar_chart(results: dict[str, dict[str, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = ("AP", "AP50", "AP_small", "recall")
     names = list(results)
+    shown = [m for m in ("AP", "AP50", "AP_small", "recall") if all(m in results[n] for n in names)]
     x = np.arange(len(names))
     width = 0.8 / len(shown)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names)), 4.0))

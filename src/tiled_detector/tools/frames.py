@@ -21,7 +21,9 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
 @dataclass(frozen=True)
 class Frame:
     """One camera frame: (H, W, C) pixels in `encoding` (rgb8 unless a bag says otherwise), and ground truth
-    (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known."""
+    (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known; rotated
+    truth adds `obb` (N, 5: cx, cy, w, h, angle; `boxes` are their axis-aligned hulls) and `difficult` (N,) bool:
+    objects DOTA's scores ignore."""
 
     image: np.ndarray
     boxes: np.ndarray | None = None
@@ -30,6 +32,8 @@ class Frame:
     ids: np.ndarray | None = None
     camera: np.ndarray | None = None  # moving scenes: the true camera motion since the previous frame (2, 3)
     masks: tuple[dict[str, Any] | None, ...] | None = None  # the boxes' masks (COCO RLE; None: not given)
+    obb: np.ndarray | None = None
+    difficult: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):
@@ -61,6 +65,26 @@ def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
     itself breaking ties (frame01 and frame1)."""
     parts = re.split(r"(\d+)", name)
     return tuple(int(part) if k % 2 else part for k, part in enumerate(parts)), name
+
+
+def rotated_frames(frames: int, seed: int, width: int, height: int, moving: bool = False) -> Iterator[Frame]:
+    """Frames of the rotated world (`rotated_scenes`: frame i of `make_rotated_scene` uses seed + i; `moving`: one
+    `make_rotated_sequence` whose objects drive and turn, with their identities) with rotated truth and its
+    axis-aligned hulls."""
+    from tiled_detector import polygons
+    from tiled_detector.tools.rotated_scenes import make_rotated_scene, make_rotated_sequence
+
+    scenes = (
+        make_rotated_sequence(seed, frames, width, height)
+        if moving
+        else (make_rotated_scene(seed + index, width, height) for index in range(frames))
+    )
+    for scene in scenes:
+        hulls = (
+            polygons.hulls(polygons.corners(scene.obb.astype(np.float64))).astype(np.float32).reshape(-1, 4)
+        )
+        hulls = np.clip(hulls, 0.0, [width, height, width, height])
+        yield Frame(scene.image, hulls, scene.class_ids, ids=scene.ids if moving else None, obb=scene.obb)
 
 
 def image_paths(folder: str | Path) -> list[Path]:

@@ -1,16 +1,29 @@
 """Scoring detections against ground truth: box IoU, COCO metrics (pycocotools; boxes, and masks where the truth has
-them), MOT metrics and 3D position errors, for `eval` and `replay`."""
+them), MOT metrics and 3D position errors, for `eval` and `replay`; rotated boxes by polygon IoU and DOTA's AP50.
+
+DOTA's AP50 is its devkit's task-1 evaluation (CAPTAIN-WHU/DOTA_devkit, `dota_evaluation_task1.py`, as its `main`
+runs it): per class, the detections of every image in descending score; each is matched to the truth object of
+its class in its image with the highest polygon IoU; above 0.5 (strictly) it is a true positive when that object
+is not difficult and not matched yet, a false positive (a duplicate) when it is matched, and neither when it is
+difficult; below, a false positive. Recall counts the objects that are not difficult. AP is the VOC 2007 11-point
+interpolated precision (recall 0, 0.1, ..., 1); mAP50 the mean over the classes that have an object that is not
+difficult.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, scores (N,), class ids (N,)
+# truth of one image for DOTA's AP: shapes (rotated boxes (N, 5) or quadrilaterals (N, 4, 2)), class ids, and
+# optionally which objects are difficult (N,) bool
+RotatedTruth = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]
+DOTA_IOU = 0.5
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -174,20 +187,19 @@ def mot_metrics(
     truth: Sequence[tuple[np.ndarray, np.ndarray]],
     predicted: Sequence[tuple[np.ndarray, np.ndarray]],
     iou: float = 0.5,
+    overlap_of: Callable[[np.ndarray, np.ndarray], np.ndarray] = box_iou,
 ) -> dict[str, float | int]:
     """IDF1, MOTA and identity switches (py-motmetrics, CLEAR MOT and ID measures) of a sequence: per frame, in
-    order, the truth's and the prediction's (boxes x1, y1, x2, y2; ids); a prediction can match a truth box at
-    IoU >= `iou`. A prediction without an id (negative: an untracked detection carries none) is an identity of its
-    own."""
+    order, the truth's and the prediction's (boxes x1, y1, x2, y2, or rotated boxes with `overlap_of`
+    `rotated_iou`; ids); a prediction can match a truth box at IoU >= `iou`. A prediction without an id
+    (negative: an untracked detection carries none) is an identity of its own."""
     import motmetrics
 
     accumulator = motmetrics.MOTAccumulator(auto_id=True)
     unnamed = itertools.count(-1, -1)  # (fresh identities below every id given)
     for (truth_boxes, truth_ids), (boxes, given) in zip(truth, predicted, strict=True):
         ids = [int(i) if i >= 0 else next(unnamed) for i in np.asarray(given).reshape(-1).tolist()]
-        overlap = box_iou(
-            np.asarray(truth_boxes, np.float64).reshape(-1, 4), np.asarray(boxes, np.float64).reshape(-1, 4)
-        )
+        overlap = overlap_of(np.asarray(truth_boxes, np.float64), np.asarray(boxes, np.float64))
         # NaN: cannot match (motmetrics' convention)
         distances = np.where(overlap >= iou, 1.0 - overlap, np.nan)
         accumulator.update(np.asarray(truth_ids).tolist(), np.asarray(ids).tolist(), distances)
@@ -235,3 +247,115 @@ def position_errors(
     true = np.asarray(true_positions, np.float64).reshape(-1, 3)[chosen]
     keep = np.isfinite(estimate).all(axis=1)
     return np.linalg.norm(estimate[keep] - true[keep], axis=1) / np.linalg.norm(true[keep], axis=1)
+
+
+def polygons(shapes: np.ndarray) -> np.ndarray:
+    """(N, 4, 2) convex corners of rotated boxes (N, 5: cx, cy, w, h, angle, ultralytics' xywhr) or of
+    quadrilaterals given as (N, 4, 2) or (N, 8) (x1, y1, ..., x4, y4); a quadrilateral that is not convex (a few
+    DOTA labels) is replaced by its convex hull (a vertex repeated where the hull has three)."""
+    from tiled_detector.polygons import corners
+
+    shapes = np.asarray(shapes, np.float64)
+    if shapes.ndim == 2 and shapes.shape[1] == 5:
+        return corners(shapes)
+    if shapes.size == 0:
+        return np.zeros((0, 4, 2))
+    if shapes.shape[-2:] != (4, 2) and not (shapes.ndim == 2 and shapes.shape[1] == 8):
+        raise ValueError(
+            f"rotated shapes must be (N, 5) boxes or (N, 4, 2) / (N, 8) corners, got {shapes.shape}"
+        )
+    quads = shapes.reshape(-1, 4, 2).copy()
+    edges = np.roll(quads, -1, axis=1) - quads
+    turns = (
+        edges[:, :, 0] * np.roll(edges, -1, axis=1)[:, :, 1]
+        - edges[:, :, 1] * np.roll(edges, -1, axis=1)[:, :, 0]
+    )
+    for k in np.flatnonzero(~((turns >= 0).all(axis=1) | (turns <= 0).all(axis=1))):
+        import cv2
+
+        hull = cv2.convexHull(quads[k].astype(np.float32)).reshape(-1, 2)
+        quads[k] = np.concatenate([hull, hull[-1:].repeat(4 - len(hull), axis=0)])
+    return quads
+
+
+def rotated_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Polygon IoU matrix (len(a), len(b)) of rotated boxes or quadrilaterals (`polygons`), in float64: the
+    pipeline's exact convex-polygon intersection (`pipeline.rotated.pairwise_overlap`, in bounded chunks)."""
+    import torch
+
+    from tiled_detector.pipeline.rotated import pairwise_overlap
+
+    first, second = polygons(a), polygons(b)
+    if not len(first) or not len(second):
+        return np.zeros((len(first), len(second)))
+    overlap = pairwise_overlap(torch.from_numpy(first), torch.from_numpy(second), metric="iou")
+    return overlap.double().numpy()
+
+
+def voc07_ap(recall: np.ndarray, precision: np.ndarray) -> float:
+    """The VOC 2007 11-point AP: the mean over recall levels 0, 0.1, ..., 1 of the best precision at that recall
+    or more (0 where none reaches it)."""
+    levels = np.arange(0.0, 1.1, 0.1)  # as the devkit spells it (0.6 is 0.6000000000000001 there too)
+    return float(np.mean([precision[recall >= t].max() if (recall >= t).any() else 0.0 for t in levels]))
+
+
+def _difficult(truth: RotatedTruth) -> np.ndarray:
+    return np.asarray(truth[2], bool) if len(truth) == 3 else np.zeros(len(truth[1]), bool)
+
+
+def dota_ap50(
+    predictions: Sequence[Arrays], truth: Sequence[RotatedTruth], iou: float = DOTA_IOU
+) -> dict[str, float | dict[str, float] | int]:
+    """DOTA's AP50 (module docstring) of `predictions` (per image: rotated boxes (N, 5), scores, class ids)
+    against `truth` (per image, in the same order: `RotatedTruth`). Returns mAP50, recall (over every class:
+    true positives / objects that are not difficult), true_positives, false_positives, ignored (detections of a
+    difficult object), objects and per_class {class id: AP50}; mAP50 and recall are 0 without an object that is
+    not difficult (detections of a class without one are not counted)."""
+    if len(predictions) != len(truth):
+        raise ValueError(f"need one prediction per truth image, got {len(predictions)} and {len(truth)}")
+    overlaps = [rotated_iou(p[0], t[0]) for p, t in zip(predictions, truth, strict=True)]
+    classes = sorted(
+        {
+            int(c)
+            for t in truth
+            for c, d in zip(np.asarray(t[1]).tolist(), _difficult(t), strict=True)
+            if not d
+        }
+    )
+    per_class: dict[str, float] = {}
+    totals = {"true_positives": 0, "false_positives": 0, "ignored": 0, "objects": 0}
+    for cls in classes:
+        rows = []  # (score, image, detection) of this class
+        for image, (_, scores, labels) in enumerate(predictions):
+            rows += [(float(scores[k]), image, k) for k in np.flatnonzero(np.asarray(labels) == cls)]
+        rows.sort(key=lambda row: -row[0])
+        matched = [np.zeros(len(t[1]), bool) for t in truth]
+        npos = sum(int((~_difficult(t) & (np.asarray(t[1]) == cls)).sum()) for t in truth)
+        tp, fp = np.zeros(len(rows)), np.zeros(len(rows))
+        for n, (_, image, k) in enumerate(rows):
+            mine = np.asarray(truth[image][1]) == cls
+            row = np.where(mine, overlaps[image][k], -np.inf) if mine.any() else np.zeros(0)
+            best = int(np.argmax(row)) if len(row) else -1
+            if best >= 0 and row[best] > iou:
+                if _difficult(truth[image])[best]:
+                    totals["ignored"] += 1
+                    continue
+                if matched[image][best]:
+                    fp[n] = 1.0
+                else:
+                    tp[n], matched[image][best] = 1.0, True
+            else:
+                fp[n] = 1.0
+        tp_sum, fp_sum = np.cumsum(tp), np.cumsum(fp)
+        recall = tp_sum / npos
+        precision = tp_sum / np.maximum(tp_sum + fp_sum, np.finfo(np.float64).eps)
+        per_class[str(cls)] = voc07_ap(recall, precision)
+        totals["true_positives"] += int(tp.sum())
+        totals["false_positives"] += int(fp.sum())
+        totals["objects"] += npos
+    return {
+        "mAP50": float(np.mean(list(per_class.values()))) if per_class else 0.0,
+        "recall": totals["true_positives"] / totals["objects"] if totals["objects"] else 0.0,
+        **totals,
+        "per_class": per_class,
+    }

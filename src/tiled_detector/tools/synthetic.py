@@ -82,7 +82,8 @@ def tile_seams(width: int, height: int, tile: int, overlap: float) -> tuple[np.n
     return xs[(xs > 0) & (xs < width)].astype(np.float32), ys[(ys > 0) & (ys < height)].astype(np.float32)
 
 
-def _rgb(hue: float, sat: float, val: float) -> tuple[float, float, float]:
+def rgb(hue: float, sat: float, val: float) -> tuple[float, float, float]:
+    """An RGB colour (0-255) of a hue in degrees and a saturation and value in [0, 1]."""
     r, g, b = colorsys.hsv_to_rgb((hue % 360.0) / 360.0, sat, val)
     return (r * 255.0, g * 255.0, b * 255.0)
 
@@ -123,7 +124,7 @@ def _draw_shape(mask: np.ndarray, shape: str, cx: float, cy: float, size: float,
             )
 
 
-def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+def background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     """Low-saturation gradients, mid-frequency texture, lines and blobs."""
     coarse = rng.uniform(40, 200, (rng.integers(2, 6), rng.integers(3, 8), 3)).astype(np.float32)
     grey = coarse.mean(axis=2, keepdims=True)
@@ -137,12 +138,12 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     image = cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
     mpix = height * width / 1e6
     for _ in range(rng.poisson(30 * mpix)):  # blobs
-        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.35), rng.uniform(0.2, 0.9))
+        colour = rgb(rng.uniform(0, 360), rng.uniform(0, 0.35), rng.uniform(0.2, 0.9))
         centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         axes = (int(rng.integers(6, 90)), int(rng.integers(6, 90)))
         cv2.ellipse(image, centre, axes, float(rng.uniform(0, 180)), 0, 360, colour, -1, cv2.LINE_AA)
     for _ in range(rng.poisson(40 * mpix)):  # lines
-        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.4), rng.uniform(0.1, 1.0))
+        colour = rgb(rng.uniform(0, 360), rng.uniform(0, 0.4), rng.uniform(0.1, 1.0))
         p1 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         length, theta = rng.uniform(20, 400), rng.uniform(0, 2 * math.pi)
         p2 = (int(p1[0] + length * math.cos(theta)), int(p1[1] + length * math.sin(theta)))
@@ -150,7 +151,7 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     return image
 
 
-def _finish(
+def finish(
     rng: np.random.Generator, image: np.ndarray, noise: np.random.Generator | None = None
 ) -> np.ndarray:
     """Global lighting field, blur and sensor noise (drawn from `noise` where given: a sequence's frames share their
@@ -210,7 +211,7 @@ def _appearance(
         shape = _SHAPES[rng.integers(len(CLASSES), len(_SHAPES))]
         hue = (_CLASS_HUES + _DISTRACTOR_HUES)[rng.integers(0, 8)] + rng.uniform(-8, 8)
     sat = rng.uniform(0.25, 0.6) if rng.random() < 0.15 and k >= n_obj else rng.uniform(0.6, 1.0)
-    return size, angle, shape, np.array(_rgb(hue, sat, rng.uniform(0.55, 1.0)), np.float32)
+    return size, angle, shape, np.array(rgb(hue, sat, rng.uniform(0.55, 1.0)), np.float32)
 
 
 def _paint(
@@ -245,7 +246,7 @@ def _paint(
 
 
 def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle, seams: bool) -> Scene:
-    image = _background(rng, height, width)
+    image = background(rng, height, width)
     owner = np.full((height, width), -1, np.int16)  # index of the object that owns each pixel, -1 = none
     mpix = width * height / 1e6
     n_obj = int(rng.poisson(style.objects_per_mpix * mpix))
@@ -266,7 +267,7 @@ def _render(rng: np.random.Generator, width: int, height: int, style: SceneStyle
     occluded = _occlude(rng, image, owner, regions, boxes, labels, style)
     if occluded:
         boxes, labels = _visible_boxes(owner, regions, full_area, class_ids, style)
-    return Scene(_finish(rng, image), boxes, labels)
+    return Scene(finish(rng, image), boxes, labels)
 
 
 def _occlude(
@@ -287,7 +288,7 @@ def _occlude(
         cx = [x1, x2, (x1 + x2) / 2, (x1 + x2) / 2][side] + rng.uniform(-0.1, 0.1) * w
         cy = [(y1 + y2) / 2, (y1 + y2) / 2, y1, y2][side] + rng.uniform(-0.1, 0.1) * h
         axes = (max(2, int(w * rng.uniform(0.3, 0.6))), max(2, int(h * rng.uniform(0.3, 0.6))))
-        colour = _rgb(rng.uniform(0, 360), rng.uniform(0, 0.3), rng.uniform(0.2, 0.9))
+        colour = rgb(rng.uniform(0, 360), rng.uniform(0, 0.3), rng.uniform(0.2, 0.9))
         x_lo, y_lo = max(0, int(cx) - axes[0] - 1), max(0, int(cy) - axes[1] - 1)
         x_hi, y_hi = min(owner.shape[1], int(cx) + axes[0] + 2), min(owner.shape[0], int(cy) + axes[1] + 2)
         if x_hi <= x_lo or y_hi <= y_lo:
@@ -448,7 +449,7 @@ def make_sequence(
     hi = np.maximum(np.ceil(seen.max(axis=0)), (width + math.ceil(abs(motion.pan) * frames), height)).astype(
         int
     )
-    background = _background(rng, int(hi[1] - lo[1]), int(hi[0] - lo[0]))
+    scenery = background(rng, int(hi[1] - lo[1]), int(hi[0] - lo[0]))
     mpix = width * height / 1e6
     n_obj = int(rng.poisson(style.objects_per_mpix * mpix)) + 2 * motion.crossing_pairs
     n_dis = int(rng.poisson(style.distractors_per_mpix * mpix))
@@ -488,11 +489,11 @@ def make_sequence(
     for t, view in enumerate(views):
         if motion.pan_only:  # a crop of the world
             x0 = int(-view[0, 2]) - lo[0]
-            image = background[:, x0 : x0 + width].copy()
+            image = scenery[:, x0 : x0 + width].copy()
         else:
             from_background = view @ np.array([[1.0, 0.0, lo[0]], [0.0, 1.0, lo[1]], [0.0, 0.0, 1.0]])
             image = cv2.warpAffine(
-                background,
+                scenery,
                 from_background[:2],
                 (width, height),
                 flags=cv2.INTER_LINEAR,
@@ -514,12 +515,12 @@ def make_sequence(
             centre = tuple(int(c) for c in move_points(view[:2], np.array([[ox, oy]]))[0])
             axes = (int(ax * scale), int(ay * scale))
             colour = tuple(
-                int(c) for c in background[int(oy - lo[1]), min(int(ox - lo[0]), background.shape[1] - 1)]
+                int(c) for c in scenery[int(oy - lo[1]), min(int(ox - lo[0]), scenery.shape[1] - 1)]
             )
             cv2.ellipse(image, centre, axes, math.degrees(turn), 0, 360, colour, -1, cv2.LINE_8)
             cv2.ellipse(owner, centre, axes, math.degrees(turn), 0, 360, -1, -1, cv2.LINE_8)
         boxes, labels, ids = _visible_boxes(owner, regions, full_area, class_ids, style, with_ids=True)
-        image = _finish(np.random.default_rng(finish_seed), image, np.random.default_rng([*finish_seed, t]))
+        image = finish(np.random.default_rng(finish_seed), image, np.random.default_rng([*finish_seed, t]))
         yield TrackedScene(image, boxes, labels, ids + 1, steps[t])
 
 

@@ -21,6 +21,8 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -93,13 +95,17 @@ class TinyDetector(nn.Module):
         nn.init.constant_(self.cls_out.bias, -4.6)  # prior probability 0.01
         nn.init.constant_(self.box_out.bias, 0.5)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images (B, 3, H, W) in [0, 1] -> class logits (B, C, H/8, W/8), box distances ltrb in strides."""
+    def neck(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] -> the stride-8 features (B, width, H/8, W/8) the heads read."""
         c8 = self.s8(self.stem(x))
         c16 = self.s16(c8)
         c32 = self.s32(c16)
         p16 = self.fuse16(self.lat16(c16) + F.interpolate(self.lat32(c32), scale_factor=2.0, mode="nearest"))
-        p8 = self.fuse8(self.lat8(c8) + F.interpolate(p16, scale_factor=2.0, mode="nearest"))
+        return self.fuse8(self.lat8(c8) + F.interpolate(p16, scale_factor=2.0, mode="nearest"))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, 3, H, W) in [0, 1] -> class logits (B, C, H/8, W/8), box distances ltrb in strides."""
+        p8 = self.neck(x)
         cls = self.cls_out(self.cls_branch(p8))
         ltrb = F.softplus(self.box_out(self.box_branch(p8)))
         return cls, ltrb
@@ -151,10 +157,28 @@ def sample(seed: int, index: int, crop: int, full_frame_prob: float) -> Scene:
     return Scene(image, boxes[keep], big.class_ids[keep])
 
 
-class CropDataset(torch.utils.data.Dataset):
-    """Item i is sample(seed, offset + i) as (image CHW uint8, boxes (N, 5) class + xyxy)."""
+def labelled(seed: int, index: int, crop: int, full_frame_prob: float) -> tuple[np.ndarray, np.ndarray]:
+    """Training sample `index` as (image HWC uint8, targets (N, 5): class, x1, y1, x2, y2)."""
+    scene = sample(seed, index, crop, full_frame_prob)
+    return scene.image, np.concatenate([scene.class_ids[:, None].astype(np.float32), scene.boxes], axis=1)
 
-    def __init__(self, seed: int, length: int, crop: int, full_frame_prob: float, offset: int = 0) -> None:
+
+Sampler = Callable[[int, int, int, float], tuple[np.ndarray, np.ndarray]]
+
+
+class CropDataset(torch.utils.data.Dataset):
+    """Item i is `sampler(seed, offset + i, crop, full_frame_prob)` as (image CHW uint8, targets (N, 1 + K):
+    class, then the K numbers of its box; `labelled`'s x1, y1, x2, y2 by default)."""
+
+    def __init__(
+        self,
+        seed: int,
+        length: int,
+        crop: int,
+        full_frame_prob: float,
+        offset: int = 0,
+        sampler: Sampler = labelled,
+    ) -> None:
         self.seed, self.length, self.crop, self.full_frame_prob, self.offset = (
             seed,
             length,
@@ -162,21 +186,21 @@ class CropDataset(torch.utils.data.Dataset):
             full_frame_prob,
             offset,
         )
+        self.sampler = sampler
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        scene = sample(self.seed, self.offset + i, self.crop, self.full_frame_prob)
-        target = np.concatenate([scene.class_ids[:, None].astype(np.float32), scene.boxes], axis=1)
-        return torch.from_numpy(scene.image).permute(2, 0, 1).contiguous(), torch.from_numpy(target)
+        image, target = self.sampler(self.seed, self.offset + i, self.crop, self.full_frame_prob)
+        return torch.from_numpy(image).permute(2, 0, 1).contiguous(), torch.from_numpy(target)
 
 
 def collate(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack images; targets become (M, 6): batch index, class, x1, y1, x2, y2."""
+    """Stack images; targets become (M, 2 + K): batch index, class, the K numbers of the box."""
     images = torch.stack([im for im, _ in items])
     targets = [torch.cat([torch.full((len(t), 1), float(i)), t], dim=1) for i, (_, t) in enumerate(items)]
-    return images, torch.cat(targets) if targets else torch.zeros(0, 6)
+    return images, torch.cat(targets)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -391,8 +415,24 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def train(args: argparse.Namespace) -> dict:
-    """Train, validate and export; returns a summary for the model card."""
+@dataclass(frozen=True)
+class Recipe:
+    """What a training run makes: the network (`model()`), its samples (`sampler`, for `CropDataset`), its loss
+    (`loss(outputs, targets)`: the network's outputs as floats, `collate`'s targets), its validation
+    (`validate(model, data, device)`: a number for the summary) and its export (`export(model, out)`)."""
+
+    model: Callable[[], nn.Module]
+    sampler: Sampler
+    loss: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    validate: Callable[[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], torch.device], float]
+    export: Callable[[nn.Module, Path], tuple[Path, Path]]
+    description: str = "the bundled default detector"
+
+
+def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
+    """Train, validate and export (`recipe`: the bundled default detector's by default); returns a summary for the
+    model card."""
+    recipe = recipe or DETECTOR
     seed_everything(args.seed)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -400,8 +440,10 @@ def train(args: argparse.Namespace) -> dict:
         torch.backends.cudnn.deterministic = True
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = TinyDetector(len(CLASSES)).to(device).to(memory_format=torch.channels_last)
-    dataset = CropDataset(args.seed, args.steps * args.batch, args.crop, args.full_frame_prob)
+    model = recipe.model().to(device).to(memory_format=torch.channels_last)
+    dataset = CropDataset(
+        args.seed, args.steps * args.batch, args.crop, args.full_frame_prob, sampler=recipe.sampler
+    )
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=args.batch,
@@ -412,7 +454,7 @@ def train(args: argparse.Namespace) -> dict:
         persistent_workers=args.workers > 0,
         prefetch_factor=8 if args.workers > 0 else None,
     )
-    val_set = CropDataset(args.seed + 1, args.val_crops, 640, 0.0, offset=10**9)
+    val_set = CropDataset(args.seed + 1, args.val_crops, 640, 0.0, offset=10**9, sampler=recipe.sampler)
     val_data = [val_set[i] for i in range(len(val_set))]
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     warmup = min(300, args.steps // 10)
@@ -430,8 +472,8 @@ def train(args: argparse.Namespace) -> dict:
         images = images.contiguous(memory_format=torch.channels_last)
         targets = host_targets.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-            cls, ltrb = model(images)
-        loss, parts = detection_loss(cls.float(), ltrb.float(), targets)
+            outputs = model(images)
+        loss, parts = recipe.loss(*(output.float() for output in outputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -446,10 +488,10 @@ def train(args: argparse.Namespace) -> dict:
                 flush=True,
             )
     train_seconds = time.perf_counter() - start
-    ap50 = validate(model, val_data, device)
-    print(f"validation AP50 (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
     torch.save(model.state_dict(), out / "checkpoint.pt")
-    onnx_path, ts_path = export(model, out)
+    ap50 = recipe.validate(model, val_data, device)
+    print(f"validation AP50 (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
+    onnx_path, ts_path = recipe.export(model, out)
     summary = {
         "seed": args.seed,
         "steps": args.steps,
@@ -473,11 +515,16 @@ def train(args: argparse.Namespace) -> dict:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
+DETECTOR = Recipe(lambda: TinyDetector(len(CLASSES)), labelled, detection_loss, validate, export)
+
+
+def main(argv: list[str] | None = None, recipe: Recipe | None = None, doc: str | None = None) -> int:
+    """The training command of `recipe` (the bundled default detector's by default; `doc`: its help text)."""
+    recipe = recipe or DETECTOR
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", required=True, help="output folder for default.onnx, default.ts, labels.txt")
+    parser.add_argument("--out", required=True, help=f"output folder for the files of {recipe.description}")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--seed", type=int, default=0, help="training seed (held-out eval uses another seed)")
     parser.add_argument(
@@ -506,12 +553,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"model": str(args.benchmark), **benchmark_onnx(args.benchmark)}))
         return 0
     if args.export_only:
-        model = TinyDetector(len(CLASSES))
+        model = recipe.model()
         model.load_state_dict(torch.load(args.export_only, map_location="cpu"))
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        export(model, Path(args.out))
+        recipe.export(model, Path(args.out))
         return 0
-    train(args)
+    train(args, recipe)
     return 0
 
 

@@ -62,6 +62,13 @@ class TruthFormat(Option):
 
     MOT = "mot"
     COCO = "coco"
+    DOTA = "dota"  # a folder of DOTA labelTxt files (`rotated_truth`)
+    YOLO_OBB = "yolo-obb"  # a folder of ultralytics OBB label files (`rotated_truth`)
+
+    @property
+    def rotated(self) -> bool:
+        """Whether the truth is rotated boxes in a folder of label files, one per image."""
+        return self in (TruthFormat.DOTA, TruthFormat.YOLO_OBB)
 
     @classmethod
     def of(cls, path: str | Path, given: str | None = None) -> TruthFormat:
@@ -71,6 +78,11 @@ class TruthFormat(Option):
                 return cls.from_value(given)
             except ValueError as error:
                 raise TruthError(f"--truth-format: {error}") from None
+        if Path(path).is_dir():
+            raise TruthError(
+                f"--truth {path} is a folder: give --truth-format dota (DOTA labelTxt) or yolo-obb (ultralytics OBB "
+                "labels)"
+            )
         suffix = Path(path).suffix.lower()
         if suffix in SUFFIXES:
             return SUFFIXES[suffix]
