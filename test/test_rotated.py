@@ -184,8 +184,12 @@ def test_unrotated_boxes_overlap_as_axis_aligned_ones(metric: MatchMetric) -> No
     )
 
 
-def test_pairwise_overlap_in_chunks_equals_one_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows in chunks (a small `PAIR_BUDGET`) give the same matrix as one broadcast, element by element."""
+@pytest.mark.parametrize("every_pair", [True, False], ids=["every pair", "meeting hulls"])
+def test_pairwise_overlap_in_chunks_equals_one_matrix(
+    monkeypatch: pytest.MonkeyPatch, every_pair: bool
+) -> None:
+    """Rows in chunks (a small `PAIR_BUDGET`) give the same matrix as one broadcast, element by element, whether
+    every pair is measured (a GPU's fixed shapes) or only those whose hulls meet (the CPU's)."""
     rng = np.random.default_rng(2)
     obb = torch.tensor(
         np.concatenate(
@@ -196,8 +200,29 @@ def test_pairwise_overlap_in_chunks_equals_one_matrix(monkeypatch: pytest.Monkey
     c = corners(obb)
     whole = overlap(c[:, None], c[None], "ios")
     monkeypatch.setitem(rotated.PAIR_BUDGET, "cpu", 16 * 37 * 5)
+    monkeypatch.setattr(rotated, "EVERY_PAIR", {"cpu", "cuda"} if every_pair else {"cuda"})
     torch.testing.assert_close(pairwise_overlap(c, c, "ios"), whole, atol=0, rtol=0)
     assert (whole.diagonal() > 1 - 1e-5).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(rectangles, min_size=0, max_size=12), st.lists(rectangles, min_size=0, max_size=12))
+def test_only_pairs_whose_hulls_meet_are_measured_on_the_cpu(a: list, b: list) -> None:
+    """The CPU's matrices (only the pairs whose hulls meet measured, the rest 0) equal every pair measured, bit for
+    bit; rectangles side by side (hulls touching, sharing an edge) included."""
+    a_obb = torch.tensor(np.array(a, np.float32).reshape(-1, 5))
+    b_obb = torch.tensor(np.array(b + [r + np.array([r[2], 0, 0, 0, 0]) for r in a if r[4] == 0], np.float32))
+    ca, cb = corners(a_obb), corners(b_obb.reshape(-1, 5))
+    for metric in ("iou", "ios"):
+        torch.testing.assert_close(
+            pairwise_overlap(ca, cb, metric), overlap(ca[:, None], cb[None], metric), atol=0, rtol=0
+        )
+    torch.testing.assert_close(
+        rotated.pairwise_intersection(ca, cb),
+        rotated.intersection_area(ca[:, None], cb[None]),
+        atol=0,
+        rtol=0,
+    )
 
 
 def test_geometry_reads_nothing_on_the_host() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tiled_detector.pipeline import rotated
+
 aten = torch.ops.aten
 # ops that read device data on the host: data-dependent shapes, scalars, comparisons returning Python values
 SYNCING = {
@@ -19,11 +21,22 @@ SYNCING = {
 
 
 class SyncCounter(TorchDispatchMode):
-    """Records every syncing aten op, including indexing with boolean masks."""
+    """Records every syncing aten op, including indexing with boolean masks, of the code as a GPU runs it (rotated
+    pairs measured as `rotated.EVERY_PAIR` devices measure them, whatever the device)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.found: list[str] = []
+        self._devices = set(rotated.EVERY_PAIR)
+
+    def __enter__(self):
+        rotated.EVERY_PAIR.add("cpu")
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        rotated.EVERY_PAIR.clear()
+        rotated.EVERY_PAIR.update(self._devices)
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -42,6 +42,7 @@ from tiled_detector.polygons import (
 )
 
 __all__ = [
+    "EVERY_PAIR",
     "PAIR_BUDGET",
     "corners",
     "covering",
@@ -62,6 +63,10 @@ __all__ = [
 # (pair, edge, edge) elements of one step of `pairwise_overlap` (a few float32 temporaries of this many live at
 # once): rows are taken in chunks so that memory follows this bound, not N x M
 PAIR_BUDGET = {"cpu": 1 << 22, "cuda": 1 << 24}
+# devices where every pair is measured, with fixed shapes (a captured graph replays them); elsewhere only the pairs
+# whose hulls meet (data-dependent shapes, a few thousandths of the pairs of a 4K frame's candidates: 15 s -> 0.07 s
+# for 3,300 boxes on one CPU core)
+EVERY_PAIR = {"cuda"}
 
 
 def obb_hulls(obb: Tensor) -> Tensor:
@@ -70,13 +75,32 @@ def obb_hulls(obb: Tensor) -> Tensor:
 
 
 def _pairwise(function: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> Tensor:
-    """(N, M) `function` of every polygon of a (N, K, 2) with every polygon of b (M, K, 2), in row chunks of at
-    most `PAIR_BUDGET` elements (fixed shapes: a captured graph replays the same chunks)."""
+    """(N, M) `function` of every polygon of a (N, K, 2) with every polygon of b (M, K, 2) (0 for polygons whose
+    hulls do not meet). On `EVERY_PAIR` devices every pair is measured, in row chunks of at most `PAIR_BUDGET`
+    elements (fixed shapes: a captured graph replays the same chunks); elsewhere only the pairs whose hulls meet."""
     budget = PAIR_BUDGET.get(a.device.type, PAIR_BUDGET["cuda"])
     rows = max(1, budget // max(1, len(b) * a.shape[-2] * b.shape[-2]))
+    if a.device.type not in EVERY_PAIR:
+        i, j = _meeting(hulls(a), hulls(b), budget)
+        found = function(a[i], b[j])
+        return found.new_zeros((len(a), len(b))).index_put_((i, j), found)
     if len(a) <= rows:
         return function(a[:, None], b[None])
     return torch.cat([function(part[:, None], b[None]) for part in a.split(rows)])
+
+
+def _meeting(a: Tensor, b: Tensor, budget: int) -> tuple[Tensor, Tensor]:
+    """The (i, j) index pairs of the boxes a (N, 4) and b (M, 4) x1, y1, x2, y2 that meet (edges touching
+    included), in row chunks of at most `budget` pairs."""
+    rows = max(1, budget // max(1, len(b)))
+    found = []
+    for start in range(0, len(a), rows):
+        part = a[start : start + rows]
+        meet = (part[:, None, 0] <= b[None, :, 2]) & (part[:, None, 1] <= b[None, :, 3])
+        meet &= (b[None, :, 0] <= part[:, None, 2]) & (b[None, :, 1] <= part[:, None, 3])
+        found.append(meet.nonzero() + torch.tensor([start, 0], device=a.device))
+    pairs = torch.cat(found) if found else a.new_zeros((0, 2), dtype=torch.long)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def pairwise_overlap(a: Tensor, b: Tensor, metric: str = "iou") -> Tensor:
