@@ -69,7 +69,8 @@
 #   obb_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n OBB trained there by ultralytics' trainer on our
 #            synthetic rotated crops, exported (ONNX, YOLO26 end-to-end ONNX, TorchScript), ultralytics' own
 #            predictions on the real aerial images in .models/aerial/ against our full-frame view
-#            (benchmarks/obb_reference.py: boxes 1 px, angles 0.01 rad, scores 0.01); needs ultralytics
+#            (benchmarks/obb_reference.py: boxes 1 px, angles 0.01 rad, scores 0.01); needs ultralytics;
+#            OBBREF_TRAIN (1000 crops) and OBBREF_EPOCHS (20) size the training
 #   obb_bench  the rotated-box model at 4K on the GPU (torch fp32 / fp16): eval --obb (tiles + full view against the
 #            full view alone), bench against the same-sized detect network (the bundled default.ts): one whole
 #            captured graph per frame; reads $OUT/obb_model (obb_train) or the bundled obb.ts
@@ -453,9 +454,10 @@ fi
 
 if [[ " $what " == *" obb_reference "* ]]; then
   ref=/tmp/obbref
-  python3 benchmarks/obb_reference.py dataset --out "$ref/data" --train 1000 --val 100 >"$out/obb_dataset.log" 2>&1
+  python3 benchmarks/obb_reference.py dataset --out "$ref/data" --train "${OBBREF_TRAIN:-1000}" --val 100 \
+    >"$out/obb_dataset.log" 2>&1
   python3 benchmarks/obb_reference.py train --data "$ref/data" --images .models/aerial --out "$ref" --device 0 \
-    --epochs 20 --batch 32 --workers 8 >"$out/obb_reference_train.log" 2>&1
+    --epochs "${OBBREF_EPOCHS:-20}" --batch 32 --workers 8 >"$out/obb_reference_train.log" 2>&1
   grep -E "ultralytics found|wrote|Error" "$out/obb_reference_train.log" | tail -12
   python3 benchmarks/obb_reference.py check --out "$ref" --images .models/aerial --device cuda \
     2>&1 | tee "$out/obb_reference_check.txt" | grep -vE "^(PASS) "
