@@ -569,9 +569,8 @@ class TiledDetector:
             )  # consecutive rows (`_per_frame_best`)
             first = starts[mine[0]] if len(mine) else 0
             bits = masks.bits[first : first + int(areas[mine].sum())]
-            shape = mask_stage.label_size(
-                frame_plan.frame_hw, scale
-            )  # (its label image: composed where used)
+            # (the label image's size: the image itself is composed where it is used, `InstanceMasks.labels`)
+            shape = mask_stage.label_size(frame_plan.frame_hw, scale)
             found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw))
         return found
 

@@ -55,7 +55,7 @@ class InstanceMasks:
             if areas[k]:
                 x0, y0, x1, y1 = self.boxes[k]
                 crop = self.bits[starts[k] : starts[k] + areas[k]].reshape(y1 - y0, x1 - x0)
-                np.copyto(labels[y0:y1, x0:x1], np.uint16(k + 1), where=crop)
+                labels[y0:y1, x0:x1][crop] = k + 1
         return labels
 
     @property
