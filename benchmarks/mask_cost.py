@@ -12,7 +12,11 @@ TorchScript runs through the torch backend, `conf_threshold` 0 and `max_detectio
 that many detections (boxes of 16 to 64 px; each view's `top_k` about twice that over the frame's views), all with
 masks. With `--model` and `--photo`, the real file on a real
 frame at the given threshold. Prints the milliseconds per frame each way, the ratio, the objects and mask pixels per
-frame, and (CUDA) captures, split and peak memory; `--json` writes them.
+frame, and (CUDA) captures, split and peak memory; `--json` writes them (with each stage's median milliseconds).
+
+A frame with masks is timed up to its label image (`InstanceMasks.labels`, composed on the host from the masks'
+boxes and bits on first use): what the node pays per frame while its `masks` topic has a subscriber
+(`ms_labels`: that composition alone). `--no-labels`: the detector's call alone (detect --json, no label image).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def _model(args: argparse.Namespace, folder: Path, frame: np.ndarray) -> dict:
     from networks import YoloV8nSegLike, save_torchscript
     from tiled_detector.pipeline.tiling import make_plan
 
+    torch.manual_seed(0)  # the same random network (and masks) run after run
     path = save_torchscript(YoloV8nSegLike(), folder / "yolov8n-seg-like.ts", (640, 640))
     views = make_plan(frame.shape[:2], (640, 640), 0.2, (640, 640), True).batch_size
     top_k = max(1, -(-2 * args.objects // views))
@@ -61,12 +66,18 @@ def _model(args: argparse.Namespace, folder: Path, frame: np.ndarray) -> dict:
     }
 
 
-def _timed(detector: TiledDetector, frame: np.ndarray) -> tuple[float, object]:
+def _timed(detector: TiledDetector, frame: np.ndarray, labels: bool) -> tuple[float, float, object]:
+    """The frame's milliseconds (with `labels`: up to its label image), those of the label image alone, and its
+    detections."""
     if detector.engine.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
     found = detector.detect(frame)  # ends with the one download: the device has finished
-    return (time.perf_counter() - start) * 1e3, found
+    detected = time.perf_counter()
+    if labels and found.masks is not None:
+        found.masks.labels  # noqa: B018 (composed on first use: the node's `masks` topic)
+    end = time.perf_counter()
+    return (end - start) * 1e3, (end - detected) * 1e3, found
 
 
 def main() -> None:
@@ -83,25 +94,34 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--no-labels", action="store_true", help="time the detector's call alone, not the label image"
+    )
     args = parser.parse_args()
     frame = _frame(args)
     with tempfile.TemporaryDirectory() as folder:
         settings = _model(args, Path(folder), frame)
         masked = TiledDetector(device=args.device, precision=args.precision, masks=True, **settings)
         plain = TiledDetector.from_config(masked.config.replace(masks=False), engine=masked.engine)
+        labels = not args.no_labels
         for _ in range(args.warmup):  # captures, grown limits, cached plans
-            _timed(masked, frame)
-            _timed(plain, frame)
+            _timed(masked, frame, labels)
+            _timed(plain, frame, labels)
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
-        times: dict[str, list[float]] = {"masks": [], "no masks": []}
+        times: dict[str, list[float]] = {"masks": [], "no masks": [], "labels": []}
+        stages: dict[str, dict[str, list[float]]] = {"masks": {}, "no masks": {}}
         peak = {}
         for _ in range(args.runs):
             for name, detector in (("no masks", plain), ("masks", masked)):
                 if args.device.startswith("cuda"):
                     torch.cuda.reset_peak_memory_stats()
-                elapsed, found = _timed(detector, frame)
+                elapsed, composing, found = _timed(detector, frame, labels)
                 times[name].append(elapsed)
+                if name == "masks":
+                    times["labels"].append(composing)
+                for stage, ms in found.timings.items():
+                    stages[name].setdefault(stage, []).append(ms)
                 if args.device.startswith("cuda"):
                     peak[name] = torch.cuda.max_memory_allocated() / 2**20
         result = {
@@ -113,6 +133,12 @@ def main() -> None:
             "views": masked.plan_for(*frame.shape[:2]).batch_size,
             "ms_no_masks": statistics.median(times["no masks"]),
             "ms_masks": statistics.median(times["masks"]),
+            "labels_timed": labels,
+            "ms_labels": statistics.median(times["labels"]),
+            "stages_ms": {
+                name: {stage: statistics.median(v) for stage, v in per.items()}
+                for name, per in stages.items()
+            },
         }
         result["ratio"] = result["ms_masks"] / result["ms_no_masks"]
         runner = masked._runner
@@ -124,7 +150,9 @@ def main() -> None:
         print(
             f"{result['device']} {args.precision} {result['frame']}: {result['objects']} objects, "
             f"{result['mask_pixels']} mask pixels, {result['views']} views: {result['ms_no_masks']:.2f} ms without "
-            f"masks, {result['ms_masks']:.2f} ms with ({100 * (result['ratio'] - 1):+.1f} %); captured "
+            f"masks, {result['ms_masks']:.2f} ms with ({100 * (result['ratio'] - 1):+.1f} %"
+            + (f"; label image {result['ms_labels']:.2f} ms of it" if labels else ", no label image")
+            + f"); captured "
             f"{result['captured']}, split {result['split']}, {result['captures']} capture(s)"
             + (f"; peak {peak['masks']:.0f} MiB with masks, {peak['no masks']:.0f} without" if peak else "")
         )

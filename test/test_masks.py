@@ -19,6 +19,7 @@ from tiled_detector.pipeline import masks
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes
 from tiled_detector.pipeline.depth import DepthImage
 from tiled_detector.pipeline.tiling import batch_plan, make_plan
+from tiled_detector.types import InstanceMasks
 
 SEG_HW = (64, 64)
 
@@ -124,13 +125,79 @@ def test_overlapping_masks_go_to_the_higher_score_and_selection_composes_again()
         ]
     )
     built = masks.build(packed, torch.tensor([[0], [1]]), found, plan, 1.0, None)
-    labels = built.labels.numpy().view(np.uint16).reshape(frame_hw)
+    shown = InstanceMasks(frame_hw, built.boxes.numpy(), built.bits.numpy(), 1.0, frame_hw)
+    labels = shown.labels
     assert (labels[:13, :13] == 1).all() and (labels[13:, 13:] == 2).all() and labels[5:13, 5:13].max() == 1
-    from tiled_detector.types import InstanceMasks
-
-    shown = InstanceMasks(labels, built.boxes.numpy(), built.bits.numpy(), 1.0, frame_hw)
     second = shown.select(np.array([1]))
     assert (second.labels[5:20, 5:20] == 1).all() and second.labels.sum() == 15 * 15
+
+
+def _reference_labels(shape, boxes, bits, rank) -> np.ndarray:
+    """The label image pixel by pixel: each pixel the detection of the lowest rank whose mask covers it."""
+    labels = np.zeros(shape, np.uint16)
+    best = np.full(shape, np.iinfo(np.int64).max)
+    start = 0
+    for k, (x0, y0, x1, y1) in enumerate(boxes.tolist()):
+        wide, high = max(x1 - x0, 0), max(y1 - y0, 0)
+        for at in range(wide * high):
+            y, x = y0 + at // wide, x0 + at % wide
+            if bits[start + at] and rank[k] < best[y, x]:
+                best[y, x], labels[y, x] = rank[k], k + 1
+        start += wide * high
+    return labels
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_host_label_image_equals_a_pixel_by_pixel_reference(seed):
+    """`InstanceMasks.labels` (composed on the host from boxes and bits) against a straightforward reference, on
+    random masks piled on each other (overlaps decided by rank, empty boxes, boxes at the borders), and again
+    after a selection that reorders them (the ranks travel with the detections)."""
+    rng = np.random.default_rng(seed)
+    shape = (37, 53)
+    count = 12
+    x0, y0 = rng.integers(-3, shape[1], count).clip(0), rng.integers(-3, shape[0], count).clip(0)
+    boxes = np.stack(
+        [
+            x0,
+            y0,
+            (x0 + rng.integers(0, 30, count)).clip(max=shape[1]),
+            (y0 + rng.integers(0, 25, count)).clip(max=shape[0]),
+        ],
+        1,
+    )
+    boxes[3] = [5, 5, 5, 9]  # an empty box
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    bits = rng.random(int(areas.sum())) < 0.7
+    shown = InstanceMasks(shape, boxes, bits, 1.0, shape)
+    want = _reference_labels(shape, boxes, bits, np.arange(count))
+    assert len(np.unique(want)) > 5 and (want > 0).sum() < (bits.sum())  # masks overlap: the rank decided
+    np.testing.assert_array_equal(shown.labels, want)
+    index = rng.permutation(count)
+    index[:2] = -1  # two reported boxes without a mask
+    chosen = shown.select(index)
+    picked = boxes[np.maximum(index, 0)] * (index >= 0)[:, None]
+    rank = np.where(index >= 0, index, count)
+    np.testing.assert_array_equal(chosen.labels, _reference_labels(shape, picked, chosen.bits, rank))
+    for k, old in enumerate(index):
+        if old >= 0:
+            np.testing.assert_array_equal(chosen.mask(k), shown.mask(old))
+
+
+def test_the_masks_download_carries_8_bits_a_byte():
+    """`pack`: the rows' boxes, the pixels needed and the bits packed 8 to a byte (no label image): about 1/8 of
+    the bits' count in bytes; `unpack` gives them back."""
+    rng = np.random.default_rng(5)
+    boxes = torch.tensor([[0, 0, 30, 20], [10, 5, 40, 45], [0, 0, 0, 0]], dtype=torch.int32)
+    count = 30 * 20 + 30 * 40
+    for capacity in (count, count + 5):  # the exact path; the fixed size (padded to whole bytes)
+        bits = torch.from_numpy(rng.random(capacity) < 0.5)
+        data = masks.pack(masks.MaskRows(boxes, bits, torch.tensor(count)))
+        assert data.dtype == torch.uint8 and len(data) == 3 * 16 + 8 + -(-capacity // 8)
+        host = masks.unpack(data.numpy(), 3)
+        np.testing.assert_array_equal(host.boxes, boxes.numpy())
+        assert host.needed == count and len(host.bits) == -(-capacity // 8) * 8
+        np.testing.assert_array_equal(host.bits[:capacity], bits.numpy())
+        assert not host.bits[capacity:].any()
 
 
 def test_a_merge_group_mask_is_the_union_of_its_members_each_from_its_own_view():
@@ -156,7 +223,7 @@ def test_a_merge_group_mask_is_the_union_of_its_members_each_from_its_own_view()
     def mask(members: list[int]) -> np.ndarray:
         packed = group.clone()
         built = masks.build(packed, torch.tensor([members]), found, plan, 1.0, None)
-        return built.labels.numpy().reshape(frame_hw) > 0
+        return InstanceMasks(frame_hw, built.boxes.numpy(), built.bits.numpy(), 1.0, frame_hw).labels > 0
 
     union, first, second = mask([0, 1]), mask([0, -1]), mask([1, -1])
     np.testing.assert_array_equal(union, first | second)

@@ -55,7 +55,9 @@ def _masks(scale: float) -> InstanceMasks:
     crop = np.zeros((box[0, 3] - box[0, 1], box[0, 2] - box[0, 0]), bool)
     crop[1:-1, 1:-1] = True
     labels[box[0, 1] : box[0, 3], box[0, 0] : box[0, 2]][crop] = 1
-    return InstanceMasks(labels, box, crop.reshape(-1), scale, frame_hw)
+    masks = InstanceMasks((h, w), box, crop.reshape(-1), scale, frame_hw)
+    np.testing.assert_array_equal(masks.labels, labels)
+    return masks
 
 
 def test_a_mask_at_half_scale_comes_back_in_frame_pixels():

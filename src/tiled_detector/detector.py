@@ -516,7 +516,7 @@ class TiledDetector:
                 )
                 clock.mark("positions")
             running()
-            host, masks = self._download(packed, None if built is None else mask_stage.pack(built), plan)
+            host, masks = self._download(packed, None if built is None else mask_stage.pack(built))
             clock.mark("download")
         timings = clock.timings()
         extra = OBB_COLUMNS if self.rotated else 0
@@ -542,7 +542,7 @@ class TiledDetector:
         ]
 
     def _download(
-        self, packed: torch.Tensor, built: torch.Tensor | None, plan: BatchPlan
+        self, packed: torch.Tensor, built: torch.Tensor | None
     ) -> tuple[np.ndarray, mask_stage.HostMasks | None]:
         """The packed rows and, where built, the masks, in one device-to-host copy."""
         if built is None:
@@ -550,8 +550,7 @@ class TiledDetector:
         data = torch.cat([packed.contiguous().view(torch.uint8).reshape(-1), built]).cpu().numpy()
         size = packed.numel() * packed.element_size()
         host = data[:size].view(np.float32).reshape(packed.shape)
-        labels = sum(h * w for h, w in mask_stage.label_sizes(plan, self._frame_settings.mask_scale))
-        return host, mask_stage.unpack(data[size:], packed.shape[0] - 1, labels)
+        return host, mask_stage.unpack(data[size:], packed.shape[0] - 1)
 
     def _frame_masks(
         self, host: np.ndarray, masks: mask_stage.HostMasks | None, plan: BatchPlan
@@ -563,7 +562,6 @@ class TiledDetector:
         rows = host[:-1]
         areas = np.asarray(mask_stage.row_sizes(masks), np.int64)
         starts = np.cumsum(areas) - areas
-        images = masks.frames(plan, scale)
         found = []
         for k, frame_plan in enumerate(plan.plans):
             mine = np.flatnonzero(
@@ -571,7 +569,9 @@ class TiledDetector:
             )  # consecutive rows (`_per_frame_best`)
             first = starts[mine[0]] if len(mine) else 0
             bits = masks.bits[first : first + int(areas[mine].sum())]
-            found.append(InstanceMasks(images[k].copy(), masks.boxes[mine], bits, scale, frame_plan.frame_hw))
+            # (the label image's size: the image itself is composed where it is used, `InstanceMasks.labels`)
+            shape = mask_stage.label_size(frame_plan.frame_hw, scale)
+            found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw))
         return found
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
@@ -633,7 +633,7 @@ class TiledDetector:
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows
         running()  # the host's time while the device runs the batch
-        host, masks = self._download(packed, built, plan)
+        host, masks = self._download(packed, built)
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])
         pixels = 0 if masks is None else masks.needed

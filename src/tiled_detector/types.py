@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,27 +12,51 @@ import numpy as np
 class InstanceMasks:
     """The instance masks of one frame's N detections, at `scale` of the frame's pixels.
 
-    labels: (h, w) uint16 label image, k + 1 where detection k's mask covers a pixel, 0 elsewhere (where masks
-    overlap, the better-ranked detection, the higher score, wins); boxes: (N, 4) int32 each detection's box in label
-    pixels x0, y0, x1, y1 (end exclusive; empty: no mask, e.g. an object carried from an earlier frame); bits: every
-    detection's pixels in its box, row-major, one detection after the other; frame_hw: the frame's size.
+    shape: the label image's (h, w); boxes: (N, 4) int32 each detection's box in label pixels x0, y0, x1, y1 (end
+    exclusive; empty: no mask, e.g. an object carried from an earlier frame); bits: every detection's pixels in its
+    box, row-major, one detection after the other; frame_hw: the frame's size; rank: (N,) where masks overlap, the
+    detection of the lower rank wins (None: the order, the first wins; the detector's order is by score).
+    `labels`, the label image, is composed from them on first use.
     """
 
-    labels: np.ndarray
+    shape: tuple[int, int]
     boxes: np.ndarray
     bits: np.ndarray
     scale: float
     frame_hw: tuple[int, int]
+    rank: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         boxes = np.asarray(self.boxes, np.int32).reshape(-1, 4)
+        object.__setattr__(self, "shape", (int(self.shape[0]), int(self.shape[1])))
         object.__setattr__(self, "boxes", boxes)
-        object.__setattr__(self, "labels", np.asarray(self.labels, np.uint16))
         object.__setattr__(self, "bits", np.asarray(self.bits, bool).reshape(-1))
+        rank = np.arange(len(boxes)) if self.rank is None else np.asarray(self.rank, np.int64).reshape(-1)
+        object.__setattr__(self, "rank", rank)
         if self.bits.size != int(self.areas.sum()):
             raise ValueError(
                 f"InstanceMasks: {self.bits.size} bits for boxes of {int(self.areas.sum())} pixels"
             )
+        if len(rank) != len(boxes):
+            raise ValueError(f"InstanceMasks: {len(rank)} ranks for {len(boxes)} boxes")
+
+    @functools.cached_property
+    def labels(self) -> np.ndarray:
+        """The (h, w) uint16 label image: k + 1 where detection k's mask covers a pixel, 0 elsewhere; where masks
+        overlap, the detection of the lower rank wins. Composed once, on first use: the masks written worst rank
+        first, each a slice assignment into its box (one numpy call per detection, none per pixel)."""
+        labels = np.zeros(self.shape, np.uint16)
+        areas = self.areas
+        starts = np.cumsum(areas) - areas
+        assert self.rank is not None
+        for k in np.argsort(self.rank, kind="stable")[
+            ::-1
+        ]:  # the best last: its pixels overwrite the others'
+            if areas[k]:
+                x0, y0, x1, y1 = self.boxes[k]
+                crop = self.bits[starts[k] : starts[k] + areas[k]].reshape(y1 - y0, x1 - x0)
+                labels[y0:y1, x0:x1][crop] = k + 1
+        return labels
 
     @property
     def areas(self) -> np.ndarray:
@@ -51,55 +76,33 @@ class InstanceMasks:
 
     def mask(self, k: int) -> np.ndarray:
         """Detection k's mask as a (h, w) bool image of the label image's size."""
-        full = np.zeros(self.labels.shape, bool)
+        full = np.zeros(self.shape, bool)
         x0, y0, x1, y1 = self.boxes[k]
         full[y0:y1, x0:x1] = self.crop(k)
         return full
 
-    def pixels(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every mask pixel: (flat index into the label image, its detection), vectorised."""
-        areas = self.areas
-        row = np.repeat(np.arange(len(self.boxes)), areas)
-        local = np.arange(int(areas.sum())) - np.repeat(np.cumsum(areas) - areas, areas)
-        wide = np.maximum(self.boxes[row, 2] - self.boxes[row, 0], 1)
-        x = self.boxes[row, 0] + local % wide
-        y = self.boxes[row, 1] + local // wide
-        on = self.bits
-        return (y[on] * self.labels.shape[1] + x[on]).astype(np.int64), row[on]
-
     @classmethod
     def joined(cls, parts: list[InstanceMasks]) -> InstanceMasks:
-        """The masks of several detections of one frame (its parts) as one, the label image composed again (the
-        parts' detections in order)."""
+        """The masks of several detections of one frame (its parts) as one (the parts' detections in order; where
+        masks overlap, the first in that order wins)."""
         first = parts[0]
-        together = cls(
-            first.labels,
-            np.concatenate([p.boxes for p in parts]),
-            np.concatenate([p.bits for p in parts]),
-            first.scale,
-            first.frame_hw,
-        )
-        return together.select(np.arange(len(together)))
+        boxes = np.concatenate([p.boxes for p in parts])
+        bits = np.concatenate([p.bits for p in parts])
+        return cls(first.shape, boxes, bits, first.scale, first.frame_hw)
 
     def select(self, index: np.ndarray) -> InstanceMasks:
-        """The masks of detections `index` (their new order; -1: a detection without a mask), the label image
-        composed again (where masks overlap, the one first in the old order wins)."""
+        """The masks of detections `index` (their new order; -1: a detection without a mask), keeping their ranks
+        (where masks overlap, the one better ranked here wins)."""
         index = np.asarray(index, np.int64).reshape(-1)
-        flat, row = self.pixels()
-        new = np.full(len(self.boxes) + 1, -1, np.int64)
-        new[index[index >= 0]] = np.flatnonzero(index >= 0)
-        chosen = new[row] >= 0
-        flat, row = flat[chosen], row[chosen]
-        order = np.lexsort((row, flat))
-        first = np.unique(flat[order], return_index=True)[1]
-        labels = np.zeros(self.labels.shape, np.uint16)
-        labels.reshape(-1)[flat[order][first]] = new[row[order][first]] + 1
+        assert self.rank is not None
         areas = self.areas
         starts = np.cumsum(areas) - areas
         parts = [self.bits[starts[k] : starts[k] + areas[k]] for k in index if k >= 0]
-        boxes = np.where((index >= 0)[:, None], self.boxes[np.maximum(index, 0)], 0)
+        at = np.where(index >= 0, index, len(self.boxes))  # -1: an empty box after the others
+        boxes = np.concatenate([self.boxes, np.zeros((1, 4), np.int32)])[at]
         bits = np.concatenate(parts) if parts else np.zeros(0, bool)
-        return InstanceMasks(labels, boxes, bits, self.scale, self.frame_hw)
+        rank = np.append(self.rank, len(self.rank))[at]
+        return InstanceMasks(self.shape, boxes, bits, self.scale, self.frame_hw, rank)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ bilinearly at each pixel's centre (the prototypes' pixel centres are at (i + 0.5
 
 Only the pixels of kept detections' boxes are computed, at `mask_scale` of the frame's resolution: the boxes' pixels
 are enumerated (a fixed number, `capacity`, on the sync-free path: the status says how many were needed), so memory
-follows the kept detections, never a full-frame mask per candidate, and no loop runs per detection. The result is a
-label image per frame (k + 1 where the frame's k-th detection covers a pixel, 0 elsewhere; where masks overlap the
-better-ranked detection, the higher score, wins) and each detection's own mask (its box in label pixels and its
-bits), packed into bytes for the one download (`pack` / `unpack`).
+follows the kept detections, never a full-frame mask per candidate, and no loop runs per detection. The result is
+each detection's own mask (its box in label pixels and its bits), packed into bytes for the one download (`pack`:
+8 bits a byte; `unpack`). The label image is not made on the device: `InstanceMasks.labels` composes it on the host
+from the boxes and bits, where it is used.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import torch
 from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.tiling import BatchPlan
 
-_NONE = torch.iinfo(torch.int32).max  # a label buffer's value where no detection covers the pixel
-
 
 def label_size(frame_hw: tuple[int, int], scale: float) -> tuple[int, int]:
     """The label image's (height, width) for a frame at `scale` (`mask_scale`): rounded, at least 1."""
@@ -42,26 +40,20 @@ def label_sizes(plan: BatchPlan, scale: float) -> list[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _tables(sizes: tuple[tuple[int, int], ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(F, 2) label image sizes and (F,) the first pixel of each in the joined label buffer, on `device` (made
-    once per sizes and device: before a capture, in its warm-up run)."""
-    starts = np.concatenate([[0], np.cumsum([h * w for h, w in sizes])[:-1]])
-    return (
-        torch.tensor(sizes, dtype=torch.int64, device=device).reshape(-1, 2),
-        torch.tensor(starts, dtype=torch.int64, device=device),
-    )
+def _sizes(sizes: tuple[tuple[int, int], ...], device: torch.device) -> torch.Tensor:
+    """(F, 2) label image sizes (height, width) on `device` (made once per sizes and device: before a capture, in
+    its warm-up run)."""
+    return torch.tensor(sizes, dtype=torch.int64, device=device).reshape(-1, 2)
 
 
 class MaskRows(NamedTuple):
     """The masks of a batch's result rows on the device: per row its box in label pixels (R, 4) int32 x0, y0, x1,
     y1 (end exclusive; empty for a row that is not a result), its pixels' bits (P,) bool in row order (each row's
-    box row-major), the frames' label images one after the other (L,) int16 (uint16 values), and the pixels (or,
-    where more, the prototype cells of a member slot) its boxes needed (0-dim int64; more than P: the bits and
-    labels are not all there)."""
+    box row-major), and the pixels (or, where more, the prototype cells of a member slot) its boxes needed (0-dim
+    int64; more than P: the bits are not all there)."""
 
     boxes: torch.Tensor
     bits: torch.Tensor
-    labels: torch.Tensor
     needed: torch.Tensor
 
 
@@ -90,17 +82,14 @@ def build(
     rows = packed[: len(members)]
     kept = rows[:, 6] > 0
     frame = rows[:, 7].long()
-    sizes_list = label_sizes(plan, scale)
-    total = sum(h * w for h, w in sizes_list)
-    sizes, starts = _tables(tuple(sizes_list), device)
+    sizes = _sizes(tuple(label_sizes(plan, scale)), device)
     box = _label_boxes(rows[:, :4].float(), frame, sizes, scale)
     wide, high = (box[:, 2] - box[:, 0]).clamp_min(0), (box[:, 3] - box[:, 1]).clamp_min(0)
     area = torch.where(kept, wide * high, 0)
     box = torch.where((area > 0)[:, None], box, 0)
     if len(area) == 0:
         bits = torch.zeros(capacity or 0, dtype=torch.bool, device=device)
-        labels = torch.zeros(total, dtype=torch.int16, device=device)
-        return MaskRows(box.int(), bits, labels, area.new_zeros(()))
+        return MaskRows(box.int(), bits, area.new_zeros(()))
     row, local, inside, needed = _enumerated(area, capacity)
     width = wide[row].clamp_min(1)
     x = box[row, 0] + local % width
@@ -108,17 +97,7 @@ def build(
     covered, cells = _covered(x, y, row, kept, members, found, plan, scale, capacity)
     bits = inside & covered
     needed = torch.maximum(needed, cells)  # pixels and prototype cells share the capacity
-    # the label images: each pixel the smallest rank (the best-scored detection) of the frame's masks covering it
-    position = torch.arange(len(rows), device=device)
-    key = torch.where(kept, frame, plan.num_frames)
-    first = torch.searchsorted(key, key)  # result rows come first, grouped by frame (`_per_frame_best`)
-    label = (position - first + 1).int()
-    index = starts[frame[row]] + y * sizes[frame[row], 1] + x
-    index = torch.where(bits, index, total)  # pixels not on: the buffer's last (discarded) element
-    buffer = torch.full((total + 1,), _NONE, dtype=torch.int32, device=device)
-    buffer.scatter_reduce_(0, index, label[row], "amin")
-    labels = torch.where(buffer[:total] == _NONE, 0, buffer[:total]).to(torch.int16)
-    return MaskRows(box.int(), bits, labels, needed)
+    return MaskRows(box.int(), bits, needed)
 
 
 def _enumerated(
@@ -221,44 +200,43 @@ def _covered(
     return on, needed
 
 
+@functools.lru_cache(maxsize=8)
+def _bit_weights(device: torch.device) -> torch.Tensor:
+    """(8,) uint8 128, 64, ..., 1 on `device`: a byte's bits, first bit highest (`numpy.unpackbits`' order); made
+    once per device (before a capture, in its warm-up run)."""
+    return torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=device)
+
+
 def pack(masks: MaskRows) -> torch.Tensor:
-    """The masks as one uint8 tensor (boxes, pixels needed, labels, bits), for the one download beside the rows."""
+    """The masks as one uint8 tensor (boxes, pixels needed, bits 8 a byte), for the one download beside the rows.
+    Fixed sizes: the bits are padded to whole bytes (a pure function of the shapes, capturable)."""
+    bits = masks.bits.view(torch.uint8)
+    bits = torch.cat([bits, bits.new_zeros(-len(bits) % 8)]).reshape(-1, 8)
     parts = [
         masks.boxes.contiguous().view(torch.uint8).reshape(-1),
         masks.needed.reshape(1).long().view(torch.uint8),
-        masks.labels.contiguous().view(torch.uint8),
-        masks.bits.view(torch.uint8),
+        (bits * _bit_weights(bits.device)).sum(1, dtype=torch.uint8),
     ]
     return torch.cat(parts)
 
 
 class HostMasks(NamedTuple):
-    """`MaskRows` downloaded: boxes (R, 4) int32, the pixels needed, labels (L,) uint16, bits (P,) bool."""
+    """`MaskRows` downloaded: boxes (R, 4) int32, the pixels needed, bits (P,) bool (P rounded up to whole bytes:
+    the padding after every row's bits)."""
 
     boxes: np.ndarray
     needed: int
-    labels: np.ndarray
     bits: np.ndarray
 
-    def frames(self, plan: BatchPlan, scale: float) -> list[np.ndarray]:
-        """Each frame's label image (h, w) uint16."""
-        images, start = [], 0
-        for h, w in label_sizes(plan, scale):
-            images.append(self.labels[start : start + h * w].reshape(h, w))
-            start += h * w
-        return images
 
-
-def unpack(data: np.ndarray, rows: int, labels: int) -> HostMasks:
-    """`pack`'s bytes (uint8) of `rows` result rows and `labels` label pixels, back to arrays."""
+def unpack(data: np.ndarray, rows: int) -> HostMasks:
+    """`pack`'s bytes (uint8) of `rows` result rows, back to arrays."""
     data = np.ascontiguousarray(data)
     at = rows * 16
     boxes = data[:at].view(np.int32).reshape(rows, 4)
     needed = int(data[at : at + 8].view(np.int64)[0])
-    at += 8
-    values = data[at : at + 2 * labels].view(np.uint16)
-    bits = data[at + 2 * labels :].astype(bool)
-    return HostMasks(boxes, needed, values, bits)
+    bits = np.unpackbits(data[at + 8 :]).view(bool)
+    return HostMasks(boxes, needed, bits)
 
 
 def row_sizes(masks: HostMasks) -> Sequence[int]:

@@ -522,8 +522,13 @@ class DetectorNodeBase(NodeParameters):
         )
         if self._depth is not None:
             self._depth.publish(index, found, msg.header, labels)
-        if camera.masks_pub is not None and detections.masks is not None:
-            # mono16: k + 1 where the k-th detection of the array just published covers the pixel, 0 elsewhere
+        if (
+            camera.masks_pub is not None
+            and detections.masks is not None
+            and camera.masks_pub.get_subscription_count() > 0
+        ):
+            # mono16: k + 1 where the k-th detection of the array just published covers the pixel, 0 elsewhere;
+            # composed on the host from the masks' boxes and bits here (none when nobody listens)
             camera.masks_pub.publish(array_to_imgmsg(detections.masks.labels, "mono16", msg.header))
         if camera.debug_pub.get_subscription_count() > 0:
             plan = self._detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
