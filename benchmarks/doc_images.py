@@ -19,12 +19,13 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.tiling import TilePlan
@@ -54,8 +55,10 @@ class Picture:
 
 
 def _scaled(detections: Detections, scale: float) -> Detections:
-    """The detections with their boxes in a picture `scale` times the frame's size."""
-    return Detections(detections.boxes * scale, detections.scores, detections.class_ids, {})
+    """The detections (boxes, rotated boxes; masks as they are: `annotate` resizes them) in a picture `scale` times
+    the frame's size."""
+    obb = None if detections.obb is None else detections.obb * np.array([scale] * 4 + [1.0], np.float32)
+    return replace(detections, boxes=detections.boxes * scale, obb=obb)
 
 
 def _panel(image: np.ndarray, caption: str) -> np.ndarray:
@@ -72,28 +75,33 @@ def _views(plan: TilePlan) -> str:
     return f"{len(plan.tiles)} tiles" + (" + the full-frame view" if plan.full_frame else "")
 
 
-def tiles_vs_whole() -> bytes:
-    """A synthetic 4K frame through the bundled model twice: the whole frame letterboxed into the model's input
-    (left) and the tiles + the full-frame view (right, the tiles drawn); above, the whole frame with every
-    detection (no captions); below, the same crop at full resolution, as `detect --out` draws it."""
-    frame = next(synthetic_frames(1, SEED, WIDTH, HEIGHT))
-    detector = build_detector({})
+def _whole_vs_tiles(
+    image: np.ndarray,
+    detector: TiledDetector,
+    crop: tuple[int, int],
+    found: Callable[[Detections], int],
+    total: str,
+    encoding: str = "rgb8",
+) -> bytes:
+    """The JPEG of a frame (RGB, `encoding`) through `detector` twice: the whole frame letterboxed into the model's
+    input (left) and the tiles + the full-frame view (right, the tiles drawn), each captioned "<views>: N of
+    <total> found" with N = `found(detections)`; above, the whole frame with every detection (no captions); below,
+    the crop of one panel's size at `crop` (x, y; outlined in white above) at full resolution, as `detect --out`
+    draws it."""
+    frame_height, frame_width = image.shape[:2]
     labels = detector.labels
-    found, plans = {}, {}
+    detections, plans = {}, {}
     for name in ("full", "tiles+full"):  # `tiled-detector eval`'s configurations
-        variant = detector.with_config(**config_changes(name, WIDTH, HEIGHT))
-        found[name] = variant.detect(frame.image, encoding=frame.encoding)
-        plans[name] = variant.plan_for(HEIGHT, WIDTH)
+        variant = detector.with_config(**config_changes(name, frame_width, frame_height))
+        detections[name] = variant.detect(image, encoding=encoding)
+        plans[name] = variant.plan_for(frame_height, frame_width)
     width, height = PANEL
-    scale = width / WIDTH
-    small = cv2.resize(frame.image, (width, round(HEIGHT * scale)), interpolation=cv2.INTER_AREA)
-    x0, y0 = 1480, 1050  # the crop: a patch with objects on a tile seam
+    scale = width / frame_width
+    small = cv2.resize(image, (width, round(frame_height * scale)), interpolation=cv2.INTER_AREA)
+    x0, y0 = crop
     rows: list[list[np.ndarray]] = [[], []]
     for name, plan in plans.items():
-        dets = found[name]
-        hits = int(
-            (matched((dets.boxes, dets.scores, dets.class_ids), (frame.boxes, frame.class_ids)) >= 0).sum()
-        )
+        dets = detections[name]
         tiled = len(plan.tiles) > 1
         overview = annotate(
             small, _scaled(dets, scale), labels, tiles=plan.tiles * scale if tiled else None, captions=False
@@ -102,10 +110,9 @@ def tiles_vs_whole() -> bytes:
         cv2.rectangle(
             overview, (cx, cy), (cx + round(width * scale), cy + round(height * scale)), (255, 255, 255), 2
         )
-        caption = f"{_views(plan)}: {hits} of {len(frame.boxes)} objects found"
-        rows[0].append(_panel(overview[:height], caption))
-        crop = annotate(frame.image, dets, labels, plan=plan if tiled else None)
-        rows[1].append(_panel(crop[y0 : y0 + height, x0 : x0 + width], "the white box at full size"))
+        rows[0].append(_panel(overview[:height], f"{_views(plan)}: {found(dets)} of {total} found"))
+        drawn = annotate(image, dets, labels, plan=plan if tiled else None)
+        rows[1].append(_panel(drawn[y0 : y0 + height, x0 : x0 + width], "the white box at full size"))
     gap = np.full((rows[0][0].shape[0], GAP, 3), 255, np.uint8)
     picture = np.concatenate(
         [np.concatenate([row[0], gap, row[1]], axis=1) for row in rows[:1]]
@@ -118,6 +125,21 @@ def tiles_vs_whole() -> bytes:
     if not ok:
         raise RuntimeError("OpenCV could not encode the picture as JPEG")
     return encoded.tobytes()
+
+
+def tiles_vs_whole() -> bytes:
+    """A synthetic 4K frame through the bundled model twice (`_whole_vs_tiles`), its objects found as `eval` counts
+    them (same class, IoU >= 0.5, one to one)."""
+    frame = next(synthetic_frames(1, SEED, WIDTH, HEIGHT))
+
+    def found(dets: Detections) -> int:
+        return int(
+            (matched((dets.boxes, dets.scores, dets.class_ids), (frame.boxes, frame.class_ids)) >= 0).sum()
+        )
+
+    crop = (1480, 1050)  # a patch with objects on a tile seam
+    total = f"{len(frame.boxes)} objects"
+    return _whole_vs_tiles(frame.image, build_detector({}), crop, found, total, frame.encoding)
 
 
 def speed() -> bytes:
