@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+pytest.importorskip("rclpy")
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Image
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytest.importorskip("rclpy")
 from sensor_msgs.msg import CameraInfo, Image
 
 from tiled_detector.messages.depth import camera_info_intrinsics, depth_to_array, read_camera_calibration

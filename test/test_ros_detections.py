@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+pytest.importorskip("rclpy")
 from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import Header
 from vision_msgs.msg import (

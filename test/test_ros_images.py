@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+
+pytest.importorskip("rclpy")
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
