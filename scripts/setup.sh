@@ -6,11 +6,14 @@
 #   * A ROS 2 distro is sourced (ROS_DISTRO set, rclpy importable; e.g. Humble on a Jetson): the venv
 #     sees the distro's rclpy / vision_msgs / torch through --system-site-packages; only missing
 #     pure-Python tools are added. No ros-* wheel is installed there (they would shadow /opt/ros).
-#   * No ROS 2 distro (this machine kind, CI): pinned ROS 2 wheels from PyPI, vision_msgs built from
-#     vendor/vision_msgs with the pip-installed rosidl tooling, CPU torch, ONNX Runtime, test tools.
+#   * No ROS 2 distro (this machine kind, CI): pinned ROS 2 Jazzy wheels from PyPI (Fast DDS 2.14;
+#     requirements/ros.txt, ros-build.txt), vision_msgs built from vendor/vision_msgs with the pip-installed rosidl
+#     tooling, CPU torch, ONNX Runtime, test tools. TILED_DETECTOR_ROS_WHEELS=kilted takes the kilted wheels
+#     (Fast DDS 3; requirements/ros-kilted.txt, ros-build-kilted.txt) instead: the test command's .venv-kilted.
 #
 # A stamp (hash of every input of this script) makes a second run a no-op that changes nothing.
-# Environment: PYTHON (interpreter for the venv, default python3), TILED_DETECTOR_VENV (default .venv).
+# Environment: PYTHON (interpreter for the venv, default python3), TILED_DETECTOR_VENV (default .venv),
+# TILED_DETECTOR_ROS_WHEELS (jazzy, the default, or kilted: which PyPI ROS 2 wheels the PyPI route installs).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +21,12 @@ venv="${TILED_DETECTOR_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
 stamp="$venv/.tiled-detector-setup"
 log() { printf '[setup] %s\n' "$*" >&2; }
+wheels="${TILED_DETECTOR_ROS_WHEELS:-jazzy}"
+case "$wheels" in
+  jazzy) ros_reqs="$root/requirements/ros.txt" build_reqs="$root/requirements/ros-build.txt" ;;
+  kilted) ros_reqs="$root/requirements/ros-kilted.txt" build_reqs="$root/requirements/ros-build-kilted.txt" ;;
+  *) log "TILED_DETECTOR_ROS_WHEELS is '$wheels': jazzy or kilted"; exit 1 ;;
+esac
 
 ros_route() {
   [[ -n "${ROS_DISTRO:-}" ]] && "$python" -c 'import rclpy' >/dev/null 2>&1
@@ -29,7 +38,7 @@ inputs_hash() {
     cat scripts/setup.sh requirements/*.txt setup.py setup.cfg package.xml vendor/vision_msgs/CMakeLists.txt \
       vendor/vision_msgs/package.xml vendor/vision_msgs/msg/*.msg
     "$python" -c 'import sys; print(sys.version)'
-    echo "route=$(ros_route && echo "ros-${ROS_DISTRO}" || echo pypi)"
+    echo "route=$(ros_route && echo "ros-${ROS_DISTRO}" || echo "pypi-$wheels")"
   ) | sha256sum | cut -d' ' -f1
 }
 
@@ -70,14 +79,14 @@ if ros_route; then
   fi
   pip_install --no-deps --no-build-isolation -e "$root"
 else
-  log "no ROS 2 distro sourced: building $venv from PyPI wheels"
+  log "no ROS 2 distro sourced: building $venv from PyPI ROS 2 $wheels wheels"
   if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
   fi
   prefix="$(cd "$venv" && pwd)"
   # numpy first, at its pinned version: the vision_msgs Python extension is compiled against it.
   pip_install "$(grep -E '^numpy==' "$root/requirements/python.txt")"
-  pip_install -r "$root/requirements/ros.txt" -r "$root/requirements/ros-build.txt"
+  pip_install -r "$ros_reqs" -r "$build_reqs"
 
   # The wheels' CMake exports name the include dirs of the interpreter they were built with.
   pyinc="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
@@ -88,7 +97,7 @@ else
       -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/include/python3\.[0-9]+#${pyinc}#g"
 
   msgs_hash="$(cat "$root"/vendor/vision_msgs/CMakeLists.txt "$root"/vendor/vision_msgs/msg/*.msg \
-    "$root/requirements/ros.txt" | sha256sum | cut -d' ' -f1)"
+    "$ros_reqs" | sha256sum | cut -d' ' -f1)"
   if [[ "$(cat "$prefix/share/vision_msgs/.tiled-detector-msgs" 2>/dev/null)" != "$msgs_hash" ]] \
     || ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
     command -v cmake >/dev/null && command -v g++ >/dev/null \
