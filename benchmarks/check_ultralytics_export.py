@@ -117,7 +117,8 @@ def check(out: Path, frame_conf: float) -> bool:
 
     from tiled_detector import TiledDetector
     from tiled_detector.engines import load_engine
-    from tiled_detector.pipeline.decode import OutputLayout, decode_outputs, detect_layout
+    from tiled_detector.pipeline.decode import decode_outputs
+    from tiled_detector.pipeline.layouts import OutputLayout, detect_layout
     from tiled_detector.pipeline.merge import merge
 
     ref = np.load(out / "reference.npz")

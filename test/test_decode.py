@@ -13,14 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.pipeline.decode import (
-    ROTATED_LAYOUTS,
-    Decoded,
-    OutputLayout,
-    decode_outputs,
-    decode_padded,
-    detect_layout,
-)
+from tiled_detector.pipeline.decode import Decoded, decode_outputs, decode_padded
+from tiled_detector.pipeline.layouts import ROTATED_LAYOUTS, OutputLayout, detect_layout
 
 NUM_CLASSES, ANCHORS, K = 3, 50, 8
 NEG = -12.0  # logit of "nothing here"

@@ -14,8 +14,8 @@ from conftest import SQUARE_CELL, SQUARE_INPUT_HW, SQUARE_LABELS
 from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.base import Backend, Precision
-from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.pipeline.depth import DepthError, DepthImage, Intrinsics
+from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.pipeline.merge import MatchMetric, MergeMethod
 from tiled_detector.pipeline.postprocess import Limits
 from tiled_detector.pipeline.zero_copy import ZeroCopyError
@@ -266,9 +266,9 @@ def test_engine_buffer_is_only_asked_for_batches_the_engine_takes_at_once(square
 
 
 def test_stage_times_of_a_repeated_stage_add_up():
-    from tiled_detector.detector import _StageClock
+    from tiled_detector.stage_clock import StageClock
 
-    clock = _StageClock(torch.device("cpu"), sync=False)
+    clock = StageClock(torch.device("cpu"), sync=False)
     clock._start = 0.0
     clock._marks = [("decode", 0.001), ("merge", 0.003), ("decode", 0.006), ("merge", 0.010)]
     times = clock.timings()

@@ -15,7 +15,7 @@ from support import exports
 from test_detector import _scene, _sorted
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.metadata import ModelMetadata, extra_files_metadata, split_engine_file
-from tiled_detector.pipeline.decode import OutputLayout
+from tiled_detector.pipeline.layouts import OutputLayout
 
 LABELS = ("red", "blue")
 SETTINGS = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5)

@@ -22,8 +22,9 @@ from tiled_detector import TiledDetector
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.metadata import ModelMetadata
-from tiled_detector.pipeline.decode import OutputLayout, decode_outputs, decode_padded, detect_layout
+from tiled_detector.pipeline.decode import decode_outputs, decode_padded
 from tiled_detector.pipeline.gfl import AmbiguousHeadError, GflError, gfl_head
+from tiled_detector.pipeline.layouts import OutputLayout, detect_layout
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
 from tiled_detector.tools.peers import (

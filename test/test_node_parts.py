@@ -12,8 +12,9 @@ pytest.importorskip("rclpy")
 
 from tiled_detector.config import DetectorConfig
 from tiled_detector.parameters import runtime_changes
-from tiled_detector.ros.node import FrameSlots, Stats, image_qos
+from tiled_detector.ros.inputs import image_qos
 from tiled_detector.ros.params import BY_NAME, PARAMS, descriptor
+from tiled_detector.ros.stats import FrameSlots, Stats
 from tiled_detector.ros.worker import Arrival
 
 
@@ -153,7 +154,7 @@ def test_a_closed_gate_leaves_a_cameras_messages_in_the_middleware() -> None:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from tiled_detector.ros.node import Gate
+    from tiled_detector.ros.inputs import Gate
 
     context = rclpy.Context()
     rclpy.init(context=context)

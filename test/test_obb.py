@@ -15,7 +15,8 @@ from support.exports import ObbEndToEndHead, ObbHead, ultralytics_onnx, ultralyt
 from support.networks import SquareDetector, save_torchscript
 from support.sync import SyncCounter
 from tiled_detector.config import DetectorConfig
-from tiled_detector.pipeline.decode import OutputLayout, decode_outputs
+from tiled_detector.pipeline.decode import decode_outputs
+from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.pipeline.rotated import obb_hulls
 from tiled_detector.resolve import file_view, resolve
 

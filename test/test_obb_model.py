@@ -12,7 +12,7 @@ import torch
 from tiled_detector import TiledDetector
 from tiled_detector.config import DetectorConfig
 from tiled_detector.models import load_labels, obb_model_path
-from tiled_detector.pipeline.decode import OutputLayout
+from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.tools.evaluation import FRAME_NS, evaluate
 from tiled_detector.tools.frames import rotated_frames
 from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_scene

@@ -78,7 +78,7 @@ def test_exported_files_load_as_rotated_box_models_with_no_flag(tmp_path) -> Non
     """Both files say `task: obb` (ONNX metadata, TorchScript config.txt) and name the classes (labels file, extra
     file): the pipeline reads them as ultralytics OBB heads with no layout flag."""
     from tiled_detector import TiledDetector
-    from tiled_detector.pipeline.decode import OutputLayout
+    from tiled_detector.pipeline.layouts import OutputLayout
 
     torch.manual_seed(0)
     onnx_path, ts_path = obb.export_rotated(obb.RotatedDetector(len(CLASSES)), tmp_path)

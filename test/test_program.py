@@ -460,8 +460,8 @@ def test_a_model_that_makes_a_host_tensor_is_captured_whole_and_one_that_reads_d
 def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
     from types import SimpleNamespace
 
-    from tiled_detector.detector import default_capture
     from tiled_detector.devices import cuda_graph
+    from tiled_detector.engine_setup import default_capture
 
     config = DetectorConfig()
     assert config.cuda_graph  # on by default
@@ -517,21 +517,21 @@ def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
 def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
     from types import SimpleNamespace
 
-    import tiled_detector.detector as detector_module
+    import tiled_detector.engine_setup as setup_module
     from tiled_detector.pipeline.program import fused
 
     cuda = SimpleNamespace(device=torch.device("cuda", 0))
     config = DetectorConfig()
-    assert not config.compile and detector_module.default_compiler(config, cuda) is None  # off by default
+    assert not config.compile and setup_module.default_compiler(config, cuda) is None  # off by default
     # triton "installed"
-    monkeypatch.setattr(detector_module.importlib.util, "find_spec", lambda name: object())
-    assert detector_module.default_compiler(config.replace(compile=True), cuda) is fused
-    with caplog.at_level("WARNING", logger="tiled_detector.detector"):
+    monkeypatch.setattr(setup_module.importlib.util, "find_spec", lambda name: object())
+    assert setup_module.default_compiler(config.replace(compile=True), cuda) is fused
+    with caplog.at_level("WARNING", logger="tiled_detector.engine_setup"):
         cpu = SimpleNamespace(device=torch.device("cpu"))
-        assert detector_module.default_compiler(config.replace(compile=True), cpu) is None
-        monkeypatch.setattr(detector_module.importlib.util, "find_spec", lambda name: None)  # no triton
-        assert detector_module.default_compiler(config.replace(compile=True), cuda) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.detector"]
+        assert setup_module.default_compiler(config.replace(compile=True), cpu) is None
+        monkeypatch.setattr(setup_module.importlib.util, "find_spec", lambda name: None)  # no triton
+        assert setup_module.default_compiler(config.replace(compile=True), cuda) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.engine_setup"]
     assert len(lines) == 2 and all("compile needs a CUDA device and triton" in line for line in lines)
 
 

@@ -20,7 +20,7 @@ from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.models import coco_labels, default_model_path
-from tiled_detector.pipeline.decode import OutputLayout, anchor_points
+from tiled_detector.pipeline.layouts import OutputLayout, anchor_points
 from tiled_detector.resolve import AmbiguousModelError, ModelView, resolve
 from tiled_detector.tools.peers import yolox_demo_postprocess
 

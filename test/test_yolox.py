@@ -23,14 +23,8 @@ from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.models import coco_labels, default_model_path
-from tiled_detector.pipeline.decode import (
-    AmbiguousLayoutError,
-    OutputLayout,
-    anchor_points,
-    decode_outputs,
-    detect_layout,
-    yolox_decoded,
-)
+from tiled_detector.pipeline.decode import decode_outputs, yolox_decoded
+from tiled_detector.pipeline.layouts import AmbiguousLayoutError, OutputLayout, anchor_points, detect_layout
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import Letterbox, make_plan
 from tiled_detector.tools.peers import YoloxRunner, yolox_demo_postprocess, yolox_preprocess

@@ -36,8 +36,8 @@ from tiled_detector.kinds import (
     Text,
 )
 from tiled_detector.options import ChannelOrder, LetterboxAnchor, Option
-from tiled_detector.pipeline.decode import OutputLayout
 from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
 from tiled_detector.pipeline.policy import read_mask
 from tiled_detector.pipeline.preprocess import InputFormat

@@ -14,36 +14,26 @@ On the CPU the exact path is used directly (host syncs cost nothing there).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
-from tiled_detector.devices import cuda_graph
-from tiled_detector.engines.base import Engine, load_engine
+from tiled_detector.engine_setup import default_capture, default_compiler, load_config_engine
+from tiled_detector.engines.base import Engine
 from tiled_detector.pipeline import masks as mask_stage
-from tiled_detector.pipeline.decode import ROTATED_LAYOUTS, PaddedDecoded
+from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.layouts import ROTATED_LAYOUTS
 from tiled_detector.pipeline.policy import IgnoreMasks, mask_path
 from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, unpack
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
-from tiled_detector.pipeline.program import (
-    Capture,
-    Compiler,
-    FrameProgram,
-    Runner,
-    finish,
-    fused,
-    no_mark,
-)
+from tiled_detector.pipeline.program import Capture, FrameProgram, Runner, finish, no_mark
 from tiled_detector.pipeline.tiling import (
     BatchPlan,
     TilePlan,
@@ -56,52 +46,14 @@ from tiled_detector.pipeline.tiling import (
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
 from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
+from tiled_detector.stage_clock import StageClock
 from tiled_detector.threads import fit_to_load
-from tiled_detector.types import Detections, InstanceMasks
+from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
 _RETRY_AFTER = 30
 _VIEW_BUFFERS = 64  # chosen-view buffers kept (one per batch plan and count of chosen tiles per frame)
-
-
-class _StageClock:
-    """Stage durations. CUDA: events on the current stream, read after the final download (no extra syncs);
-    with `sync` every stage boundary synchronises instead (host wall time per stage). CPU: host wall time."""
-
-    def __init__(self, device: torch.device, sync: bool) -> None:
-        self._events = device.type == "cuda" and not sync
-        self._sync = device if device.type == "cuda" and sync else None
-        # looked up once: `Event.record()` without a stream looks up the current one every time (host time that
-        # delays the frame program's launch)
-        self._stream = torch.cuda.current_stream(device) if self._events else None
-        self._marks: list[tuple[str, Any]] = []
-        self._start = self._now()
-
-    def _now(self) -> Any:
-        if self._events:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(self._stream)
-            return event
-        if self._sync is not None:
-            torch.cuda.synchronize(self._sync)
-        return time.perf_counter()
-
-    def mark(self, stage: str) -> None:
-        """End of `stage` (and start of the next)."""
-        self._marks.append((stage, self._now()))
-
-    def timings(self) -> dict[str, float]:
-        """Stage -> milliseconds, plus `total` (call after the results reached the host). A stage that ran
-        more than once (post-processing again on the exact path) gets the sum of its runs."""
-        result: dict[str, float] = {}
-        previous = self._start
-        for stage, now in self._marks:
-            elapsed = previous.elapsed_time(now) if self._events else (now - previous) * 1000.0
-            result[stage] = result.get(stage, 0.0) + elapsed
-            previous = now
-        result["total"] = sum(result.values())
-        return result
 
 
 class _Once:
@@ -114,36 +66,6 @@ class _Once:
         callback, self._callback = self._callback, None
         if callback is not None:
             callback()
-
-
-def default_compiler(config: DetectorConfig, engine: Engine) -> Compiler | None:
-    """`program.fused` (torch.compile) when `compile` is on and the engine runs on CUDA with triton installed;
-    else None (one log line when it was asked for but cannot be had)."""
-    if not config.compile:
-        return None
-    if engine.device.type != "cuda" or importlib.util.find_spec("triton") is None:
-        LOG.warning("compile needs a CUDA device and triton (device %s): running uncompiled", engine.device)
-        return None
-    return fused
-
-
-def default_capture(config: DetectorConfig, engine: Engine) -> Capture | None:
-    """`cuda_graph` when the frame program can be captured: a CUDA device, the fixed-size (sync-free) path and
-    `cuda_graph` on; else None (eager). An engine that cannot be recorded (`Engine.capturable` false, or found so
-    when capturing) runs eagerly between the captured parts before and after it (`program.Runner`)."""
-    return cuda_graph if engine.device.type == "cuda" and config.sync_free and config.cuda_graph else None
-
-
-def load_config_engine(config: DetectorConfig, model: Path | None = None) -> Engine:
-    """The engine `config` asks for, loading `model` in place of `config.model` where given (its Q/DQ copy)."""
-    return load_engine(
-        model or config.model,
-        config.backend,
-        config.device,
-        config.precision,
-        config.max_batch,
-        **config.engine_arguments(),
-    )
 
 
 class TiledDetector:
@@ -409,7 +331,7 @@ class TiledDetector:
             checked = [
                 None if d is None else aligned(d, f.shape[:2]) for f, d in zip(frames, depths, strict=True)
             ]
-        clock = _StageClock(self._engine.device, self._config.profile)
+        clock = StageClock(self._engine.device, self._config.profile)
         static = self._runner.captures  # a captured program reads the same device frames every time
         uploaded = [
             self._uploader.upload(f, e, slot, static)
@@ -459,7 +381,7 @@ class TiledDetector:
         `__cuda_array_interface__` (CuPy, Numba, NVIDIA decoders); memory elsewhere raises `ZeroCopyError`.
         """
         tensor = as_torch_tensor(frame, self._engine.device)
-        clock = _StageClock(self._engine.device, self._config.profile)
+        clock = StageClock(self._engine.device, self._config.profile)
         if self._runner.captures:  # a captured program reads its static device frame (a device-side copy)
             tensor = self._uploader.upload(tensor, encoding, static=True)
             clock.mark("upload")
@@ -480,7 +402,7 @@ class TiledDetector:
         frames: list[torch.Tensor],
         encodings: list[Encoding],
         cameras: Sequence[str | None],
-        clock: _StageClock,
+        clock: StageClock,
         tiles: Sequence[np.ndarray | None] | None = None,
         depths: Sequence[DepthImage | None] | None = None,
         running: Callable[[], None] = lambda: None,
@@ -527,7 +449,7 @@ class TiledDetector:
                 for d, p in zip(depths, unpack_positions(host, COLUMNS + extra, plan.num_frames), strict=True)
             ]
         self._count_degenerate(int(host[-1, 3]))
-        shown = self._frame_masks(host, masks, plan)
+        shown = mask_stage.frame_masks(host[:-1], masks, plan, self._frame_settings.mask_scale)
         return [
             Detections(
                 rows[:, :4],
@@ -551,28 +473,6 @@ class TiledDetector:
         size = packed.numel() * packed.element_size()
         host = data[:size].view(np.float32).reshape(packed.shape)
         return host, mask_stage.unpack(data[size:], packed.shape[0] - 1)
-
-    def _frame_masks(
-        self, host: np.ndarray, masks: mask_stage.HostMasks | None, plan: BatchPlan
-    ) -> list[InstanceMasks | None]:
-        """Each frame's `InstanceMasks` (its result rows', in order), from the downloaded masks (None: none)."""
-        if masks is None:
-            return [None] * plan.num_frames
-        scale = self._frame_settings.mask_scale
-        rows = host[:-1]
-        areas = np.asarray(mask_stage.row_sizes(masks), np.int64)
-        starts = np.cumsum(areas) - areas
-        found = []
-        for k, frame_plan in enumerate(plan.plans):
-            mine = np.flatnonzero(
-                (rows[:, 6] > 0) & (rows[:, 7] == k)
-            )  # consecutive rows (`_per_frame_best`)
-            first = starts[mine[0]] if len(mine) else 0
-            bits = masks.bits[first : first + int(areas[mine].sum())]
-            # (the label image's size: the image itself is composed where it is used, `InstanceMasks.labels`)
-            shape = mask_stage.label_size(frame_plan.frame_hw, scale)
-            found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw))
-        return found
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
         """The chosen views of a batch on the engine's device (None: every view). Where the program is captured,
@@ -600,7 +500,7 @@ class TiledDetector:
         frames: list[torch.Tensor],
         encodings: list[Encoding],
         plan: BatchPlan,
-        clock: _StageClock,
+        clock: StageClock,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
         running: Callable[[], None] = lambda: None,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tiled_detector.config import DetectorConfig, Setting, default, settings
-from tiled_detector.detector import TiledDetector, load_config_engine
+from tiled_detector.detector import TiledDetector
+from tiled_detector.engine_setup import load_config_engine
 from tiled_detector.kinds import Parameter, parameters_of
 
 

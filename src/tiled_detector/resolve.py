@@ -10,7 +10,7 @@ so that a file the detector would refuse is refused before anything is loaded or
 Rules, in order: a task the file's metadata names that the node does not serve (pose, classify) refused;
 the setting `layout` (checked against the shapes for yolox, gfl and the rotated layouts: an angle column); the
 rotated layouts where the metadata says `task: obb` (end-to-end rows where it says `end2end`); an end-to-end head
-where the file's metadata says so; else the layouts the output shapes fit (`decode.layout_candidates`), narrowed by the class
+where the file's metadata says so; else the layouts the output shapes fit (`layouts.layout_candidates`), narrowed by the class
 count of the names (the labels setting, the file's names, a labels file beside it). One left: it. YOLOX's raw head
 among several: one run on a grey image tells raw offsets (only YOLOX's raw head holds them) from pixel boxes
 (YOLOX's decoded rows, transposed YOLOv8, ...), which stay ambiguous. Families: yolox for YOLOX's head; for a GFL
@@ -34,7 +34,8 @@ from tiled_detector.engines.base import Engine, ModelFormat, model_format
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.models import COCO, coco_labels, load_labels
 from tiled_detector.pipeline import gfl
-from tiled_detector.pipeline.decode import (
+from tiled_detector.pipeline.decode import yolox_decoded
+from tiled_detector.pipeline.layouts import (
     OBB_END2END_COLUMNS,
     ROTATED_LAYOUTS,
     Candidate,
@@ -44,7 +45,6 @@ from tiled_detector.pipeline.decode import (
     layout_candidates,
     main_output,
     mask_output,
-    yolox_decoded,
 )
 from tiled_detector.pipeline.preprocess import InputFormat
 

@@ -128,7 +128,7 @@ def _tiling(params_file: Path, overrides: dict[str, Any]) -> tuple[tuple[int, in
     """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults (auto: the
     model's input size)."""
     from tiled_detector.config import DetectorConfig
-    from tiled_detector.detector import load_config_engine
+    from tiled_detector.engine_setup import load_config_engine
     from tiled_detector.parameters import DETECTOR_PARAMETERS, config_changes, read_params_file
     from tiled_detector.resolve import file_view
 

@@ -48,7 +48,7 @@ def report(config: Any) -> dict[str, Any]:
     readings); errors that stop the node raise as they do there."""
     import math
 
-    from tiled_detector.detector import load_config_engine
+    from tiled_detector.engine_setup import load_config_engine
     from tiled_detector.pipeline.tiling import make_plan
     from tiled_detector.resolve import AmbiguousModelError, engine_view, resolve
 

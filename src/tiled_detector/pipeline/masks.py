@@ -27,6 +27,7 @@ import torch
 
 from tiled_detector.pipeline.decode import PaddedDecoded
 from tiled_detector.pipeline.tiling import BatchPlan
+from tiled_detector.types import InstanceMasks
 
 
 def label_size(frame_hw: tuple[int, int], scale: float) -> tuple[int, int]:
@@ -243,3 +244,23 @@ def row_sizes(masks: HostMasks) -> Sequence[int]:
     """Each row's pixel count (its box's area in label pixels)."""
     wide = (masks.boxes[:, 2] - masks.boxes[:, 0]).clip(0)
     return wide * (masks.boxes[:, 3] - masks.boxes[:, 1]).clip(0)
+
+
+def frame_masks(
+    rows: np.ndarray, masks: HostMasks | None, plan: BatchPlan, scale: float
+) -> list[InstanceMasks | None]:
+    """Each frame's `InstanceMasks` (its result rows', in order), from the downloaded result `rows` (the packed rows
+    without their status row) and masks (None: none), at `scale` (`mask_scale`)."""
+    if masks is None:
+        return [None] * plan.num_frames
+    areas = np.asarray(row_sizes(masks), np.int64)
+    starts = np.cumsum(areas) - areas
+    found = []
+    for k, frame_plan in enumerate(plan.plans):
+        mine = np.flatnonzero((rows[:, 6] > 0) & (rows[:, 7] == k))  # consecutive rows (`_per_frame_best`)
+        first = starts[mine[0]] if len(mine) else 0
+        bits = masks.bits[first : first + int(areas[mine].sum())]
+        # (the label image's size: the image itself is composed where it is used, `InstanceMasks.labels`)
+        shape = label_size(frame_plan.frame_hw, scale)
+        found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw))
+    return found

@@ -21,18 +21,12 @@ import torch
 
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline import masks
-from tiled_detector.pipeline.decode import (
-    ROTATED_LAYOUTS,
-    OutputLayout,
-    PaddedDecoded,
-    Prototypes,
-    decode_padded,
-    joined,
-)
+from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.layouts import ROTATED_LAYOUTS, OutputLayout
 from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess, postprocess_rows
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import BatchPlan, ViewSelection, pieces

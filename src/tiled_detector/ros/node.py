@@ -9,37 +9,26 @@ parameters, QoS, publishers and threads, and reports /diagnostics.
 
 from __future__ import annotations
 
-import functools
 import gc
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy import subscription as rclpy_subscription
-from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.qos_overriding_options import QoSOverridingOptions
-from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, VisionInfo
 
 from tiled_detector.config import DetectorConfig
-from tiled_detector.messages.cdr import UnreadableCdrError, read_image
 from tiled_detector.messages.detections import detections_to_msg
 from tiled_detector.messages.images import (
-    ImageConversionError,
     array_to_imgmsg,
     byte_view,
-    check_image,
     compressed_to_array,
     imgmsg_to_array,
     stamp_ns,
@@ -48,26 +37,18 @@ from tiled_detector.messages.vision_info import LABELS_PARAMETER, label_info, vi
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder
 from tiled_detector.pipeline.tiling import make_plan
-from tiled_detector.ros.cameras import CameraTopics, camera_topics, check_mask_cameras
+from tiled_detector.ros.cameras import camera_topics, check_mask_cameras
 from tiled_detector.ros.depth import DepthInputs
 from tiled_detector.ros.diagnostics import input_problem, problems, status
+from tiled_detector.ros.inputs import OVERRIDABLE, WARN_EVERY_S, Camera, CameraInputs, image_qos
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
 from tiled_detector.ros.share import EngineShare
-from tiled_detector.ros.stats import FrameSlots, LostFrames, SkippedFrames, Stats
+from tiled_detector.ros.stats import FrameSlots, Stats
 from tiled_detector.ros.worker import Arrival, Worker
 from tiled_detector.stream import Job, Stream, StreamResult, budget_problem
 from tiled_detector.tools.annotate import annotate, annotated_encoding
-
-# rclpy hands a subscription callback of two arguments each message's info (publication sequence number, publisher
-# gid) from Iron on; Humble's calls every callback with the message alone
-MESSAGE_INFO = hasattr(rclpy_subscription, "MessageInfo")
-
-try:  # Iron and later
-    from rclpy.event_handler import SubscriptionEventCallbacks
-except ImportError:  # Humble
-    from rclpy.qos_event import SubscriptionEventCallbacks
 
 try:  # vision_msgs 4.x (Humble and later)
     from vision_msgs.msg import LabelInfo
@@ -75,10 +56,6 @@ except ImportError:  # older vision_msgs have none: VisionInfo only
     LabelInfo = None
 
 NODE_NAME = "tiled_detector"
-WARN_EVERY_S = 60.0  # the silent-input WARN is repeated at most this often
-# qos_overrides.<topic>.<subscription|publisher>.<history|depth|reliability> parameters of the image
-# subscriptions and the output publishers (rclpy declares them, read-only, when the endpoint is created)
-OVERRIDABLE = QoSOverridingOptions.with_default_policies()
 # vision_info and label_info: published once per configuration (activation), kept for subscribers that come later
 VISION_INFO_QOS = QoSProfile(
     depth=1,
@@ -88,64 +65,7 @@ VISION_INFO_QOS = QoSProfile(
 )
 
 
-def raw_image(data: bytes | bytearray | memoryview) -> Any:
-    """A serialized sensor_msgs/Image as `messages.cdr.RawImage` (its pixels a view of `data`) with a
-    std_msgs/Header, or deserialised where its encapsulation is one `read_image` does not parse."""
-    try:
-        raw = read_image(data)
-    except UnreadableCdrError:
-        return deserialize_message(bytes(data), Image)
-    return replace(raw, header=Header(stamp=Time(sec=raw.sec, nanosec=raw.nanosec), frame_id=raw.frame_id))
-
-
-def image_qos(reliability: str) -> QoSProfile:
-    """Depth-1 keep-last image QoS; best effort (sensor data) unless `reliable` is asked for."""
-    return QoSProfile(
-        depth=1,
-        history=HistoryPolicy.KEEP_LAST,
-        reliability=ReliabilityPolicy.RELIABLE
-        if reliability == "reliable"
-        else ReliabilityPolicy.BEST_EFFORT,
-    )
-
-
-class Gate(CallbackGroup):
-    """A camera's subscription's callback group: while closed the executor leaves out its subscription, so the
-    middleware keeps (and replaces) its messages instead of the node converting each one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.open = True
-
-    def can_execute(self, entity: Any) -> bool:
-        return self.open
-
-    def beginning_execution(self, entity: Any) -> bool:
-        return self.open
-
-    def ending_execution(self, entity: Any) -> None:
-        """Nothing to release."""
-
-
-@dataclass(eq=False)
-class Camera:
-    """One input: its topics, its counters (the node's own with a single camera), its subscription and
-    publishers, and when its last frame arrived."""
-
-    topics: CameraTopics
-    stats: Stats
-    subscription: Any = None
-    detections_pub: Any = None
-    debug_pub: Any = None
-    masks_pub: Any = None  # a segmentation model's label images (`masks`)
-    last_frame: float = field(default_factory=time.monotonic)
-    image_topic: str = ""  # the subscribed topic, fully resolved
-    lost: LostFrames = field(default_factory=LostFrames)  # its subscription's message-lost events, counted
-    skipped: SkippedFrames = field(default_factory=SkippedFrames)  # frames its publishers sent, never taken
-    gate: Gate = field(default_factory=Gate)  # closed while the camera is held (`EngineShare`)
-
-
-class DetectorNodeBase(NodeParameters):
+class DetectorNodeBase(CameraInputs, NodeParameters):
     """The detector node's work in phases, shared by the plain node (all of them at start) and the managed
     (lifecycle) one: `_declare` the parameters; `_configure` loads the engine and makes the publishers and the
     diagnostics timer; `_activate` subscribes the cameras and starts the worker; `_deactivate` stops taking
@@ -161,7 +81,6 @@ class DetectorNodeBase(NodeParameters):
     # per-camera tracks and tile schedules, kept (with the track id counters) for the node's life
     _stream: Stream | None = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
-    _skips_counted = True  # False once the middleware is found to give no sequence numbers
     _depth: DepthInputs | None = None  # `depth: true`: the depth inputs and detections_3d (ros/depth.py)
     label_info_pub: Any = None
     # qos_overrides already warned about as matching no endpoint
@@ -246,26 +165,7 @@ class DetectorNodeBase(NodeParameters):
     def _activate(self) -> None:
         _, values = self._current()
         compressed = values["transport"] == "compressed"
-        for index, camera in enumerate(self.cameras):
-            # with each message's info where this rclpy hands it over (its publication sequence number counts the
-            # frames never taken: frames_skipped); else the message alone
-            take = self._on_image_info if MESSAGE_INFO else self._on_image
-            if not MESSAGE_INFO:
-                self._no_sequence_numbers("this rclpy calls subscriptions with the message alone (Humble)")
-            camera.subscription = self.create_subscription(
-                CompressedImage if compressed else Image,
-                camera.topics.image,
-                functools.partial(take, index=index),
-                image_qos(values["image_reliability"]),
-                callback_group=camera.gate,
-                qos_overriding_options=OVERRIDABLE,
-                raw=not compressed,  # Image messages as their bytes: read in place (`messages.cdr`)
-                event_callbacks=SubscriptionEventCallbacks(
-                    message_lost=functools.partial(self._on_message_lost, index=index),
-                    incompatible_qos=functools.partial(self._on_incompatible_qos, index=index),
-                ),
-            )
-            camera.last_frame = time.monotonic()
+        self._subscribe_cameras(values["image_reliability"], compressed)
         if self._depth is not None:
             self._depth.subscribe(image_qos(values["image_reliability"]))
         self._warn_unused_qos_overrides()
@@ -384,68 +284,6 @@ class DetectorNodeBase(NodeParameters):
     def shutdown(self) -> None:
         """Stop taking frames and join the worker thread."""
         self._deactivate()
-
-    # --- callbacks -------------------------------------------------------------------------------------------
-
-    def _count(self, camera: Camera, name: str, count: int = 1) -> None:
-        """Count an event of `camera` (in its counters and, with several cameras, the node's)."""
-        camera.stats.add(name, count)
-        if camera.stats is not self.stats:
-            self.stats.add(name, count)
-
-    def _on_image(self, msg: Image | CompressedImage | bytes, index: int = 0) -> None:
-        """A frame arrived: into its camera's slot (replacing one the worker never took: dropped). An Image comes
-        as its serialized bytes: its fields are read where they lie (no deserialising: an 8K message would cost
-        the executor about half a second), and a malformed one is counted and skipped here, never converted."""
-        camera = self.cameras[index]
-        camera.last_frame = time.monotonic()
-        self._share.arrived(index)
-        self._count(camera, "received")
-        if isinstance(msg, bytes | bytearray | memoryview):
-            try:
-                msg = raw_image(msg)
-                check_image(msg)
-            except ImageConversionError as error:
-                self._count(camera, "malformed")
-                self.problem(index, f"skipped a malformed image: {error}", error=False)
-                return
-        if self._slots.put(index, Arrival(index, msg, camera.last_frame)):
-            self._count(camera, "dropped")
-
-    def _on_image_info(self, msg: Image | CompressedImage, info: Any, index: int = 0) -> None:
-        """A frame with its message info: the frames its publisher sent before it that this subscription never
-        took are counted (skipped), then the frame is taken as by `_on_image`."""
-        camera = self.cameras[index]
-        sequence = info.get("publication_sequence_number") if isinstance(info, dict) else None
-        if sequence is None:
-            self._no_sequence_numbers("the middleware gives no publication sequence number with a message")
-        else:
-            gid = info.get("publisher_gid")
-            publisher = tuple(gid.get("data", ())) if isinstance(gid, dict) else gid
-            skipped = camera.skipped.add(publisher, int(sequence))
-            if skipped:
-                self._count(camera, "skipped", skipped)
-        self._on_image(msg, index)
-
-    def _no_sequence_numbers(self, why: str) -> None:
-        """Say once that frames_skipped cannot be counted (and leave it out of /diagnostics)."""
-        if self._skips_counted:
-            self._skips_counted = False
-            self.get_logger().info(f"frames_skipped is not counted: {why}")
-
-    def _on_message_lost(self, info: Any, index: int = 0) -> None:
-        """The middleware saw frames that never reached this subscription (e.g. a full transport)."""
-        camera = self.cameras[index]
-        lost = camera.lost.add(int(info.total_count), int(info.total_count_change))
-        camera.skipped.lost(lost)
-        self._count(camera, "lost", lost)
-
-    def _on_incompatible_qos(self, info: Any, index: int = 0) -> None:
-        self.get_logger().warning(
-            f"a publisher of {self.cameras[index].image_topic} has a QoS this subscription cannot match "
-            f"(policy id {info.last_policy_kind}); set image_reliability to match it",
-            throttle_duration_sec=WARN_EVERY_S,
-        )
 
     # --- the worker's host (`ros.worker.Host`) ---------------------------------------------------------------
 
