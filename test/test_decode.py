@@ -14,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.pipeline.decode import Decoded, decode_outputs, decode_padded
-from tiled_detector.pipeline.layouts import ROTATED_LAYOUTS, OutputLayout, detect_layout
+from tiled_detector.pipeline.layouts import (
+    KEYPOINT_LAYOUTS,
+    ROTATED_LAYOUTS,
+    OutputLayout,
+    detect_layout,
+)
 
 NUM_CLASSES, ANCHORS, K = 3, 50, 8
 NEG = -12.0  # logit of "nothing here"
@@ -148,13 +153,15 @@ def assert_rows(got: list[tuple], want: list[tuple]) -> None:
         np.testing.assert_allclose(g[1:-1], w[1:-1], rtol=1e-5, atol=1e-4)
 
 
-# YOLOX's and GFL heads place their boxes by the input size: test_yolox.py and test_gfl.py decode them
+# YOLOX's and GFL heads place their boxes by the input size: test_yolox.py and test_gfl.py decode them; pose heads
+# are told by their metadata (`task: pose`): test_pose.py
 @pytest.mark.parametrize(
     "layout",
     [
         x
         for x in OutputLayout
-        if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS)
+        if x
+        not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS, *KEYPOINT_LAYOUTS)
     ],
 )
 def test_each_exported_layout_detected_and_decoded(exported, layout):

@@ -221,6 +221,8 @@ def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_pa
     program."""
     # the mask settings change a segmentation model's frame program (test_masks: captured == exact, mask_scale)
     masked = {"masks", "mask_scale"}
+    # and the keypoint settings a pose model's (test_keypoints: captured == exact for each fusion, keypoints off)
+    masked |= {"keypoints", "keypoint_fusion"}
     assert set(ALTERNATES) | masked == {name for name, setting in settings().items() if setting.runtime}
     mask = np.zeros((9, 16), np.uint8)
     mask[:, :8] = 255

@@ -1127,3 +1127,32 @@ def test_build_engine_sizes_the_profile_for_the_cameras_of_one_node(capsys) -> N
     with pytest.raises(SystemExit):
         parser.parse_args(["m.onnx", "--camera-size", "1920by1080"])
     assert "a frame size is WIDTHxHEIGHT" in capsys.readouterr().err
+
+
+def test_a_pose_engine_file_resolves_to_its_keypoints(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """ultralytics' pose `.engine` (metadata header with `kpt_shape`, `kpt_names`) on the real bindings' doubles: the
+    engine reads the header, and the detector's reading of it is the pose layout with its keypoints."""
+    from support.exports import ultralytics_engine_file
+    from tiled_detector.config import DetectorConfig
+    from tiled_detector.pipeline.layouts import OutputLayout
+    from tiled_detector.resolve import engine_view, resolve
+
+    engine, _ = named_engine({"output0": (4 + 2 + 15, 16)})
+    runtime = strict(trt.Runtime)
+    runtime.deserialize_cuda_engine.side_effect = None
+    runtime.deserialize_cuda_engine.return_value = engine
+    runtime_cls = mock.create_autospec(trt.Runtime)
+    runtime_cls.return_value = runtime
+    monkeypatch.setattr(
+        trt_mod, "import_tensorrt", lambda: types.SimpleNamespace(**{**vars(trt), "Runtime": runtime_cls})
+    )
+    names = ["a", "b", "c", "d", "e"]
+    path = ultralytics_engine_file(tmp_path / "pose.engine", b"serialized", task="pose", kpt_shape=[5, 3],
+                                   kpt_names={0: names}, imgsz=[H, W])  # fmt: skip
+    loaded = TensorRTEngine(path, device=torch.device("cuda"), max_batch=MAX_BATCH)
+    runtime.deserialize_cuda_engine.assert_called_once_with(b"serialized")  # the header split off
+    assert loaded.metadata.keypoint_shape == (5, 3) and loaded.metadata.task == "pose"
+    found = resolve(DetectorConfig(model=path), engine_view(loaded))
+    assert (
+        found.layout is OutputLayout.POSE and found.keypoint_names == tuple(names) and found.num_classes == 2
+    )

@@ -36,7 +36,7 @@ from tiled_detector.kinds import (
     Text,
 )
 from tiled_detector.options import ChannelOrder, LetterboxAnchor, Option
-from tiled_detector.pipeline.frame_settings import FrameSettings
+from tiled_detector.pipeline.frame_settings import FrameSettings, KeypointFusion
 from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
 from tiled_detector.pipeline.policy import read_mask
@@ -314,6 +314,18 @@ class DetectorConfig:
         1.0,
         "resolution of the masks as a fraction of the frame's (the label image is the frame's size times it)",
         kind=Number(0.0, 1.0, open_low=True),
+    )
+    keypoints: bool | None = _setting(
+        None,
+        "keypoints of a pose model's detections (the keypoints topic; detect --json's keypoints): true, false, or "
+        "auto (not set: true for a pose model)",
+        kind=Switch(auto="true for a pose model"),
+    )
+    keypoint_fusion: KeypointFusion = _setting(
+        KeypointFusion.JOINTS,
+        "where a detection's keypoints come from: joints (each joint from the views of the object that saw it "
+        "whole, weighted by its score) or keeper (the kept candidate's own)",
+        kind=Choice(option=KeypointFusion),
     )
     layout: OutputLayout = _setting(
         OutputLayout.AUTO,

@@ -24,8 +24,10 @@ import torch
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
 from tiled_detector.engine_setup import default_capture, default_compiler, load_config_engine
 from tiled_detector.engines.base import Engine
+from tiled_detector.pipeline import keypoints as keypoint_stage
 from tiled_detector.pipeline import masks as mask_stage
 from tiled_detector.pipeline.decode import PaddedDecoded
+from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, aligned, unpack_positions
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.frame_settings import FrameSettings
@@ -152,8 +154,9 @@ class TiledDetector:
         self._uploader = Uploader(engine.device)
         self._depth_uploader = Uploader(engine.device)  # depth images, one slot per frame slot
         self._masks = IgnoreMasks()  # the ignore masks scaled to the frame sizes seen (bounded)
+        joints = None if resolved.keypoints is None else resolved.keypoints.shape
         self._program = FrameProgram(
-            engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine)
+            engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine), joints
         )
         # the caller's own capture function (a test's stand-in) where given, as long as `cuda_graph` is on
         chosen = capture if capture is not None and config.cuda_graph else default_capture(config, engine)
@@ -246,6 +249,8 @@ class TiledDetector:
             raise ValueError(
                 f"masks: true, but {config.model} has no mask prototypes (not a segmentation model)"
             )
+        if config.keypoints and self._resolved.keypoints is None:
+            raise ValueError(f"keypoints: true, but {config.model} is not a pose model (no keypoint columns)")
         frame_settings = config.frame_settings(self._labels)
         self._config, self._frame_settings = config, frame_settings
 
@@ -429,7 +434,14 @@ class TiledDetector:
                 found = self._program.candidates(
                     frames, encodings, plan, self._frame_settings, clock.mark, chosen
                 )
-            packed, built = finish(found, plan, self._frame_settings, None, clock.mark)
+            packed, built = finish(
+                found,
+                plan,
+                self._frame_settings,
+                None,
+                clock.mark,
+                keypoint_shape=self._program.keypoint_shape,
+            )
             if built is None:
                 clock.mark("merge")
             if depths is not None:
@@ -442,12 +454,21 @@ class TiledDetector:
             clock.mark("download")
         timings = clock.timings()
         extra = OBB_COLUMNS if self.rotated else 0
+        joints = self._joints
+        posed = [None] * plan.num_frames
+        if joints:
+            posed = keypoint_stage.unpack(host, plan.num_frames, COLUMNS + extra, joints)
         located = [(None, None)] * plan.num_frames
+        joint_positions = [None] * plan.num_frames
         if depths is not None:
+            start = COLUMNS + extra + 3 * joints
             located = [
                 (None, None) if d is None else p
-                for d, p in zip(depths, unpack_positions(host, COLUMNS + extra, plan.num_frames), strict=True)
+                for d, p in zip(depths, unpack_positions(host, start, plan.num_frames), strict=True)
             ]
+            if joints:
+                where = keypoint_stage.unpack(host, plan.num_frames, start + DEPTH_COLUMNS, joints)
+                joint_positions = [None if d is None else w for d, w in zip(depths, where, strict=True)]
         self._count_degenerate(int(host[-1, 3]))
         shown = mask_stage.frame_masks(host[:-1], masks, plan, self._frame_settings.mask_scale)
         return [
@@ -459,9 +480,19 @@ class TiledDetector:
                 *at,
                 obb=rows[:, 6:] if extra else None,
                 masks=m,
+                keypoints=k,
+                keypoint_positions=w,
             )
-            for rows, at, m in zip(unpack(host, plan.num_frames, extra), located, shown, strict=True)
+            for rows, at, m, k, w in zip(
+                unpack(host, plan.num_frames, extra), located, shown, posed, joint_positions, strict=True
+            )
         ]
+
+    @property
+    def _joints(self) -> int:
+        """The joints each downloaded row carries (0: none: not a pose model, or `keypoints: false`)."""
+        shape = self._program.keypoint_shape
+        return 0 if shape is None or self._frame_settings.keypoints is False else shape[0]
 
     def _download(
         self, packed: torch.Tensor, built: torch.Tensor | None

@@ -150,6 +150,16 @@ PARAMETERS: tuple[tuple[str, str, str], ...] = (
         "double",
         "resolution of the masks as a fraction of the frame's (the label image is the frame's size times it)",
     ),
+    (
+        "keypoints",
+        "string",
+        "keypoints of a pose model's detections (the keypoints topic; detect --json's keypoints): true, false, or auto (not set: true for a pose model)",
+    ),
+    (
+        "keypoint_fusion",
+        "string",
+        "where a detection's keypoints come from: joints (each joint from the views of the object that saw it whole, weighted by its score) or keeper (the kept candidate's own)",
+    ),
     ("layout", "string", "model output layout; auto detects it from the output shapes"),
     (
         "max_batch",

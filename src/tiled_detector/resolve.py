@@ -7,9 +7,11 @@ never a guess between families.
 built (`file_view`: its graph's shapes, metadata and, for the YOLOX probe, one ONNX Runtime run of the file itself),
 so that a file the detector would refuse is refused before anything is loaded or cached.
 
-Rules, in order: a task the file's metadata names that the node does not serve (pose, classify) refused;
-the setting `layout` (checked against the shapes for yolox, gfl and the rotated layouts: an angle column); the
-rotated layouts where the metadata says `task: obb` (end-to-end rows where it says `end2end`); an end-to-end head
+Rules, in order: a task the file's metadata names that the node does not serve (classify) refused;
+the setting `layout` (checked against the shapes for yolox, gfl and the rotated layouts: an angle column; a pose
+file's layout must be a pose layout: `pose_model`); the rotated layouts where the metadata says `task: obb`, the pose
+layouts where it says `task: pose` (end-to-end rows where it says `end2end`; the keypoints read by
+`pose_model.read_keypoints`); an end-to-end head
 where the file's metadata says so; else the layouts the output shapes fit (`layouts.layout_candidates`), narrowed by the class
 count of the names (the labels setting, the file's names, a labels file beside it). One left: it. YOLOX's raw head
 among several: one run on a grey image tells raw offsets (only YOLOX's raw head holds them) from pixel boxes
@@ -36,6 +38,7 @@ from tiled_detector.models import COCO, coco_labels, load_labels
 from tiled_detector.pipeline import gfl
 from tiled_detector.pipeline.decode import yolox_decoded
 from tiled_detector.pipeline.layouts import (
+    KEYPOINT_LAYOUTS,
     OBB_END2END_COLUMNS,
     ROTATED_LAYOUTS,
     Candidate,
@@ -47,12 +50,13 @@ from tiled_detector.pipeline.layouts import (
     mask_output,
 )
 from tiled_detector.pipeline.preprocess import InputFormat
+from tiled_detector.pose_model import Keypoints, check_pose_layout, read_keypoints
 
 COCO_FAMILIES = frozenset({"yolox", "picodet", "nanodet"})  # released with COCO's 80 classes and no names
 # what a GFL head of no known family must be told: its pre-processing differs between the families
 GFL_INPUTS = ("channel_order", "input_scale", "input_mean", "input_std", "letterbox")
 DECIDING = ("labels", "layout")
-SERVED_TASKS = ("detect", "obb", "segment")  # ultralytics' tasks whose heads the node decodes
+SERVED_TASKS = ("detect", "obb", "segment", "pose")  # ultralytics' tasks whose heads the node decodes
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,19 @@ class Resolved:
     view: ModelView = dataclasses.field(repr=False)
     masks: int = 0  # a segmentation head's mask prototypes (the coefficients each detection carries); 0: none
     task: str = "detect"  # what the file says it does (`detect` where it says nothing), `segment` with masks
+    keypoints: Keypoints | None = (
+        None  # a pose head's keypoints (shape, names, skeleton, their sources); None: none
+    )
+
+    @property
+    def keypoint_names(self) -> tuple[str, ...]:
+        """A pose model's joint names (empty: not a pose model)."""
+        return () if self.keypoints is None else self.keypoints.names
+
+    @property
+    def skeleton(self) -> tuple[tuple[int, int], ...] | None:
+        """The skeleton (joint index pairs) the model file states, or None."""
+        return None if self.keypoints is None else self.keypoints.skeleton
 
     @property
     def segments(self) -> bool:
@@ -215,8 +232,8 @@ def _check_task(config: DetectorConfig, view: ModelView) -> None:
     if task is not None and task not in SERVED_TASKS:
         raise ValueError(
             f"{config.model}: its metadata says task {task}: this node serves detection models (task detect), "
-            f"rotated-box models (task obb) and segmentation models (task segment), not {task} models; export a "
-            "detect, obb or segment model"
+            f"rotated-box models (task obb), segmentation models (task segment) and pose models (task pose), not "
+            f"{task} models; export a detect, obb, segment or pose model"
         )
 
 
@@ -280,11 +297,18 @@ def _layout(
             head.describe(),
             head.classes,
         )
+    check_pose_layout(str(config.model), view.metadata, config.layout)
     if config.layout in ROTATED_LAYOUTS:
         classes = _check_obb(config, view, num_classes, config.layout)
         return config.layout, None, "the setting layout", _obb_words(config.layout), classes or num_classes
     if config.layout is not OutputLayout.AUTO:
         return config.layout, None, "the setting layout", f"{config.layout.value} rows", num_classes
+    if view.metadata.task == "pose":
+        layout = OutputLayout.POSE_END2END if view.metadata.end2end else OutputLayout.POSE
+        how = "the model file's metadata (task pose" + (
+            ", end-to-end head)" if view.metadata.end2end else ")"
+        )
+        return layout, None, how, "pose rows", num_classes
     if view.metadata.task == "obb":
         layout = OutputLayout.OBB_END2END if view.metadata.end2end else OutputLayout.OBB
         classes = _check_obb(config, view, num_classes, layout)
@@ -390,6 +414,12 @@ def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
             f"read as {layout.value} rows: only yolov8 and end2end rows carry mask coefficients; set the setting "
             "layout to the model's"
         )
+    keypoints = None
+    if layout in KEYPOINT_LAYOUTS:
+        keypoints, classes = _pose(config, view, layout, num_classes)
+        head = (
+            f"{'end-to-end ' if layout is OutputLayout.POSE_END2END else ''}pose rows, {keypoints.describe()}"
+        )
     if labels is None and family in COCO_FAMILIES and classes == len(coco_labels()):
         labels, labels_from = coco_labels(), f"COCO's names (an 80-class {family} file names none)"
     num_classes = classes if num_classes is None else num_classes
@@ -409,12 +439,47 @@ def resolve(config: DetectorConfig, view: ModelView) -> Resolved:
     ):
         if name not in values:
             sources[name] = (getattr(defaults, field), "ultralytics default")
-    task = view.metadata.task or ("segment" if masks else "detect")
+    task = view.metadata.task or ("segment" if masks else "pose" if keypoints else "detect")
+    if config.keypoints and keypoints is None:
+        raise ValueError(
+            f"keypoints: true, but {config.model} is not a pose model (no keypoint columns); set keypoints to "
+            "false or auto"
+        )
     if masks:
         head += f", {masks} mask coefficients (prototypes {mask_output(view.outputs)!r})"
     return Resolved(
-        layout, family, decided_by, head, labels, labels_from, num_classes, fmt, sources, view, masks, task
+        layout,
+        family,
+        decided_by,
+        head,
+        labels,
+        labels_from,
+        num_classes,
+        fmt,
+        sources,
+        view,
+        masks,
+        task,
+        keypoints,
     )
+
+
+def _pose(
+    config: DetectorConfig, view: ModelView, layout: OutputLayout, num_classes: int | None
+) -> tuple[Keypoints, int | None]:
+    """A pose head's keypoints and its class count (raw rows without names: what the file's kpt_shape leaves)."""
+    name = main_output(view.outputs)
+    shape = view.outputs[name]
+    stated = view.metadata.keypoint_shape
+    classes = num_classes
+    if classes is None and layout is OutputLayout.POSE and stated and len(shape) == 3 and shape[1] > 0:
+        classes = shape[1] - 4 - stated[0] * stated[1]
+        if classes < 1:
+            raise ValueError(
+                f"{config.model}: its output {name!r} {list(shape)} has {shape[1]} rows: too few for 4 box rows, "
+                f"a class and its kpt_shape {list(stated)}; set the setting layout to the model's"
+            )
+    return read_keypoints(str(config.model), view.metadata, view.outputs, name, layout, classes), classes
 
 
 def _check_coefficients(

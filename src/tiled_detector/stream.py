@@ -51,6 +51,7 @@ from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.polygons import corners, hulls
 from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
+from tiled_detector.tracking.keypoints import CarriedKeypoints
 from tiled_detector.tracking.looks import Looks, across_parts
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
 from tiled_detector.tracking.positions import Positions, joined, with_masks
@@ -172,6 +173,9 @@ class _Camera:
     ages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per tile: new view since it last ran
     positions: Positions = field(default_factory=Positions)  # the 3D positions of the last reported boxes
+    keypoints: CarriedKeypoints = field(
+        default_factory=CarriedKeypoints
+    )  # the last reported boxes' keypoints
     carried: Detections = field(default_factory=_no_boxes)  # without a tracker: the last reported boxes
     seen_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames each was carried
@@ -362,15 +366,17 @@ class Stream:
 
     @staticmethod
     def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
-        """`result` with its boxes' 3D positions (`tracking.positions`) and instance masks from the frame's
-        `measured` detections."""
+        """`result` with its boxes' 3D positions (`tracking.positions`), instance masks and keypoints
+        (`tracking.keypoints`: a carried box's moved with it) from the frame's `measured` detections."""
         located = state.positions.attach(
             measured, result.detections, result.track_ids, result.seen_ns, result.fresh
         )
-        if located is measured:  # every box as detected in this frame (positions, masks and all)
+        if located is measured:  # every box as detected in this frame (positions, masks, keypoints and all)
+            state.keypoints.attach(measured, located, result.track_ids, result.seen_ns, result.fresh)
             return replace(result, detections=located)
         masked = with_masks(result.stamp_ns, measured, located, result.seen_ns)
-        return replace(result, detections=masked)
+        posed = state.keypoints.attach(measured, masked, result.track_ids, result.seen_ns, result.fresh)
+        return replace(result, detections=posed)
 
     @staticmethod
     def _parts(

@@ -116,6 +116,9 @@ class Detections:
     obb (N, 5) float32 cx, cy, w, h, angle (radians in [0, pi/2), turning +x toward +y: clockwise on screen;
     ultralytics' xywhr), whose axis-aligned hulls are `boxes`; None from an axis-aligned model. masks: a
     segmentation model's instance masks (`InstanceMasks`, one per detection, in this order), None without them.
+    keypoints: a pose model's (N, K, 3) float32 joints x, y (frame pixels), score (a file of 2 values per joint:
+    score 1), None from a model without keypoints; keypoint_positions: with a depth image, each joint's (N, K, 3)
+    position in metres (the camera's optical frame, as `positions`), NaN where it has no valid depth.
     """
 
     boxes: np.ndarray
@@ -126,6 +129,8 @@ class Detections:
     sizes: np.ndarray | None = field(default=None, compare=False)
     obb: np.ndarray | None = None
     masks: InstanceMasks | None = field(default=None, compare=False)
+    keypoints: np.ndarray | None = field(default=None, compare=False)
+    keypoint_positions: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
@@ -148,6 +153,19 @@ class Detections:
                         f"Detections need one row of {name} per box, got {len(value)} for {len(scores)}"
                     )
                 object.__setattr__(self, name, value)
+        if self.keypoints is not None:
+            keypoints = np.asarray(self.keypoints, dtype=np.float32)
+            keypoints = keypoints.reshape(len(scores), -1, 3) if keypoints.size or len(scores) else keypoints
+            if keypoints.ndim != 3 or keypoints.shape[0] != len(scores) or keypoints.shape[2] != 3:
+                raise ValueError(
+                    f"Detections need (N, K, 3) keypoints for {len(scores)} boxes, got {keypoints.shape}"
+                )
+            object.__setattr__(self, "keypoints", keypoints)
+        if self.keypoint_positions is not None:
+            where = np.asarray(self.keypoint_positions, dtype=np.float32)
+            if self.keypoints is None or where.shape != self.keypoints.shape:
+                raise ValueError(f"Detections need one keypoint position per joint, got {where.shape}")
+            object.__setattr__(self, "keypoint_positions", where)
         if self.masks is not None and len(self.masks) != len(scores):
             raise ValueError(f"Detections need one mask per box, got {len(self.masks)} for {len(scores)}")
 
@@ -160,8 +178,8 @@ class Detections:
         return len(self.scores)
 
     def __getitem__(self, index: np.ndarray | slice) -> Detections:
-        """Select detections by boolean mask, index array or slice (timings, positions, sizes, rotated boxes and
-        masks are kept)."""
+        """Select detections by boolean mask, index array or slice (timings, positions, sizes, rotated boxes,
+        masks and keypoints are kept)."""
         rows = np.arange(len(self.scores))[index]
         return Detections(
             self.boxes[index],
@@ -172,4 +190,6 @@ class Detections:
             None if self.sizes is None else self.sizes[index],
             None if self.obb is None else self.obb[index],
             None if self.masks is None else self.masks.select(rows),
+            None if self.keypoints is None else self.keypoints[index],
+            None if self.keypoint_positions is None else self.keypoint_positions[index],
         )

@@ -88,16 +88,58 @@ class ObbEndToEndHead(ObbHead):
         return rows.gather(1, order[..., None].expand(-1, -1, 7))
 
 
+class PoseHead(nn.Module):
+    """ultralytics' pose layout (B, 4 + C + K x D, A) (`task: pose`, `kpt_shape` [K, D]): the squares (cx, cy, w,
+    h, class scores), then K = 5 joints of each anchor's square, a known answer: its corners x1 y1, x2 y1, x2 y2,
+    x1 y2 and its centre, each x, y in input pixels and, where D is 3, a visibility score (the square's best class
+    score: a pure square 1). `end2end`: YOLO26's rows (B, A, 6 + K x D) x1, y1, x2, y2, score, class, joints, best
+    scores first."""
+
+    JOINTS = 5
+
+    def __init__(self, input_hw: tuple[int, int] = INPUT_HW, values: int = 3, end2end: bool = False) -> None:
+        super().__init__()
+        self.net = SquareDetector(input_hw, 8)
+        self.values, self.end2end = values, end2end
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.net(images)  # (B, 6, A)
+        cx, cy, half_w, half_h = out[:, 0], out[:, 1], out[:, 2] / 2, out[:, 3] / 2
+        score = out[:, 4:].amax(1)
+        xs = [cx - half_w, cx + half_w, cx + half_w, cx - half_w, cx]
+        ys = [cy - half_h, cy - half_h, cy + half_h, cy + half_h, cy]
+        joints = []
+        for x, y in zip(xs, ys, strict=True):
+            joints += [x, y, score][: self.values]
+        rows = torch.cat([out, torch.stack(joints, 1)], 1)  # (B, 4 + 2 + K x D, A)
+        if not self.end2end:
+            return rows
+        rows = rows.transpose(1, 2)
+        xy, wh = rows[..., :2], rows[..., 2:4]
+        scores, classes = rows[..., 4:6].max(dim=2)
+        rows = torch.cat(
+            [xy - wh / 2, xy + wh / 2, scores[..., None], classes[..., None].float(), rows[..., 6:]], 2
+        )
+        order = scores.argsort(dim=1, descending=True)
+        return rows.gather(1, order[..., None].expand(-1, -1, rows.shape[2]))
+
+
 def ultralytics_metadata(
     batch: int = 1,
     end2end: bool = False,
     imgsz: list[int] | None = None,
     names: dict[int, str] | None = None,
     task: str = "detect",
+    kpt_shape: list[int] | None = None,
+    kpt_names: dict[int, list[str]] | None = None,
     **args: object,
 ) -> dict:
     """The metadata dict ultralytics 8.4.190's exporter writes (`Exporter.__call__`), for this network (`args`:
-    the export arguments: nms, dynamic, quantize, ...)."""
+    the export arguments: nms, dynamic, quantize, ...); a pose model's `kpt_shape` and, where its dataset named
+    them, `kpt_names` ({class id: names}) after the others."""
+    pose = {} if kpt_shape is None else {"kpt_shape": kpt_shape}
+    if kpt_names is not None:
+        pose["kpt_names"] = kpt_names
     return {
         "description": "Ultralytics YOLOv8n model",
         "author": "Ultralytics",
@@ -116,6 +158,7 @@ def ultralytics_metadata(
         "args": {"batch": batch, "quantize": None, "nms": False, "dynamic": False, **args},
         "channels": 3,
         "end2end": end2end,
+        **pose,
     }
 
 

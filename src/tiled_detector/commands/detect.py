@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         if dets.positions is not None and not args.json:
             print(_positions_text(dets, names))
         if args.out:
-            _save_annotated(image, dets, labels, detector.plan_for(*image.shape[:2]), args.out / path.name)
+            plan = detector.plan_for(*image.shape[:2])
+            _save_annotated(image, dets, labels, plan, args.out / path.name, detector.resolved.skeleton)
         rles = detection_rles(dets.masks, len(dets))
         results.append(
             {
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                         "label": n,
                         **_located(dets, k),
                         **({} if rles[k] is None else {"mask": rles[k]}),
+                        **_joints(dets, k),
                     }
                     for k, (box, s, c, n) in enumerate(
                         zip(dets.boxes, dets.scores, dets.class_ids.tolist(), names, strict=True)
@@ -205,14 +207,30 @@ def read_image(path: Path) -> tuple[np.ndarray | None, str | None]:
     return image, cut
 
 
+def _joints(dets: Detections, k: int) -> dict[str, Any]:
+    """Detection k's `"keypoints": [[x, y, score], ...]` (frame pixels), or nothing for a model without them."""
+    if dets.keypoints is None:
+        return {}
+    return {
+        "keypoints": [
+            [round(float(x), 2), round(float(y), 2), round(float(s), 4)] for x, y, s in dets.keypoints[k]
+        ]
+    }
+
+
 def _save_annotated(
-    image_bgr: np.ndarray, dets: Detections, labels: Sequence[str] | None, plan: TilePlan, target: Path
+    image_bgr: np.ndarray,
+    dets: Detections,
+    labels: Sequence[str] | None,
+    plan: TilePlan,
+    target: Path,
+    skeleton: Sequence[tuple[int, int]] | None = None,
 ) -> None:
-    """Draw the tiles, region of interest, ignored area and boxes (annotate works in RGB) and write the image next
-    to the others."""
+    """Draw the tiles, region of interest, ignored area, boxes and skeletons (annotate works in RGB) and write the
+    image next to the others."""
     import cv2
 
     from tiled_detector.tools.annotate import annotate
 
-    drawn = annotate(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB), dets, labels, plan=plan)
+    drawn = annotate(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB), dets, labels, plan=plan, skeleton=skeleton)
     cv2.imwrite(str(target), cv2.cvtColor(drawn, cv2.COLOR_RGB2BGR))

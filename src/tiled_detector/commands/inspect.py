@@ -96,6 +96,7 @@ def report(config: Any) -> dict[str, Any]:
         "layout_decided_by": resolved.decided_by,
         "head": resolved.head,
         "masks": resolved.masks,
+        "keypoints": _keypoints(resolved.keypoints),
         "family": resolved.family,
         "input_conventions": {
             n: {"value": list(v) if isinstance(v, tuple) else getattr(v, "value", v), "from": src}
@@ -109,6 +110,21 @@ def report(config: Any) -> dict[str, Any]:
         "views": views,
         "engine_calls": {size: math.ceil(n / engine.max_batch) for size, n in views.items()},
         "cuda_graph": _cuda_graph(config, engine),
+    }
+
+
+def _keypoints(keypoints: Any) -> dict[str, Any] | None:
+    """A pose model's keypoints (joints, values per joint, names, skeleton) and where each came from; None."""
+    if keypoints is None:
+        return None
+    return {
+        "count": keypoints.joints,
+        "values": keypoints.shape[1],
+        "from": keypoints.shape_from,
+        "names": list(keypoints.names),
+        "names_from": keypoints.names_from,
+        "skeleton": None if keypoints.skeleton is None else [list(p) for p in keypoints.skeleton],
+        "skeleton_from": keypoints.skeleton_from,
     }
 
 
@@ -145,6 +161,13 @@ def _print(found: dict[str, Any]) -> None:
     masks = f": instance masks ({found['masks']} prototypes)" if found["masks"] else ""
     lines.append(f"task       {found['task'] or 'not named in the file'}{masks}")
     lines.append(f"layout     {found['layout']} ({found['head']}), decided by {found['layout_decided_by']}")
+    points = found["keypoints"]
+    if points is not None:
+        values = "x, y, visibility" if points["values"] == 3 else "x, y"
+        lines.append(f"keypoints  {points['count']} joints ({values}) from {points['from']}")
+        shown = ", ".join(points["names"][:5]) + (", ..." if points["count"] > 5 else "")
+        lines.append(f"  names          {shown} from {points['names_from']}")
+        lines.append(f"  skeleton       from {points['skeleton_from']}")
     lines.append(f"family     {found['family'] or 'none (ultralytics conventions)'}")
     for name, entry in found["input_conventions"].items():
         lines.append(f"  {name:<14} {entry['value']!s:<28} from {entry['from']}")

@@ -4,7 +4,8 @@ written (no options) with their class names:
 - ultralytics (YOLOv8 / YOLO11 / YOLO26, 8.x): TorchScript's `config.txt` extra file (JSON) and ONNX's
   `metadata_props` (each value `str()` of a Python value), with the keys `imgsz` ([h, w]), `batch`, `names`
   ({id: name}), `stride`, `task` (detect, obb, segment, pose, classify), `end2end`, `channels` and `args` ({batch,
-  dynamic, half or quantize, nms, ...});
+  dynamic, half or quantize, nms, ...}); a pose model's `kpt_shape` ([joints, 2 or 3]) and, where the dataset named
+  them, `kpt_names` ({class id: [joint names]}); `skeleton` (pairs of joint indices) where a file states one;
   TensorRT `.engine` files start with a 4-byte little-endian length and the same metadata as JSON.
 - YOLOv5 (ultralytics/yolov5): TorchScript's `config.txt` {"shape": [b, 3, h, w], "stride", "names"}; ONNX
   `stride` and `names`.
@@ -52,6 +53,13 @@ class ModelMetadata:
     producer: str = ""
     task: str | None = (
         None  # what the model was trained for, where the file says (ultralytics: detect, obb, ...)
+    )
+    keypoint_shape: tuple[int, int] | None = None  # a pose model's (joints, values per joint): `kpt_shape`
+    keypoint_names: tuple[str, ...] | None = (
+        None  # its joints' names (`kpt_names`), where the file gives them
+    )
+    skeleton: tuple[tuple[int, int], ...] | None = (
+        None  # joint pairs to draw (`skeleton`), where it gives them
     )
 
     @property
@@ -125,6 +133,46 @@ def ultralytics_metadata(values: Mapping[str, Any], dynamic_batch: bool | None =
     )
 
 
+def keypoint_shape(value: Any) -> tuple[int, int] | None:
+    """`kpt_shape` ([joints, values per joint], as written or its text) as a pair of ints, or None."""
+    value = _literal(value)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def keypoint_names(value: Any) -> tuple[str, ...] | None:
+    """`kpt_names`: ultralytics' {class id: [names]} (the first class's), or a list of names; None when empty."""
+    value = _literal(value)
+    if isinstance(value, Mapping) and value:
+        value = value[min(value, key=int)]
+    if isinstance(value, list | tuple) and value:
+        return tuple(str(v) for v in value)
+    return None
+
+
+def skeleton(value: Any) -> tuple[tuple[int, int], ...] | None:
+    """`skeleton`: pairs of joint indices (0-based), or None when the value is not one."""
+    value = _literal(value)
+    try:
+        pairs = tuple((int(a), int(b)) for a, b in value)
+    except (TypeError, ValueError):
+        return None
+    return pairs or None
+
+
+def keypoint_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keypoint fields of `ModelMetadata` among `values` (`kpt_shape`, `kpt_names`, `skeleton`)."""
+    return {
+        "keypoint_shape": keypoint_shape(values.get("kpt_shape")),
+        "keypoint_names": keypoint_names(values.get("kpt_names")),
+        "skeleton": skeleton(values.get("skeleton")),
+    }
+
+
 def _task(values: Mapping[str, Any]) -> str | None:
     """The `task` a file states (ultralytics writes it; so does our rotated-box model), lower case, or None."""
     return str(values["task"]).strip().lower() if str(values.get("task", "")).strip() else None
@@ -158,7 +206,9 @@ def exporter_metadata(values: Mapping[str, Any], dynamic_batch: bool | None = No
         found = yolov5_metadata(values)
     else:
         found = ModelMetadata()
-    return dataclasses.replace(found, inputs=input_conventions(values), task=found.task or _task(values))
+    return dataclasses.replace(
+        found, inputs=input_conventions(values), task=found.task or _task(values), **keypoint_metadata(values)
+    )
 
 
 def parse_input_shape(text: str | Any) -> tuple[int, int, int, int]:

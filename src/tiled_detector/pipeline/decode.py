@@ -15,6 +15,7 @@ import torch
 
 from tiled_detector.pipeline import gfl
 from tiled_detector.pipeline.layouts import (
+    KEYPOINT_LAYOUTS,
     OBB_END2END_COLUMNS,
     YOLOX_STRIDES,
     OutputLayout,
@@ -433,6 +434,8 @@ def decode_padded(
             class_filter,
             thresholds,
         )
+    if chosen in KEYPOINT_LAYOUTS:
+        return _decode_pose(head, chosen, conf_threshold, top_k, class_filter, num_classes, thresholds)
     masks = mask_output(outputs)
     coefficients = 0 if masks is None else int(outputs[masks].shape[1])
     if chosen is OutputLayout.END2END:
@@ -454,3 +457,27 @@ def decode_padded(
     if found.extra is None:
         return found
     return found._replace(prototypes=Prototypes(outputs[masks]))  # type: ignore[index]
+
+
+def _decode_pose(
+    head: torch.Tensor,
+    layout: OutputLayout,
+    conf_threshold: float,
+    top_k: int,
+    class_filter: Iterable[int] | None,
+    num_classes: int | None,
+    thresholds: torch.Tensor | None,
+) -> PaddedDecoded:
+    """A pose head: YOLOv8's rows (the rows after the `num_classes` class scores are the joints) or end-to-end rows
+    (the columns after the sixth); each kept candidate's joint columns (K x D, input pixels) are its `extra`."""
+    if layout is OutputLayout.POSE_END2END:
+        extra = head[..., 6:]
+        return _decode_nms_done(
+            head[..., :4], head[..., 4], head[..., 5], conf_threshold, top_k, class_filter, thresholds, extra
+        )
+    if num_classes is None:
+        raise ValueError(f"a pose head {tuple(head.shape)} needs its class count to tell classes from joints")
+    columns = head.shape[1] - 4 - num_classes
+    return _decode_raw(
+        head, OutputLayout.YOLOV8, conf_threshold, top_k, class_filter, thresholds, None, columns
+    )

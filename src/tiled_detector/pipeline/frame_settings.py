@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tiled_detector.options import Option
 from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
+
+
+class KeypointFusion(Option):
+    """Where a kept detection's keypoints come from (`pipeline.keypoints`)."""
+
+    JOINTS = "joints"  # each joint from the views of the object that saw it whole, weighted by its score
+    KEEPER = "keeper"  # the kept candidate's own joints
 
 
 @dataclass(frozen=True)
 class FrameSettings:
     """Decoding (thresholds, top-k, class filter), the seam rule, the merge, the box size limits, the
-    per-frame cut, the depth's scale and valid range, and the instance masks (`masks` None: a segmentation
-    head's) and their resolution."""
+    per-frame cut, the depth's scale and valid range, the instance masks (`masks` None: a segmentation
+    head's) and their resolution, and the keypoints (`keypoints` None: a pose head's) and how they are fused."""
 
     conf_threshold: float
     class_thresholds: tuple[tuple[int, float], ...]
@@ -36,6 +44,8 @@ class FrameSettings:
     depth_max: float
     masks: bool | None = None
     mask_scale: float = 1.0
+    keypoints: bool | None = None
+    keypoint_fusion: KeypointFusion = KeypointFusion.JOINTS
 
     @property
     def merge_rule(self) -> MergeRule:

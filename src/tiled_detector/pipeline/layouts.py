@@ -41,11 +41,17 @@ class OutputLayout(Option):
     OBB = "obb"
     # their end-to-end rows (YOLO26 exported NMS-free): (B, K, 7) cx, cy, w, h, score, class, angle
     OBB_END2END = "obb_end2end"
+    # ultralytics' pose heads (`task: pose`): (B, 4 + C + K x D, A) cx, cy, w, h, class scores, then each joint's
+    # x, y (input pixels) and, where D is 3, its visibility score; and their end-to-end rows (B, N, 6 + K x D)
+    POSE = "pose"
+    POSE_END2END = "pose_end2end"
 
 
 # layouts whose boxes are rotated: decoded to (M, 5) cx, cy, w, h, angle (`pipeline.rotated`)
 ROTATED_LAYOUTS = frozenset({OutputLayout.OBB, OutputLayout.OBB_END2END})
 OBB_END2END_COLUMNS = 7
+# layouts whose rows end in keypoints: each candidate's K x D joint columns are its payload (`extra`)
+KEYPOINT_LAYOUTS = frozenset({OutputLayout.POSE, OutputLayout.POSE_END2END})
 
 
 YOLOX_STRIDES = (8, 16, 32)
@@ -118,7 +124,7 @@ class AmbiguousLayoutError(ValueError):
 
 LAYOUT_HINT = (
     "pass the output layout explicitly (yolov5, yolov8, yolov8_transposed, yolox, gfl, end2end, efficient_nms, "
-    "obb, obb_end2end)"
+    "obb, obb_end2end, pose, pose_end2end)"
 )
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 
 from tiled_detector.errors import one_line
-from tiled_detector.pipeline import masks
+from tiled_detector.pipeline import keypoints, masks
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
@@ -99,14 +99,35 @@ def finish(
     mark: Mark = no_mark,
     post: Callable[..., torch.Tensor] = postprocess,
     post_rows: Callable[..., Any] = postprocess_rows,
+    keypoint_shape: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, masks.MaskRows | None]:
     """The candidates' `postprocess`: the packed rows; and with masks on for a segmentation head (`settings.masks`
     not false) the kept detections' masks (`masks.build`; `masks.pack` makes them bytes for the download), else
-    None. `post` / `post_rows`: the post-processing functions (a program's compiled ones)."""
-    if settings.masks is False or found.prototypes is None:
+    None; with keypoints on for a pose head (`keypoint_shape`, `settings.keypoints` not false) each row's keypoints
+    (`keypoints.build`) as 3 K columns after its own (`keypoints.columns`). `post` / `post_rows`: the
+    post-processing functions (a program's compiled ones)."""
+    posed = keypoint_shape is not None and settings.keypoints is not False and found.extra is not None
+    segmented = settings.masks is not False and found.prototypes is not None
+    if not posed and not segmented:
         return post(found, plan, settings, limits), None
     rows = post_rows(found, plan, settings, limits)
     mark("merge")
+    packed = rows.packed
+    if posed:
+        assert keypoint_shape is not None
+        joints = keypoints.build(
+            packed,
+            rows.members,
+            found,
+            plan,
+            keypoint_shape,
+            settings.keypoint_fusion,
+            settings.class_agnostic,
+        )
+        packed = torch.cat([packed, keypoints.columns(joints)], 1)
+        mark("keypoints")
+    if not segmented:
+        return packed, None
     built = masks.build(
         rows.packed,
         rows.members,
@@ -116,7 +137,7 @@ def finish(
         None if limits is None else limits.mask_pixels,
     )
     mark("masks")
-    return rows.packed, built
+    return packed, built
 
 
 class SplitProgram(NamedTuple):
@@ -225,8 +246,10 @@ class FrameProgram:
         layout: OutputLayout,
         num_classes: int | None,
         compiler: Compiler | None = None,
+        keypoint_shape: tuple[int, int] | None = None,
     ) -> None:
         self.engine = engine
+        self.keypoint_shape = keypoint_shape  # a pose head's (joints, values per joint); None: no keypoints
         self.preprocessor = preprocessor
         self.layout = layout
         self.num_classes = num_classes
@@ -246,7 +269,9 @@ class FrameProgram:
         mark: Mark = no_mark,
     ) -> tuple[torch.Tensor, masks.MaskRows | None]:
         """`finish` with this program's (compiled) stage functions."""
-        return finish(found, plan, settings, limits, mark, self.postprocess, self.postprocess_rows)
+        return finish(
+            found, plan, settings, limits, mark, self.postprocess, self.postprocess_rows, self.keypoint_shape
+        )
 
     def candidates(
         self,
@@ -445,4 +470,21 @@ class FrameProgram:
         )
         if kept is not None:
             located = packed.new_zeros((len(packed), DEPTH_COLUMNS)).index_copy_(0, kept, located)
-        return torch.cat([packed, located], dim=1)
+        located = [located]
+        if self.keypoint_shape is not None and settings.keypoints is not False:  # each joint's position too
+            joints = self.keypoint_shape[0]
+            start = COLUMNS + (OBB_COLUMNS if self.layout in ROTATED_LAYOUTS else 0)
+            points = rows[:, start : start + 3 * joints].reshape(len(rows), joints, 3)
+            where = keypoints.locate_joints(
+                points,
+                rows[:, 7].long(),
+                frames_hw,
+                depths,
+                settings.depth_scale,
+                settings.depth_min,
+                settings.depth_max,
+            ).reshape(len(rows), 3 * joints)
+            if kept is not None:
+                where = packed.new_full((len(packed), 3 * joints), float("nan")).index_copy_(0, kept, where)
+            located.append(where)
+        return torch.cat([packed, *located], dim=1)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI, TilePlan, region_pixels
 from tiled_detector.polygons import corners
+from tiled_detector.pose_model import skeleton_for
 from tiled_detector.types import Detections
 
 _PALETTE = np.array(
@@ -27,6 +28,7 @@ _PALETTE = np.array(
 _TILE_COLOUR = (160, 160, 160)
 _ROI_COLOUR = (255, 255, 255)
 _IGNORED_TINT = np.array((255, 0, 255), np.float32)  # magenta, blended at 40 %
+JOINT_SCORE = 0.25  # a joint is drawn where its score is above this (ultralytics' `Annotator.kpts` default)
 
 
 def annotate(
@@ -37,12 +39,14 @@ def annotate(
     plan: TilePlan | None = None,
     track_ids: np.ndarray | None = None,
     captions: bool = True,
+    skeleton: Sequence[tuple[int, int]] | None = None,
 ) -> np.ndarray:
     """A copy of an RGB (or mono) uint8 image with labelled boxes drawn on it (rotated ones, `detections.obb`, as
     their rectangles; with `track_ids`: each box's "#id" first, coloured by its track; `captions=False`: the boxes
     alone, for a frame drawn small), their instance masks tinted in the box's colour (where the detections have
-    them), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored area tinted and its region
-    of interest outlined."""
+    them), their keypoints (joints scoring above `JOINT_SCORE`, joined by the `skeleton`: the model's, else COCO's
+    for 17 joints), and the tile outlines (`tiles`, or the `plan`'s); with a `plan`, its ignored area tinted and
+    its region of interest outlined."""
     canvas = np.ascontiguousarray(image if image.ndim == 3 and image.shape[2] == 3 else _to_rgb(image))
     canvas = canvas.copy() if canvas is image else canvas
     if plan is not None:
@@ -59,6 +63,8 @@ def annotate(
     ids = [None] * len(detections.scores) if track_ids is None else np.asarray(track_ids).tolist()
     if detections.masks is not None and len(detections):
         _tint_masks(canvas, detections, ids)
+    if detections.keypoints is not None and len(detections):
+        _skeletons(canvas, detections, ids, skeleton_for(detections.keypoints.shape[1], skeleton))
     outlines = (
         [None] * len(ids) if detections.obb is None else np.rint(corners(detections.obb)).astype(np.int32)
     )
@@ -100,6 +106,24 @@ def _tint_masks(canvas: np.ndarray, detections: Detections, ids: list) -> None:
         canvas[on].astype(np.float32) * 0.5 + colours[labels[on].astype(np.int64)].astype(np.float32) * 0.5
     )
     canvas[on] = tinted.astype(np.uint8)
+
+
+def _skeletons(
+    canvas: np.ndarray, detections: Detections, ids: list, skeleton: Sequence[tuple[int, int]]
+) -> None:
+    """Each detection's joints (filled circles) and skeleton (lines between joints both seen) in its box's colour."""
+    assert detections.keypoints is not None
+    radius = max(2, round(min(canvas.shape[:2]) / 400))
+    keys = [c if t is None else t for c, t in zip(detections.class_ids.tolist(), ids, strict=True)]
+    for points, key in zip(detections.keypoints, keys, strict=True):
+        colour = tuple(int(c) for c in _PALETTE[key % len(_PALETTE)])
+        seen = points[:, 2] > JOINT_SCORE
+        xy = np.rint(points[:, :2]).astype(np.int64).tolist()
+        for a, b in skeleton:
+            if seen[a] and seen[b]:
+                cv2.line(canvas, tuple(xy[a]), tuple(xy[b]), colour, max(1, radius // 2), cv2.LINE_AA)
+        for k in np.flatnonzero(seen).tolist():
+            cv2.circle(canvas, tuple(xy[k]), radius, colour, -1, cv2.LINE_AA)
 
 
 def annotated_encoding(encoding: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,38 +92,39 @@ class Positions:
                 sizes[fresh] = _taken(measured.sizes, at)
             last = self._last
             if last is not None and (~fresh).any():
-                at = self._carried(last, reported, track_ids, seen_ns, ~fresh)
+                at = carried_at(last, reported, track_ids, seen_ns, ~fresh)
                 positions[~fresh], sizes[~fresh] = _taken(last.positions, at), _taken(last.sizes, at)
         self._last = _Report(reported.boxes, reported.class_ids, track_ids, seen_ns, positions, sizes)
         if measured.positions is None:
             return reported
         return dataclasses.replace(reported, positions=positions, sizes=sizes)  # (rotated boxes, masks kept)
 
-    @staticmethod
-    def _carried(
-        last: _Report,
-        reported: Detections,
-        track_ids: np.ndarray | None,
-        seen_ns: np.ndarray,
-        carried: np.ndarray,
-    ) -> np.ndarray:
-        """For each carried box, the index of the box it was in the previous report (-1: none)."""
-        if track_ids is not None and last.track_ids is not None:
-            if not len(last.track_ids):
-                return np.full(int(carried.sum()), -1, np.int64)
-            order = np.argsort(last.track_ids, kind="stable")
-            known = last.track_ids[order]
-            wanted = track_ids[carried]
-            at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
-            return np.where(known[at] == wanted, order[at], -1)
-        return found_again(
-            reported.boxes[carried],
-            reported.class_ids[carried],
-            seen_ns[carried],
-            last.boxes,
-            last.class_ids,
-            last.seen_ns,
-        )
+
+def carried_at(
+    last: Any,
+    reported: Detections,
+    track_ids: np.ndarray | None,
+    seen_ns: np.ndarray,
+    carried: np.ndarray,
+) -> np.ndarray:
+    """For each `carried` box of `reported`, the index of the box it was in the `last` report (its `boxes`,
+    `class_ids`, `track_ids`, `seen_ns`), -1: none: by track id, else by class, overlap and the same `seen_ns`."""
+    if track_ids is not None and last.track_ids is not None:
+        if not len(last.track_ids):
+            return np.full(int(carried.sum()), -1, np.int64)
+        order = np.argsort(last.track_ids, kind="stable")
+        known = last.track_ids[order]
+        wanted = track_ids[carried]
+        at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
+        return np.where(known[at] == wanted, order[at], -1)
+    return found_again(
+        reported.boxes[carried],
+        reported.class_ids[carried],
+        seen_ns[carried],
+        last.boxes,
+        last.class_ids,
+        last.seen_ns,
+    )
 
 
 def _taken(values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -133,11 +135,13 @@ def _taken(values: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def joined(found: list[Detections]) -> Detections:
-    """Several detections of one frame (its parts) as one, positions and masks included where every part has
-    them."""
+    """Several detections of one frame (its parts) as one, positions, masks and keypoints included where every
+    part has them."""
     positions = [f.positions for f in found]
     sizes = [f.sizes for f in found]
     masks = [f.masks for f in found]
+    posed = [f.keypoints for f in found]
+    joint_positions = [f.keypoint_positions for f in found]
     located = all(p is not None for p in positions)
     return Detections(
         np.concatenate([f.boxes for f in found]),
@@ -147,6 +151,12 @@ def joined(found: list[Detections]) -> Detections:
         np.concatenate(positions) if located else None,
         np.concatenate(sizes) if located else None,
         masks=InstanceMasks.joined(masks) if all(m is not None for m in masks) else None,  # type: ignore[arg-type]
+        keypoints=np.concatenate(posed) if all(k is not None for k in posed) else None,  # type: ignore[arg-type]
+        keypoint_positions=(
+            np.concatenate(joint_positions)  # type: ignore[arg-type]
+            if all(k is not None for k in posed) and all(w is not None for w in joint_positions)
+            else None
+        ),
     )
 
 
