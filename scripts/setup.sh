@@ -7,8 +7,8 @@
 #     sees the distro's rclpy / vision_msgs / torch through --system-site-packages; only missing
 #     pure-Python tools are added. No ros-* wheel is installed there (they would shadow /opt/ros).
 #   * No ROS 2 distro (this machine kind, CI): pinned ROS 2 Jazzy wheels from PyPI (Fast DDS 2.14;
-#     requirements/ros.txt, ros-build.txt), vision_msgs built from vendor/vision_msgs with the pip-installed rosidl
-#     tooling, CPU torch, ONNX Runtime, test tools. TILED_DETECTOR_ROS_WHEELS=kilted takes the kilted wheels
+#     requirements/ros.txt, ros-build.txt), vision_msgs and tiled_detector_msgs built from vendor/ with the
+#     pip-installed rosidl tooling, CPU torch, ONNX Runtime, test tools. TILED_DETECTOR_ROS_WHEELS=kilted takes the kilted wheels
 #     (Fast DDS 3; requirements/ros-kilted.txt, ros-build-kilted.txt) instead: the test command's .venv-kilted.
 #
 # A stamp (hash of every input of this script) makes a second run a no-op that changes nothing.
@@ -35,8 +35,8 @@ ros_route() {
 inputs_hash() {
   (
     cd "$root"
-    cat scripts/setup.sh requirements/*.txt setup.py setup.cfg package.xml vendor/vision_msgs/CMakeLists.txt \
-      vendor/vision_msgs/package.xml vendor/vision_msgs/msg/*.msg
+    cat scripts/setup.sh requirements/*.txt setup.py setup.cfg package.xml vendor/*/CMakeLists.txt \
+      vendor/*/package.xml vendor/*/msg/*.msg
     "$python" -c 'import sys; print(sys.version)'
     echo "route=$(ros_route && echo "ros-${ROS_DISTRO}" || echo "pypi-$wheels")"
   ) | sha256sum | cut -d' ' -f1
@@ -63,6 +63,10 @@ if ros_route; then
   if ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
     log "vision_msgs is missing: sudo apt install ros-${ROS_DISTRO}-vision-msgs, then run this again"
     exit 1
+  fi
+  if ! "$venv/bin/python" -c 'import tiled_detector_msgs.msg' >/dev/null 2>&1; then
+    log "tiled_detector_msgs (the keypoints topic's messages) is not built: colcon build it from" \
+      "vendor/tiled_detector_msgs (docs/NODE.md); the node publishes no keypoints without it"
   fi
   # Only what the distro / JetPack does not provide (module:requirement, pins from requirements/*.txt).
   # torch, numpy, OpenCV and TensorRT stay the system's (JetPack wheels; numpy<2 there, see the README).
@@ -96,24 +100,27 @@ else
       -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/lib/python3\.[0-9]+/site-packages/numpy/(_core|core)/include#${npinc}#g" \
       -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/include/python3\.[0-9]+#${pyinc}#g"
 
-  msgs_hash="$(cat "$root"/vendor/vision_msgs/CMakeLists.txt "$root"/vendor/vision_msgs/msg/*.msg \
-    "$ros_reqs" | sha256sum | cut -d' ' -f1)"
-  if [[ "$(cat "$prefix/share/vision_msgs/.tiled-detector-msgs" 2>/dev/null)" != "$msgs_hash" ]] \
-    || ! "$venv/bin/python" -c 'import vision_msgs.msg' >/dev/null 2>&1; then
-    command -v cmake >/dev/null && command -v g++ >/dev/null \
-      || { log "cmake and g++ are needed to build vision_msgs: apt-get install cmake g++"; exit 1; }
-    log "building vision_msgs from vendor/vision_msgs (about 40 s)"
-    build="$(mktemp -d)"
-    trap 'rm -rf "$build"' EXIT
-    (
-      export PATH="$prefix/bin:$PATH" AMENT_PREFIX_PATH="$prefix" CMAKE_PREFIX_PATH="$prefix"
-      cmake -S "$root/vendor/vision_msgs" -B "$build" -DCMAKE_INSTALL_PREFIX="$prefix" \
-        -DPython3_EXECUTABLE="$venv/bin/python" -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >"$build/log" 2>&1 \
-        && cmake --build "$build" -j "$(nproc)" >>"$build/log" 2>&1 \
-        && cmake --install "$build" >>"$build/log" 2>&1
-    ) || { tail -40 "$build/log" >&2; log "vision_msgs build failed"; exit 1; }
-    echo "$msgs_hash" >"$prefix/share/vision_msgs/.tiled-detector-msgs"
-  fi
+  # the message packages of vendor/: vision_msgs (no wheel has it) and ours (tiled_detector_msgs: keypoints)
+  for msgs in vision_msgs tiled_detector_msgs; do
+    msgs_hash="$(cat "$root/vendor/$msgs/CMakeLists.txt" "$root/vendor/$msgs"/msg/*.msg \
+      "$ros_reqs" | sha256sum | cut -d' ' -f1)"
+    if [[ "$(cat "$prefix/share/$msgs/.tiled-detector-msgs" 2>/dev/null)" != "$msgs_hash" ]] \
+      || ! "$venv/bin/python" -c "import $msgs.msg" >/dev/null 2>&1; then
+      command -v cmake >/dev/null && command -v g++ >/dev/null \
+        || { log "cmake and g++ are needed to build $msgs: apt-get install cmake g++"; exit 1; }
+      log "building $msgs from vendor/$msgs (about 40 s)"
+      build="$(mktemp -d)"
+      trap 'rm -rf "$build"' EXIT
+      (
+        export PATH="$prefix/bin:$PATH" AMENT_PREFIX_PATH="$prefix" CMAKE_PREFIX_PATH="$prefix"
+        cmake -S "$root/vendor/$msgs" -B "$build" -DCMAKE_INSTALL_PREFIX="$prefix" \
+          -DPython3_EXECUTABLE="$venv/bin/python" -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >"$build/log" 2>&1 \
+          && cmake --build "$build" -j "$(nproc)" >>"$build/log" 2>&1 \
+          && cmake --install "$build" >>"$build/log" 2>&1
+      ) || { tail -40 "$build/log" >&2; log "$msgs build failed"; exit 1; }
+      echo "$msgs_hash" >"$prefix/share/$msgs/.tiled-detector-msgs"
+    fi
+  done
 
   pip_install -r "$root/requirements/python.txt" -r "$root/requirements/test.txt" -r "$root/requirements/ros-tools.txt"
   # SAHI is only a test oracle; its metadata pulls opencv-python, which clashes with the headless build.

@@ -1,10 +1,10 @@
 """The node's inputs: which topics each camera subscribes and publishes (no rclpy here: tested anywhere).
 
 One camera (the `cameras` parameter empty): `image` in, `detections`, `debug_image` (and a segmentation model's
-`masks`) out, names relative to the
+`masks`, a pose model's `keypoints`) out, names relative to the
 node (remapped by the launch file). Several cameras: each camera topic T (e.g. `/front/image_raw`) is subscribed
 (`T/compressed` with the compressed transport), and its results go to T's namespace: `/front/detections`,
-`/front/debug_image`, `/front/masks`.
+`/front/debug_image`, `/front/masks`, `/front/keypoints`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CameraTopics:
     """One camera's topics: `name` (as configured, for /diagnostics), the image topic subscribed, and the
-    detections, debug-image and masks (label image) topics published."""
+    detections, debug-image, masks (label image) and keypoints topics published."""
 
     name: str
     image: str
     detections: str
     debug_image: str
     masks: str = "masks"
+    keypoints: str = "keypoints"
 
 
 def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[CameraTopics]:
@@ -50,7 +51,12 @@ def camera_topics(cameras: Sequence[str], compressed: bool = False) -> list[Came
         image = f"{topic}/compressed" if compressed else topic
         topics.append(
             CameraTopics(
-                topic, image, f"{namespace}/detections", f"{namespace}/debug_image", f"{namespace}/masks"
+                topic,
+                image,
+                f"{namespace}/detections",
+                f"{namespace}/debug_image",
+                f"{namespace}/masks",
+                f"{namespace}/keypoints",
             )
         )
     return topics

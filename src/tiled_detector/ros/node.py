@@ -41,6 +41,7 @@ from tiled_detector.ros.cameras import camera_topics, check_mask_cameras
 from tiled_detector.ros.depth import DepthInputs
 from tiled_detector.ros.diagnostics import input_problem, problems, status
 from tiled_detector.ros.inputs import OVERRIDABLE, WARN_EVERY_S, Camera, CameraInputs, image_qos
+from tiled_detector.ros.keypoints import KeypointOutputs, keypoint_outputs
 from tiled_detector.ros.node_parameters import NodeParameters
 from tiled_detector.ros.params import PARAMS
 from tiled_detector.ros.run import run_node
@@ -82,6 +83,7 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
     _stream: Stream | None = None
     cameras: list[Camera] = []  # noqa: RUF012 -- replaced per instance by _configure
     _depth: DepthInputs | None = None  # `depth: true`: the depth inputs and detections_3d (ros/depth.py)
+    _keypoints: KeypointOutputs | None = None  # a pose model's keypoints topics (ros/keypoints.py)
     label_info_pub: Any = None
     # qos_overrides already warned about as matching no endpoint
     _said_overrides: frozenset[str] = frozenset()
@@ -133,6 +135,7 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
                 camera.masks_pub = self.output_publisher(
                     Image, camera.topics.masks, 10, qos_overriding_options=OVERRIDABLE
                 )
+        self._keypoints = keypoint_outputs(self, detector, [c.topics for c in self.cameras], VISION_INFO_QOS)
         self._depth = (
             DepthInputs(
                 self,
@@ -205,6 +208,8 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
         )
         if self.label_info_pub is not None:
             self.label_info_pub.publish(label_info(self.labels, config.conf_threshold, header))
+        if self._keypoints is not None:
+            self._keypoints.publish_info(header)
 
     def _warn_unused_qos_overrides(self) -> None:
         """One WARN per `qos_overrides.*` value given that matches no endpoint of this node (rclpy declares the
@@ -257,6 +262,9 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
                 if publisher is not None:
                     self.destroy_output(publisher)
         self.cameras = []
+        if self._keypoints is not None:
+            self._keypoints.destroy()
+            self._keypoints = None
         if self._depth is not None:
             self._depth.destroy()
             self._depth = None
@@ -358,6 +366,8 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
                 obb=detections.obb,
             )
         )
+        if self._keypoints is not None:
+            self._keypoints.publish(index, detections, msg.header, track_ids)
         if self._depth is not None:
             self._depth.publish(index, found, msg.header, labels)
         if (
@@ -371,7 +381,10 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
         if camera.debug_pub.get_subscription_count() > 0:
             plan = self._detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))
             image = frame.cpu().numpy() if isinstance(frame, torch.Tensor) else frame  # GPU-decoded
-            drawn = annotate(image, detections, self.labels, plan=plan, track_ids=track_ids)
+            skeleton = self._detector.resolved.skeleton
+            drawn = annotate(
+                image, detections, self.labels, plan=plan, track_ids=track_ids, skeleton=skeleton
+            )
             camera.debug_pub.publish(array_to_imgmsg(drawn, annotated_encoding(encoding), msg.header))
             self._count(camera, "annotated")
         if found.motion is not None and found.motion.fallback:
