@@ -65,6 +65,10 @@
 #            frame: masks on against off at 4K and 1080p, a masked frame timed up to its label image composed on
 #            the host as the node does while `masks` has a subscriber; captures, split, peak memory); the target is
 #            <= 1.20x at 4K, one whole captured graph
+#   pose     keypoints on the GPU: the CUDA tests of test_keypoints.py (one captured graph, CUDA == CPU keypoints,
+#            fp32 / fp16, per-joint fusion and the keeper's) and benchmarks/pose_cost.py (a YOLOv8n-pose-sized
+#            network, torch fp16, 100 objects a frame: keypoints fused against ignored at 4K and 1080p; captures,
+#            split, peak memory); the target is <= 1.10x at 4K, one whole captured graph
 #   obb_train  the bundled rotated-box model trained on the GPU as the bundled detector was
 #            (python -m tiled_detector.tools.obb_training --device cuda; files in $OUT/obb_model)
 #   obb_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n OBB trained there by ultralytics' trainer on our
@@ -444,6 +448,21 @@ row = json.load(open('$out/mask_cost_3840x2160.json'))
 ok = row['ratio'] <= 1.20 and row['captured'] and not row['split'] and row['objects'] == 100
 print('  masks at 4K:', f\"{row['ratio']:.3f}x\", f\"(label image {row['ms_labels']:.2f} ms)\", 'captures', row['captures'],
       'OK' if ok else 'FAILED')
+"
+fi
+
+if [[ " $what " == *" pose "* ]]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_keypoints.py >"$out/pytest_keypoints.txt" 2>&1
+  tail -2 "$out/pytest_keypoints.txt"
+  for size in 3840x2160 1920x1080; do
+    python3 benchmarks/pose_cost.py --device cuda --precision fp16 --size "$size" --objects 100 --runs 30 \
+      --warmup 5 --json "$out/pose_cost_$size.json" 2>"$out/pose_cost_$size.err" | tee -a "$out/pose_cost.txt"
+  done
+  python3 -c "
+import json
+row = json.load(open('$out/pose_cost_3840x2160.json'))
+ok = row['ratio'] <= 1.10 and row['captured'] and not row['split'] and row['captures'] == 1 and row['objects'] == 100
+print('  keypoints at 4K:', f\"{row['ratio']:.3f}x\", 'captures', row['captures'], 'OK' if ok else 'FAILED')
 "
 fi
 

@@ -169,3 +169,61 @@ def _anchor_grid(input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]
         anchors.append(torch.stack([xs.flatten(), ys.flatten()]).float() + 0.5)
         strides.append(torch.full((h * w,), float(stride)))
     return torch.cat(anchors, 1).unsqueeze(0), torch.cat(strides).view(1, 1, -1)
+
+
+class YoloV8nPoseLike(YoloV8nLike):
+    """`YoloV8nLike` with YOLOv8n-pose's keypoint head (random weights): one class (person) and per level a branch of
+    17 x 3 joint values beside the box and class ones, decoded as ultralytics' exported `Pose.kpts_decode` does
+    (x, y = (raw x 2 + anchor - 0.5) x stride, visibility = sigmoid): output (B, 4 + 1 + 51, A), as ultralytics
+    exports it (`task: pose`, `kpt_shape` [17, 3]: `save_pose_torchscript`). Its box branch starts near one bin
+    (boxes of about 3 strides), so the joints lie around small objects."""
+
+    JOINTS = 17
+
+    def __init__(self, input_hw: tuple[int, int] = (640, 640)) -> None:
+        super().__init__(1, input_hw)
+        self.joints = nn.ModuleList(
+            nn.Sequential(Conv(c, 51, 3), Conv(51, 51, 3), nn.Conv2d(51, 51, 1)) for c in (64, 128, 256)
+        )
+        for head in self.box:
+            nn.init.zeros_(head[-1].weight)
+            bias = torch.full((4, 16), -4.0)
+            bias[:, 1] = 4.0
+            head[-1].bias.data.copy_(bias.view(-1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) -> (B, 4 + 1 + 51, A)."""
+        x, feats = images, []
+        for layer in self.backbone:
+            x = layer(x)
+            feats.append(x)
+        p3, p4, p5 = feats[4], feats[6], feats[9]
+        n4 = self.up4(torch.cat([F.interpolate(p5, scale_factor=2.0), p4], 1))
+        n3 = self.up3(torch.cat([F.interpolate(n4, scale_factor=2.0), p3], 1))
+        m4 = self.out4(torch.cat([self.down3(n3), n4], 1))
+        m5 = self.out5(torch.cat([self.down4(m4), p5], 1))
+        levels = (n3, m4, m5)
+        b = images.shape[0]
+        dist = torch.cat([head(f).view(b, 64, -1) for head, f in zip(self.box, levels, strict=True)], 2)
+        logits = torch.cat([head(f).flatten(2) for head, f in zip(self.cls, levels, strict=True)], 2)
+        raw = torch.cat([head(f).flatten(2) for head, f in zip(self.joints, levels, strict=True)], 2)
+        ltrb = (dist.view(b, 4, 16, -1).softmax(2) * self.bins).sum(2)
+        xy = (self.anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * self.strides
+        wh = (ltrb[:, :2] + ltrb[:, 2:]) * self.strides
+        joints = raw.view(b, self.JOINTS, 3, -1)
+        at = (joints[:, :, :2] * 2.0 + (self.anchors[:, None] - 0.5)) * self.strides[:, None]
+        joints = torch.cat([at, joints[:, :, 2:3].sigmoid()], 2).view(b, self.JOINTS * 3, -1)
+        return torch.cat([xy, wh, logits.sigmoid(), joints], 1)
+
+
+def save_pose_torchscript(model: nn.Module, path: Path, input_hw: tuple[int, int] = (640, 640)) -> Path:
+    """Trace a pose network (output (B, 4 + 1 + 51, A)) to TorchScript with ultralytics' metadata for a pose model
+    (`config.txt`: task pose, kpt_shape [17, 3], one class `person`; any batch)."""
+    import json
+
+    traced = torch.jit.trace(model.eval(), torch.zeros(2, 3, *input_hw))
+    meta = {"task": "pose", "kpt_shape": [17, 3], "names": {0: "person"}, "imgsz": list(input_hw), "batch": 1,
+            "stride": 32, "args": {"batch": 1, "nms": False, "dynamic": False}}  # fmt: skip
+    extra = {"config.txt": json.dumps(meta), "input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}"}
+    torch.jit.save(traced, str(path), _extra_files=extra)
+    return path
