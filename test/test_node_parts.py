@@ -350,6 +350,7 @@ def test_camera_topics_map_each_camera_to_its_namespace() -> None:
         "/front/detections",
         "/front/debug_image",
         "/front/masks",
+        "/front/keypoints",
     )
     assert (rear.image, rear.detections) == ("robot/rear/image/compressed", "robot/rear/detections")
     with pytest.raises(ValueError, match="'/image' needs a namespace of its own"):

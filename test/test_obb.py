@@ -39,10 +39,9 @@ def test_obb_files_are_read_from_their_metadata(tmp_path):
     assert rows.layout is OutputLayout.OBB_END2END and "end-to-end" in rows.decided_by
 
 
-@pytest.mark.parametrize("task", ["pose", "classify"])  # (segment: test_masks)
+@pytest.mark.parametrize("task", ["classify"])  # (segment: test_masks; pose, served: test_pose)
 def test_a_task_the_node_does_not_serve_is_refused_naming_it(tmp_path, task):
-    """Not the class-count hint (which would read a pose file's keypoints as classes): one line naming the
-    task."""
+    """Not the class-count hint (which would read a classifier's scores as classes): one line naming the task."""
     path = ultralytics_onnx(tmp_path / f"{task}.onnx", ObbHead(), task=task)
     with pytest.raises(ValueError, match=f"task {task}") as error:
         _resolved(path)

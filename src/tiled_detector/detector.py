@@ -155,6 +155,7 @@ class TiledDetector:
         self._depth_uploader = Uploader(engine.device)  # depth images, one slot per frame slot
         self._masks = IgnoreMasks()  # the ignore masks scaled to the frame sizes seen (bounded)
         joints = None if resolved.keypoints is None else resolved.keypoints.shape
+        self._keypoint_shape = joints  # a pose head's (joints, values per joint); None: no keypoints
         self._program = FrameProgram(
             engine, preprocessor, self._layout, self._num_classes, default_compiler(config, engine), joints
         )
@@ -440,7 +441,7 @@ class TiledDetector:
                 self._frame_settings,
                 None,
                 clock.mark,
-                keypoint_shape=self._program.keypoint_shape,
+                keypoint_shape=self._keypoint_shape,
             )
             if built is None:
                 clock.mark("merge")
@@ -491,7 +492,7 @@ class TiledDetector:
     @property
     def _joints(self) -> int:
         """The joints each downloaded row carries (0: none: not a pose model, or `keypoints: false`)."""
-        shape = self._program.keypoint_shape
+        shape = self._keypoint_shape
         return 0 if shape is None or self._frame_settings.keypoints is False else shape[0]
 
     def _download(
