@@ -79,6 +79,14 @@
 #   obb_bench  the rotated-box model at 4K on the GPU (torch fp32 / fp16): eval --obb (tiles + full view against the
 #            full view alone), bench against the same-sized detect network (the bundled default.ts): one whole
 #            captured graph per frame; reads $OUT/obb_model (obb_train) or the bundled obb.ts
+#   pose_train  the bundled pose model trained on the GPU (python -m tiled_detector.tools.pose_training --device cuda;
+#            POSE_STEPS (4000) and POSE_WORKERS (14) size it; files in $OUT/pose_model)
+#   pose_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n pose models trained there by ultralytics' trainer on our
+#            synthetic figures (benchmarks/pose_reference.py: POSEREF_TRAIN crops (600), POSEREF_EPOCHS (8)), their
+#            weights in $OUT/pose_weights; then (POSEREF_STEPS, default "dataset fit predict check") exported (ONNX,
+#            YOLO26 end-to-end ONNX, TorchScript) and predicted by ultralytics on the real photos in
+#            .models/pose_photos/ letterboxed once, against our decoding of the same tensor (boxes and keypoints
+#            1 px, scores 0.01); needs ultralytics (no polars needed)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -482,6 +490,36 @@ if [[ " $what " == *" obb_reference "* ]]; then
   grep -E "ultralytics found|wrote|Error" "$out/obb_reference_train.log" | tail -12
   python3 benchmarks/obb_reference.py check --out "$ref" --images .models/aerial --device cuda \
     2>&1 | tee "$out/obb_reference_check.txt" | grep -vE "^(PASS) "
+fi
+
+if [[ " $what " == *" pose_train "* ]]; then
+  python3 -m tiled_detector.tools.pose_training --device cuda --workers "${POSE_WORKERS:-14}" \
+    --steps "${POSE_STEPS:-4000}" --out "$out/pose_model" >"$out/pose_training.log" 2>&1
+  tail -2 "$out/pose_training.log"
+  ls -l "$out/pose_model"
+fi
+
+if [[ " $what " == *" pose_reference "* ]]; then
+  ref=/tmp/poseref steps=" ${POSEREF_STEPS:-dataset fit predict check} "
+  if [[ $steps == *" dataset "* ]]; then
+    python3 benchmarks/pose_reference.py dataset --out "$ref/data" --train "${POSEREF_TRAIN:-600}" --val 60 \
+      >"$out/pose_dataset.log" 2>&1
+  fi
+  if [[ $steps == *" fit "* ]]; then
+    python3 benchmarks/pose_reference.py fit --data "$ref/data" --out "$ref" --device 0 \
+      --epochs "${POSEREF_EPOCHS:-8}" --batch 32 --workers "${POSEREF_WORKERS:-4}" >"$out/pose_fit.log" 2>&1
+    grep -E "trained|Error|all " "$out/pose_fit.log" | tail -12
+    mkdir -p "$out/pose_weights" && cp "$ref"/weights/*.pt "$out/pose_weights/"
+  fi
+  if [[ $steps == *" predict "* ]]; then
+    python3 benchmarks/pose_reference.py predict --out "$ref" --images .models/pose_photos \
+      >"$out/pose_predict.log" 2>&1
+    grep -E "ultralytics found|wrote|Error" "$out/pose_predict.log" | tail -12
+  fi
+  if [[ $steps == *" check "* ]]; then
+    python3 benchmarks/pose_reference.py check --out "$ref" --device cuda \
+      2>&1 | tee "$out/pose_reference_check.txt" | grep -vE "^(PASS) "
+  fi
 fi
 
 if [[ " $what " == *" obb_bench "* ]]; then

@@ -1,5 +1,5 @@
 """Scores (`tools.scoring`): the MOT metrics against hand-counted numbers; rotated IoU against box IoU, DOTA's AP50
-against its devkit's rules."""
+against its devkit's rules; keypoint AP against a hand-computed OKS."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.tools.scoring import box_iou, dota_ap50, mot_metrics, rotated_iou, voc07_ap
+from tiled_detector.tools.scoring import (
+    COCO_SIGMAS,
+    box_iou,
+    coco_keypoint_stats,
+    dota_ap50,
+    keypoint_sigmas,
+    mot_metrics,
+    rotated_iou,
+    voc07_ap,
+)
 
 
 def _box(cx: float, cy: float, size: float = 20.0) -> list[float]:
@@ -93,3 +102,65 @@ def test_dota_ap50_follows_the_devkit_rules() -> None:
     tilted = [(np.array([_rbox(10, 5, 20, 10, 0.2)]), np.array([0.9]), np.array([0]))]
     assert dota_ap50(tilted, [truth_a])["mAP50"] == pytest.approx(1.0)
     assert dota_ap50([(np.zeros((0, 5)), np.zeros(0), np.zeros(0, int))], [truth_a])["mAP50"] == 0.0
+
+
+def _person(x: float, y: float) -> tuple[np.ndarray, np.ndarray]:
+    """A 20 x 40 box at (x, y) and its two joints (top and bottom centre), both labelled."""
+    return np.array([x, y, x + 20, y + 40.0]), np.array([[x + 10, y, 2], [x + 10, y + 40, 2.0]])
+
+
+def test_keypoint_ap_follows_the_oks_of_a_hand_computed_case() -> None:
+    box, joints = _person(0, 0)
+    truth = [(box[None], np.array([0]), joints[None], np.array([400.0]))]
+    moved = joints.copy()
+    moved[1, 0] += (
+        20.0  # 20 px off: e = d^2 / (2 sigma)^2 / area / 2 = 400 / 1 / 400 / 2 = 0.5 (sigma 1/2 for K=2)
+    )
+    oks = (1.0 + math.exp(-0.5)) / 2  # 0.803: matched at OKS thresholds 0.50 ... 0.80, 7 of the 10
+    found = coco_keypoint_stats(truth, [(box[None], np.array([0.9]), np.array([0]), moved[None])])
+    assert oks == pytest.approx(0.8033, abs=1e-4)
+    assert found["kp_AP"] == pytest.approx(0.7) and found["kp_AP50"] == pytest.approx(1.0)
+    assert found["kp_AP75"] == pytest.approx(1.0) and found["kp_recall"] == pytest.approx(0.7)
+    exact = coco_keypoint_stats(truth, [(box[None], np.array([0.9]), np.array([0]), joints[None])])
+    assert exact["kp_AP"] == pytest.approx(1.0)
+    # the area scales the tolerance: the same 20 px on an object of 4x the area is OKS (1 + e^-0.125) / 2 = 0.94
+    big = [(box[None], np.array([0]), joints[None], np.array([1600.0]))]
+    assert coco_keypoint_stats(big, [(box[None], np.array([0.9]), np.array([0]), moved[None])])["kp_AP"] == (
+        pytest.approx(0.9)
+    )
+    nothing = coco_keypoint_stats(truth, [(np.zeros((0, 4)), np.zeros(0), np.zeros(0), np.zeros((0, 2, 3)))])
+    assert nothing["kp_AP"] == 0.0
+
+
+def test_keypoint_sigmas_are_cocos_for_17_joints_and_one_over_k_otherwise() -> None:
+    np.testing.assert_array_equal(keypoint_sigmas(17), COCO_SIGMAS)
+    assert COCO_SIGMAS[0] == pytest.approx(0.026) and COCO_SIGMAS[11] == pytest.approx(0.107)
+    np.testing.assert_allclose(keypoint_sigmas(13), np.full(13, 1 / 13))
+
+
+def test_ignored_objects_and_unlabelled_joints_count_neither_way() -> None:
+    (a, ja), (b, jb) = _person(0, 0), _person(100, 0)
+    boxes, classes, joints = np.stack([a, b]), np.array([0, 0]), np.stack([ja, jb])
+    only_a = [(a[None], np.array([0.9]), np.array([0]), ja[None])]
+    missed = coco_keypoint_stats([(boxes, classes, joints, None)], only_a)
+    assert missed["kp_recall"] == pytest.approx(0.5)
+    ignored = coco_keypoint_stats([(boxes, classes, joints, None, np.array([False, True]))], only_a)
+    assert ignored["kp_AP"] == pytest.approx(1.0) and ignored["kp_recall"] == pytest.approx(1.0)
+    # a joint not labelled (visibility 0) is not measured: a wild guess there costs nothing
+    half = joints.copy()
+    half[0, 1] = 0.0
+    wild = ja.copy()
+    wild[1, :2] = (500.0, 500.0)
+    found = coco_keypoint_stats(
+        [(a[None], np.array([0]), half[:1], None)], [(a[None], np.array([0.9]), np.array([0]), wild[None])]
+    )
+    assert found["kp_AP"] == pytest.approx(1.0)
+
+
+def test_keypoints_of_another_joint_count_are_refused_naming_both() -> None:
+    box, joints = _person(0, 0)
+    with pytest.raises(ValueError, match=r"keypoints of \[3\] joints scored against truth of \[2\] joints"):
+        coco_keypoint_stats(
+            [(box[None], np.array([0]), joints[None])],
+            [(box[None], np.ones(1), np.zeros(1), np.zeros((1, 3, 3)))],
+        )

@@ -1,5 +1,5 @@
 """`tiled-detector eval`: COCO metrics of tiled vs full-frame detection on held-out synthetic scenes (`--obb`: DOTA's
-AP50 of rotated boxes on the rotated world)."""
+AP50 of rotated boxes on the rotated world; `--pose`: COCO keypoint AP on scenes of figures)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rotated-box model",
     )
     parser.add_argument(
+        "--pose",
+        action="store_true",
+        help="keypoints: scenes of articulated figures with 13 named joints scored by COCO keypoint AP (OKS), also "
+        "over the figures cut by tile seams, with per-joint fusion against the keeper's keypoints "
+        "(tiles+full/keeper); configs full, tiles, tiles+full, tiles+full/keeper; the model defaults to the "
+        "bundled pose model",
+    )
+    parser.add_argument(
         "--budgets",
         type=int,
         nargs="+",
@@ -85,6 +93,15 @@ def run(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 2
     values = parameter_values(args)
+    if args.pose and (args.obb or args.motion or args.budgets):
+        print(
+            "--pose evaluates still scenes of figures: not with --obb, --motion or --budgets", file=sys.stderr
+        )
+        return 2
+    if args.pose and not values.get("model"):
+        from tiled_detector.models import pose_model_path
+
+        values["model"] = str(pose_model_path(values.get("backend")))
     if args.obb and not values.get("model"):
         from tiled_detector.models import obb_model_path
 
@@ -114,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         return _depth_report(args, detector, progress)
+
+    if args.pose:
+        return _pose_report(args, detector, progress)
 
     start = time.perf_counter()
     from tiled_detector.stream import budget_problem
@@ -193,4 +213,39 @@ def _depth_report(args: argparse.Namespace, detector: Any, progress: Callable[[i
     else:
         print("| " + " | ".join(found) + " |\n|" + "---:|" * len(found))
         print("| " + " | ".join("n/a" if v is None else f"{v:.4g}" for v in found.values()) + " |")
+    return 0
+
+
+def _pose_report(args: argparse.Namespace, detector: Any, progress: Callable[[int, int], None]) -> int:
+    """`eval --pose`: keypoint AP per configuration (`tools.pose_evaluation`), printed (or JSON) and written to
+    OUT/eval_pose.json and OUT/eval_pose.md."""
+    from tiled_detector.tools import pose_evaluation
+
+    configs = args.configs if args.configs != list(CONFIGS) else list(pose_evaluation.CONFIGS)
+    try:
+        for name in configs:
+            pose_evaluation.config_changes(name, args.width, args.height)
+        start = time.perf_counter()
+        found = pose_evaluation.evaluate_pose(
+            detector, args.frames, args.seed, args.width, args.height, configs, progress
+        )
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 1
+    meta = {
+        "model": str(detector.config.model),
+        "backend": detector.engine.backend.value,
+        "device": detector.config.device,
+        "conf_threshold": detector.config.conf_threshold,
+        "frames": args.frames,
+        "seed": args.seed,
+        "frame_size": f"{args.width}x{args.height}",
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    paths = pose_evaluation.write_report(found, args.out, meta)
+    print(f"eval: wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**meta, "configs": found}))
+    else:
+        print(pose_evaluation.markdown_table(found), end="")
     return 0

@@ -44,6 +44,9 @@ GROUND_TRUTH_TOPIC = "/ground_truth"
 CAMERA_MOTION_TOPIC = "/ground_truth/camera_motion"
 # the ground truth's masks: per frame a JSON list, one COCO RLE (or null) per box of its `GROUND_TRUTH_TOPIC` array
 GROUND_TRUTH_MASKS_TOPIC = "/ground_truth/masks"
+# the ground truth's keypoints: per frame a JSON object {"keypoints": per box of its `GROUND_TRUTH_TOPIC` array a
+# list of [x, y, visibility] per joint, "areas": per box the area OKS scales by}
+GROUND_TRUTH_KEYPOINTS_TOPIC = "/ground_truth/keypoints"
 TEXT = "std_msgs/msg/String"
 CAMERA_MOTION = "std_msgs/msg/Float64MultiArray"
 START_NS = 1_700_000_000 * 1_000_000_000  # stamp of the first frame of a written bag

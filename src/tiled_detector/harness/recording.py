@@ -14,6 +14,7 @@ from tiled_detector.harness.bags import (
     CAMERA_MOTION_TOPIC,
     COMPRESSED_IMAGE,
     DETECTIONS,
+    GROUND_TRUTH_KEYPOINTS_TOPIC,
     GROUND_TRUTH_MASKS_TOPIC,
     GROUND_TRUTH_TOPIC,
     IMAGE,
@@ -26,7 +27,7 @@ from tiled_detector.harness.bags import (
     image_message,
     text_message,
 )
-from tiled_detector.tools.frames import Frame, motion_frames, rotated_frames, synthetic_frames
+from tiled_detector.tools.frames import Frame, motion_frames, pose_frames, rotated_frames, synthetic_frames
 
 if TYPE_CHECKING:
     from tiled_detector.tools.synthetic import MotionStyle
@@ -36,6 +37,9 @@ IDENTITIES = "ground_truth_ids"
 # bag metadata key: "true" when the ground truth is rotated boxes (center.theta), scored by polygon IoU; a
 # difficult object (DOTA's) has score 0: detections of it are neither right nor wrong
 ROTATED = "ground_truth_rotated"
+# bag metadata keys of keypoint truth: its joint names and bones (0-based pairs), as JSON lists
+JOINTS = "ground_truth_joints"
+SKELETON = "ground_truth_skeleton"
 
 
 def frame_stamp(index: int, rate: float) -> int:
@@ -61,7 +65,8 @@ def write_image_bag(
     Detection2DArray on `GROUND_TRUTH_TOPIC` (class_id = label name, score 1.0, 0.0 for a difficult object;
     Detection2D.id = the object's identity for frames that carry one, as `IDENTITIES` in the bag's metadata says;
     rotated boxes where frames carry them, as `ROTATED` says) for frames that carry it (and their masks, one COCO RLE
-    per box as JSON, on `GROUND_TRUTH_MASKS_TOPIC` where the frame has them), and
+    per box as JSON, on `GROUND_TRUTH_MASKS_TOPIC` where the frame has them; their keypoints and areas as JSON on
+    `GROUND_TRUTH_KEYPOINTS_TOPIC` where it has them, the joints named in the bag's metadata, `JOINTS`), and
     the true camera motion on `CAMERA_MOTION_TOPIC` for frames that carry one. `extra(index, stamp)` gives more
     (topic, type, message) of each frame, written just before its image (a depth image, its camera info)."""
     if not rate > 0:
@@ -91,12 +96,28 @@ def write_image_bag(
                 writer.write(GROUND_TRUTH_TOPIC, DETECTIONS, stamp, truth)
                 if frame.masks is not None:
                     writer.write(GROUND_TRUTH_MASKS_TOPIC, TEXT, stamp, text_message(json.dumps(frame.masks)))
+                if frame.keypoints is not None:
+                    points = {
+                        "keypoints": np.asarray(frame.keypoints, float).tolist(),
+                        "areas": _areas(frame),
+                    }
+                    writer.write(GROUND_TRUTH_KEYPOINTS_TOPIC, TEXT, stamp, text_message(json.dumps(points)))
             if frame.camera is not None:
                 writer.write(CAMERA_MOTION_TOPIC, CAMERA_MOTION, stamp, camera_motion_message(frame.camera))
             count += 1
         if count == 0:
             raise ValueError("no frames to write")
     return Path(path)
+
+
+def _areas(frame: Frame) -> list[float]:
+    """The areas OKS scales a frame's truth objects by: given, else `scoring.BOX_AREA_SHARE` of their boxes."""
+    from tiled_detector.tools.scoring import BOX_AREA_SHARE
+
+    if frame.areas is not None:
+        return np.asarray(frame.areas, float).tolist()
+    sides = np.asarray(frame.boxes, float).reshape(-1, 4)
+    return ((sides[:, 2] - sides[:, 0]) * (sides[:, 3] - sides[:, 1]) * BOX_AREA_SHARE).tolist()
 
 
 def make_synthetic_bag(
@@ -114,17 +135,26 @@ def make_synthetic_bag(
     force: bool = False,
     camera: MotionStyle | None = None,
     rotated: bool = False,
+    pose: bool = False,
 ) -> Path:
     """A deterministic bag of synthetic frames with ground truth (the sample of `tiled-detector demo`); with
     `camera`, one moving scene (objects and the camera moving as it says) whose ground truth carries identities
     and the true camera motion of each frame (`CAMERA_MOTION_TOPIC`). `rotated`: the rotated world
     (`rotated_scenes`) with rotated truth; with `camera` (still: the rotated world's camera does not move) its
-    objects drive and turn."""
-    from tiled_detector.tools import rotated_scenes, synthetic
+    objects drive and turn. `pose`: the pose world (`pose_scenes`: still scenes of figures) with keypoint truth."""
+    from tiled_detector.tools import pose_scenes, rotated_scenes, synthetic
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")
-    if rotated:
+    world = pose_scenes if pose else rotated_scenes if rotated else synthetic
+    if pose:
+        if rotated or camera is not None:
+            raise ValueError(
+                "the pose world's scenes are still scenes of upright boxes: not rotated, no motion"
+            )
+        source = pose_frames(frames, seed, width, height)
+        extra = {JOINTS: json.dumps(pose_scenes.JOINTS), SKELETON: json.dumps(pose_scenes.SKELETON)}
+    elif rotated:
         source = rotated_frames(frames, seed, width, height, moving=camera is not None)
         extra = {ROTATED: "true", **({IDENTITIES: "true"} if camera is not None else {})}
     else:
@@ -149,7 +179,7 @@ def make_synthetic_bag(
         compressed=compressed,
         topic=topic,
         frame_id=frame_id,
-        labels=(rotated_scenes if rotated else synthetic).CLASSES,
+        labels=world.CLASSES,
         force=force,
         custom_data={"source": "synthetic", "seed": str(seed), "size": f"{width}x{height}", **extra},
     )

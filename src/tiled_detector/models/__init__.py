@@ -1,5 +1,6 @@
 """The bundled default model (trained on `tiled_detector.tools.synthetic` scenes; see MODEL_CARD.md) and its labels;
-the bundled rotated-box model (`obb.onnx` / `obb.ts`, trained on `tiled_detector.tools.rotated_scenes`).
+the bundled rotated-box model (`obb.onnx` / `obb.ts`, trained on `tiled_detector.tools.rotated_scenes`) and pose
+model (`pose.onnx` / `pose.ts`, trained on `tiled_detector.tools.pose_scenes`).
 
 `default.onnx` / `default.ts` output the YOLOv8 layout (B, 4 + C, A): cx, cy, w, h in input pixels, then class
 scores after a sigmoid, for (B, 3, 640, 640) float32 RGB input in [0, 1]. The same network in both formats: the
@@ -13,17 +14,27 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 
 
+def _bundled(stem: str, backend: object) -> Path:
+    """The bundled file `stem` for `backend` (a `Backend` or its name): TorchScript for torch, else ONNX."""
+    name = getattr(backend, "value", backend)
+    return _HERE / (f"{stem}.ts" if name == "torch" else f"{stem}.onnx")
+
+
 def default_model_path(backend: object = None) -> Path:
     """Path of the bundled model for `backend` (a `Backend` or its name): TorchScript for torch, else ONNX."""
-    name = getattr(backend, "value", backend)
-    return _HERE / ("default.ts" if name == "torch" else "default.onnx")
+    return _bundled("default", backend)
 
 
 def obb_model_path(backend: object = None) -> Path:
     """Path of the bundled rotated-box model (`obb.onnx` / `obb.ts`, ultralytics' OBB layout, trained on
     `tools.rotated_scenes`) for `backend`: TorchScript for torch, else ONNX."""
-    name = getattr(backend, "value", backend)
-    return _HERE / ("obb.ts" if name == "torch" else "obb.onnx")
+    return _bundled("obb", backend)
+
+
+def pose_model_path(backend: object = None) -> Path:
+    """Path of the bundled pose model (`pose.onnx` / `pose.ts`, ultralytics' pose layout, 13 joints, trained on
+    `tools.pose_scenes`) for `backend`: TorchScript for torch, else ONNX."""
+    return _bundled("pose", backend)
 
 
 COCO = "coco"  # `labels: [coco]` names COCO's 80 classes

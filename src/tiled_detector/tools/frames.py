@@ -1,4 +1,5 @@
-"""Camera frames from files: synthetic scenes (with ground truth), a folder of images, a video, or the image
+"""Camera frames from files: synthetic scenes (with ground truth: boxes, rotated boxes, keypoints), a folder of
+images, a video, or the image
 topics of a rosbag2 bag (decoded as the node decodes its messages). The sources of `make-bag` and of INT8
 calibration."""
 
@@ -23,7 +24,7 @@ class Frame:
     """One camera frame: (H, W, C) pixels in `encoding` (rgb8 unless a bag says otherwise), and ground truth
     (boxes x1y1x2y2, class ids; and the objects' identities across frames, for moving scenes) when known; rotated
     truth adds `obb` (N, 5: cx, cy, w, h, angle; `boxes` are their axis-aligned hulls) and `difficult` (N,) bool:
-    objects DOTA's scores ignore."""
+    objects DOTA's scores ignore; keypoint truth `keypoints` and `areas`."""
 
     image: np.ndarray
     boxes: np.ndarray | None = None
@@ -34,6 +35,8 @@ class Frame:
     masks: tuple[dict[str, Any] | None, ...] | None = None  # the boxes' masks (COCO RLE; None: not given)
     obb: np.ndarray | None = None
     difficult: np.ndarray | None = None
+    keypoints: np.ndarray | None = None  # (N, K, 3) x, y, visibility per joint (0: not labelled)
+    areas: np.ndarray | None = None  # (N,) the objects' areas OKS scales by, with keypoints
 
     def __post_init__(self) -> None:
         if (self.boxes is None) != (self.class_ids is None):
@@ -85,6 +88,16 @@ def rotated_frames(frames: int, seed: int, width: int, height: int, moving: bool
         )
         hulls = np.clip(hulls, 0.0, [width, height, width, height])
         yield Frame(scene.image, hulls, scene.class_ids, ids=scene.ids if moving else None, obb=scene.obb)
+
+
+def pose_frames(frames: int, seed: int, width: int, height: int) -> Iterator[Frame]:
+    """Frames of the pose world (`pose_scenes`: frame i of `make_pose_scene` uses seed + i) with their figures' boxes,
+    keypoints and the areas OKS scales by."""
+    from tiled_detector.tools.pose_scenes import make_pose_scene
+
+    for index in range(frames):
+        scene = make_pose_scene(seed + index, width, height)
+        yield Frame(scene.image, scene.boxes, scene.class_ids, keypoints=scene.keypoints, areas=scene.areas)
 
 
 def image_paths(folder: str | Path) -> list[Path]:

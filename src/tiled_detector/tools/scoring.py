@@ -1,5 +1,14 @@
 """Scoring detections against ground truth: box IoU, COCO metrics (pycocotools; boxes, and masks where the truth has
-them), MOT metrics and 3D position errors, for `eval` and `replay`; rotated boxes by polygon IoU and DOTA's AP50.
+them), COCO keypoint AP (OKS), MOT metrics and 3D position errors, for `eval` and `replay`; rotated boxes by polygon
+IoU and DOTA's AP50.
+
+Keypoint AP is pycocotools' `keypoints` evaluation: a detection matches a truth object of its class by their object
+keypoint similarity, OKS = mean over the object's labelled joints (visibility > 0) of exp(-d^2 / (2 s^2 k^2)), d the
+joint's distance, s^2 the object's area (its annotation's `area`; 0.53 x its box where none is given, ultralytics'
+rule), k = 2 sigma per joint: COCO's sigmas for 17 joints (its person keypoints), 1 / K each for K other joints
+(ultralytics' rule); AP over OKS 0.50:0.95 and AP50, up to `max_dets` detections per image (COCO's keypoint default
+is 20 people an image: dense frames need more). Truth without labelled joints is ignored, as are crowd regions and
+the objects a caller marks ignored (a detection that matches one counts neither way).
 
 DOTA's AP50 is its devkit's task-1 evaluation (CAPTAIN-WHU/DOTA_devkit, `dota_evaluation_task1.py`, as its `main`
 runs it): per class, the detections of every image in descending score; each is matched to the truth object of
@@ -16,6 +25,7 @@ import contextlib
 import io
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +34,17 @@ Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (N, 4) x1y1x2y2, sco
 # optionally which objects are difficult (N,) bool
 RotatedTruth = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]
 DOTA_IOU = 0.5
+# COCO's person keypoint sigmas (nose, eyes, ears, shoulders, elbows, wrists, hips, knees, ankles; cocoeval.py)
+COCO_SIGMAS = (
+    np.array(
+        [0.26, 0.25, 0.25, 0.35, 0.35, 0.79, 0.79, 0.72, 0.72, 0.62, 0.62, 1.07, 1.07, 0.87, 0.87, 0.89, 0.89]
+    )
+    / 10.0
+)
+BOX_AREA_SHARE = (
+    0.53  # a truth object's area for OKS where none is given: this share of its box (ultralytics')
+)
+KEYPOINT_METRICS = ("kp_AP", "kp_AP50", "kp_AP75", "kp_AP_medium", "kp_AP_large", "kp_recall")
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -181,6 +202,131 @@ def coco_mask_stats(
         evaluation.accumulate()
         evaluation.summarize()
     return evaluation.stats
+
+
+def keypoint_sigmas(joints: int) -> np.ndarray:
+    """The OKS sigma of each of `joints` joints: COCO's for 17, else 1 / K each (ultralytics' rule)."""
+    if joints < 1:
+        raise ValueError(f"keypoints need at least one joint, got {joints}")
+    return COCO_SIGMAS.copy() if joints == len(COCO_SIGMAS) else np.full(joints, 1.0 / joints)
+
+
+# truth of one image for keypoint AP: boxes (N, 4) xyxy, class ids (N,), keypoints (N, K, 3) x, y, visibility
+# (0: not labelled), then optionally areas (N,) (None: `BOX_AREA_SHARE` x the box) and ignored (N,) bool
+KeypointTruth = tuple[np.ndarray, ...]
+# predictions of one image: boxes (N, 4), scores (N,), class ids (N,), keypoints (N, K, 3) x, y, score
+KeypointFrame = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def coco_keypoint_stats(
+    truth: Sequence[KeypointTruth],
+    predictions: Sequence[KeypointFrame],
+    sigmas: np.ndarray | None = None,
+    max_dets: int = 100,
+) -> dict[str, float | None]:
+    """COCO keypoint AP (module docstring) of `predictions` against `truth`, per image in order: `KEYPOINT_METRICS`
+    (kp_AP over OKS 0.50:0.95, kp_AP50, kp_AP75, medium and large objects, kp_recall), None where no truth object
+    counts (an empty area range); 0 without any prediction. `sigmas`: one per joint (default `keypoint_sigmas`)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    if len(truth) != len(predictions):
+        raise ValueError(f"need one prediction per truth image, got {len(predictions)} and {len(truth)}")
+    joints = _joint_count(truth, predictions)
+    sigmas = keypoint_sigmas(joints) if sigmas is None else np.asarray(sigmas, np.float64)
+    if len(sigmas) != joints:
+        raise ValueError(f"{len(sigmas)} OKS sigmas for keypoints of {joints} joints")
+    images, annotations, results = [], [], []
+    for image_id, (frame, (p_boxes, p_scores, p_classes, p_points)) in enumerate(
+        zip(truth, predictions, strict=True), start=1
+    ):
+        boxes, classes, points = (np.asarray(a, np.float64) for a in frame[:3])
+        boxes = boxes.reshape(-1, 4)
+        areas = frame[3] if len(frame) > 3 and frame[3] is not None else None
+        ignored = frame[4] if len(frame) > 4 and frame[4] is not None else np.zeros(len(boxes), bool)
+        sides = boxes[:, 2:] - boxes[:, :2]
+        areas = sides.prod(axis=1) * BOX_AREA_SHARE if areas is None else np.asarray(areas, np.float64)
+        images.append({"id": image_id})
+        for box, cls, joint, area, ignore in zip(
+            boxes.tolist(), classes.tolist(), points.reshape(len(boxes), joints, 3), areas.tolist(),
+            np.asarray(ignored, bool).tolist(), strict=True,
+        ):  # fmt: skip
+            labelled = joint[:, 2] > 0
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
+                    "area": area,
+                    "iscrowd": int(ignore),
+                    "keypoints": np.where(labelled[:, None], joint, 0.0).ravel().tolist(),
+                    "num_keypoints": int(labelled.sum()),
+                }
+            )
+        for score, cls, joint in zip(
+            np.asarray(p_scores).tolist(), np.asarray(p_classes).tolist(),
+            np.asarray(p_points, np.float64).reshape(len(p_boxes), joints, 3), strict=True,
+        ):  # fmt: skip
+            results.append(
+                {
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "score": score,
+                    "keypoints": joint.ravel().tolist(),
+                }
+            )
+    if not results:
+        return dict.fromkeys(KEYPOINT_METRICS, 0.0)
+    categories = sorted({a["category_id"] for a in annotations} | {r["category_id"] for r in results})
+    dataset = {"images": images, "annotations": annotations, "categories": [{"id": c} for c in categories]}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+        ground = COCO()
+        ground.dataset = dataset
+        ground.createIndex()
+        evaluation = COCOeval(ground, ground.loadRes(results), "keypoints")
+        evaluation.params.kpt_oks_sigmas = sigmas
+        evaluation.params.maxDets = [max_dets]
+        evaluation.evaluate()
+        evaluation.accumulate()
+    return _keypoint_summary(evaluation)
+
+
+def _joint_count(truth: Sequence[KeypointTruth], predictions: Sequence[KeypointFrame]) -> int:
+    """The joint count every truth object and prediction shares (ValueError naming both where they differ)."""
+    counts = {np.asarray(frame[2]).shape[1] for frame in truth if np.asarray(frame[2]).size}
+    found = {np.asarray(frame[3]).shape[1] for frame in predictions if np.asarray(frame[3]).size}
+    if len(counts | found) > 1:
+        raise ValueError(
+            f"keypoints of {sorted(found)} joints scored against truth of {sorted(counts)} joints"
+        )
+    if not counts | found:
+        raise ValueError("no keypoints to score: neither the truth nor the predictions have any")
+    return next(iter(counts | found))
+
+
+def _keypoint_summary(evaluation: Any) -> dict[str, float | None]:
+    """`KEYPOINT_METRICS` from an accumulated COCOeval (as its `summarize` computes them, at its one maxDets)."""
+    params = evaluation.params
+    precision, recall = (
+        evaluation.eval["precision"],
+        evaluation.eval["recall"],
+    )  # (T, R, K, A, M), (T, K, A, M)
+
+    def mean(values: np.ndarray) -> float | None:
+        valid = values[values > -1]
+        return float(valid.mean()) if valid.size else None
+
+    area = params.areaRngLbl.index
+    at = {iou: np.flatnonzero(np.isclose(params.iouThrs, iou)) for iou in (0.5, 0.75)}
+    return {
+        "kp_AP": mean(precision[:, :, :, area("all"), -1]),
+        "kp_AP50": mean(precision[at[0.5], :, :, area("all"), -1]),
+        "kp_AP75": mean(precision[at[0.75], :, :, area("all"), -1]),
+        "kp_AP_medium": mean(precision[:, :, :, area("medium"), -1]),
+        "kp_AP_large": mean(precision[:, :, :, area("large"), -1]),
+        "kp_recall": mean(recall[:, :, area("all"), -1]),
+    }
 
 
 def mot_metrics(

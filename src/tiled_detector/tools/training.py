@@ -21,9 +21,10 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -255,14 +256,20 @@ def giou(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def detection_loss(
-    cls: torch.Tensor, ltrb: torch.Tensor, targets: torch.Tensor, box_weight: float = 2.0
+    cls: torch.Tensor,
+    ltrb: torch.Tensor,
+    targets: torch.Tensor,
+    box_weight: float = 2.0,
+    assigned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Quality focal loss on class scores (target = IoU of the predicted box) + GIoU loss on positives."""
+    """Quality focal loss on class scores (target = IoU of the predicted box) + GIoU loss on positives
+    (`assigned`: `assign`'s, where the caller made it)."""
     b, _, h, w = cls.shape
     centres = anchor_centres(h, w, cls.device)
     logits = cls.flatten(2).transpose(1, 2).float()  # (B, A, C)
     boxes = ltrb_to_xyxy(ltrb.flatten(2).transpose(1, 2).float(), centres)
-    (assigned,) = assign(targets, b, h, w, centres)
+    if assigned is None:
+        (assigned,) = assign(targets, b, h, w, centres)
     pos = assigned >= 0
     quality = torch.zeros_like(logits)
     n_pos = max(int(pos.sum()), 1)
@@ -362,9 +369,22 @@ def validate(
 # export
 
 
-def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path, Path]:
-    """Write `<stem>.onnx` (dynamic batch), `<stem>.ts` (TorchScript with input_shape / labels) and labels.txt."""
-    wrapper = YoloLayout(model.cpu().eval()).eval()
+def export_head(
+    wrapper: nn.Module,
+    out: Path,
+    stem: str,
+    rows: int,
+    labels: Sequence[str],
+    metadata: dict[str, Any] | None = None,
+    labels_file: str = "labels.txt",
+) -> tuple[Path, Path]:
+    """Write an export wrapper's `<stem>.onnx` (dynamic batch; output "output0" (B, `rows`, anchors); `metadata`
+    as its metadata_props, each value `str()` as ultralytics writes them), `<stem>.ts` (TorchScript with
+    input_shape, labels and, with `metadata`, config.txt: the same as JSON, as ultralytics writes it) and the
+    labels file (for the ONNX file)."""
+    import onnx
+
+    wrapper = wrapper.cpu().eval()
     example = torch.rand(1, 3, EXPORT_SIZE, EXPORT_SIZE)
     onnx_path, ts_path = out / f"{stem}.onnx", out / f"{stem}.ts"
     torch.onnx.export(
@@ -377,20 +397,27 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
         opset_version=17,
         dynamo=False,
     )
-    import onnx
-
-    graph = onnx.load(str(onnx_path))  # the exporter leaves (4 + C, A) symbolic: state the static sizes
+    graph = onnx.load(str(onnx_path))  # the exporter leaves (rows, A) symbolic: state the static sizes
     dims = graph.graph.output[0].type.tensor_type.shape.dim
-    dims[1].dim_value, dims[2].dim_value = 4 + model.num_classes, (EXPORT_SIZE // STRIDE) ** 2
+    dims[1].dim_value, dims[2].dim_value = rows, (EXPORT_SIZE // STRIDE) ** 2
+    for key, value in (metadata or {}).items():
+        graph.metadata_props.add(key=key, value=str(value))
     onnx.checker.check_model(graph)
     onnx.save(graph, str(onnx_path))
-    labels = "\n".join(CLASSES) + "\n"
+    text = "\n".join(labels) + "\n"
     with torch.no_grad():
         traced = torch.jit.trace(wrapper, example)
-    extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": labels}  # -1: dynamic batch
+    extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": text}  # -1: dynamic batch
+    if metadata:
+        extra["config.txt"] = json.dumps(metadata)
     torch.jit.save(traced, str(ts_path), _extra_files=extra)
-    (out / "labels.txt").write_text(labels)
+    (out / labels_file).write_text(text)
     return onnx_path, ts_path
+
+
+def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path, Path]:
+    """Write `<stem>.onnx` (dynamic batch), `<stem>.ts` (TorchScript with input_shape / labels) and labels.txt."""
+    return export_head(YoloLayout(model.cpu().eval()), out, stem, 4 + model.num_classes, CLASSES)
 
 
 def benchmark_onnx(model_path: Path, batch: int = 9, runs: int = 10) -> dict[str, float]:
@@ -419,7 +446,7 @@ def seed_everything(seed: int) -> None:
 class Recipe:
     """What a training run makes: the network (`model()`), its samples (`sampler`, for `CropDataset`), its loss
     (`loss(outputs, targets)`: the network's outputs as floats, `collate`'s targets), its validation
-    (`validate(model, data, device)`: a number for the summary) and its export (`export(model, out)`)."""
+    (`validate(model, data, device)`: a number for the summary, `metric`) and its export (`export(model, out)`)."""
 
     model: Callable[[], nn.Module]
     sampler: Sampler
@@ -427,6 +454,7 @@ class Recipe:
     validate: Callable[[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], torch.device], float]
     export: Callable[[nn.Module, Path], tuple[Path, Path]]
     description: str = "the bundled default detector"
+    metric: str = "AP50"  # what `validate` measures
 
 
 def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
@@ -481,16 +509,16 @@ def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
         schedule.step()
         if step % args.log_every == 0 or step == args.steps - 1:
             elapsed = time.perf_counter() - start
+            shown = " ".join(f"{k} {v:.0f}" if k == "pos" else f"{k} {v:.4f}" for k, v in parts.items())
             print(
-                f"step {step:5d}/{args.steps} loss {loss.item():.4f} cls {parts['cls']:.4f} "
-                f"box {parts['box']:.4f} pos {parts['pos']:.0f} lr {schedule.get_last_lr()[0]:.2e} "
+                f"step {step:5d}/{args.steps} loss {loss.item():.4f} {shown} lr {schedule.get_last_lr()[0]:.2e} "
                 f"{elapsed:.0f}s",
                 flush=True,
             )
     train_seconds = time.perf_counter() - start
     torch.save(model.state_dict(), out / "checkpoint.pt")
     ap50 = recipe.validate(model, val_data, device)
-    print(f"validation AP50 (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
+    print(f"validation {recipe.metric} (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
     onnx_path, ts_path = recipe.export(model, out)
     summary = {
         "seed": args.seed,
@@ -505,7 +533,7 @@ def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
         else platform.processor() or "cpu",
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "val_ap50_tiles": round(ap50, 4),
+        f"val_{recipe.metric.lower()}_tiles": round(ap50, 4),
         "onnx_bytes": onnx_path.stat().st_size,
         "ts_bytes": ts_path.stat().st_size,
         "command": " ".join(sys.argv),

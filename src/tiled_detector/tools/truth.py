@@ -23,7 +23,11 @@ else of their ids, and they must all be of one video (`video_id`). An annotation
 truth has no identities (boxes only: AP50 can be scored, not IDF1). An annotation's `segmentation` (polygons or
 RLE) is kept, as compressed RLE of its image's size (`width` / `height` of the COCO image; mask AP is scored
 where the truth has them); a broken one (a polygon of fewer than 3 points, an odd coordinate count, an RLE of
-another size) is refused before anything is written.
+another size) is refused before anything is written. Person keypoints (COCO's keypoint format: the category's
+`keypoints` names its K joints, `skeleton` its bones; an annotation's `keypoints` holds x, y, visibility for each,
+in the same pixels as its box, visibility 0 where the joint is not labelled) are kept with the object's `area`
+(its segmentation's, which OKS scales by); an annotation without them has none labelled. Keypoints whose joint count
+differs from the category's names (or, `joints`, from the model's) are refused in one line naming both counts.
 
 Boxes reaching past the frame's border (normal in MOT17) are clipped to it; a box with no area inside its frame is
 left out and counted (`TruthFrames.outside`); a frame the recording does not have, a wrong column count or a
@@ -44,6 +48,7 @@ import numpy as np
 
 from tiled_detector.options import Option
 from tiled_detector.tools.frames import Frame, image_folder_frames, image_paths, video_frames
+from tiled_detector.tools.scoring import BOX_AREA_SHARE
 from tiled_detector.tools.segmentation import SegmentationError, truth_rle
 
 MOT_COLUMNS = {9: "MOT16 / MOT17 / MOT20", 10: "MOT15"}
@@ -111,6 +116,12 @@ class Truth:
     exact: bool = False
     left_out: int = 0
     segments: tuple[dict[str, Any] | None, ...] | None = None  # per row its mask (COCO RLE), None: none given
+    keypoints: np.ndarray | None = None  # (rows, K, 3) x, y, visibility per joint; None: the file has none
+    areas: np.ndarray | None = None  # (rows,) each object's area (COCO's `area`, for OKS), with keypoints
+    joints: tuple[str, ...] = ()  # the keypoints' joint names (the category's), with keypoints
+    skeleton: tuple[
+        tuple[int, int], ...
+    ] = ()  # the category's bones (0-based joint pairs), where it gives them
 
     def __post_init__(self) -> None:
         if self.ids is not None:
@@ -149,6 +160,15 @@ class Truth:
                     f"image's), but the frame is {width}x{height}"
                 )
         return found
+
+    def keypoints_in_frame(self, index: int, width: int, height: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Frame `index`'s keypoints (n, K, 3) and areas (n,), one per box of `in_frame`; None without keypoints."""
+        if self.keypoints is None or self.areas is None:
+            return None
+        rows = np.flatnonzero(self.frame == index)
+        clipped = np.clip(self.boxes[rows], 0.0, [width, height, width, height])
+        inside = rows[(clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])]  # `in_frame`'s boxes
+        return self.keypoints[inside].astype(np.float32), self.areas[inside].astype(np.float32)
 
     def check_count(self, available: int, what: str, cut: bool = False) -> None:
         """TruthError when the truth does not fit `available` frames of `what` (`cut`: the recording was cut
@@ -201,9 +221,12 @@ def read_mot(path: str | Path) -> Truth:
     return Truth(path, frame[keep] - 1, boxes[keep], ids[keep], int(frame.max()), left_out=int((~keep).sum()))
 
 
-def read_coco(path: str | Path, truth_class: str, names: Sequence[str] | None = None) -> Truth:
+def read_coco(
+    path: str | Path, truth_class: str, names: Sequence[str] | None = None, joints: int | None = None
+) -> Truth:
     """A COCO file's annotations of category `truth_class`, for a folder's images (`names`: their file names, in
-    the recording's order) or, without `names`, a video's frames (module docstring)."""
+    the recording's order) or, without `names`, a video's frames (module docstring); `joints`: the model's joint
+    count its keypoints must have (None: any)."""
     path = Path(path)
     try:
         data = json.loads(_text(path))
@@ -227,7 +250,51 @@ def read_coco(path: str | Path, truth_class: str, names: Sequence[str] | None = 
     tracks = [_track_id(a) for a in taken]
     ids = None if None in tracks else _as_ints(tracks)
     segments = _segments(path, data["images"], taken)
-    return Truth(path, frame, boxes, ids, len(order), exact=True, left_out=left_out, segments=segments)
+    found = _keypoints(path, [c for c in data["categories"] if c["id"] in categories], taken, joints)
+    return Truth(
+        path, frame, boxes, ids, len(order), exact=True, left_out=left_out, segments=segments, **found
+    )
+
+
+def _keypoints(
+    path: Path, categories: list[dict[str, Any]], taken: list[dict[str, Any]], joints: int | None
+) -> dict[str, Any]:
+    """The taken annotations' keypoints (rows, K, 3), areas, joint names and skeleton as `Truth` fields (none where
+    neither the category names joints nor an annotation has keypoints); TruthError where an annotation's joint count
+    is not its category's or the model's (`joints`)."""
+    named = [c for c in categories if c.get("keypoints")]
+    if not named and not any(a.get("keypoints") for a in taken):
+        return {}
+    names = tuple(str(n) for n in named[0]["keypoints"]) if named else ()
+    count = len(names) or len(next(a["keypoints"] for a in taken if a.get("keypoints"))) // 3
+    where = f"--truth {path}"
+    if joints is not None and count != joints:
+        raise TruthError(
+            f"{where}: its keypoints have {count} joints but the model's have {joints}: give the pose model the "
+            "bag will be replayed with, or truth of its joints"
+        )
+    table = np.zeros((len(taken), count, 3))
+    for row, annotation in enumerate(taken):
+        values = annotation.get("keypoints") or []
+        if len(values) % 3 or (values and len(values) // 3 != count):
+            found = f"{len(values)} values" if len(values) % 3 else f"{len(values) // 3} joints"
+            raise TruthError(
+                f"{where}: annotation {annotation.get('id', '?')} (image {annotation['image_id']}) has keypoints of "
+                f"{found} but its category has {count} joints (x, y, visibility each)"
+            )
+        if values:
+            table[row] = np.asarray(values, np.float64).reshape(count, 3)
+    sides = np.array([a["bbox"][2:] for a in taken], np.float64).reshape(-1, 2)
+    areas = np.array(
+        [a.get("area") or w * h * BOX_AREA_SHARE for a, (w, h) in zip(taken, sides.tolist(), strict=True)]
+    )
+    bones = named[0].get("skeleton") or [] if named else []
+    return {
+        "keypoints": table,
+        "areas": areas.reshape(-1),
+        "joints": names or tuple(f"joint_{k}" for k in range(count)),
+        "skeleton": tuple((int(a) - 1, int(b) - 1) for a, b in bones),  # COCO's skeleton counts joints from 1
+    }
 
 
 def _segments(
@@ -311,12 +378,17 @@ def _text(path: Path) -> str:
 
 
 def read_truth(
-    path: str | Path, truth_format: TruthFormat, truth_class: str, names: Sequence[str] | None = None
+    path: str | Path,
+    truth_format: TruthFormat,
+    truth_class: str,
+    names: Sequence[str] | None = None,
+    joints: int | None = None,
 ) -> Truth:
-    """The truth file at `path` (for a folder's images `names`, else a video's frames)."""
+    """The truth file at `path` (for a folder's images `names`, else a video's frames; `joints`: the model's
+    keypoint count, which COCO keypoints must have)."""
     if truth_format is TruthFormat.MOT:
         return read_mot(path)
-    return read_coco(path, truth_class, names)
+    return read_coco(path, truth_class, names, joints)
 
 
 class TruthFrames:
@@ -335,9 +407,16 @@ class TruthFrames:
             height, width = frame.image.shape[:2]
             boxes, ids, outside = self._truth.in_frame(index, width, height)
             masks = self._truth.masks_in_frame(index, width, height)
+            points = self._truth.keypoints_in_frame(index, width, height)
             self.outside += outside
             yield dataclasses.replace(
-                frame, boxes=boxes, class_ids=np.zeros(len(boxes), np.int64), ids=ids, masks=masks
+                frame,
+                boxes=boxes,
+                class_ids=np.zeros(len(boxes), np.int64),
+                ids=ids,
+                masks=masks,
+                keypoints=None if points is None else points[0],
+                areas=None if points is None else points[1],
             )
             count += 1
         self._truth.check_count(count, self._what, cut=self._cut is not None and count == self._cut)
@@ -376,15 +455,16 @@ def recording_frames(
     truth_path: Path,
     truth_format: str | None,
     truth_class: str,
+    joints: int | None = None,
 ) -> tuple[TruthFrames, Truth]:
-    """The frames of a folder of `images` or a `video` (at most `limit`) carrying the truth file's boxes, and the
-    truth; a folder's frame count (and, for a MOTChallenge file, its names' frame numbers) is checked before any
-    image is read, a video's as it is read."""
+    """The frames of a folder of `images` or a `video` (at most `limit`) carrying the truth file's boxes (and
+    keypoints, of `joints` joints where given), and the truth; a folder's frame count (and, for a MOTChallenge file,
+    its names' frame numbers) is checked before any image is read, a video's as it is read."""
     if images is None and video is None:
         raise TruthError("--truth needs --images or --video: the frames its boxes are on")
     kind = TruthFormat.of(truth_path, truth_format)
     names = None if images is None else [p.name for p in image_paths(images)]
-    truth = read_truth(truth_path, kind, truth_class, names)
+    truth = read_truth(truth_path, kind, truth_class, names, joints)
     if not len(truth.frame):
         raise TruthError(
             f"--truth {truth_path}: no {truth_class} to score ({truth.left_out} rows or annotations "
