@@ -38,7 +38,7 @@ METRICS = (
 )
 MAX_DETECTIONS = 300  # per frame, for the keypoint AP: a 4K frame holds about 160 figures
 # the setting that turns per-joint fusion off: each detection keeps its keeper's keypoints
-KEEPER = {"keypoint_fusion": False}
+KEEPER = {"keypoint_fusion": "keeper"}
 
 
 def config_changes(name: str, width: int, height: int) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Train the bundled pose model on synthetic figures and export it (ONNX + TorchScript + labels).
 
 The network is the bundled detector's (`training.TinyDetector`: depthwise-separable backbone, FPN to one stride-8
-grid, decoupled class / box branches) with a third branch for the keypoints: per cell and joint an offset from the
-cell centre (x 2 strides) and a visibility logit. Its exported output has ultralytics' pose layout, "output0"
+grid, decoupled class / box branches) with a third branch for the keypoints (two separable blocks of 64 channels):
+per cell and joint an offset from the cell centre (x 2 strides) and a visibility logit. Its exported output has ultralytics' pose layout, "output0"
 (B, 4 + C + K x 3, A): cx, cy, w, h in input pixels, per-class scores after a sigmoid, then each joint's x, y (input
 pixels) and visibility (after a sigmoid), joint after joint, so the pipeline decodes it like any YOLOv8 / YOLO11 pose
 export; the files say `task: pose`, `kpt_shape` [K, 3], `names` and `kpt_names` as ultralytics writes them (and
@@ -49,6 +49,7 @@ from tiled_detector.tools.training import (
 STEM = "pose"  # pose.onnx, pose.ts, pose.labels.txt
 MIN_FULL_FRAME_HEIGHT = 12.0  # downscaled samples label figures at least this tall in input pixels
 REACH = 2.0 * STRIDE  # a joint offset of 1 is this many pixels from the cell centre
+KEYPOINT_WIDTH = 64  # channels of the keypoint branch (two separable blocks)
 KEYPOINT_WEIGHT, VISIBILITY_WEIGHT = 6.0, 1.0
 # the OKS loss vanishes for a joint several tolerances away (all of them, at the start): this much of the joint's
 # distance over the object's size (its box's square root) pulls it in from afar
@@ -61,8 +62,10 @@ class PoseDetector(TinyDetector):
     def __init__(self, num_classes: int, joints: int = len(JOINTS), width: int = 48) -> None:
         super().__init__(num_classes, width)
         self.joints = joints
-        self.kpt_branch = SepBlock(width, width)
-        self.kpt_out = nn.Conv2d(width, joints * 3, 1)
+        self.kpt_branch = nn.Sequential(
+            SepBlock(width, KEYPOINT_WIDTH), SepBlock(KEYPOINT_WIDTH, KEYPOINT_WIDTH)
+        )
+        self.kpt_out = nn.Conv2d(KEYPOINT_WIDTH, joints * 3, 1)
         nn.init.constant_(self.kpt_out.bias, 0.0)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # type: ignore[override]
