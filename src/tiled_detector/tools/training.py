@@ -15,6 +15,7 @@ quality focal loss whose target is the IoU of the predicted box, boxes a GIoU lo
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -517,9 +518,9 @@ def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
             )
     train_seconds = time.perf_counter() - start
     torch.save(model.state_dict(), out / "checkpoint.pt")
+    onnx_path, ts_path = recipe.export(copy.deepcopy(model).cpu(), out)  # first: a failing validation keeps them
     ap50 = recipe.validate(model, val_data, device)
     print(f"validation {recipe.metric} (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
-    onnx_path, ts_path = recipe.export(model, out)
     summary = {
         "seed": args.seed,
         "steps": args.steps,
