@@ -82,7 +82,8 @@
 #   pose_train  the bundled pose model trained on the GPU (python -m tiled_detector.tools.pose_training --device cuda;
 #            POSE_STEPS (4000) and POSE_WORKERS (14) size it; files in $OUT/pose_model)
 #   pose_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n pose models trained there by ultralytics' trainer on our
-#            synthetic figures (benchmarks/pose_reference.py: POSEREF_TRAIN crops (600), POSEREF_EPOCHS (8)), their
+#            synthetic figures, all three at once (benchmarks/pose_reference.py: POSEREF_TRAIN crops (600),
+#            POSEREF_EPOCHS (30), POSEREF_HOURS (0: no time limit; else ultralytics' `time` per model)), their
 #            weights in $OUT/pose_weights; then (POSEREF_STEPS, default "dataset fit predict check") exported (ONNX,
 #            YOLO26 end-to-end ONNX, TorchScript) and predicted by ultralytics on the real photos in
 #            .models/pose_photos/ letterboxed once, against our decoding of the same tensor (boxes and keypoints
@@ -505,10 +506,14 @@ if [[ " $what " == *" pose_reference "* ]]; then
     python3 benchmarks/pose_reference.py dataset --out "$ref/data" --train "${POSEREF_TRAIN:-600}" --val 60 \
       >"$out/pose_dataset.log" 2>&1
   fi
-  if [[ $steps == *" fit "* ]]; then
-    python3 benchmarks/pose_reference.py fit --data "$ref/data" --out "$ref" --device 0 \
-      --epochs "${POSEREF_EPOCHS:-8}" --batch 32 --workers "${POSEREF_WORKERS:-4}" >"$out/pose_fit.log" 2>&1
-    grep -E "trained|Error|all " "$out/pose_fit.log" | tail -12
+  if [[ $steps == *" fit "* ]]; then  # the three models at once on the one GPU
+    for model in yolov8n-pose yolo11n-pose yolo26n-pose; do
+      python3 benchmarks/pose_reference.py fit --data "$ref/data" --out "$ref" --device 0 --models "$model" \
+        --epochs "${POSEREF_EPOCHS:-30}" --hours "${POSEREF_HOURS:-0}" --batch 32 --workers "${POSEREF_WORKERS:-4}" \
+        >"$out/pose_fit_$model.log" 2>&1 &
+    done
+    wait
+    grep -hE "trained|Error|epochs completed|all " "$out"/pose_fit_*.log | tail -12
     mkdir -p "$out/pose_weights" && cp "$ref"/weights/*.pt "$out/pose_weights/"
   fi
   if [[ $steps == *" predict "* ]]; then

@@ -20,7 +20,7 @@ Four steps; ultralytics is no dependency of this project, so `fit` and `predict`
    trainer's reader is the csv module.
 
        YOLO_OFFLINE=1 /tmp/ultra58/bin/python benchmarks/pose_reference.py fit --data /tmp/poseref/data \
-           --out /tmp/poseref --device 0 --epochs 8
+           --out /tmp/poseref --device 0 --epochs 30 --hours 0.025
 
 3. `predict` (with ultralytics): each OUT/weights/NAME.pt exported (ONNX, not simplified: onnxslim may be missing; YOLO26
    also end-to-end, `nms=False`; TorchScript); each photo of PHOTOS letterboxed once by ultralytics' own
@@ -134,6 +134,7 @@ def fit(args: argparse.Namespace) -> None:
         model.train(
             data=str(args.data.resolve() / "data.yaml"),
             epochs=args.epochs,
+            time=args.hours or None,  # ultralytics' time limit: epochs fitted to it after the first
             imgsz=SIZE,
             batch=args.batch,
             device=args.device,
@@ -321,7 +322,8 @@ def main() -> int:
     train.add_argument("--data", type=Path, required=True, help="the dataset folder (step 1)")
     train.add_argument("--out", type=Path, required=True)
     train.add_argument("--models", nargs="+", default=list(MODELS))
-    train.add_argument("--epochs", type=int, default=8)
+    train.add_argument("--epochs", type=int, default=30)
+    train.add_argument("--hours", type=float, default=0.0, help="ultralytics' time limit per model (0: none)")
     train.add_argument("--batch", type=int, default=32)
     train.add_argument("--workers", type=int, default=4)
     train.add_argument("--device", default="cpu", help="cpu, or a CUDA index (0)")

@@ -5,6 +5,7 @@ on and by `tiled-detector replay`."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,11 +34,16 @@ EPILOG = """examples:
   tiled-detector make-bag out/dota --images DOTA/images --truth DOTA/labelTxt --truth-format dota \
     --model yolov8n-obb.onnx
   tiled-detector make-bag out/rotated --obb --frames 10   # the rotated world with rotated truth (--motion: turning)
+  tiled-detector make-bag out/pose --pose --frames 10     # figures with 13 named joints: keypoint truth
+  # photos with COCO person keypoints (replay scores keypoint AP by OKS); the pose model's joints must match
+  tiled-detector make-bag out/people --images val2017 --truth person_keypoints_val2017.json --truth-class person \
+    --model yolov8n-pose.onnx
 Synthetic frame i uses seed S+i, so the same command always writes the same bag.
 --truth: a MOTChallenge gt.txt (frame n = the n-th image in natural order, frame2 before frame10, the names numbering
 the frames one to one / the n-th video frame; pedestrians with consider 1) or a
 COCO file (images matched by file name; for a video, its images in frame_index / frame_id / id order; track_id,
-instance_id or attributes.track_id give identities). --truth-class names the detector's class the objects are:
+instance_id or attributes.track_id give identities; person keypoints are kept, their joints as many as the
+category names and, with --model a pose model, as its joints, else refused). --truth-class names the detector's class the objects are:
 checked against the labels of the model given by --model / --labels / --params-file (default: the bundled model).
 --truth DIR --truth-format dota / yolo-obb: a folder of label files, one <image name>.txt per image of --images
 (an image without objects needs an empty file): DOTA labelTxt (8 corner coordinates, class, difficult; classes
@@ -78,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="synthetic: the rotated world (boats, cars, trucks at any angle, dense rows) with rotated ground truth "
         "(center.theta); with --motion its objects drive and turn (a still camera)",
+    )
+    parser.add_argument(
+        "--pose",
+        action="store_true",
+        help="synthetic: the pose world (articulated figures with 13 named joints, still scenes) with keypoint truth "
+        "(/ground_truth/keypoints; replay scores keypoint AP)",
     )
     parser.add_argument(
         "--depth",
@@ -162,6 +174,12 @@ def run(args: argparse.Namespace) -> int:
             "--obb makes synthetic rotated scenes (with --motion a still camera): not with --depth, --images, "
             "--video, --pan, --rotate, --zoom or --shake"
         )
+    if args.pose and (
+        args.obb or args.motion or args.depth or args.images is not None or args.video is not None
+    ):
+        raise ValueError(
+            "--pose makes synthetic still scenes of figures: not with --obb, --motion, --depth, --images or --video"
+        )
     truth = truthful = None
     if args.truth is not None:
         path, truthful, truth = _truth_bag(args, common)
@@ -195,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
             **common,
             camera=camera,
             rotated=args.obb,
+            pose=args.pose,
         )
     info = bags.bag_info(path)
     print(f"wrote {path} ({info.storage.value}, rosbag2 metadata version {bags.METADATA_VERSION})")
@@ -210,9 +229,10 @@ def run(args: argparse.Namespace) -> int:
         )
     elif truth is not None and truthful is not None:
         written = int(np.count_nonzero(truth.frame < info.topics[args.topic][1])) - truthful.outside
+        joints = "" if truth.keypoints is None else f", keypoints of {len(truth.joints)} joints"
         print(
             f"  ground truth: {written} {args.truth_class} boxes from {args.truth}, "
-            f"{'with identities' if truth.identities else 'no identities (AP50 only)'}; "
+            f"{'with identities' if truth.identities else 'no identities (AP50 only)'}{joints}; "
             f"{truth.left_out} rows / annotations left out (consider 0, other classes, crowds), "
             f"{truthful.outside} with no area inside their frame"
         )
@@ -233,10 +253,21 @@ def _truth_bag(
         return _rotated_truth_bag(args, common, kind)
     if args.truth_class is None:
         raise TruthError("--truth needs --truth-class NAME: the detector's class the truth's objects are")
+    from tiled_detector.parameters import build_detector
+
+    values = parameter_values(args)
+    detector = build_detector(values)
+    posed = detector.resolved.keypoints if values.get("model") else None  # a pose --model: its joints
     frames, truth = recording_frames(
-        args.images, args.video, args.frames, args.truth, args.truth_format, args.truth_class
+        args.images,
+        args.video,
+        args.frames,
+        args.truth,
+        args.truth_format,
+        args.truth_class,
+        None if posed is None else posed.joints,
     )
-    _check_class(args)
+    _check_class(args, values, detector.labels or ())
     source = f"images:{args.images}" if args.images is not None else f"video:{args.video}"
     custom = {
         "source": source,
@@ -244,6 +275,10 @@ def _truth_bag(
         "truth_class": args.truth_class,
         recording.IDENTITIES: str(truth.identities).lower(),
     }
+    if truth.keypoints is not None:
+        custom.update(
+            {recording.JOINTS: json.dumps(truth.joints), recording.SKELETON: json.dumps(truth.skeleton)}
+        )
     path = recording.write_image_bag(
         args.out, frames, **common, labels=[args.truth_class], custom_data=custom
     )
@@ -277,12 +312,8 @@ def _rotated_truth_bag(
     return path, frames, truth
 
 
-def _check_class(args: argparse.Namespace) -> None:
-    """ValueError unless `--truth-class` is one of the labels of the detector the settings describe."""
-    from tiled_detector.parameters import build_detector
-
-    values = parameter_values(args)
-    labels = build_detector(values).labels or ()
+def _check_class(args: argparse.Namespace, values: dict, labels: tuple[str, ...]) -> None:
+    """ValueError unless `--truth-class` is one of the `labels` of the detector the settings (`values`) describe."""
     if args.truth_class not in labels:
         model = values.get("model") or "the bundled model"
         raise ValueError(

@@ -14,7 +14,10 @@ Scores: AP50 (COCO, pycocotools) plus precision and recall at IoU 0.5 over the a
 bag's ground truth (`/ground_truth`); a dropped frame is counted in `dropped` / the drop rate instead. A node with
 a segmentation model also publishes `masks` (label images): each answer's is checked against its array (same
 stamp, values 0..N), and scored as mask AP (pycocotools `segm`) where the bag has truth masks
-(`/ground_truth/masks`, from `make-bag --truth coco.json`).
+(`/ground_truth/masks`, from `make-bag --truth coco.json`). A node with a pose model also publishes `keypoints`
+(tiled_detector_msgs/KeypointsArray, one entry per detection): each answer's is checked against its array, and
+scored as keypoint AP (OKS, pycocotools `keypoints`) where the bag has truth keypoints (`/ground_truth/keypoints`,
+from `make-bag --truth` of COCO person keypoints or `make-bag --pose`).
 Latency per frame is the time the answer arrived minus the time the frame was published.
 The ROS side goes through `tiled_detector.harness.client.DetectorClient`; rclpy is imported only there.
 """
@@ -34,12 +37,13 @@ import numpy as np
 
 from tiled_detector.harness import bags
 from tiled_detector.harness.depth_replay import DepthPlay, depth_scores, truth_positions
-from tiled_detector.harness.recording import IDENTITIES, ROTATED
+from tiled_detector.harness.recording import IDENTITIES, JOINTS, ROTATED
 from tiled_detector.harness.report import (
     FrameRecord,
     Mode,
     ReplayReport,
     class_names,
+    keypoint_scores,
     mask_scores,
     summarize,
     to_arrays,
@@ -129,6 +133,7 @@ class _Played:
     detections_topic: str = ""
     node_values: dict[str, str] = field(default_factory=dict)  # the node's last /diagnostics key/values
     masks: dict[int, Any] = field(default_factory=dict)  # a segmentation model's label images by header stamp
+    keypoints: dict[int, Any] = field(default_factory=dict)  # a pose model's KeypointsArrays by header stamp
 
 
 def _unique_stamps(frames: Iterable[bags.BagMessage]) -> Iterator[bags.BagMessage]:
@@ -228,6 +233,7 @@ def _play(
         played.detections_topic = client.detections_subscription.topic_name
         diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
         labels = client.subscribe(Image, masks_topic(played.detections_topic))
+        posed = _keypoint_subscription(client, played.detections_topic)
         clock = client.node.create_publisher(Clock, "/clock", 10) if realtime else None
         start, first_time = 0.0, 0
         for index, frame in enumerate(_unique_stamps(depth.frames(frames))):
@@ -253,16 +259,33 @@ def _play(
         if labels:  # the node publishes masks: the last frames' label images may still be on their way
             client.wait_until(lambda: len(labels) >= answered, DIAGNOSTICS_WAIT_S)
         played.masks = {stamp_ns(m.header.stamp): m for m in list(labels)}
+        if posed:  # a pose model: its keypoints come with each answer
+            client.wait_until(lambda: len(posed) >= answered, DIAGNOSTICS_WAIT_S)
+        played.keypoints = {stamp_ns(m.header.stamp): m for m in list(posed)}
     stamps = {stamp for stamp, _ in played.sent}  # the client is closed: its dicts no longer change
     played.answers = {s: m for s, m in client.detections.items() if s in stamps}
     played.arrivals = {s: t for s, t in client.arrivals.items() if s in stamps}
     return played
 
 
+def beside(detections_topic: str, name: str) -> str:
+    """The node's topic `name` beside its detections topic (`.../detections` -> `.../name`)."""
+    namespace, _, _ = detections_topic.rpartition("/")
+    return f"{namespace}/{name}" if namespace or detections_topic.startswith("/") else name
+
+
 def masks_topic(detections_topic: str) -> str:
     """The node's masks topic beside its detections topic (`.../detections` -> `.../masks`)."""
-    namespace, _, _ = detections_topic.rpartition("/")
-    return f"{namespace}/masks" if namespace or detections_topic.startswith("/") else "masks"
+    return beside(detections_topic, "masks")
+
+
+def _keypoint_subscription(client: Any, detections_topic: str) -> list[Any]:
+    """The node's keypoints beside its detections, as they arrive (none where tiled_detector_msgs is not built)."""
+    try:
+        from tiled_detector_msgs.msg import KeypointsArray
+    except ImportError:
+        return []
+    return client.subscribe(KeypointsArray, beside(detections_topic, "keypoints"))
 
 
 def _counted(diagnostics: list[Any], answered: int) -> dict[str, str] | None:
@@ -346,6 +369,14 @@ def replay_bag(
         size = _frame_size(bag, topic)
         scores = mask_scores(answers, played.masks, truth, truth_masks, size)
         report = dataclasses.replace(report, masks=scores)
+    if (
+        played.keypoints
+    ):  # a pose model: its keypoints against the array, and keypoint AP where there is truth
+        try:
+            scores = keypoint_scores(answers, played.keypoints, truth, _truth_keypoints(bag, info))
+        except ValueError as error:
+            raise ReplayError(f"cannot score the keypoints of {bag}: {error}") from None
+        report = dataclasses.replace(report, keypoints=scores)
     if depth.topics:  # an RGB-D bag: the positions of the node's detections_3d against the true ones
         located = depth.answers(stamp for stamp, _ in played.sent)
         truth_3d = truth_positions(bag) if depth.truth else {}
@@ -375,6 +406,21 @@ def _truth_masks(bag: str | Path, info: bags.BagInfo) -> dict[int, list]:
         m.time_ns: json.loads(bags.deserialize(m.data, bags.TEXT).data)
         for m in bags.read_messages(bag, [bags.GROUND_TRUTH_MASKS_TOPIC])
     }
+
+
+def _truth_keypoints(bag: str | Path, info: bags.BagInfo) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The bag's ground-truth keypoints (stamp -> (N, K, 3) x, y, visibility and (N,) areas, per truth box), empty
+    when it has none."""
+    if bags.GROUND_TRUTH_KEYPOINTS_TOPIC not in info.topics:
+        return {}
+    joints = len(json.loads(info.custom_data.get(JOINTS, "[]")))
+    found = {}
+    for m in bags.read_messages(bag, [bags.GROUND_TRUTH_KEYPOINTS_TOPIC]):
+        frame = json.loads(bags.deserialize(m.data, bags.TEXT).data)
+        areas = np.asarray(frame["areas"], np.float64).reshape(-1)
+        points = np.asarray(frame["keypoints"], np.float64).reshape(len(areas), joints, 3)
+        found[m.time_ns] = (points, areas)
+    return found
 
 
 def _record(

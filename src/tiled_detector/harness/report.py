@@ -29,6 +29,7 @@ from tiled_detector.tools.scoring import (
 
 DEPTH_KEYS = ("depth_error_median", "depth_error_p95", "objects_3d")
 MASK_KEYS = ("mask_AP", "mask_AP50", "label_images", "label_images_missing", "label_images_wrong")
+KEYPOINT_KEYS = ("kp_AP", "kp_AP50", "keypoint_arrays", "keypoint_arrays_missing", "keypoint_arrays_wrong")
 WORK_KEYS = (
     "views_per_frame",
     "views_per_frame_max",
@@ -90,6 +91,10 @@ class ReplayReport:
     # a segmentation model (`mask_scores`): mask_AP, mask_AP50 (truth with masks), label_images (received),
     # label_images_missing (answers with detections but no label image), label_images_wrong (not the array's)
     masks: dict[str, float | int | None] | None = None
+    # a pose model (`keypoint_scores`): kp_AP, kp_AP50 (OKS; truth with keypoints), keypoint_arrays (received),
+    # keypoint_arrays_missing (answers with detections but no KeypointsArray), keypoint_arrays_wrong (not one
+    # entry per detection)
+    keypoints: dict[str, float | int | None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -116,6 +121,7 @@ class ReplayReport:
             **{key: (self.work or {}).get(key) for key in WORK_KEYS},
             **{key: (self.depth or {}).get(key) for key in DEPTH_KEYS},
             **{key: (self.masks or {}).get(key) for key in MASK_KEYS},
+            **{key: (self.keypoints or {}).get(key) for key in KEYPOINT_KEYS},
         }
 
 
@@ -274,6 +280,41 @@ def mask_scores(
         "label_images": len(label_images),
         "label_images_missing": missing,
         "label_images_wrong": wrong,
+    }
+
+
+def keypoint_scores(
+    answers: Mapping[int, Arrays],
+    keypoint_arrays: Mapping[int, Any],
+    truth: Mapping[int, tuple[np.ndarray, ...]],
+    truth_keypoints: Mapping[int, tuple[np.ndarray, np.ndarray]],
+) -> dict[str, float | int | None]:
+    """The node's keypoints (stamp -> tiled_detector_msgs/KeypointsArray) against its answers: how many came, how
+    many answers with detections had none, how many do not hold one entry per detection; and keypoint AP / AP50
+    (OKS, `scoring.coco_keypoint_stats`) over the answered frames whose truth has keypoints (stamp -> (N, K, 3)
+    x, y, visibility and (N,) areas). ValueError where the node's joints are not as many as the truth's."""
+    from tiled_detector.messages.keypoints import msg_to_keypoints
+    from tiled_detector.tools.scoring import coco_keypoint_stats
+
+    missing = sum(1 for stamp, found in answers.items() if len(found[0]) and stamp not in keypoint_arrays)
+    wrong, frames, predicted = 0, [], []
+    for stamp, found in sorted(answers.items()):
+        if stamp not in keypoint_arrays:
+            continue
+        points = msg_to_keypoints(keypoint_arrays[stamp])[0]
+        if len(points) != len(found[0]):
+            wrong += 1
+            continue
+        if stamp in truth_keypoints and stamp in truth:
+            frames.append((truth[stamp][0], truth[stamp][1], *truth_keypoints[stamp]))
+            predicted.append((*found, points))
+    stats = coco_keypoint_stats(frames, predicted) if frames else {}
+    return {
+        "kp_AP": stats.get("kp_AP"),
+        "kp_AP50": stats.get("kp_AP50"),
+        "keypoint_arrays": len(keypoint_arrays),
+        "keypoint_arrays_missing": missing,
+        "keypoint_arrays_wrong": wrong,
     }
 
 

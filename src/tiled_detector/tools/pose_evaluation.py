@@ -9,7 +9,9 @@ each one's keypoints taken whole from the kept member of its merge group (the ke
 off). Metrics: keypoint AP (pycocotools' `keypoints`: OKS, sigma 1 / K for the figures' 13 joints; AP over OKS
 0.50:0.95, AP50, AP75, recall; `scoring.coco_keypoint_stats`), box AP50, and the same keypoint AP over the figures
 an inner tile edge crosses (`seam_kp_AP`, `seam_kp_AP50`: the other figures ignored, a detection of one counting
-neither way), the number of those figures, and the mean pipeline time per frame.
+neither way), the number of those figures, and the mean pipeline time per frame; the keeper's row says whether its
+detections (boxes, scores, classes) are those of tiles+full, frame by frame (`same_detections`: the two ways then
+differ in their keypoints alone).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def evaluate_pose(
         if progress is not None:
             progress(index + 1, frames)
     ground_truth = coco_ground_truth(boxes, [(width, height)] * frames, CLASSES)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for name in configs:
         everything = coco_keypoint_stats(truth, found[name], max_dets=MAX_DETECTIONS)
         on_seams = coco_keypoint_stats(seams, found[name], max_dets=MAX_DETECTIONS)
@@ -104,6 +106,11 @@ def evaluate_pose(
             "seam_objects": int(sum((~s[4]).sum() for s in seams)),
             "ms_per_frame": milliseconds[name] / max(frames, 1),
         }
+    if "tiles+full" in found and "tiles+full/keeper" in found:  # the two ways differ in keypoints alone
+        results["tiles+full/keeper"]["same_detections"] = all(
+            np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
+            for a, b in zip(found["tiles+full"], found["tiles+full/keeper"], strict=True)
+        )
     return results
 
 

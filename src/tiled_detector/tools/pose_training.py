@@ -5,8 +5,8 @@ grid, decoupled class / box branches) with a third branch for the keypoints (two
 per cell and joint an offset from the cell centre (x 2 strides) and a visibility logit. Its exported output has ultralytics' pose layout, "output0"
 (B, 4 + C + K x 3, A): cx, cy, w, h in input pixels, per-class scores after a sigmoid, then each joint's x, y (input
 pixels) and visibility (after a sigmoid), joint after joint, so the pipeline decodes it like any YOLOv8 / YOLO11 pose
-export; the files say `task: pose`, `kpt_shape` [K, 3], `names` and `kpt_names` as ultralytics writes them (and
-`skeleton`, the joints' bones, which ultralytics does not write).
+export; the files say `imgsz`, `stride`, `task: pose`, `kpt_shape` [K, 3], `names` and `kpt_names` as ultralytics
+writes them (and `skeleton`, the joints' bones, which ultralytics does not write).
 
 Training: the bundled detector's assignment and loss (`training.detection_loss`) for classes and boxes, and on the
 same positive cells ultralytics' keypoint loss: 1 - exp(-d^2 / (2 s^2 (2 sigma)^2)) per labelled joint (d its
@@ -209,10 +209,13 @@ def validate_pose(
 
 
 def export_pose(model: nn.Module, out: Path, stem: str = STEM) -> tuple[Path, Path]:
-    """Write `<stem>.onnx` (dynamic batch; metadata task pose, kpt_shape, names, kpt_names, skeleton), `<stem>.ts`
+    """Write `<stem>.onnx` (dynamic batch; metadata imgsz, stride, task pose, kpt_shape, names, kpt_names, skeleton,
+    as ultralytics' exporter writes them but the skeleton), `<stem>.ts`
     (TorchScript with input_shape, labels and the same metadata as config.txt) and `<stem>.labels.txt`."""
     joints = model.joints  # type: ignore[attr-defined]
     metadata = {
+        "imgsz": [EXPORT_SIZE, EXPORT_SIZE],
+        "stride": STRIDE,
         "task": "pose",
         "kpt_shape": [joints, 3],
         "names": dict(enumerate(CLASSES)),

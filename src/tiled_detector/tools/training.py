@@ -518,7 +518,9 @@ def train(args: argparse.Namespace, recipe: Recipe | None = None) -> dict:
             )
     train_seconds = time.perf_counter() - start
     torch.save(model.state_dict(), out / "checkpoint.pt")
-    onnx_path, ts_path = recipe.export(copy.deepcopy(model).cpu(), out)  # first: a failing validation keeps them
+    onnx_path, ts_path = recipe.export(
+        copy.deepcopy(model).cpu(), out
+    )  # first: a failing validation keeps them
     ap50 = recipe.validate(model, val_data, device)
     print(f"validation {recipe.metric} (tile level, {len(val_data)} crops of 640): {ap50:.4f}", flush=True)
     summary = {
