@@ -39,7 +39,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +56,7 @@ BOX_PX, ANGLE_RAD, SCORE = 1.0, 0.01, 0.01  # the target
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
 
-def aerial_images(folder: Path) -> list[Path]:
+def images_in(folder: Path) -> list[Path]:
     """The images of a folder (by name)."""
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.stat().st_size)
 
@@ -63,28 +65,48 @@ def aerial_images(folder: Path) -> list[Path]:
 # 1. the dataset
 
 
-def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
+def write_dataset(
+    out: Path,
+    counts: tuple[int, int],
+    size: int,
+    seed: int,
+    crop: Callable[[int, int], Any],
+    rows: Callable[[Any], list[str]],
+    names: Sequence[str],
+    extra: str = "",
+) -> None:
+    """An ultralytics dataset of synthetic crops (`crop(seed, size)`): OUT/images/{train,val}/*.png, their label
+    lines (`rows(scene)`) in OUT/labels/{train,val}/*.txt, OUT/data.yaml (class `names`, then the `extra` lines);
+    `counts`: the train and val crops (also `pose_reference.py`'s)."""
     import cv2
 
-    from tiled_detector.polygons import corners
-    from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_crop
-
-    for split, count, offset in (("train", train, 0), ("val", val, 10**6)):
+    for split, count, offset in (("train", counts[0], 0), ("val", counts[1], 10**6)):
         (out / "images" / split).mkdir(parents=True, exist_ok=True)
         (out / "labels" / split).mkdir(parents=True, exist_ok=True)
         for index in range(count):
-            scene = make_rotated_crop(seed * 10**7 + offset + index, size)
+            scene = crop(seed * 10**7 + offset + index, size)
             name = f"{split}_{index:05d}"
             cv2.imwrite(str(out / "images" / split / f"{name}.png"), scene.image[..., ::-1])
-            points = corners(scene.obb.astype(np.float64)).reshape(-1, 8) / size
-            rows = [
-                f"{c} " + " ".join(f"{v:.6f}" for v in p)
-                for c, p in zip(scene.class_ids, points, strict=True)
-            ]
-            (out / "labels" / split / f"{name}.txt").write_text("".join(f"{r}\n" for r in rows))
-    names = "\n".join(f"  {k}: {name}" for k, name in enumerate(CLASSES))
-    (out / "data.yaml").write_text(f"path: {out}\ntrain: images/train\nval: images/val\nnames:\n{names}\n")
-    print(f"dataset: {train} + {val} crops of {size} px in {out}")
+            (out / "labels" / split / f"{name}.txt").write_text("".join(f"{r}\n" for r in rows(scene)))
+    listed = "\n".join(f"  {k}: {name}" for k, name in enumerate(names))
+    (out / "data.yaml").write_text(
+        f"path: {out.resolve()}\ntrain: images/train\nval: images/val\nnames:\n{listed}\n{extra}"
+    )
+    print(f"dataset: {counts[0]} + {counts[1]} crops of {size} px in {out}")
+
+
+def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
+    from tiled_detector.polygons import corners
+    from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_crop
+
+    def rows(scene: Any) -> list[str]:
+        """Class, then the four corners normalised."""
+        points = corners(scene.obb.astype(np.float64)).reshape(-1, 8) / size
+        return [
+            f"{c} " + " ".join(f"{v:.6f}" for v in p) for c, p in zip(scene.class_ids, points, strict=True)
+        ]
+
+    write_dataset(out, (train, val), size, seed, make_rotated_crop, rows, CLASSES)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -108,7 +130,7 @@ def train(args: argparse.Namespace) -> None:
 
     out = args.out.resolve()
     reference: dict = {"ultralytics": ultralytics.__version__, "conf": args.conf, "files": {}}
-    images = aerial_images(args.images)
+    images = images_in(args.images)
     for model_name in args.models:
         weights = out / "runs" / model_name / "weights"
         best = next((weights / n for n in ("best.pt", "last.pt") if (weights / n).is_file()), None)

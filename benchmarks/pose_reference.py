@@ -58,8 +58,11 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from obb_reference import images_in, write_dataset
 
 MODELS = ("yolov8n-pose", "yolo11n-pose", "yolo26n-pose")
 IOUS = (0.7, 1.0)  # ultralytics' default NMS overlap, and 1.0: every candidate up to max_det
@@ -68,12 +71,6 @@ SIZE = 640
 MAX_DETECTIONS = 300  # ultralytics' max_det
 MAX_CANDIDATES = 8400  # every anchor of a 640 x 640 input
 BOX_PX, KEYPOINT_PX, SCORE = 1.0, 1.0, 0.01  # the target
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
-
-
-def photos(folder: Path) -> list[Path]:
-    """The images of a folder (by name)."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.stat().st_size)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -81,36 +78,23 @@ def photos(folder: Path) -> list[Path]:
 
 
 def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
-    import cv2
-
     from tiled_detector.tools.pose_scenes import CLASSES, JOINTS, make_pose_crop
 
-    for split, count, offset in (("train", train, 0), ("val", val, 10**6)):
-        (out / "images" / split).mkdir(parents=True, exist_ok=True)
-        (out / "labels" / split).mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            scene = make_pose_crop(seed * 10**7 + offset + index, size)
-            name = f"{split}_{index:05d}"
-            cv2.imwrite(str(out / "images" / split / f"{name}.png"), scene.image[..., ::-1])
-            centre = (scene.boxes[:, :2] + scene.boxes[:, 2:]) / 2 / size
-            sides = (scene.boxes[:, 2:] - scene.boxes[:, :2]) / size
-            points = scene.keypoints.copy()
-            points[..., :2] /= size
-            rows = [
-                f"{c} "
-                + " ".join(f"{v:.6f}" for v in (*m, *s))
-                + " "
-                + " ".join(f"{v:.6f}" for v in p.ravel())
-                for c, m, s, p in zip(scene.class_ids, centre, sides, points, strict=True)
-            ]
-            (out / "labels" / split / f"{name}.txt").write_text("".join(f"{r}\n" for r in rows))
-    names = "\n".join(f"  {k}: {name}" for k, name in enumerate(CLASSES))
+    def rows(scene: Any) -> list[str]:
+        """Class, box centre and size, then x, y, visibility per joint, normalised."""
+        centre = (scene.boxes[:, :2] + scene.boxes[:, 2:]) / 2 / size
+        sides = (scene.boxes[:, 2:] - scene.boxes[:, :2]) / size
+        points = scene.keypoints.copy()
+        points[..., :2] /= size
+        numbers = np.concatenate([centre, sides, points.reshape(len(points), -1)], axis=1)
+        return [
+            f"{c} " + " ".join(f"{v:.6f}" for v in row)
+            for c, row in zip(scene.class_ids, numbers, strict=True)
+        ]
+
     joints = "\n".join(f"    - {name}" for name in JOINTS)
-    (out / "data.yaml").write_text(
-        f"path: {out.resolve()}\ntrain: images/train\nval: images/val\nkpt_shape: [{len(JOINTS)}, 3]\n"
-        f"names:\n{names}\nkpt_names:\n  0:\n{joints}\n"
-    )
-    print(f"dataset: {train} + {val} crops of {size} px in {out}")
+    extra = f"kpt_shape: [{len(JOINTS)}, 3]\nkpt_names:\n  0:\n{joints}\n"
+    write_dataset(out, (train, val), size, seed, make_pose_crop, rows, CLASSES, extra)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -193,9 +177,9 @@ def predict(args: argparse.Namespace) -> None:
     from ultralytics import YOLO
 
     out = args.out.resolve()
-    inputs = letterboxed(photos(args.images), out / "letterboxed")
+    inputs = letterboxed(images_in(args.images), out / "letterboxed")
     reference: dict = {"ultralytics": ultralytics.__version__, "conf": CONF, "photos": {}, "files": {}}
-    for image in photos(args.images):
+    for image in images_in(args.images):
         reference["photos"][f"{image.stem}.png"] = image.name
     for model_name in args.models:
         trained = YOLO(

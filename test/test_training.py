@@ -31,3 +31,24 @@ def test_training_step_and_export_layout() -> None:
     np.testing.assert_allclose(out[0, :2].T, (xyxy[:, :2] + xyxy[:, 2:]) / 2, atol=1e-4)
     np.testing.assert_allclose(out[0, 2:4].T, xyxy[:, 2:] - xyxy[:, :2], atol=1e-4)
     np.testing.assert_allclose(out[0, 4:], cls.flatten(2)[0].sigmoid(), atol=1e-6)
+
+
+def test_a_run_exports_its_files_before_it_validates(tmp_path) -> None:
+    """A validation that fails (a machine without pycocotools, say) leaves the run's checkpoint and exported files."""
+    import dataclasses
+
+    import pytest
+
+    def broken(*_: object) -> float:
+        raise ModuleNotFoundError("No module named 'pycocotools'")
+
+    recipe = dataclasses.replace(train.DETECTOR, validate=broken)
+    argv = ["--out", str(tmp_path), "--steps", "1", "--batch", "2", "--crop", "64", "--workers", "0"]
+    with pytest.raises(ModuleNotFoundError, match="pycocotools"):
+        train.main([*argv, "--val-crops", "1", "--log-every", "1"], recipe)
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "checkpoint.pt",
+        "default.onnx",
+        "default.ts",
+        "labels.txt",
+    }

@@ -26,7 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=1920, help="frame width (default 1920)")
     parser.add_argument("--height", type=int, default=1080, help="frame height (default 1080)")
     parser.add_argument(
-        "--configs", nargs="+", default=list(CONFIGS), metavar="NAME", help=f"subset of: {' '.join(CONFIGS)}"
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        metavar="NAME",
+        help=f"subset of: {' '.join(CONFIGS)} (--pose: full tiles tiles+full tiles+full/keeper)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("eval_out"), help="report folder (default ./eval_out)"

@@ -24,29 +24,29 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from tiled_detector.pose_model import COCO_KEYPOINTS
 from tiled_detector.tools.synthetic import background, finish, rgb, tile_seams
 
 CLASSES: tuple[str, ...] = ("person",)
-JOINTS: tuple[str, ...] = (
-    "head",
-    "left_shoulder",
-    "right_shoulder",
-    "left_elbow",
-    "right_elbow",
-    "left_wrist",
-    "right_wrist",
-    "left_hip",
-    "right_hip",
-    "left_knee",
-    "right_knee",
-    "left_ankle",
-    "right_ankle",
-)
+# COCO's person keypoints with the face (nose, eyes, ears) as one joint, the head's centre
+JOINTS: tuple[str, ...] = ("head", *COCO_KEYPOINTS[5:])
 # joint pairs drawn as bones (indices into JOINTS)
 SKELETON: tuple[tuple[int, int], ...] = (
-    (0, 1), (0, 2), (1, 2), (1, 3), (3, 5), (2, 4), (4, 6),
-    (1, 7), (2, 8), (7, 8), (7, 9), (9, 11), (8, 10), (10, 12),
-)  # fmt: skip
+    (0, 1),
+    (0, 2),
+    (1, 2),
+    (1, 3),
+    (3, 5),
+    (2, 4),
+    (4, 6),
+    (1, 7),
+    (2, 8),
+    (7, 8),
+    (7, 9),
+    (9, 11),
+    (8, 10),
+    (10, 12),
+)
 # each joint's mirror image (left <-> right)
 FLIP: tuple[int, ...] = (0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11)
 
@@ -323,18 +323,20 @@ def make_pose_scene(
     seed: int, width: int = 1920, height: int = 1080, style: PoseStyle | None = None
 ) -> PoseScene:
     """A full frame; figures cross the seams of `style.tile` / `style.overlap` tiles."""
-    if width < 16 or height < 16:
-        raise ValueError(f"scene must be at least 16x16 pixels, got {width}x{height}")
-    rng = np.random.default_rng([int(seed), width, height, 20])
-    return _render(rng, width, height, style or PoseStyle(), seams=True)
+    return _seeded(seed, width, height, style, seams=True)
 
 
 def make_pose_crop(seed: int, size: int = 640, style: PoseStyle | None = None) -> PoseScene:
     """A tile-sized scene with the statistics of a frame tile: figures may be cut by the crop border."""
-    if size < 16:
-        raise ValueError(f"crop must be at least 16 pixels, got {size}")
-    rng = np.random.default_rng([int(seed), size, size, 21])
-    return _render(rng, size, size, style or PoseStyle(), seams=False)
+    return _seeded(seed, size, size, style, seams=False)
+
+
+def _seeded(seed: int, width: int, height: int, style: PoseStyle | None, seams: bool) -> PoseScene:
+    """The scene of `seed` (frames and crops draw from streams of their own)."""
+    if width < 16 or height < 16:
+        raise ValueError(f"a pose scene must be at least 16x16 pixels, got {width}x{height}")
+    rng = np.random.default_rng([int(seed), width, height, 20 if seams else 21])
+    return _render(rng, width, height, style or PoseStyle(), seams)
 
 
 def cut_by_seams(boxes: np.ndarray, tiles: np.ndarray, width: int, height: int) -> np.ndarray:

@@ -248,9 +248,13 @@ def coco_keypoint_stats(
         areas = sides.prod(axis=1) * BOX_AREA_SHARE if areas is None else np.asarray(areas, np.float64)
         images.append({"id": image_id})
         for box, cls, joint, area, ignore in zip(
-            boxes.tolist(), classes.tolist(), points.reshape(len(boxes), joints, 3), areas.tolist(),
-            np.asarray(ignored, bool).tolist(), strict=True,
-        ):  # fmt: skip
+            boxes.tolist(),
+            classes.tolist(),
+            points.reshape(len(boxes), joints, 3),
+            areas.tolist(),
+            np.asarray(ignored, bool).tolist(),
+            strict=True,
+        ):
             labelled = joint[:, 2] > 0
             annotations.append(
                 {
@@ -265,9 +269,11 @@ def coco_keypoint_stats(
                 }
             )
         for score, cls, joint in zip(
-            np.asarray(p_scores).tolist(), np.asarray(p_classes).tolist(),
-            np.asarray(p_points, np.float64).reshape(len(p_boxes), joints, 3), strict=True,
-        ):  # fmt: skip
+            np.asarray(p_scores).tolist(),
+            np.asarray(p_classes).tolist(),
+            np.asarray(p_points, np.float64).reshape(len(p_boxes), joints, 3),
+            strict=True,
+        ):
             results.append(
                 {
                     "image_id": image_id,
