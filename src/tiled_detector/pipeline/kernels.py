@@ -1,0 +1,69 @@
+"""Whether the frame program's Triton kernels run here, decided once per process.
+
+The fused stages (`fused_preprocess`, `fused_decode`, `fused_postprocess`) are Triton kernels beside the torch
+stages they stand for; the torch stages stay the reference and the fallback. They run on a CUDA device where
+`triton` imports (torch's own on x86-64 CUDA wheels; Jetson's torch usually ships without it), unless the
+environment variable `TILED_DETECTOR_KERNELS=torch` asks for the torch stages everywhere. A CUDA device without
+triton logs one INFO line and runs the torch stages. With `TRITON_INTERPRET=1` (Triton's interpreter, CPU tensors)
+the same kernels run on the CPU: the tests' equality check where no GPU is lent.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+from typing import Any
+
+import torch
+
+LOG = logging.getLogger(__name__)
+ENVIRONMENT = "TILED_DETECTOR_KERNELS"  # "torch": the torch stages everywhere (the reference, for checks)
+
+
+@functools.cache
+def triton() -> tuple[Any, Any] | None:
+    """(triton, triton.language) when triton imports, else None."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        import triton as module
+        import triton.language as language
+    except Exception:  # a broken install (no driver library, an old compiler) runs the torch stages
+        return None
+    return module, language
+
+
+def interpreted() -> bool:
+    """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1: on the host, on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def _said(device_type: str) -> None:
+    """The one INFO line of a CUDA device without triton."""
+    LOG.info(
+        "triton is not available on this %s platform: the frame program runs its torch kernels (more launches a "
+        "frame, the same results)",
+        device_type,
+    )
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether the fused kernels run for tensors on `device`: CUDA (or any device under the interpreter) with
+    triton importable, and not turned off by `TILED_DETECTOR_KERNELS=torch`."""
+    if os.environ.get(ENVIRONMENT, "").lower() == "torch":
+        return False
+    if device.type != "cuda" and not interpreted():
+        return False
+    if triton() is None:
+        _said(device.type)
+        return False
+    return True
+
+
+def launch_options() -> dict[str, Any]:
+    """Launch keywords every kernel takes: no multiply-add contraction (each float operation rounded as torch's
+    separate kernels round it, so comparisons against thresholds decide alike); none under the interpreter."""
+    return {} if interpreted() else {"enable_fp_fusion": False}
