@@ -23,6 +23,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
 from tiled_detector.options import check_channel_order
+from tiled_detector.pipeline import kernels
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
@@ -182,6 +183,13 @@ class Preprocessor:
             std = torch.tensor(self.format.std, dtype=torch.float32)
             inverse, shift = 1.0 / std, -torch.tensor(self.format.mean, dtype=torch.float32) / std
             self._affine = tuple(t.view(3, 1, 1).to(self.device, dtype) for t in (shift, inverse))
+        # where the Triton kernels run: every view of a frame in one launch (`fused_preprocess`)
+        self._fused = None
+        if kernels.enabled(self.device):
+            from tiled_detector.pipeline import fused_preprocess
+
+            self._fused = fused_preprocess
+        self._tables: dict[TilePlan, torch.Tensor] = {}  # plan -> its views' table on the device (fused)
 
     def run(
         self,
@@ -216,6 +224,9 @@ class Preprocessor:
         if not 0 <= start < stop <= plan.batch_size:
             raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
         batch = self.batch(stop - start, out)
+        if self._fused is not None:
+            self._fused.prepare(frame, self._table(plan), batch, *self._fused_format(enc), views=(start, stop))
+            return batch
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
         tiles_stop = min(stop, n_tiles)
@@ -247,6 +258,12 @@ class Preprocessor:
         tiles are chosen); tiles reaching past its border (a frame smaller than a tile) are one gather."""
         enc = Encoding.from_value(encoding)
         count = len(tiles)
+        if self._fused is not None:
+            full_view = plan.num_tiles if full_frame else -1
+            self._fused.prepare(
+                frame, self._table(plan), out, *self._fused_format(enc), chosen=tiles, full_view=full_view
+            )
+            return
         if count:
             tile_hw = (int(plan.tiles[0, 3] - plan.tiles[0, 1]), int(plan.tiles[0, 2] - plan.tiles[0, 0]))
             same_size = tile_hw == self.input_hw
@@ -272,6 +289,22 @@ class Preprocessor:
         if full_frame:
             self._write_full_frame(frame, plan, enc, out[count])
         self._normalize(out[: count + int(full_frame)])
+
+    def _table(self, plan: TilePlan) -> torch.Tensor:
+        """The fused kernel's table of the plan's views on the device (made once per plan)."""
+        table = self._tables.get(plan)
+        if table is None:
+            if len(self._tables) >= _CACHED:
+                self._tables.clear()
+            table = self._tables[plan] = self._fused.view_table(plan, self.device)  # type: ignore[union-attr]
+        return table
+
+    def _fused_format(self, enc: Encoding) -> tuple[tuple[int, int, int], float, float, tuple | None]:
+        """The fused kernel's sources, factor, padding and normalisation for frames of `enc`."""
+        normalize = None
+        if self.format.normalizes:
+            normalize = self._fused.affine(self.format.mean, self.format.std, self.dtype)  # type: ignore[union-attr]
+        return self._sources(enc), self.format.factor(enc), self.format.pad, normalize
 
     def _tile_starts(self, plan: TilePlan, frame: torch.Tensor) -> torch.Tensor | None:
         """(N,) int64 on the device: where each tile of the plan starts in `_windows(frame)` (elements); None when

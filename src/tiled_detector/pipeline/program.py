@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 
 from tiled_detector.errors import one_line
-from tiled_detector.pipeline import masks
+from tiled_detector.pipeline import kernels, masks
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
@@ -117,6 +117,23 @@ def finish(
     )
     mark("masks")
     return rows.packed, built
+
+
+def _fused_stages() -> tuple[Callable[..., PaddedDecoded], Callable[..., Any]]:
+    """Decoding and the sync-free post-processing through the Triton kernels (`fused_decode`,
+    `fused_postprocess`), each falling back to its torch stage for what it does not cover."""
+    from tiled_detector.pipeline import fused_decode, fused_postprocess
+
+    def decode(*args: Any, **kwargs: Any) -> PaddedDecoded:
+        found = fused_decode.decode_padded(*args, **kwargs)
+        return decode_padded(*args, **kwargs) if found is None else found
+
+    def rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None) -> Any:
+        if fused_postprocess.supports(found, plan, settings, limits):
+            return fused_postprocess.postprocess_rows(found, plan, settings, limits)  # type: ignore[arg-type]
+        return postprocess_rows(found, plan, settings, limits)
+
+    return decode, rows
 
 
 class SplitProgram(NamedTuple):
@@ -230,11 +247,19 @@ class FrameProgram:
         self.preprocessor = preprocessor
         self.layout = layout
         self.num_classes = num_classes
-        # decoding and the fixed-size post-processing, fused where a compiler is given (the exact path's
-        # data-dependent shapes stay with `postprocess` itself, in the detector)
-        self.decode = compiler(decode_padded) if compiler else decode_padded
-        self.postprocess = compiler(postprocess) if compiler else postprocess
-        self.postprocess_rows = compiler(postprocess_rows) if compiler else postprocess_rows
+        # decoding and the fixed-size post-processing, fused where a compiler is given, else by the Triton kernels
+        # where they run (`kernels`; the torch stages where they do not cover a setting); the exact path's
+        # data-dependent shapes stay with `postprocess` itself, in the detector
+        self.kernels = compiler is None and kernels.enabled(preprocessor.device)
+        if compiler:
+            self.decode = compiler(decode_padded)
+            self.postprocess = compiler(postprocess)
+            self.postprocess_rows = compiler(postprocess_rows)
+        elif self.kernels:
+            self.decode, self.postprocess_rows = _fused_stages()
+            self.postprocess = lambda *args: self.postprocess_rows(*args).packed
+        else:
+            self.decode, self.postprocess, self.postprocess_rows = decode_padded, postprocess, postprocess_rows
         self.locate = compiler(locate) if compiler else locate
 
     def finish(
