@@ -75,6 +75,12 @@
 #   obb_bench  the rotated-box model at 4K on the GPU (torch fp32 / fp16): eval --obb (tiles + full view against the
 #            full view alone), bench against the same-sized detect network (the bundled default.ts): one whole
 #            captured graph per frame; reads $OUT/obb_model (obb_train) or the bundled obb.ts
+#   kernels  the frame program's Triton kernels (issue 59): triton's presence, their CUDA tests (fused == torch stages,
+#            captured), benchmarks/kernel_profile.py (kernels and device ms per stage, eager; kernels per replayed
+#            frame graph; the engine's alone) for the bundled model, and where present .models/yolox_nano_real.ts
+#            (real weights) and .models/yolox_nano_source.ts (random: the flood), bench fp16 host frames of the real
+#            weights (stream_ms, targets 1.15x stream, 1.3x latency); with KERNELS_BASE=<another checkout's src> the
+#            profiles and bench of that checkout too (the baseline, same run)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -482,3 +488,28 @@ print({k: round(v['AP50'], 3) for k, v in d['configs'].items()})"
     echo "$name:"; graph_rows "/tmp/bench_$name/bench.csv"
   done
 fi
+
+if [[ " $what " == *" kernels "* ]]; then
+  python3 -c "import torch, triton; print('triton', triton.__version__, 'torch', torch.__version__)" | tee "$out/triton.txt"
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_kernels.py test/test_sync_free.py test/test_program.py \
+    >"$out/pytest_kernels.txt" 2>&1
+  grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_kernels.txt" | tail -20
+  for branch in ${KERNELS_BASE:+base} here; do
+    src="$PWD/src"; [[ $branch == base ]] && src="$KERNELS_BASE"
+    for model in bundled yolox_nano_real yolox_nano_source; do
+      flag=(); [[ $model != bundled ]] && flag=(--model ".models/$model.ts")
+      [[ $model != bundled && ! -f .models/$model.ts ]] && continue
+      sizes=(1920x1080 3840x2160); [[ $model == yolox_nano_source ]] && sizes=(1920x1080)
+      echo "== $branch $model"
+      PYTHONPATH="$src:$PWD/benchmarks:/tmp/site" python3 benchmarks/kernel_profile.py "${flag[@]}" --size "${sizes[@]}" \
+        --json "$out/profile_${model}_$branch.json" 2>"$out/profile_${model}_$branch.err" | grep -v "^torch "
+    done
+    if [[ -f .models/yolox_nano_real.ts ]]; then
+      PYTHONPATH="$src:$PWD/benchmarks:/tmp/site" td bench --model .models/yolox_nano_real.ts --backend torch \
+        --device cuda --precision fp16 --size 1920x1080 3840x2160 --runs 30 --warmup 5 \
+        --out "$out/bench_yolox_real_$branch" 2>&1 | grep -v "bench \[" | tail -3
+      stream_rows "$out/bench_yolox_real_$branch/bench.csv" 1.15 1.3
+    fi
+  done
+fi
+

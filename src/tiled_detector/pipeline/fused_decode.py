@@ -10,6 +10,8 @@ float32), its class the first of the largest (for objectness heads, of the float
 them), the top-k the same `torch.topk`; YOLOX's exp is Triton's (within float32 rounding of torch's).
 """
 
+# ruff: noqa: N803  (Triton kernels: compile-time constants and sizes are named in capitals)
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,10 +68,12 @@ if _found is not None:
             best = tl.maximum(best, value)
         conf = best
         if OBJECTNESS:
-            conf = best * objectness  # then `nan_to_num(nan=-inf)`'s values: NaN (-inf x 0) -inf, +-inf finite
+            conf = (
+                best * objectness
+            )  # then `nan_to_num(nan=-inf)`'s values: NaN (-inf x 0) -inf, +-inf finite
             conf = tl.where(conf == float("inf"), 3.4028234663852886e38, conf)
             conf = tl.where(conf == float("-inf"), -3.4028234663852886e38, conf)
-            conf = tl.where(conf != conf, float("-inf"), conf)
+            conf = tl.where(conf != conf, float("-inf"), conf)  # noqa: PLR0124 (NaN)
         tl.store(conf_ptr + b * A + a, conf, mask=inside)
         tl.store(best_ptr + b * A + a, best_class, mask=inside)
 
@@ -106,7 +110,11 @@ if _found is not None:
             tl.store(out + 1, y, mask=inside)
             tl.store(out + 2, w, mask=inside)
             tl.store(out + 3, h, mask=inside)
-            tl.store(out + 4, tl.load(row + extra_first * stride_c, mask=inside, other=0.0).to(tl.float32), mask=inside)
+            tl.store(
+                out + 4,
+                tl.load(row + extra_first * stride_c, mask=inside, other=0.0).to(tl.float32),
+                mask=inside,
+            )
         else:
             half_w = w / 2
             half_h = h / 2
@@ -115,7 +123,9 @@ if _found is not None:
             tl.store(out + 2, x + half_w, mask=inside)
             tl.store(out + 3, y + half_h, mask=inside)
         tl.store(scores_ptr + r, value, mask=inside)
-        tl.store(classes_ptr + r, tl.load(best_ptr + b * A + a, mask=inside, other=0).to(tl.int64), mask=inside)
+        tl.store(
+            classes_ptr + r, tl.load(best_ptr + b * A + a, mask=inside, other=0).to(tl.int64), mask=inside
+        )
         tl.store(image_ptr + r, b.to(tl.int64), mask=inside)
         tl.store(valid_ptr + r, (value > threshold).to(tl.int1), mask=inside)
         for p in range(0, P):

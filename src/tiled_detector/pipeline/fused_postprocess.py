@@ -22,6 +22,8 @@ batch on the exact path and grows the capacity). Floats are rounded operation by
 round them (no multiply-add contraction: `kernels.launch_options`), so threshold decisions are the same.
 """
 
+# ruff: noqa: N803  (Triton kernels: compile-time constants and sizes are named in capitals)
+
 from __future__ import annotations
 
 import torch
@@ -47,7 +49,7 @@ if _found is not None:
         w = tl.maximum(tl.minimum(ax2, bx2) - tl.maximum(ax1, bx1), 0.0)
         h = tl.maximum(tl.minimum(ay2, by2) - tl.maximum(ay1, by1), 0.0)
         inter = w * h
-        if IOU:
+        if IOU:  # noqa: SIM108 (a compile-time branch)
             denom = a_area + b_area - inter
         else:
             denom = tl.minimum(a_area, b_area)
@@ -194,7 +196,12 @@ if _found is not None:
                     tl.load(box_s + j * 4 + 2, mask=mj, other=0.0)[None, :],
                     tl.load(box_s + j * 4 + 3, mask=mj, other=0.0)[None, :],
                     tl.load(source_s + j, mask=mj, other=0)[None, :],
-                    s_i[:, None], x1_i[:, None], y1_i[:, None], x2_i[:, None], y2_i[:, None], src_i[:, None],
+                    s_i[:, None],
+                    x1_i[:, None],
+                    y1_i[:, None],
+                    x2_i[:, None],
+                    y2_i[:, None],
+                    src_i[:, None],
                 )
                 rank += tl.sum((first & keep_j[None, :]).to(tl.int32), axis=1)
             tl.store(rbox_s + rank * 4 + 0, x1_i, mask=keep_i)
@@ -225,26 +232,44 @@ if _found is not None:
                 q = q0 + ri
                 on = tl.load(kept_s + q) != 0
                 if tl.max(on.to(tl.int32), axis=0) > 0:
-                    near = _overlap(
-                        tl.load(rbox_s + q * 4 + 0)[:, None], tl.load(rbox_s + q * 4 + 1)[:, None],
-                        tl.load(rbox_s + q * 4 + 2)[:, None], tl.load(rbox_s + q * 4 + 3)[:, None],
-                        tl.load(rarea_s + q)[:, None],
-                        cx1[None, :], cy1[None, :], cx2[None, :], cy2[None, :], c_area[None, :], IOU,
-                    ) >= threshold
+                    near = (
+                        _overlap(
+                            tl.load(rbox_s + q * 4 + 0)[:, None],
+                            tl.load(rbox_s + q * 4 + 1)[:, None],
+                            tl.load(rbox_s + q * 4 + 2)[:, None],
+                            tl.load(rbox_s + q * 4 + 3)[:, None],
+                            tl.load(rarea_s + q)[:, None],
+                            cx1[None, :],
+                            cy1[None, :],
+                            cx2[None, :],
+                            cy2[None, :],
+                            c_area[None, :],
+                            IOU,
+                        )
+                        >= threshold
+                    )
                     near = near & on[:, None] & (tl.load(rframe_s + q)[:, None] == c_frame[None, :])
                     if not AGNOSTIC:
                         near = near & (tl.load(rclass_s + q)[:, None] == c_class[None, :])
                     suppressed = tl.maximum(suppressed, tl.max(near.to(tl.int32), axis=0))
             alive = mr & (suppressed == 0)
             # the block's own pairs: row q (rank before) may suppress column r
-            inside = _overlap(
-                tl.load(rbox_s + r * 4 + 0, mask=mr, other=0.0)[:, None],
-                tl.load(rbox_s + r * 4 + 1, mask=mr, other=0.0)[:, None],
-                tl.load(rbox_s + r * 4 + 2, mask=mr, other=0.0)[:, None],
-                tl.load(rbox_s + r * 4 + 3, mask=mr, other=0.0)[:, None],
-                tl.load(rarea_s + r, mask=mr, other=0.0)[:, None],
-                cx1[None, :], cy1[None, :], cx2[None, :], cy2[None, :], c_area[None, :], IOU,
-            ) >= threshold
+            inside = (
+                _overlap(
+                    tl.load(rbox_s + r * 4 + 0, mask=mr, other=0.0)[:, None],
+                    tl.load(rbox_s + r * 4 + 1, mask=mr, other=0.0)[:, None],
+                    tl.load(rbox_s + r * 4 + 2, mask=mr, other=0.0)[:, None],
+                    tl.load(rbox_s + r * 4 + 3, mask=mr, other=0.0)[:, None],
+                    tl.load(rarea_s + r, mask=mr, other=0.0)[:, None],
+                    cx1[None, :],
+                    cy1[None, :],
+                    cx2[None, :],
+                    cy2[None, :],
+                    c_area[None, :],
+                    IOU,
+                )
+                >= threshold
+            )
             inside = inside & (ri[:, None] < rj[None, :])
             inside = inside & (tl.load(rframe_s + r, mask=mr, other=-2)[:, None] == c_frame[None, :])
             if not AGNOSTIC:
@@ -275,8 +300,16 @@ if _found is not None:
                 if ROI:
                     cx = (x1 + x2) / 2
                     cy = (y1 + y2) / 2
-                    on = on & (cx >= tl.load(roi_ptr + frame * 4 + 0)) & (cy >= tl.load(roi_ptr + frame * 4 + 1))
-                    on = on & (cx <= tl.load(roi_ptr + frame * 4 + 2)) & (cy <= tl.load(roi_ptr + frame * 4 + 3))
+                    on = (
+                        on
+                        & (cx >= tl.load(roi_ptr + frame * 4 + 0))
+                        & (cy >= tl.load(roi_ptr + frame * 4 + 1))
+                    )
+                    on = (
+                        on
+                        & (cx <= tl.load(roi_ptr + frame * 4 + 2))
+                        & (cy <= tl.load(roi_ptr + frame * 4 + 3))
+                    )
                 if SIZES:
                     side = tl.minimum(x2 - x1, y2 - y1)
                     on = on & (side >= min_box) & ((side <= max_box) | (max_box <= 0))
@@ -288,10 +321,16 @@ if _found is not None:
                 tl.store(packed_ptr + out + 2, x2, mask=on)
                 tl.store(packed_ptr + out + 3, y2, mask=on)
                 tl.store(packed_ptr + out + 4, tl.load(rscore_s + r, mask=mr, other=0.0), mask=on)
-                tl.store(packed_ptr + out + 5, tl.load(rclass_s + r, mask=mr, other=0).to(tl.float32), mask=on)
+                tl.store(
+                    packed_ptr + out + 5, tl.load(rclass_s + r, mask=mr, other=0).to(tl.float32), mask=on
+                )
                 tl.store(packed_ptr + out + 6, tl.full((ROWS,), 1.0, tl.float32), mask=on)
                 tl.store(packed_ptr + out + 7, tl.zeros((ROWS,), tl.float32) + frame, mask=on)
-                tl.store(members_ptr + written + place, tl.load(rsource_s + r, mask=mr, other=0).to(tl.int64), mask=on)
+                tl.store(
+                    members_ptr + written + place,
+                    tl.load(rsource_s + r, mask=mr, other=0).to(tl.int64),
+                    mask=on,
+                )
                 taken += tl.sum(on.to(tl.int32), axis=0)
             written += taken
         for start in range(written, R, ROWS):  # the rows no result takes
@@ -319,9 +358,7 @@ def supports(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, lim
     )
 
 
-def postprocess_rows(
-    found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits
-) -> Rows:
+def postprocess_rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits) -> Rows:
     """`postprocess.postprocess_rows` (sync-free: fixed shapes, no host read) in one kernel launch, where
     `supports` says so: the packed (R + 1, 8) rows and status, and each result row's candidate (R, 1) (-1 where
     none: nms merges nothing into a row)."""

@@ -11,6 +11,8 @@ model input (a tile) reads one source pixel per output pixel. The torch preproce
 fallback (the CPU, platforms without triton); the two agree to float32 rounding before the batch's own dtype.
 """
 
+# ruff: noqa: N803  (Triton kernels: compile-time constants and sizes are named in capitals)
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,7 +74,9 @@ if _found is not None:
             else:
                 c = c2
             if (region_h == resized_h) & (region_w == resized_w):  # a view the model input's size: one tap
-                value = _sample(frame_ptr, top + yy, left + xx, s_y, s_x, s_c, c, height, width, factor, pad, placed)
+                value = _sample(
+                    frame_ptr, top + yy, left + xx, s_y, s_x, s_c, c, height, width, factor, pad, placed
+                )
             else:
                 source_y = tl.maximum((yy.to(tl.float32) + 0.5) * scale_y - 0.5, 0.0)
                 source_x = tl.maximum((xx.to(tl.float32) + 0.5) * scale_x - 0.5, 0.0)
@@ -82,10 +86,18 @@ if _found is not None:
                 x1 = x0 + (x0 < region_w - 1).to(tl.int32)
                 wy = source_y - y0.to(tl.float32)
                 wx = source_x - x0.to(tl.float32)
-                a = _sample(frame_ptr, top + y0, left + x0, s_y, s_x, s_c, c, height, width, factor, pad, placed)
-                b = _sample(frame_ptr, top + y0, left + x1, s_y, s_x, s_c, c, height, width, factor, pad, placed)
-                d = _sample(frame_ptr, top + y1, left + x0, s_y, s_x, s_c, c, height, width, factor, pad, placed)
-                e = _sample(frame_ptr, top + y1, left + x1, s_y, s_x, s_c, c, height, width, factor, pad, placed)
+                a = _sample(
+                    frame_ptr, top + y0, left + x0, s_y, s_x, s_c, c, height, width, factor, pad, placed
+                )
+                b = _sample(
+                    frame_ptr, top + y0, left + x1, s_y, s_x, s_c, c, height, width, factor, pad, placed
+                )
+                d = _sample(
+                    frame_ptr, top + y1, left + x0, s_y, s_x, s_c, c, height, width, factor, pad, placed
+                )
+                e = _sample(
+                    frame_ptr, top + y1, left + x1, s_y, s_x, s_c, c, height, width, factor, pad, placed
+                )
                 value = (1.0 - wy) * ((1.0 - wx) * a + wx * b) + wy * ((1.0 - wx) * d + wx * e)
             value = tl.where(placed, value, pad)
             if NORMALIZE:  # in the batch's dtype, as torch's addcmul on the batch
@@ -116,7 +128,9 @@ def view_table(plan: TilePlan, device: torch.device) -> torch.Tensor:
     return torch.tensor(np.array(rows, np.float32), device=device)
 
 
-def affine(mean: tuple[float, ...], std: tuple[float, ...], dtype: torch.dtype) -> tuple[tuple[float, ...], ...]:
+def affine(
+    mean: tuple[float, ...], std: tuple[float, ...], dtype: torch.dtype
+) -> tuple[tuple[float, ...], ...]:
     """(shift, inverse) per channel of (x - mean) / std as the torch preprocessing holds them: float32, then the
     batch's dtype."""
     std32 = np.asarray(std, np.float32)

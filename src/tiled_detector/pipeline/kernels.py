@@ -4,8 +4,9 @@ The fused stages (`fused_preprocess`, `fused_decode`, `fused_postprocess`) are T
 stages they stand for; the torch stages stay the reference and the fallback. They run on a CUDA device where
 `triton` imports (torch's own on x86-64 CUDA wheels; Jetson's torch usually ships without it), unless the
 environment variable `TILED_DETECTOR_KERNELS=torch` asks for the torch stages everywhere. A CUDA device without
-triton logs one INFO line and runs the torch stages. With `TRITON_INTERPRET=1` (Triton's interpreter, CPU tensors)
-the same kernels run on the CPU: the tests' equality check where no GPU is lent.
+triton logs one INFO line and runs the torch stages. `TILED_DETECTOR_KERNELS=always` with `TRITON_INTERPRET=1`
+(Triton's interpreter, set before triton is first imported) runs the same kernels on CPU tensors: the tests'
+equality check where no GPU is lent (the CPU's own path is never the interpreter's otherwise).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 import torch
 
 LOG = logging.getLogger(__name__)
-ENVIRONMENT = "TILED_DETECTOR_KERNELS"  # "torch": the torch stages everywhere (the reference, for checks)
+# "torch": the torch stages everywhere (the reference, for checks); "always": also on the CPU, interpreted (tests)
+ENVIRONMENT = "TILED_DETECTOR_KERNELS"
 
 
 @functools.cache
@@ -29,7 +31,7 @@ def triton() -> tuple[Any, Any] | None:
         return None
     try:
         import triton as module
-        import triton.language as language
+        from triton import language
     except Exception:  # a broken install (no driver library, an old compiler) runs the torch stages
         return None
     return module, language
@@ -51,11 +53,12 @@ def _said(device_type: str) -> None:
 
 
 def enabled(device: torch.device) -> bool:
-    """Whether the fused kernels run for tensors on `device`: CUDA (or any device under the interpreter) with
-    triton importable, and not turned off by `TILED_DETECTOR_KERNELS=torch`."""
-    if os.environ.get(ENVIRONMENT, "").lower() == "torch":
+    """Whether the fused kernels run for tensors on `device`: CUDA with triton importable, unless
+    `TILED_DETECTOR_KERNELS=torch`; any device with `TILED_DETECTOR_KERNELS=always` under the interpreter."""
+    choice = os.environ.get(ENVIRONMENT, "").lower()
+    if choice == "torch":
         return False
-    if device.type != "cuda" and not interpreted():
+    if device.type != "cuda" and not (choice == "always" and interpreted()):
         return False
     if triton() is None:
         _said(device.type)

@@ -225,7 +225,9 @@ class Preprocessor:
             raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
         batch = self.batch(stop - start, out)
         if self._fused is not None:
-            self._fused.prepare(frame, self._table(plan), batch, *self._fused_format(enc), views=(start, stop))
+            self._fused.prepare(
+                frame, self._table(plan), batch, *self._fused_format(enc), views=(start, stop)
+            )
             return batch
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)

@@ -259,7 +259,11 @@ class FrameProgram:
             self.decode, self.postprocess_rows = _fused_stages()
             self.postprocess = lambda *args: self.postprocess_rows(*args).packed
         else:
-            self.decode, self.postprocess, self.postprocess_rows = decode_padded, postprocess, postprocess_rows
+            self.decode, self.postprocess, self.postprocess_rows = (
+                decode_padded,
+                postprocess,
+                postprocess_rows,
+            )
         self.locate = compiler(locate) if compiler else locate
 
     def finish(
