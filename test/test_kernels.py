@@ -164,8 +164,8 @@ def test_fused_decode_equals_the_torch_decode(always, kind, dtype):
     from tiled_detector.pipeline import fused_decode
 
     generator = torch.Generator().manual_seed(0)
-    for layout, outputs, options in _heads(generator, dtype):
-        outputs = {k: v.to(_device(kind)) for k, v in outputs.items()}
+    for layout, heads, options in _heads(generator, dtype):
+        outputs = {k: v.to(_device(kind)) for k, v in heads.items()}
         want = decode_padded(outputs, layout, 0.3, 20, **options)
         got = fused_decode.decode_padded(outputs, layout, 0.3, 20, **options)
         assert got is not None, layout
