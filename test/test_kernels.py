@@ -26,7 +26,8 @@ from tiled_detector.pipeline.tiling import batch_plan, make_plan
 
 triton_missing = kernels.triton() is None
 interpreted = pytest.mark.skipif(
-    triton_missing or not kernels.interpreted(), reason="needs triton and TRITON_INTERPRET=1 (set where no GPU is)"
+    triton_missing or not kernels.interpreted(),
+    reason="needs triton and TRITON_INTERPRET=1 (set where no GPU is)",
 )
 on_gpu = pytest.mark.gpu
 
@@ -193,7 +194,14 @@ def test_fused_decode_leaves_what_it_does_not_cover_to_torch(always):
 
 CASES = [  # frame size, tile, model input, encoding, dtype, input format
     ((200, 300), (64, 64), (64, 64), "rgb8", torch.float32, InputFormat()),
-    ((200, 300), (80, 80), (64, 64), "bgr8", torch.float16, InputFormat(mean=(10, 20, 30), std=(5, 6, 7), scale=1.0)),
+    (
+        (200, 300),
+        (80, 80),
+        (64, 64),
+        "bgr8",
+        torch.float16,
+        InputFormat(mean=(10, 20, 30), std=(5, 6, 7), scale=1.0),
+    ),
     ((50, 40), (64, 64), (64, 64), "mono8", torch.float32, InputFormat(channel_order="bgr")),
     ((130, 170), (48, 48), (64, 64), "mono16", torch.float16, InputFormat(letterbox="top_left")),
     ((90, 300), (64, 64), (64, 96), "rgba8", torch.float32, InputFormat(letterbox="stretch")),
@@ -214,22 +222,29 @@ def test_fused_preprocess_equals_the_torch_preprocessing(monkeypatch, kind, case
     frame = torch.from_numpy(values.astype(np.uint8 if encoding.itemsize == 1 else np.int32))
     frame = (frame if encoding.itemsize == 1 else frame.to(torch.uint16)).to(device)
 
-    def preprocessor(choice: str) -> Preprocessor:
+    def preprocessor(choice: str, on: torch.device) -> Preprocessor:
         monkeypatch.setenv(kernels.ENVIRONMENT, choice)
-        return Preprocessor(device, dtype, input_hw, fmt)
+        return Preprocessor(on, dtype, input_hw, fmt)
 
+    # the reference: the torch preprocessing on the CPU (on CUDA it cannot gather 16-bit frames: "index_cuda" is
+    # not implemented for UInt16, which the kernel does)
     step = 1e-6 if dtype == torch.float32 else 1e-3
-    torch_path, fused = preprocessor("torch"), preprocessor("always")
+    cpu = torch.device("cpu")
+    torch_path, fused = preprocessor("torch", cpu), preprocessor("always", device)
     assert fused._fused is not None and torch_path._fused is None
     for views in (None, (1, plan.batch_size)):
-        want = torch_path.prepare(frame, plan, encoding, views=views).float()
-        got = fused.prepare(frame, plan, encoding, views=views).float()
+        want = torch_path.prepare(frame.cpu(), plan, encoding, views=views).float()
+        got = fused.prepare(frame, plan, encoding, views=views).float().cpu()
         torch.testing.assert_close(got, want, rtol=step, atol=step * (1 + float(want.abs().max())))
-    tiles = torch.tensor([plan.num_tiles - 1, 0], device=device)
-    outs = [torch.zeros(3, 3, *input_hw, dtype=dtype, device=device) for _ in range(2)]
-    torch_path.prepare_chosen(frame, plan, encoding, outs[0], tiles, True)
-    fused.prepare_chosen(frame, plan, encoding, outs[1], tiles, True)
-    torch.testing.assert_close(outs[1].float(), outs[0].float(), rtol=step, atol=step * (1 + float(outs[0].abs().max())))
+    outs = [torch.zeros(3, 3, *input_hw, dtype=dtype, device=d) for d in (cpu, device)]
+    torch_path.prepare_chosen(
+        frame.cpu(), plan, encoding, outs[0], torch.tensor([plan.num_tiles - 1, 0]), True
+    )
+    fused.prepare_chosen(
+        frame, plan, encoding, outs[1], torch.tensor([plan.num_tiles - 1, 0], device=device), True
+    )
+    want, got = outs[0].float(), outs[1].float().cpu()
+    torch.testing.assert_close(got, want, rtol=step, atol=step * (1 + float(want.abs().max())))
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +252,9 @@ def squares(tmp_path_factory) -> Path:
     sys.path.insert(0, str(Path(__file__).parent))
     from support.networks import SquareDetector, save_torchscript
 
-    return save_torchscript(SquareDetector((64, 64), 8), tmp_path_factory.mktemp("k") / "sq.ts", (64, 64), ["r", "b"])
+    return save_torchscript(
+        SquareDetector((64, 64), 8), tmp_path_factory.mktemp("k") / "sq.ts", (64, 64), ["r", "b"]
+    )
 
 
 def _scene(rng: np.random.Generator, height: int, width: int) -> np.ndarray:

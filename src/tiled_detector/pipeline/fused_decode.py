@@ -116,8 +116,8 @@ if _found is not None:
                 mask=inside,
             )
         else:
-            half_w = w / 2
-            half_h = h / 2
+            half_w = w * 0.5  # (x / 2 exactly, without Triton's approximate division)
+            half_h = h * 0.5
             tl.store(out, x - half_w, mask=inside)
             tl.store(out + 1, y - half_h, mask=inside)
             tl.store(out + 2, x + half_w, mask=inside)

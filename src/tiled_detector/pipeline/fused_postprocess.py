@@ -1,25 +1,27 @@
-"""`postprocess_rows` of the default box form as one Triton kernel: candidates -> packed rows + status row.
+"""`postprocess_rows` of the default box form in five Triton launches: candidates -> packed rows + status row.
 
 The torch stages (`postprocess.postprocess_rows`: frame pixels, seam rule, merge, policy, the per-frame cut) run
-some two hundred small kernels a frame on fixed-size tensors; this is the same function in one launch, for
+some two hundred small kernels a frame on fixed-size tensors; this is the same function in five launches, for
 axis-aligned boxes merged by `nms` (class-aware or not, IoU or IoS, `nms_rounds` 0), the seam rule, the region of
-interest and the size limits (other settings: `supports` says no and the torch stages run). One program walks the
-phases in order, each over the candidates still in play (their count read on the device, so the work follows the
-valid rows, not the padded ones, and no host read is needed: a captured graph replays it):
+interest and the size limits (other settings: `supports` says no and the torch stages run). The candidates still in
+play are counted on the device and every launch reads that count, so the work follows the valid rows, not the
+padded ones, and nothing is read on the host (a captured graph replays it):
 
-1. the valid rows are compacted (in index order) and mapped to frame pixels; each row's seam flags;
-2. the seam rule: a truncated row yields to a covering whole view (pairs of compacted rows, in tiles);
-3. the rows the seam rule kept are ranked (score descending, then x1, y1, x2, y2, then index: SAHI's lexsort) by
-   counting the rows before each, and written in rank order;
-4. NMS, block by block in rank order: rows a kept earlier row suppresses are dropped, then the block's own fixed
-   point (a loop until nothing changes: always the exact greedy result, never a round limit);
-5. the policy (region of interest, size limits) and the best `max_detections` of each frame, written grouped by
-   frame in rank order; the status row.
+1. (one program) the valid rows compacted in index order, mapped to frame pixels, with their seam flags;
+2. (a program per 64 rows) the seam rule: a truncated row yields to a covering whole view of another image;
+3. (a program per 64 rows) the rows the seam rule kept ranked (score descending, then x1, y1, x2, y2, then index:
+   SAHI's lexsort) by counting the rows before each, and written in rank order;
+4. (a program per pair of 64-row blocks) which later row each row would suppress, 64 columns a 64-bit word;
+5. (one program) NMS, a block of 64 rows at a time in rank order: the rows a kept earlier row suppresses (one OR
+   over their words), then the block's own fixed point (a loop until nothing changes: always the exact greedy
+   result, never a round limit); then the policy (region of interest, size limits) and the best `max_detections`
+   of each frame, written grouped by frame in rank order, and the status row.
 
 The result equals the torch stages' exact result wherever the valid candidates fit the limits' capacity; when
 they do not, the status row says so as the torch stages' does (`needed` above the capacity: the host redoes the
 batch on the exact path and grows the capacity). Floats are rounded operation by operation as torch's kernels
-round them (no multiply-add contraction: `kernels.launch_options`), so threshold decisions are the same.
+round them (no multiply-add contraction: `kernels.launch_options`; IEEE division), so threshold decisions are
+the same.
 """
 
 # ruff: noqa: N803  (Triton kernels: compile-time constants and sizes are named in capitals)
@@ -53,13 +55,7 @@ if _found is not None:
             denom = a_area + b_area - inter
         else:
             denom = tl.minimum(a_area, b_area)
-        return tl.where(denom > 0, inter / tl.where(denom > 0, denom, 1.0), 0.0)
-
-    @triton.jit
-    def _intersection(ax1, ay1, ax2, ay2, bx1, by1, bx2, by2):
-        w = tl.maximum(tl.minimum(ax2, bx2) - tl.maximum(ax1, bx1), 0.0)
-        h = tl.maximum(tl.minimum(ay2, by2) - tl.maximum(ay1, by1), 0.0)
-        return w * h
+        return tl.where(denom > 0, tl.math.div_rn(inter, tl.where(denom > 0, denom, 1.0)), 0.0)
 
     @triton.jit
     def _before(s_a, x1_a, y1_a, x2_a, y2_a, i_a, s_b, x1_b, y1_b, x2_b, y2_b, i_b):
@@ -72,18 +68,18 @@ if _found is not None:
         return (s_a == s_b) & tie | (s_a > s_b)
 
     @triton.jit
-    def _postprocess_kernel(
+    def _or(a, b):
+        return a | b
+
+    @triton.jit
+    def _compact_kernel(
         boxes_ptr, scores_ptr, classes_ptr, image_ptr, valid_ptr, M,
-        to_frame_ptr, views_ptr, inner_ptr, view_frame_ptr, roi_ptr,
-        box_s, area_s, score_s, class_s, image_s, frame_s, source_s, flag_s,
-        rbox_s, rarea_s, rscore_s, rclass_s, rframe_s, rsource_s, kept_s,
-        packed_ptr, members_ptr, R, capacity, num_frames, max_detections, needed_cap,
-        threshold, min_box, max_box, margin_px, min_cover, min_ratio,
-        IOU: tl.constexpr, AGNOSTIC: tl.constexpr, SEAMS: tl.constexpr, ROI: tl.constexpr,
-        SIZES: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+        to_frame_ptr, views_ptr, inner_ptr, view_frame_ptr, f32, i32, i8, n, capacity, margin_px,
+        SEAMS: tl.constexpr, ROWS: tl.constexpr,
     ):  # fmt: skip
+        """Phase 1: the valid rows compacted (index order), in frame pixels, with their seam flags (1: cut by an
+        inner seam); their count and how many are taken (0 past the capacity)."""
         lanes = tl.arange(0, ROWS)
-        # 1. compact the valid rows (index order), in frame pixels, with their seam flags
         count = tl.sum(tl.zeros((ROWS,), tl.int32), axis=0)
         for start in range(0, M, ROWS):
             i = start + lanes
@@ -118,84 +114,95 @@ if _found is not None:
                 bottom = tl.load(inner_ptr + view * 4 + 3, mask=ok, other=0) != 0
                 cut = left & (x1 <= vx1 + margin) | top & (y1 <= vy1 + margin)
                 cut = cut | right & (x2 >= vx2 - margin) | bottom & (y2 >= vy2 - margin)
-            tl.store(box_s + at * 4 + 0, x1, mask=ok)
-            tl.store(box_s + at * 4 + 1, y1, mask=ok)
-            tl.store(box_s + at * 4 + 2, x2, mask=ok)
-            tl.store(box_s + at * 4 + 3, y2, mask=ok)
-            tl.store(area_s + at, (x2 - x1) * (y2 - y1), mask=ok)
-            tl.store(score_s + at, tl.load(scores_ptr + i, mask=ok, other=0.0), mask=ok)
-            tl.store(class_s + at, tl.load(classes_ptr + i, mask=ok, other=0).to(tl.int32), mask=ok)
-            tl.store(image_s + at, view.to(tl.int32), mask=ok)
-            tl.store(frame_s + at, tl.load(view_frame_ptr + view, mask=ok, other=0).to(tl.int32), mask=ok)
-            tl.store(source_s + at, i, mask=ok)
-            tl.store(flag_s + at, cut.to(tl.int8), mask=ok)
+            tl.store(f32 + at * 4 + 0, x1, mask=ok)
+            tl.store(f32 + at * 4 + 1, y1, mask=ok)
+            tl.store(f32 + at * 4 + 2, x2, mask=ok)
+            tl.store(f32 + at * 4 + 3, y2, mask=ok)
+            tl.store(f32 + 4 * n + at, (x2 - x1) * (y2 - y1), mask=ok)
+            tl.store(f32 + 5 * n + at, tl.load(scores_ptr + i, mask=ok, other=0.0), mask=ok)
+            tl.store(i32 + at, tl.load(classes_ptr + i, mask=ok, other=0).to(tl.int32), mask=ok)
+            tl.store(i32 + n + at, view.to(tl.int32), mask=ok)
+            tl.store(i32 + 2 * n + at, tl.load(view_frame_ptr + view, mask=ok, other=0).to(tl.int32), mask=ok)
+            tl.store(i32 + 3 * n + at, i, mask=ok)
+            tl.store(i8 + at, cut.to(tl.int8), mask=ok)
             count += tl.sum(ok.to(tl.int32), axis=0)
-        needed = tl.minimum(count, needed_cap)
-        rows = tl.where(count <= capacity, count, 0)  # past the capacity the host redoes the batch exactly
-        tl.debug_barrier()
-        # 2. the seam rule: flag 1 = truncated, 2 = dropped (a whole view of another image covers it)
+        counts = tl.where(lanes == 0, count, tl.where(lanes == 1, tl.where(count <= capacity, count, 0), 0))
+        tl.store(i32 + 7 * n + lanes, counts, mask=lanes < 3)
+
+    @triton.jit
+    def _seam_kernel(
+        f32, i32, i8, n, min_cover, min_ratio, AGNOSTIC: tl.constexpr, BLOCK: tl.constexpr
+    ):  # fmt: skip
+        """Phase 2, 64 rows a program: a cut row (flag 1) that a whole row (flag 0) of the same frame (and class),
+        another image and at least `min_ratio` of its score covers by `min_cover` of its area becomes flag 2."""
+        rows = tl.load(i32 + 7 * n + 1)
         ri = tl.arange(0, BLOCK)
-        if SEAMS:
-            for i0 in range(0, rows, BLOCK):
-                i = i0 + ri
-                mi = i < rows
-                cut_i = tl.load(flag_s + i, mask=mi, other=0) == 1
-                if tl.max(cut_i.to(tl.int32), axis=0) > 0:
-                    ax1 = tl.load(box_s + i * 4 + 0, mask=mi, other=0.0)[:, None]
-                    ay1 = tl.load(box_s + i * 4 + 1, mask=mi, other=0.0)[:, None]
-                    ax2 = tl.load(box_s + i * 4 + 2, mask=mi, other=0.0)[:, None]
-                    ay2 = tl.load(box_s + i * 4 + 3, mask=mi, other=0.0)[:, None]
-                    need = min_cover * tl.maximum(tl.load(area_s + i, mask=mi, other=0.0), 1e-9)
-                    score_i = tl.load(score_s + i, mask=mi, other=0.0)
-                    class_i = tl.load(class_s + i, mask=mi, other=0)[:, None]
-                    frame_i = tl.load(frame_s + i, mask=mi, other=0)[:, None]
-                    image_i = tl.load(image_s + i, mask=mi, other=0)[:, None]
-                    least = (min_ratio * score_i)[:, None]
-                    covered = tl.zeros((BLOCK,), tl.int32)
-                    for j0 in range(0, rows, BLOCK):
-                        j = j0 + ri
-                        mj = j < rows
-                        whole = (tl.load(flag_s + j, mask=mj, other=1) == 0) & mj
-                        bx1 = tl.load(box_s + j * 4 + 0, mask=mj, other=0.0)[None, :]
-                        by1 = tl.load(box_s + j * 4 + 1, mask=mj, other=0.0)[None, :]
-                        bx2 = tl.load(box_s + j * 4 + 2, mask=mj, other=0.0)[None, :]
-                        by2 = tl.load(box_s + j * 4 + 3, mask=mj, other=0.0)[None, :]
-                        inter = _intersection(ax1, ay1, ax2, ay2, bx1, by1, bx2, by2)
-                        hit = (inter >= need[:, None]) & whole[None, :]
-                        hit = hit & (tl.load(frame_s + j, mask=mj, other=-1)[None, :] == frame_i)
-                        if not AGNOSTIC:
-                            hit = hit & (tl.load(class_s + j, mask=mj, other=-1)[None, :] == class_i)
-                        hit = hit & (tl.load(image_s + j, mask=mj, other=-1)[None, :] != image_i)
-                        hit = hit & (tl.load(score_s + j, mask=mj, other=0.0)[None, :] >= least)
-                        covered = tl.maximum(covered, tl.max(hit.to(tl.int32), axis=1))
-                    tl.debug_barrier()
-                    dropped = cut_i & (covered > 0)
-                    tl.store(flag_s + i, tl.full((BLOCK,), 2, tl.int8), mask=mi & dropped)
-            tl.debug_barrier()
-        # 3. rank the rows the seam rule kept (by counting the kept rows before each) and write them in rank order
-        ranked = tl.sum(tl.zeros((ROWS,), tl.int32), axis=0)
-        for i0 in range(0, rows, BLOCK):
-            i = i0 + ri
-            mi = i < rows
-            keep_i = (tl.load(flag_s + i, mask=mi, other=2) != 2) & mi
-            s_i = tl.load(score_s + i, mask=mi, other=0.0)
-            x1_i = tl.load(box_s + i * 4 + 0, mask=mi, other=0.0)
-            y1_i = tl.load(box_s + i * 4 + 1, mask=mi, other=0.0)
-            x2_i = tl.load(box_s + i * 4 + 2, mask=mi, other=0.0)
-            y2_i = tl.load(box_s + i * 4 + 3, mask=mi, other=0.0)
-            src_i = tl.load(source_s + i, mask=mi, other=0)
-            rank = tl.zeros((BLOCK,), tl.int32)
+        i = tl.program_id(0) * BLOCK + ri
+        mi = i < rows
+        cut_i = (tl.load(i8 + i, mask=mi, other=0) == 1) & mi
+        if tl.max(cut_i.to(tl.int32), axis=0) > 0:
+            ax1 = tl.load(f32 + i * 4 + 0, mask=mi, other=0.0)[:, None]
+            ay1 = tl.load(f32 + i * 4 + 1, mask=mi, other=0.0)[:, None]
+            ax2 = tl.load(f32 + i * 4 + 2, mask=mi, other=0.0)[:, None]
+            ay2 = tl.load(f32 + i * 4 + 3, mask=mi, other=0.0)[:, None]
+            need = (min_cover * tl.maximum(tl.load(f32 + 4 * n + i, mask=mi, other=0.0), 1e-9))[:, None]
+            least = (min_ratio * tl.load(f32 + 5 * n + i, mask=mi, other=0.0))[:, None]
+            class_i = tl.load(i32 + i, mask=mi, other=0)[:, None]
+            image_i = tl.load(i32 + n + i, mask=mi, other=0)[:, None]
+            frame_i = tl.load(i32 + 2 * n + i, mask=mi, other=0)[:, None]
+            covered = tl.zeros((BLOCK,), tl.int32)
             for j0 in range(0, rows, BLOCK):
                 j = j0 + ri
                 mj = j < rows
-                keep_j = (tl.load(flag_s + j, mask=mj, other=2) != 2) & mj
+                whole = (tl.load(i8 + j, mask=mj, other=1) == 0) & mj  # (a cut row's 1 or 2: never whole)
+                w = tl.maximum(
+                    tl.minimum(ax2, tl.load(f32 + j * 4 + 2, mask=mj, other=0.0)[None, :])
+                    - tl.maximum(ax1, tl.load(f32 + j * 4 + 0, mask=mj, other=0.0)[None, :]),
+                    0.0,
+                )
+                h = tl.maximum(
+                    tl.minimum(ay2, tl.load(f32 + j * 4 + 3, mask=mj, other=0.0)[None, :])
+                    - tl.maximum(ay1, tl.load(f32 + j * 4 + 1, mask=mj, other=0.0)[None, :]),
+                    0.0,
+                )
+                hit = (w * h >= need) & whole[None, :]
+                hit = hit & (tl.load(i32 + 2 * n + j, mask=mj, other=-1)[None, :] == frame_i)
+                if not AGNOSTIC:
+                    hit = hit & (tl.load(i32 + j, mask=mj, other=-1)[None, :] == class_i)
+                hit = hit & (tl.load(i32 + n + j, mask=mj, other=-1)[None, :] != image_i)
+                hit = hit & (tl.load(f32 + 5 * n + j, mask=mj, other=0.0)[None, :] >= least)
+                covered = tl.maximum(covered, tl.max(hit.to(tl.int32), axis=1))
+            tl.store(i8 + i, tl.full((BLOCK,), 2, tl.int8), mask=cut_i & (covered > 0))
+
+    @triton.jit
+    def _rank_kernel(f32, i32, i8, n, BLOCK: tl.constexpr):
+        """Phase 3, 64 rows a program: each row the seam rule kept (flag 0 or 1) written at its rank among them;
+        program 0 stores how many there are."""
+        rows = tl.load(i32 + 7 * n + 1)
+        ri = tl.arange(0, BLOCK)
+        i = tl.program_id(0) * BLOCK + ri
+        mi = i < rows
+        if tl.program_id(0) * BLOCK < rows:
+            keep_i = (tl.load(i8 + i, mask=mi, other=2) != 2) & mi
+            s_i = tl.load(f32 + 5 * n + i, mask=mi, other=0.0)
+            x1_i = tl.load(f32 + i * 4 + 0, mask=mi, other=0.0)
+            y1_i = tl.load(f32 + i * 4 + 1, mask=mi, other=0.0)
+            x2_i = tl.load(f32 + i * 4 + 2, mask=mi, other=0.0)
+            y2_i = tl.load(f32 + i * 4 + 3, mask=mi, other=0.0)
+            src_i = tl.load(i32 + 3 * n + i, mask=mi, other=0)
+            rank = tl.zeros((BLOCK,), tl.int32)
+            total = tl.sum(tl.zeros((BLOCK,), tl.int32), axis=0)
+            for j0 in range(0, rows, BLOCK):
+                j = j0 + ri
+                mj = j < rows
+                keep_j = (tl.load(i8 + j, mask=mj, other=2) != 2) & mj
                 first = _before(
-                    tl.load(score_s + j, mask=mj, other=0.0)[None, :],
-                    tl.load(box_s + j * 4 + 0, mask=mj, other=0.0)[None, :],
-                    tl.load(box_s + j * 4 + 1, mask=mj, other=0.0)[None, :],
-                    tl.load(box_s + j * 4 + 2, mask=mj, other=0.0)[None, :],
-                    tl.load(box_s + j * 4 + 3, mask=mj, other=0.0)[None, :],
-                    tl.load(source_s + j, mask=mj, other=0)[None, :],
+                    tl.load(f32 + 5 * n + j, mask=mj, other=0.0)[None, :],
+                    tl.load(f32 + j * 4 + 0, mask=mj, other=0.0)[None, :],
+                    tl.load(f32 + j * 4 + 1, mask=mj, other=0.0)[None, :],
+                    tl.load(f32 + j * 4 + 2, mask=mj, other=0.0)[None, :],
+                    tl.load(f32 + j * 4 + 3, mask=mj, other=0.0)[None, :],
+                    tl.load(i32 + 3 * n + j, mask=mj, other=0)[None, :],
                     s_i[:, None],
                     x1_i[:, None],
                     y1_i[:, None],
@@ -204,102 +211,114 @@ if _found is not None:
                     src_i[:, None],
                 )
                 rank += tl.sum((first & keep_j[None, :]).to(tl.int32), axis=1)
-            tl.store(rbox_s + rank * 4 + 0, x1_i, mask=keep_i)
-            tl.store(rbox_s + rank * 4 + 1, y1_i, mask=keep_i)
-            tl.store(rbox_s + rank * 4 + 2, x2_i, mask=keep_i)
-            tl.store(rbox_s + rank * 4 + 3, y2_i, mask=keep_i)
-            tl.store(rarea_s + rank, tl.load(area_s + i, mask=mi, other=0.0), mask=keep_i)
-            tl.store(rscore_s + rank, s_i, mask=keep_i)
-            tl.store(rclass_s + rank, tl.load(class_s + i, mask=mi, other=0), mask=keep_i)
-            tl.store(rframe_s + rank, tl.load(frame_s + i, mask=mi, other=0), mask=keep_i)
-            tl.store(rsource_s + rank, src_i, mask=keep_i)
-            ranked += tl.sum(keep_i.to(tl.int32), axis=0)
-        tl.debug_barrier()
-        # 4. NMS in rank order, a block at a time: rows a kept earlier row suppresses, then the block's fixed point
-        rj = tl.arange(0, BLOCK)
-        for b0 in range(0, ranked, BLOCK):
-            r = b0 + rj
+                total += tl.sum(keep_j.to(tl.int32), axis=0)
+            tl.store(f32 + 6 * n + rank * 4 + 0, x1_i, mask=keep_i)
+            tl.store(f32 + 6 * n + rank * 4 + 1, y1_i, mask=keep_i)
+            tl.store(f32 + 6 * n + rank * 4 + 2, x2_i, mask=keep_i)
+            tl.store(f32 + 6 * n + rank * 4 + 3, y2_i, mask=keep_i)
+            tl.store(f32 + 10 * n + rank, tl.load(f32 + 4 * n + i, mask=mi, other=0.0), mask=keep_i)
+            tl.store(f32 + 11 * n + rank, s_i, mask=keep_i)
+            tl.store(i32 + 4 * n + rank, tl.load(i32 + i, mask=mi, other=0), mask=keep_i)
+            tl.store(i32 + 5 * n + rank, tl.load(i32 + 2 * n + i, mask=mi, other=0), mask=keep_i)
+            tl.store(i32 + 6 * n + rank, src_i, mask=keep_i)
+            if tl.program_id(0) == 0:
+                tl.store(i32 + 7 * n + 2, total)
+
+    @triton.jit
+    def _match_kernel(
+        f32, i32, words, n, blocks, threshold, IOU: tl.constexpr, AGNOSTIC: tl.constexpr, BLOCK: tl.constexpr
+    ):  # fmt: skip
+        """Phase 4, one program per (row block, column block at or after it): the columns each ranked row would
+        suppress (a match of a later row, same frame and class), as one 64-bit word per row and column block."""
+        ranked = tl.load(i32 + 7 * n + 2)
+        row_block = tl.program_id(0)
+        column_block = tl.program_id(1)
+        if (column_block >= row_block) & (column_block * BLOCK < ranked):
+            ri = tl.arange(0, BLOCK)
+            q = row_block * BLOCK + ri
+            r = column_block * BLOCK + ri
+            mq = q < ranked
             mr = r < ranked
-            cx1 = tl.load(rbox_s + r * 4 + 0, mask=mr, other=0.0)
-            cy1 = tl.load(rbox_s + r * 4 + 1, mask=mr, other=0.0)
-            cx2 = tl.load(rbox_s + r * 4 + 2, mask=mr, other=0.0)
-            cy2 = tl.load(rbox_s + r * 4 + 3, mask=mr, other=0.0)
-            c_area = tl.load(rarea_s + r, mask=mr, other=0.0)
-            c_class = tl.load(rclass_s + r, mask=mr, other=-1)
-            c_frame = tl.load(rframe_s + r, mask=mr, other=-1)
-            suppressed = tl.zeros((BLOCK,), tl.int32)
-            for q0 in range(0, b0, BLOCK):
-                q = q0 + ri
-                on = tl.load(kept_s + q) != 0
-                if tl.max(on.to(tl.int32), axis=0) > 0:
-                    near = (
-                        _overlap(
-                            tl.load(rbox_s + q * 4 + 0)[:, None],
-                            tl.load(rbox_s + q * 4 + 1)[:, None],
-                            tl.load(rbox_s + q * 4 + 2)[:, None],
-                            tl.load(rbox_s + q * 4 + 3)[:, None],
-                            tl.load(rarea_s + q)[:, None],
-                            cx1[None, :],
-                            cy1[None, :],
-                            cx2[None, :],
-                            cy2[None, :],
-                            c_area[None, :],
-                            IOU,
-                        )
-                        >= threshold
-                    )
-                    near = near & on[:, None] & (tl.load(rframe_s + q)[:, None] == c_frame[None, :])
-                    if not AGNOSTIC:
-                        near = near & (tl.load(rclass_s + q)[:, None] == c_class[None, :])
-                    suppressed = tl.maximum(suppressed, tl.max(near.to(tl.int32), axis=0))
-            alive = mr & (suppressed == 0)
-            # the block's own pairs: row q (rank before) may suppress column r
-            inside = (
+            near = (
                 _overlap(
-                    tl.load(rbox_s + r * 4 + 0, mask=mr, other=0.0)[:, None],
-                    tl.load(rbox_s + r * 4 + 1, mask=mr, other=0.0)[:, None],
-                    tl.load(rbox_s + r * 4 + 2, mask=mr, other=0.0)[:, None],
-                    tl.load(rbox_s + r * 4 + 3, mask=mr, other=0.0)[:, None],
-                    tl.load(rarea_s + r, mask=mr, other=0.0)[:, None],
-                    cx1[None, :],
-                    cy1[None, :],
-                    cx2[None, :],
-                    cy2[None, :],
-                    c_area[None, :],
+                    tl.load(f32 + 6 * n + q * 4 + 0, mask=mq, other=0.0)[:, None],
+                    tl.load(f32 + 6 * n + q * 4 + 1, mask=mq, other=0.0)[:, None],
+                    tl.load(f32 + 6 * n + q * 4 + 2, mask=mq, other=0.0)[:, None],
+                    tl.load(f32 + 6 * n + q * 4 + 3, mask=mq, other=0.0)[:, None],
+                    tl.load(f32 + 10 * n + q, mask=mq, other=0.0)[:, None],
+                    tl.load(f32 + 6 * n + r * 4 + 0, mask=mr, other=0.0)[None, :],
+                    tl.load(f32 + 6 * n + r * 4 + 1, mask=mr, other=0.0)[None, :],
+                    tl.load(f32 + 6 * n + r * 4 + 2, mask=mr, other=0.0)[None, :],
+                    tl.load(f32 + 6 * n + r * 4 + 3, mask=mr, other=0.0)[None, :],
+                    tl.load(f32 + 10 * n + r, mask=mr, other=0.0)[None, :],
                     IOU,
                 )
                 >= threshold
             )
-            inside = inside & (ri[:, None] < rj[None, :])
-            inside = inside & (tl.load(rframe_s + r, mask=mr, other=-2)[:, None] == c_frame[None, :])
+            near = near & mq[:, None] & mr[None, :] & (q[:, None] < r[None, :])
+            near = near & (
+                tl.load(i32 + 5 * n + q, mask=mq, other=-1)[:, None]
+                == tl.load(i32 + 5 * n + r, mask=mr, other=-2)[None, :]
+            )
             if not AGNOSTIC:
-                inside = inside & (tl.load(rclass_s + r, mask=mr, other=-2)[:, None] == c_class[None, :])
-            settled = alive.to(tl.int32)
-            changed = tl.sum(settled, axis=0) > 0
+                near = near & (
+                    tl.load(i32 + 4 * n + q, mask=mq, other=-1)[:, None]
+                    == tl.load(i32 + 4 * n + r, mask=mr, other=-2)[None, :]
+                )
+            bit = tl.full((BLOCK,), 1, tl.int64) << ri.to(tl.int64)
+            word = tl.sum(tl.where(near, bit[None, :], 0), axis=1)  # distinct bits: the sum is their OR
+            tl.store(words + q * blocks + column_block, word, mask=mq)
+
+    @triton.jit
+    def _keep_kernel(
+        f32, i32, i8, words, n, blocks, roi_ptr, packed_ptr, members_ptr, R, num_frames, max_detections,
+        needed_cap, min_box, max_box, ROI: tl.constexpr, SIZES: tl.constexpr, BLOCK: tl.constexpr,
+        ROWS: tl.constexpr,
+    ):  # fmt: skip
+        """Phase 5 (one program): NMS a block at a time, then the policy, the per-frame cut and the status row."""
+        ranked = tl.load(i32 + 7 * n + 2)
+        lanes = tl.arange(0, ROWS)
+        ri = tl.arange(0, BLOCK)
+        bit = tl.full((BLOCK,), 1, tl.int64) << ri.to(tl.int64)
+        for b0 in range(0, ranked, BLOCK):
+            column_block = b0 // BLOCK
+            suppressed = tl.sum(
+                tl.zeros((BLOCK,), tl.int64), axis=0
+            )  # the columns kept earlier rows suppress
+            for q0 in range(0, b0, ROWS):
+                q = q0 + lanes
+                mq = q < b0
+                on = (tl.load(i8 + n + q, mask=mq, other=0) != 0) & mq
+                word = tl.load(words + q * blocks + column_block, mask=on, other=0)
+                suppressed = suppressed | tl.reduce(word, 0, _or)
+            r = b0 + ri
+            mr = r < ranked
+            own = tl.load(words + r * blocks + column_block, mask=mr, other=0)  # within the block
+            alive = tl.sum(tl.where(mr, bit, 0), axis=0) & ~suppressed
+            settled = alive
+            changed = alive != 0
             while changed:
-                hit = tl.max((inside & (settled[:, None] != 0)).to(tl.int32), axis=0)
-                new = (alive & (hit == 0)).to(tl.int32)
-                changed = tl.sum((new != settled).to(tl.int32), axis=0) > 0
+                hit = tl.reduce(tl.where(((settled >> ri.to(tl.int64)) & 1) != 0, own, 0), 0, _or)
+                new = alive & ~hit
+                changed = new != settled
                 settled = new
-            tl.store(kept_s + r, settled.to(tl.int8), mask=mr)
+            tl.store(i8 + n + r, (((settled >> ri.to(tl.int64)) & 1) != 0).to(tl.int8), mask=mr)
             tl.debug_barrier()
-        tl.debug_barrier()
-        # 5. the policy and the best `max_detections` of each frame, grouped by frame, in rank order; the status
         written = tl.sum(tl.zeros((ROWS,), tl.int32), axis=0)
         for frame in range(0, num_frames):
             taken = tl.sum(tl.zeros((ROWS,), tl.int32), axis=0)
             for start in range(0, ranked, ROWS):
                 r = start + lanes
                 mr = r < ranked
-                x1 = tl.load(rbox_s + r * 4 + 0, mask=mr, other=0.0)
-                y1 = tl.load(rbox_s + r * 4 + 1, mask=mr, other=0.0)
-                x2 = tl.load(rbox_s + r * 4 + 2, mask=mr, other=0.0)
-                y2 = tl.load(rbox_s + r * 4 + 3, mask=mr, other=0.0)
-                on = mr & (tl.load(kept_s + r, mask=mr, other=0) != 0)
-                on = on & (tl.load(rframe_s + r, mask=mr, other=-1) == frame)
+                x1 = tl.load(f32 + 6 * n + r * 4 + 0, mask=mr, other=0.0)
+                y1 = tl.load(f32 + 6 * n + r * 4 + 1, mask=mr, other=0.0)
+                x2 = tl.load(f32 + 6 * n + r * 4 + 2, mask=mr, other=0.0)
+                y2 = tl.load(f32 + 6 * n + r * 4 + 3, mask=mr, other=0.0)
+                on = mr & (tl.load(i8 + n + r, mask=mr, other=0) != 0)
+                on = on & (tl.load(i32 + 5 * n + r, mask=mr, other=-1) == frame)
                 if ROI:
-                    cx = (x1 + x2) / 2
-                    cy = (y1 + y2) / 2
+                    cx = (x1 + x2) * 0.5
+                    cy = (y1 + y2) * 0.5
                     on = (
                         on
                         & (cx >= tl.load(roi_ptr + frame * 4 + 0))
@@ -320,17 +339,13 @@ if _found is not None:
                 tl.store(packed_ptr + out + 1, y1, mask=on)
                 tl.store(packed_ptr + out + 2, x2, mask=on)
                 tl.store(packed_ptr + out + 3, y2, mask=on)
-                tl.store(packed_ptr + out + 4, tl.load(rscore_s + r, mask=mr, other=0.0), mask=on)
-                tl.store(
-                    packed_ptr + out + 5, tl.load(rclass_s + r, mask=mr, other=0).to(tl.float32), mask=on
-                )
+                tl.store(packed_ptr + out + 4, tl.load(f32 + 11 * n + r, mask=mr, other=0.0), mask=on)
+                classes = tl.load(i32 + 4 * n + r, mask=mr, other=0).to(tl.float32)
+                tl.store(packed_ptr + out + 5, classes, mask=on)
                 tl.store(packed_ptr + out + 6, tl.full((ROWS,), 1.0, tl.float32), mask=on)
                 tl.store(packed_ptr + out + 7, tl.zeros((ROWS,), tl.float32) + frame, mask=on)
-                tl.store(
-                    members_ptr + written + place,
-                    tl.load(rsource_s + r, mask=mr, other=0).to(tl.int64),
-                    mask=on,
-                )
+                source = tl.load(i32 + 6 * n + r, mask=mr, other=0).to(tl.int64)
+                tl.store(members_ptr + written + place, source, mask=on)
                 taken += tl.sum(on.to(tl.int32), axis=0)
             written += taken
         for start in range(written, R, ROWS):  # the rows no result takes
@@ -339,6 +354,7 @@ if _found is not None:
             for column in range(0, 8):
                 tl.store(packed_ptr + r * 8 + column, tl.zeros((ROWS,), tl.float32), mask=mr)
             tl.store(members_ptr + r, tl.full((ROWS,), -1, tl.int64), mask=mr)
+        needed = tl.minimum(tl.load(i32 + 7 * n), needed_cap)
         status = tl.where(lanes == 0, needed.to(tl.float32), 0.0)
         status = tl.where((lanes == 1) | (lanes == 2), 1.0, status)  # exact; largest group 1 (nms)
         tl.store(packed_ptr + R * 8 + lanes, status, mask=lanes < 8)  # degenerate rows: 0
@@ -359,24 +375,28 @@ def supports(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, lim
 
 
 def postprocess_rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits) -> Rows:
-    """`postprocess.postprocess_rows` (sync-free: fixed shapes, no host read) in one kernel launch, where
-    `supports` says so: the packed (R + 1, 8) rows and status, and each result row's candidate (R, 1) (-1 where
-    none: nms merges nothing into a row)."""
+    """`postprocess.postprocess_rows` (sync-free: fixed shapes, no host read) in five launches, where `supports`
+    says so: the packed (R + 1, 8) rows and status, and each result row's candidate (R, 1) (-1 where none: nms
+    merges nothing into a row)."""
     device = found.boxes.device
     count = len(found.valid)
-    rows = min(count, limits.capacity)
+    rows = min(count, limits.capacity)  # the most rows the phases after the compaction take
     result_rows = min(rows, plan.num_frames * settings.max_detections)
     tensors = plan.tensors(device)
     rule = settings.merge_rule
     n = max(count, 1)
-    floats = torch.empty(12 * n, dtype=torch.float32, device=device)
-    ints = torch.empty(7 * n, dtype=torch.int32, device=device)
-    flags = torch.empty(2 * n, dtype=torch.int8, device=device)
-    f32 = [floats[a * n : b * n] for a, b in ((0, 4), (4, 5), (5, 6), (6, 10), (10, 11), (11, 12))]
-    i32 = [ints[k * n : (k + 1) * n] for k in range(7)]
+    blocks = max(triton.cdiv(rows, BLOCK), 1)
+    f32 = torch.empty(12 * n, dtype=torch.float32, device=device)  # boxes, areas, scores; ranked likewise
+    i32 = torch.empty(
+        7 * n + 4, dtype=torch.int32, device=device
+    )  # classes, views, frames, sources; ranked; counts
+    i8 = torch.empty(2 * n, dtype=torch.int8, device=device)  # seam flags, kept
+    words = torch.empty(max(rows, 1) * blocks, dtype=torch.int64, device=device)
     packed = torch.empty((result_rows + 1, COLUMNS), dtype=torch.float32, device=device)
     members = torch.empty((result_rows, 1), dtype=torch.int64, device=device)
-    _postprocess_kernel[(1,)](
+    options = kernels.launch_options()
+    agnostic, iou = settings.class_agnostic, rule.metric is MatchMetric.IOU
+    _compact_kernel[(1,)](
         found.boxes.float().contiguous(),
         found.scores.float().contiguous(),
         found.class_ids.contiguous(),
@@ -387,34 +407,46 @@ def postprocess_rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSetti
         tensors.views.contiguous(),
         tensors.inner_edges.contiguous(),
         tensors.frame.contiguous(),
+        f32,
+        i32,
+        i8,
+        n,
+        rows,
+        SEAM_MARGIN_PX,
+        SEAMS=settings.seam_suppression,
+        ROWS=ROWS,
+        num_warps=4,
+        **options,
+    )
+    if settings.seam_suppression:
+        _seam_kernel[(blocks,)](
+            f32, i32, i8, n, SEAM_MIN_COVER, SEAM_MIN_SCORE_RATIO, AGNOSTIC=agnostic, BLOCK=BLOCK, **options
+        )
+    _rank_kernel[(blocks,)](f32, i32, i8, n, BLOCK=BLOCK, **options)
+    _match_kernel[(blocks, blocks)](
+        f32, i32, words, n, blocks, float(rule.threshold), IOU=iou, AGNOSTIC=agnostic, BLOCK=BLOCK, **options
+    )
+    _keep_kernel[(1,)](
+        f32,
+        i32,
+        i8,
+        words,
+        n,
+        blocks,
         tensors.roi.contiguous(),
-        *f32[:3],  # compacted rows: boxes, areas, scores
-        *i32[:4],  # their classes, views, frames, sources
-        flags[:n],
-        *f32[3:],  # ranked rows: boxes, areas, scores
-        *i32[4:],  # their classes, frames, sources
-        flags[n:],
         packed,
         members,
         result_rows,
-        rows,
         plan.num_frames,
         settings.max_detections,
         MAX_CANDIDATES * plan.num_frames,
-        float(rule.threshold),
         float(settings.min_box_size),
         float(settings.max_box_size),
-        SEAM_MARGIN_PX,
-        SEAM_MIN_COVER,
-        SEAM_MIN_SCORE_RATIO,
-        IOU=rule.metric is MatchMetric.IOU,
-        AGNOSTIC=settings.class_agnostic,
-        SEAMS=settings.seam_suppression,
         ROI=any(p.roi != FULL_FRAME_ROI for p in plan.plans),
         SIZES=settings.min_box_size > 0 or settings.max_box_size > 0,
         BLOCK=BLOCK,
         ROWS=ROWS,
         num_warps=4,
-        **kernels.launch_options(),
+        **options,
     )
     return Rows(packed, members)
