@@ -40,6 +40,7 @@ from tiled_detector.tools.training import (
     Recipe,
     TinyDetector,
     anchor_centres,
+    folded,
 )
 
 STEM = "obb"  # obb.onnx, obb.ts, obb.labels.txt
@@ -271,7 +272,7 @@ def export_rotated(model: nn.Module, out: Path, stem: str = STEM) -> tuple[Path,
     onnx.save(graph, str(onnx_path))
     labels = "\n".join(CLASSES) + "\n"
     with torch.no_grad():
-        traced = torch.jit.trace(wrapper, example)
+        traced = torch.jit.trace(folded(wrapper), example)
     extra = {
         "input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}",
         "labels": labels,

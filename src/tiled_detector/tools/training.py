@@ -15,6 +15,7 @@ quality focal loss whose target is the IoU of the predicted box, boxes a GIoU lo
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -66,6 +67,21 @@ class SepBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.pw(self.dw(x))
         return x + y if self.residual else y
+
+
+def folded(module: nn.Module) -> nn.Module:
+    """A copy of `module` (in eval mode) whose BatchNorms that follow a convolution in a `conv_bn` block are folded
+    into it (`torch.nn.utils.fusion.fuse_conv_bn_eval`: one convolution with a bias, the same function to float
+    rounding): what the TorchScript exports ship, so no BatchNorm kernel runs."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    result = copy.deepcopy(module).eval()
+    for block in result.modules():
+        if isinstance(block, nn.Sequential) and len(block) >= 2:
+            conv, norm = block[0], block[1]
+            if isinstance(conv, nn.Conv2d) and isinstance(norm, nn.BatchNorm2d):
+                block[0], block[1] = fuse_conv_bn_eval(conv, norm), nn.Identity()
+    return result
 
 
 def stage(cin: int, cout: int, depth: int) -> nn.Sequential:
@@ -386,7 +402,7 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
     onnx.save(graph, str(onnx_path))
     labels = "\n".join(CLASSES) + "\n"
     with torch.no_grad():
-        traced = torch.jit.trace(wrapper, example)
+        traced = torch.jit.trace(folded(wrapper), example)
     extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": labels}  # -1: dynamic batch
     torch.jit.save(traced, str(ts_path), _extra_files=extra)
     (out / "labels.txt").write_text(labels)
