@@ -19,12 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from tiled_detector.pipeline import kernels
-from tiled_detector.pipeline.decode import (
+from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, _allowed
+from tiled_detector.pipeline.layouts import (
     YOLOX_STRIDES,
     OutputLayout,
-    PaddedDecoded,
-    Prototypes,
-    _allowed,
     anchor_points,
     detect_layout,
     main_output,
