@@ -21,6 +21,7 @@ import torch
 
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline import kernels, masks
+from tiled_detector.pipeline import labels as label_images
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
@@ -381,6 +382,7 @@ class FrameProgram:
         limits: Limits | None,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        labels: bool = False,
     ) -> SplitProgram:
         """The same program in three parts for an engine whose calls cannot be captured (`Runner`): every view
         into a batch of the whole plan, the engine's calls (eager) with their outputs copied into buffers of the
@@ -411,7 +413,7 @@ class FrameProgram:
             found = joined([self._decode(out, start, settings, chosen) for out, start in calls])
             packed, built = self.finish(found, plan, settings, limits)
             packed = self.positions(packed, plan, settings, depths, masks=built)
-            return packed, found, None if built is None else masks.pack(built)
+            return packed, found, self.mask_bytes(packed, built, plan, settings, labels)
 
         return SplitProgram(before, engine, after)
 
@@ -425,9 +427,11 @@ class FrameProgram:
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        labels: bool = False,
     ) -> tuple[torch.Tensor, PaddedDecoded, torch.Tensor | None]:
         """The packed result rows + status row (see `postprocess`; with `depths`, each row's position after its
-        columns: `positions`), the candidates (for an exact redo) and the kept detections' masks (`finish`)."""
+        columns: `positions`), the candidates (for an exact redo) and the kept detections' masks (`finish`; with
+        `labels`, the frames' label images composed after them: `mask_bytes`)."""
         found = self.candidates(frames, encodings, plan, settings, mark, chosen)
         packed, built = self.finish(found, plan, settings, limits, mark=mark)
         if built is None:
@@ -435,7 +439,26 @@ class FrameProgram:
         if depths is not None:
             packed = self.positions(packed, plan, settings, depths, masks=built)
             mark("positions")
-        return packed, found, None if built is None else masks.pack(built)
+        return packed, found, self.mask_bytes(packed, built, plan, settings, labels, mark)
+
+    @staticmethod
+    def mask_bytes(
+        packed: torch.Tensor,
+        built: masks.MaskRows | None,
+        plan: BatchPlan,
+        settings: FrameSettings,
+        labels: bool,
+        mark: Mark = no_mark,
+    ) -> torch.Tensor | None:
+        """The kept detections' masks packed for the download (`masks.pack`; None: no masks), with every frame's
+        label image composed on the device after them where `labels` (`labels.frame_labels`)."""
+        if built is None:
+            return None
+        image = None
+        if labels:
+            image = label_images.frame_labels(packed, built, plan, settings.mask_scale)
+            mark("labels")
+        return masks.pack(built, image)
 
     def positions(
         self,
