@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import torch
 
+from tiled_detector.devices import graph_nodes
 from tiled_detector.errors import one_line
 from tiled_detector.pipeline import kernels, masks
 from tiled_detector.pipeline import labels as label_images
@@ -218,6 +219,18 @@ class Runner:
         replay, outputs = entry
         replay()
         return outputs
+
+    def nodes(self, key: Hashable | None = None) -> int | None:
+        """The node count (kernels, copies, memsets) of the graph captured for `key` (None: the latest capture);
+        in the split form the two captured parts' together (the engine runs between them). None when nothing is
+        captured or torch kept no graph (`devices.graph_nodes`)."""
+        if not self._captured:
+            return None
+        entry = self._captured.get(key) if key is not None else list(self._captured.values())[-1]
+        if entry is None:
+            return None
+        counts = [graph_nodes(entry[0])] + ([graph_nodes(entry[2])] if self._split else [])
+        return None if None in counts else sum(counts)  # type: ignore[arg-type]
 
     def _split_entry(self, parts: SplitProgram | None) -> tuple[Any, ...]:
         """Capture the parts before and after the engine (running the engine between them once, so that the part
