@@ -442,7 +442,7 @@ class TiledDetector:
                 clock.mark("positions")
             running()
             labels = self._labels_here(built)
-            bytes_ = self._program.mask_bytes(packed, built, plan, self._frame_settings, labels, clock.mark)
+            bytes_ = FrameProgram.mask_bytes(packed, built, plan, self._frame_settings, labels, clock.mark)
             host, masks = self._download(packed, bytes_, self._label_pixels(plan, labels))
             clock.mark("download")
         timings = clock.timings()
@@ -563,8 +563,8 @@ class TiledDetector:
         host, masks = self._download(packed, built, self._label_pixels(plan, labels and built is not None))
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])
-        pixels = 0 if masks is None else masks.needed
-        self._limits, maxed = limits.grown(needed, exact, largest, pixels)
+        pixels, pairs = 0 if masks is None else masks.needed, int(host[-1, 4])
+        self._limits, maxed = limits.grown(needed, exact, largest, pixels, pairs)
         if maxed:
             self._exact_batches = _RETRY_AFTER
         fits = needed <= limits.capacity and exact and pixels <= limits.mask_pixels
