@@ -89,14 +89,27 @@ def probe(
                 ]
                 for p in publishers
             ]
-            time.sleep(3.0)  # the last answers
-            if costly is not None:
+            if costly is not None:  # the flood stops with the good cameras' last frame
                 costly.kill()
                 costly.wait()
-            statuses = {
-                s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
-                for s in diagnostics[-1].status[1:]
-            }
+            # the last answers, and the counters once the node has taken the good cameras' last frames (a frame
+            # replaced in the middleware is counted skipped only when a later one of its publisher is taken)
+            deadline = time.monotonic() + 15.0
+            while True:
+                time.sleep(1.0)
+                statuses = {
+                    s.name.rpartition(": camera ")[2]: {kv.key: kv.value for kv in s.values}
+                    for s in diagnostics[-1].status[1:]
+                }
+                seen = [
+                    sum(
+                        int(statuses.get(topic, {}).get(f"frames_{k}", 0))
+                        for k in ("received", "lost", "skipped")
+                    )
+                    for topic in cameras[:2]
+                ]
+                if seen == sent or time.monotonic() > deadline:
+                    break
             result = {}
             for i, topic in enumerate(cameras):
                 values = statuses.get(topic, {})

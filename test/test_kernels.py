@@ -307,3 +307,24 @@ def test_without_triton_the_torch_stages_run_with_one_info_line(monkeypatch, cap
     assert not kernels.enabled(torch.device("cuda"))
     monkeypatch.delenv(kernels.ENVIRONMENT)
     assert kernels.enabled(torch.device("cuda")) and not kernels.enabled(torch.device("cpu"))
+
+
+def test_a_kernel_that_fails_leaves_its_torch_stage_running_with_one_warning(caplog):
+    """Bad input: a platform whose triton cannot compile a kernel runs the torch stage from then on (one WARNING
+    line), with the torch stage's result; an error the torch stage raises too is raised as it is."""
+    calls = []
+
+    def kernel(x):
+        calls.append(x)
+        raise RuntimeError("PTX assembly failed\nsecond line")
+
+    stage = kernels.guarded(kernel, lambda x: x * 2, "testing")
+    with caplog.at_level(logging.WARNING, logger=kernels.LOG.name):
+        assert stage(2) == 4 and stage(3) == 6
+    assert calls == [2]
+    lines = [r.getMessage() for r in caplog.records if "kernels failed" in r.getMessage()]
+    assert len(lines) == 1 and "PTX assembly failed" in lines[0] and "second line" not in lines[0]
+    covered = kernels.guarded(lambda x: None, lambda x: -x, "testing")
+    assert covered(5) == -5  # a case the kernel does not cover
+    with pytest.raises(ValueError, match="bad"):
+        kernels.guarded(kernel, lambda x: (_ for _ in ()).throw(ValueError("bad input")), "testing")(1)

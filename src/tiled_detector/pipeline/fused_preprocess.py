@@ -15,11 +15,20 @@ fallback (the CPU, platforms without triton); the two agree to float32 rounding 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
+from tiled_detector.errors import one_line
 from tiled_detector.pipeline import kernels
+from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
+
+LOG = logging.getLogger(__name__)
+TABLES = 32  # plans whose view tables a writer keeps on the device
 
 PIXELS = 1024  # output pixels per program
 TABLE = 10  # per view: region y, x, height, width; resized height, width; pad y, x; scale y, x
@@ -193,3 +202,45 @@ def prepare(
         BLOCK=PIXELS,
         **kernels.launch_options(),
     )
+
+
+class Writer:
+    """The kernel for one preprocessor: each plan's view table on the device (made once), its input format's
+    constants, and the torch preprocessing for good where the kernel fails (`write` then says False, with one
+    WARNING line)."""
+
+    def __init__(
+        self,
+        fmt: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        sources: Callable[[Encoding], tuple[int, ...]],
+    ) -> None:
+        self.format, self.dtype, self.device, self.sources = fmt, dtype, device, sources
+        self.working = True
+        self._tables: dict[TilePlan, torch.Tensor] = {}
+        self._normalize = affine(fmt.mean, fmt.std, dtype) if fmt.normalizes else None
+
+    def write(
+        self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, out: torch.Tensor, **which: Any
+    ) -> bool:
+        """`prepare` of the frame's views `which` (views, or chosen and full_view) into `out`; False where the
+        kernel does not run (it failed once: the caller's torch preprocessing writes them)."""
+        if not self.working:
+            return False
+        table = self._tables.get(plan)
+        if table is None:
+            if len(self._tables) >= TABLES:
+                self._tables.clear()
+            table = self._tables[plan] = view_table(plan, self.device)
+        factor, pad = self.format.factor(enc), self.format.pad
+        try:
+            prepare(frame, table, out, self.sources(enc), factor, pad, self._normalize, **which)  # type: ignore[arg-type]
+        except Exception as error:
+            LOG.warning(
+                "the preprocessing kernel failed (%s): the torch preprocessing runs from now on",
+                one_line(error),
+            )
+            self.working = False
+            return False
+        return True

@@ -15,11 +15,15 @@ import functools
 import importlib.util
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
+from tiled_detector.errors import one_line
+
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 # "torch": the torch stages everywhere (the reference, for checks); "always": also on the CPU, interpreted (tests)
 ENVIRONMENT = "TILED_DETECTOR_KERNELS"
 
@@ -70,3 +74,31 @@ def launch_options() -> dict[str, Any]:
     """Launch keywords every kernel takes: no multiply-add contraction (each float operation rounded as torch's
     separate kernels round it, so comparisons against thresholds decide alike); none under the interpreter."""
     return {} if interpreted() else {"enable_fp_fusion": False}
+
+
+def guarded(kernel: Callable[..., T | None], reference: Callable[..., T], what: str) -> Callable[..., T]:
+    """`kernel` with its torch stage `reference` behind it: the reference runs where the kernel returns None (a
+    case it does not cover), and from then on where the kernel raises and the reference does not (a platform whose
+    triton cannot compile it), with one WARNING line; an error the reference raises too (bad input) is raised as
+    it is."""
+    working = True
+
+    def call(*args: Any, **kwargs: Any) -> T:
+        nonlocal working
+        if working:
+            try:
+                found = kernel(*args, **kwargs)
+            except Exception as error:
+                result = reference(
+                    *args, **kwargs
+                )  # raises here when the input, not the kernel, was the problem
+                LOG.warning(
+                    "the %s kernels failed (%s): its torch stage runs from now on", what, one_line(error)
+                )
+                working = False
+                return result
+            if found is not None:
+                return found
+        return reference(*args, **kwargs)
+
+    return call

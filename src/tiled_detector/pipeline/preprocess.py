@@ -183,13 +183,12 @@ class Preprocessor:
             std = torch.tensor(self.format.std, dtype=torch.float32)
             inverse, shift = 1.0 / std, -torch.tensor(self.format.mean, dtype=torch.float32) / std
             self._affine = tuple(t.view(3, 1, 1).to(self.device, dtype) for t in (shift, inverse))
-        # where the Triton kernels run: every view of a frame in one launch (`fused_preprocess`)
+        # where the Triton kernels run: every view of a frame in one launch (`fused_preprocess.Writer`)
         self._fused = None
         if kernels.enabled(self.device):
             from tiled_detector.pipeline import fused_preprocess
 
-            self._fused = fused_preprocess
-        self._tables: dict[TilePlan, torch.Tensor] = {}  # plan -> its views' table on the device (fused)
+            self._fused = fused_preprocess.Writer(self.format, self.dtype, self.device, self._sources)
 
     def run(
         self,
@@ -224,10 +223,7 @@ class Preprocessor:
         if not 0 <= start < stop <= plan.batch_size:
             raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
         batch = self.batch(stop - start, out)
-        if self._fused is not None:
-            self._fused.prepare(
-                frame, self._table(plan), batch, *self._fused_format(enc), views=(start, stop)
-            )
+        if self._fused is not None and self._fused.write(frame, plan, enc, batch, views=(start, stop)):
             return batch
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
@@ -260,11 +256,10 @@ class Preprocessor:
         tiles are chosen); tiles reaching past its border (a frame smaller than a tile) are one gather."""
         enc = Encoding.from_value(encoding)
         count = len(tiles)
-        if self._fused is not None:
-            full_view = plan.num_tiles if full_frame else -1
-            self._fused.prepare(
-                frame, self._table(plan), out, *self._fused_format(enc), chosen=tiles, full_view=full_view
-            )
+        full_view = plan.num_tiles if full_frame else -1
+        if self._fused is not None and self._fused.write(
+            frame, plan, enc, out, chosen=tiles, full_view=full_view
+        ):
             return
         if count:
             tile_hw = (int(plan.tiles[0, 3] - plan.tiles[0, 1]), int(plan.tiles[0, 2] - plan.tiles[0, 0]))
@@ -291,22 +286,6 @@ class Preprocessor:
         if full_frame:
             self._write_full_frame(frame, plan, enc, out[count])
         self._normalize(out[: count + int(full_frame)])
-
-    def _table(self, plan: TilePlan) -> torch.Tensor:
-        """The fused kernel's table of the plan's views on the device (made once per plan)."""
-        table = self._tables.get(plan)
-        if table is None:
-            if len(self._tables) >= _CACHED:
-                self._tables.clear()
-            table = self._tables[plan] = self._fused.view_table(plan, self.device)  # type: ignore[union-attr]
-        return table
-
-    def _fused_format(self, enc: Encoding) -> tuple[tuple[int, int, int], float, float, tuple | None]:
-        """The fused kernel's sources, factor, padding and normalisation for frames of `enc`."""
-        normalize = None
-        if self.format.normalizes:
-            normalize = self._fused.affine(self.format.mean, self.format.std, self.dtype)  # type: ignore[union-attr]
-        return self._sources(enc), self.format.factor(enc), self.format.pad, normalize
 
     def _tile_starts(self, plan: TilePlan, frame: torch.Tensor) -> torch.Tensor | None:
         """(N,) int64 on the device: where each tile of the plan starts in `_windows(frame)` (elements); None when

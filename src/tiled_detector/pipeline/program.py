@@ -123,19 +123,19 @@ def finish(
 
 def _fused_stages() -> tuple[Callable[..., PaddedDecoded], Callable[..., Any]]:
     """Decoding and the sync-free post-processing through the Triton kernels (`fused_decode`,
-    `fused_postprocess`), each falling back to its torch stage for what it does not cover."""
+    `fused_postprocess`), each falling back to its torch stage for what it does not cover, and for good where its
+    kernels fail (`kernels.guarded`)."""
     from tiled_detector.pipeline import fused_decode, fused_postprocess
-
-    def decode(*args: Any, **kwargs: Any) -> PaddedDecoded:
-        found = fused_decode.decode_padded(*args, **kwargs)
-        return decode_padded(*args, **kwargs) if found is None else found
 
     def rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None) -> Any:
         if fused_postprocess.supports(found, plan, settings, limits):
             return fused_postprocess.postprocess_rows(found, plan, settings, limits)  # type: ignore[arg-type]
-        return postprocess_rows(found, plan, settings, limits)
+        return None
 
-    return decode, rows
+    return (
+        kernels.guarded(fused_decode.decode_padded, decode_padded, "decoding"),
+        kernels.guarded(rows, postprocess_rows, "post-processing"),
+    )
 
 
 class SplitProgram(NamedTuple):
