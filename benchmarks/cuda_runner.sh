@@ -81,6 +81,9 @@
 #            (real weights) and .models/yolox_nano_source.ts (random: the flood), bench fp16 host frames of the real
 #            weights (stream_ms, targets 1.15x stream, 1.3x latency); with KERNELS_BASE=<another checkout's src> the
 #            profiles and bench of that checkout too (the baseline, same run)
+#   kernels_quick  the same in under two minutes: kernel_profile.py --check of the bundled model (kernels through the
+#            kernels == through the torch stages == eager) and bench of .models/yolox_nano_real.ts (stream_ms, the
+#            device ms per stage and kernels columns)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -511,5 +514,22 @@ if [[ " $what " == *" kernels "* ]]; then
       stream_rows "$out/bench_yolox_real_$branch/bench.csv" 1.15 1.3
     fi
   done
+fi
+
+if [[ " $what " == *" kernels_quick "* ]]; then
+  python3 -c "import torch, triton; print('triton', triton.__version__, 'torch', torch.__version__)"
+  python3 benchmarks/kernel_profile.py --check --size 1920x1080 3840x2160 --json "$out/profile_bundled.json" \
+    2>"$out/profile_bundled.err" | grep -v "^torch "
+  if [[ -f .models/yolox_nano_real.ts ]]; then
+    td bench --model .models/yolox_nano_real.ts --backend torch --device cuda --precision fp16 \
+      --size 1920x1080 3840x2160 --runs 20 --warmup 3 --out "$out/bench_yolox_real" 2>&1 | grep -v "bench \[" | tail -3
+    stream_rows "$out/bench_yolox_real/bench.csv" 1.15 1.3
+    python3 - "$out/bench_yolox_real/bench.csv" <<'PY'
+import csv, sys
+for row in csv.DictReader(open(sys.argv[1])):
+    print(row["size"], "kernels", row["kernels"], "model_kernels", row["model_kernels"],
+          {k[:-10]: row[k] for k in row if k.endswith("_device_ms") and row[k]})
+PY
+  fi
 fi
 

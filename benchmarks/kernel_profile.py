@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -197,18 +198,48 @@ def engine_alone(detector: TiledDetector, views: int, runs: int) -> dict[str, An
     return {"kernels": kernels, "graph_ms": round(statistics.median(times), 4)}
 
 
+def check(detector: TiledDetector, reference: TiledDetector, frame: torch.Tensor) -> str:
+    """The frame through the kernels (captured, replayed) against the torch stages (captured) and against the
+    kernels run eagerly: the same detections (boxes within fp16 rounding: 1e-3 relative)."""
+    eager = TiledDetector.from_config(detector.config.replace(cuda_graph=False), engine=detector.engine)
+    found = [d.detect_device(frame) for d in (detector, reference, eager)]
+    problems = []
+    for name, other in (("torch stages", found[1]), ("eager", found[2])):
+        if len(other) != len(found[0]) or not np.array_equal(other.class_ids, found[0].class_ids):
+            problems.append(f"{name}: {len(other)} detections against {len(found[0])}")
+            continue
+        worst = float(np.abs(other.boxes - found[0].boxes).max(initial=0.0))
+        if worst > 1e-3 * max(frame.shape):
+            problems.append(f"{name}: boxes differ by {worst:.4f} px")
+    return "OK" if not problems else "FAIL " + "; ".join(problems)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--size", nargs="+", default=["1920x1080", "3840x2160"])
     parser.add_argument("--conf", type=float, default=0.25)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also the same frames through the torch stages (TILED_DETECTOR_KERNELS=torch) and eagerly: detections equal",
+    )
     args = parser.parse_args()
-    options: dict[str, Any] = dict(backend="torch", device="cuda", precision=args.precision, conf_threshold=args.conf)
+    options: dict[str, Any] = dict(
+        backend="torch", device="cuda", precision=args.precision, conf_threshold=args.conf
+    )
     if args.model:
         options["model"] = args.model
+    reference = None
+    if args.check:  # the torch stages (read when a frame program is made), on the same engine
+        os.environ["TILED_DETECTOR_KERNELS"] = "torch"
+        reference = TiledDetector(**options)
+        os.environ.pop("TILED_DETECTOR_KERNELS")
     detector = TiledDetector(**options)
     results = {}
     for size in args.size:
@@ -220,13 +251,18 @@ def main() -> int:
         model = engine_alone(detector, views, args.runs)
         ours = replay["kernels_per_frame"] - model["kernels"]
         results[size] = {"replay": replay, "eager": eager, "model": model, "ours": ours, "views": views}
-        print(f"{size} ({views} views): frame graph {replay['kernels_per_frame']:.0f} kernels "
-              f"(nodes {replay['graph_nodes']}), {replay['device_ms_per_frame']:.3f} ms device, detect "
-              f"{replay['detect_ms']:.3f} ms, captured whole {replay['captured']}; engine alone "
-              f"{model['kernels']} kernels, graph {model['graph_ms']:.3f} ms; ours {ours:.0f} kernels")
+        print(
+            f"{size} ({views} views): frame graph {replay['kernels_per_frame']:.0f} kernels "
+            f"(nodes {replay['graph_nodes']}), {replay['device_ms_per_frame']:.3f} ms device, detect "
+            f"{replay['detect_ms']:.3f} ms, captured whole {replay['captured']}; engine alone "
+            f"{model['kernels']} kernels, graph {model['graph_ms']:.3f} ms; ours {ours:.0f} kernels"
+        )
         print(f"  eager kernels per stage {eager['kernels']}")
         print(f"  eager device ms per stage {eager['device_ms']}")
         print(f"  eager CUDA-event ms per stage {eager['event_ms']}")
+        if reference is not None:
+            results[size]["check"] = check(detector, reference, frame)
+            print(f"  check {results[size]['check']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     print("torch", torch.__version__, torch.cuda.get_device_name(), "numpy", np.__version__)
