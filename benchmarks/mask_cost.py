@@ -105,7 +105,8 @@ def main() -> None:
         masked = TiledDetector(device=args.device, precision=args.precision, masks=True, **settings)
         plain = TiledDetector.from_config(masked.config.replace(masks=False), engine=masked.engine)
         labels = not args.no_labels
-        masked.label_images = labels  # as the node while `masks` has a subscriber: composed on the device (CUDA)
+        # as the node while `masks` has a subscriber: the label image composed on the device (CUDA)
+        masked.label_images = labels
         for _ in range(args.warmup):  # captures, grown limits, cached plans
             _timed(masked, frame, labels)
             _timed(plain, frame, labels)
