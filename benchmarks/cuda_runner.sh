@@ -11,7 +11,8 @@
 # A machine without network: put the wheels in .whl/ (optional) and they are installed into /tmp/site first.
 # OUT (default out/device) is the results folder.
 #
-#   checks   the CUDA-only tests (pytest -m gpu) and benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
+#   checks   the CUDA-only tests (pytest -m gpu; the Triton kernels against the torch stages too) and
+#            benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
 #            and one D2H copy per frame)
 #   exports  ultralytics' own exports made there (TorchScript, ONNX), loaded with no options, bench with
 #            --peer sahi (host and device input, fp32 and fp16); a YOLOv8n-sized model that makes its anchors on
@@ -143,7 +144,7 @@ PY
 if [[ " $what " == *" checks "* ]]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/test_program.py test/test_bench.py test/test_decode.py \
     test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py \
-    test/test_motion.py >"$out/pytest_gpu.txt" 2>&1
+    test/test_motion.py test/test_kernels.py test/test_masks.py test/test_rotated.py >"$out/pytest_gpu.txt" 2>&1
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
   python3 benchmarks/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
