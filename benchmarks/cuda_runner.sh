@@ -11,7 +11,8 @@
 # A machine without network: put the wheels in .whl/ (optional) and they are installed into /tmp/site first.
 # OUT (default out/device) is the results folder.
 #
-#   checks   the CUDA-only tests (pytest -m gpu) and benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
+#   checks   the CUDA-only tests (pytest -m gpu; the Triton kernels against the torch stages too) and
+#            benchmarks/gpu_check.py (CPU == CUDA, graph == eager, one H2D
 #            and one D2H copy per frame)
 #   exports  ultralytics' own exports made there (TorchScript, ONNX), loaded with no options, bench with
 #            --peer sahi (host and device input, fp32 and fp16); a YOLOv8n-sized model that makes its anchors on
@@ -88,6 +89,15 @@
 #            YOLO26 end-to-end ONNX, TorchScript) and predicted by ultralytics on the real photos in
 #            .models/pose_photos/ letterboxed once, against our decoding of the same tensor (boxes and keypoints
 #            1 px, scores 0.01); needs ultralytics (no polars needed)
+#   kernels  the frame program's Triton kernels (issue 59): triton's presence, their CUDA tests (fused == torch stages,
+#            captured), benchmarks/kernel_profile.py (kernels and device ms per stage, eager; kernels per replayed
+#            frame graph; the engine's alone) for the bundled model, and where present .models/yolox_nano_real.ts
+#            (real weights) and .models/yolox_nano_source.ts (random: the flood), bench fp16 host frames of the real
+#            weights (stream_ms, targets 1.15x stream, 1.3x latency); with KERNELS_BASE=<another checkout's src> the
+#            profiles and bench of that checkout too (the baseline, same run)
+#   kernels_quick  the same in under two minutes: kernel_profile.py --check of the bundled model (kernels through the
+#            kernels == through the torch stages == eager) and bench of .models/yolox_nano_real.ts (stream_ms, the
+#            device ms per stage and kernels columns)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what="${*:-checks exports}"
@@ -147,7 +157,7 @@ PY
 if [[ " $what " == *" checks "* ]]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/test_program.py test/test_bench.py test/test_decode.py \
     test/test_engines.py test/test_jpeg.py test/test_merge.py test/test_preprocess.py test/test_policy.py \
-    test/test_motion.py >"$out/pytest_gpu.txt" 2>&1
+    test/test_motion.py test/test_kernels.py test/test_masks.py test/test_rotated.py >"$out/pytest_gpu.txt" 2>&1
   grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_gpu.txt" | tail -30
   python3 benchmarks/gpu_check.py --runs 30 >"$out/gpu_check.txt" 2>&1
   grep -E "^(equality|transfers|detect_many|captured|timings|1080p|FAIL|ALL|done)" "$out/gpu_check.txt" | tail -40
@@ -544,3 +554,45 @@ print({k: round(v['AP50'], 3) for k, v in d['configs'].items()})"
     echo "$name:"; graph_rows "/tmp/bench_$name/bench.csv"
   done
 fi
+
+if [[ " $what " == *" kernels "* ]]; then
+  python3 -c "import torch, triton; print('triton', triton.__version__, 'torch', torch.__version__)" | tee "$out/triton.txt"
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/test_kernels.py test/test_sync_free.py test/test_program.py \
+    >"$out/pytest_kernels.txt" 2>&1
+  grep -E "^(FAILED|ERROR|E  )|passed|failed" "$out/pytest_kernels.txt" | tail -20
+  for branch in ${KERNELS_BASE:+base} here; do
+    src="$PWD/src"; [[ $branch == base ]] && src="$KERNELS_BASE"
+    for model in bundled yolox_nano_real yolox_nano_source; do
+      flag=(); [[ $model != bundled ]] && flag=(--model ".models/$model.ts")
+      [[ $model != bundled && ! -f .models/$model.ts ]] && continue
+      sizes=(1920x1080 3840x2160); [[ $model == yolox_nano_source ]] && sizes=(1920x1080)
+      echo "== $branch $model"
+      PYTHONPATH="$src:$PWD/benchmarks:/tmp/site" python3 benchmarks/kernel_profile.py "${flag[@]}" --size "${sizes[@]}" \
+        --json "$out/profile_${model}_$branch.json" 2>"$out/profile_${model}_$branch.err" | grep -v "^torch "
+    done
+    if [[ -f .models/yolox_nano_real.ts ]]; then
+      PYTHONPATH="$src:$PWD/benchmarks:/tmp/site" td bench --model .models/yolox_nano_real.ts --backend torch \
+        --device cuda --precision fp16 --size 1920x1080 3840x2160 --runs 30 --warmup 5 \
+        --out "$out/bench_yolox_real_$branch" 2>&1 | grep -v "bench \[" | tail -3
+      stream_rows "$out/bench_yolox_real_$branch/bench.csv" 1.15 1.3
+    fi
+  done
+fi
+
+if [[ " $what " == *" kernels_quick "* ]]; then
+  python3 -c "import torch, triton; print('triton', triton.__version__, 'torch', torch.__version__)"
+  python3 benchmarks/kernel_profile.py --check --size 1920x1080 3840x2160 --json "$out/profile_bundled.json" \
+    2>"$out/profile_bundled.err" | grep -v "^torch "
+  if [[ -f .models/yolox_nano_real.ts ]]; then
+    td bench --model .models/yolox_nano_real.ts --backend torch --device cuda --precision fp16 \
+      --size 1920x1080 3840x2160 --runs 20 --warmup 3 --out "$out/bench_yolox_real" 2>&1 | grep -v "bench \[" | tail -3
+    stream_rows "$out/bench_yolox_real/bench.csv" 1.15 1.3
+    python3 - "$out/bench_yolox_real/bench.csv" <<'PY'
+import csv, sys
+for row in csv.DictReader(open(sys.argv[1])):
+    print(row["size"], "kernels", row["kernels"], "model_kernels", row["model_kernels"],
+          {k[:-10]: row[k] for k in row if k.endswith("_device_ms") and row[k]})
+PY
+  fi
+fi
+

@@ -14,9 +14,10 @@ masks. With `--model` and `--photo`, the real file on a real
 frame at the given threshold. Prints the milliseconds per frame each way, the ratio, the objects and mask pixels per
 frame, and (CUDA) captures, split and peak memory; `--json` writes them (with each stage's median milliseconds).
 
-A frame with masks is timed up to its label image (`InstanceMasks.labels`, composed on the host from the masks'
-boxes and bits on first use): what the node pays per frame while its `masks` topic has a subscriber
-(`ms_labels`: that composition alone). `--no-labels`: the detector's call alone (detect --json, no label image).
+A frame with masks is timed up to its label image (`InstanceMasks.labels`: on CUDA composed on the device and
+downloaded with the masks, `TiledDetector.label_images`; on the CPU composed on the host from the masks' boxes and
+bits on first use): what the node pays per frame while its `masks` topic has a subscriber (`ms_labels`: the host's
+part after the call). `--no-labels`: the detector's call alone (detect --json, no label image).
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def main() -> None:
         masked = TiledDetector(device=args.device, precision=args.precision, masks=True, **settings)
         plain = TiledDetector.from_config(masked.config.replace(masks=False), engine=masked.engine)
         labels = not args.no_labels
+        # as the node while `masks` has a subscriber: the label image composed on the device (CUDA)
+        masked.label_images = labels
         for _ in range(args.warmup):  # captures, grown limits, cached plans
             _timed(masked, frame, labels)
             _timed(plain, frame, labels)

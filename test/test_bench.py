@@ -281,3 +281,70 @@ def test_a_tile_budget_row_is_a_stream_with_its_views_per_frame(tmp_path: Path, 
     lines = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("backend "))
     assert lines[at + 1].split()[3] == "3/9"
+
+
+def test_the_csv_names_the_device_stage_and_kernel_columns() -> None:
+    """Issue 59's columns, exactly: each stage's device milliseconds and the kernels of the captured frame graph
+    (with the engine's alone beside them), empty where not measured (a CPU row)."""
+    from tiled_detector.tools.benchmark import COLUMNS, Row, csv_text
+
+    names = [
+        f"{s}_device_ms"
+        for s in ("preprocess", "model", "decode", "merge", "rotated", "masks", "labels", "download")
+    ]
+    assert set(names) | {"kernels", "model_kernels"} <= set(COLUMNS)
+    header = (
+        csv_text([Row("onnxruntime", "fp32", "640x480", values={"total_ms": 1.0})]).splitlines()[0].split(",")
+    )
+    assert set(names) | {"kernels"} <= set(header)
+
+
+def test_the_plot_shows_each_rows_device_stages_and_kernels(tmp_path) -> None:
+    """A CUDA row's device milliseconds per stage are a bar of their own below its host stages, labelled with its
+    kernels; a row without them (a CPU row) has none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from tiled_detector.tools.benchmark import Row, plot
+
+    gpu = Row("torch", "fp16", "1920x1080", values={"model_only_graph_ms": 0.7, "kernels": 174})
+    gpu.values.update(
+        preprocess_device_ms=0.05, model_device_ms=0.6, decode_device_ms=0.04, merge_device_ms=0.1
+    )
+    gpu.stages = {"upload": (0.4, 0.5), "graph": (1.0, 1.1), "download": (0.1, 0.1)}
+    cpu = Row("onnxruntime", "fp32", "1920x1080", values={"model_only_ms": 30.0})
+    cpu.stages = {"preprocess": (7.0, 8.0), "infer": (30.0, 31.0)}
+    drawn = {}
+    original = pyplot.subplots
+
+    def spy(*args, **kwargs):
+        drawn["figure"], drawn["axes"] = original(*args, **kwargs)
+        return drawn["figure"], drawn["axes"]
+
+    pyplot.subplots = spy
+    try:
+        plot([gpu, cpu], tmp_path / "bench.png")
+    finally:
+        pyplot.subplots = original
+    labels = [t.get_text() for t in drawn["axes"].get_yticklabels()]
+    assert labels == ["torch fp16 1920x1080", "  device, 174 kernels", "onnxruntime fp32 1920x1080"]
+    legend = {t.get_text() for t in drawn["axes"].get_legend().get_texts()}
+    assert {"model", "merge", "upload", "infer"} <= legend
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.gpu
+def test_bench_on_cuda_reports_device_stages_and_kernels(tmp_path) -> None:
+    """The bundled model at 1080p fp16, frames on the device: every stage's device milliseconds and the captured
+    graph's kernels; our kernels (the frame graph's less the engine's) within issue 59's 40."""
+    argv = ["bench", "--size", "1920x1080", "--runs", "3", "--warmup", "2", "--backend", "torch", "--precision",
+            "fp16", "--device", "cuda", "--input", "device", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = csv.DictReader((tmp_path / "bench.csv").open())
+    for stage in ("preprocess", "model", "decode", "merge", "download"):
+        assert float(row[f"{stage}_device_ms"]) > 0, stage
+    assert row["rotated_device_ms"] == row["masks_device_ms"] == row["labels_device_ms"] == ""
+    assert int(row["kernels"]) > int(row["model_kernels"]) > 0
+    assert int(row["kernels"]) - int(row["model_kernels"]) <= 40

@@ -390,3 +390,70 @@ def test_torch_engine_module_imports_without_torch_export_passes(monkeypatch, ex
     spec.loader.exec_module(module)
     engine = module.TorchEngine(export_torchscript(TwoHeads().eval(), HW), max_batch=4)
     assert engine.input.shape == (-1, 3, *HW)
+
+
+class _ConvBn(nn.Module):
+    """Convolutions each followed by a BatchNorm with non-trivial statistics, then a 1x1 head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers = []
+        for cin, cout in ((3, 8), (8, 8)):
+            bn = nn.BatchNorm2d(cout)
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.2, 0.2)
+            layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), bn, nn.ReLU()]
+        self.body = nn.Sequential(*layers, nn.Conv2d(8, 6, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x).flatten(2)
+
+
+def _batch_norms(module: torch.jit.ScriptModule) -> int:
+    return sum("batch_norm" in node.kind() for node in module.inlined_graph.nodes())
+
+
+def test_torchscript_batchnorms_after_convolutions_run_folded(export_torchscript):
+    """A TorchScript's BatchNorms are folded into the convolutions at load (frozen): none is left in the forward,
+    and the outputs equal the module's within float32 rounding."""
+    torch.manual_seed(0)
+    model = _ConvBn().eval()
+    path = export_torchscript(model, (32, 32))
+    assert _batch_norms(torch.jit.load(str(path))) == 2
+    engine = TorchEngine(path, precision=Precision.FP32)
+    assert _batch_norms(engine._module) == 0
+    batch = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(batch)
+    torch.testing.assert_close(engine.infer(batch)["output0"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_torchscript_freezing_refuses_runs_unfrozen_with_one_info_line(
+    export_torchscript, monkeypatch, caplog
+):
+    """Bad input: a module torch.jit.freeze refuses runs as it is (its BatchNorms unfolded), with one INFO line."""
+    import logging
+
+    path = export_torchscript(_ConvBn().eval(), (32, 32))
+
+    def refuse(module, *args, **kwargs):
+        raise RuntimeError("attributes mutated in forward\nmore")
+
+    monkeypatch.setattr(torch.jit, "freeze", refuse)
+    with caplog.at_level(logging.INFO, logger="tiled_detector.engines.torch"):
+        engine = TorchEngine(path, precision=Precision.FP32)
+    assert _batch_norms(engine._module) == 2
+    lines = [r.getMessage() for r in caplog.records if "not frozen" in r.getMessage()]
+    assert len(lines) == 1 and "attributes mutated in forward" in lines[0] and "more" not in lines[0]
+
+
+@pytest.mark.parametrize("name", ["default.ts", "obb.ts"])
+def test_the_bundled_torchscripts_ship_folded(name):
+    """The bundled models have no BatchNorm left (folded into their convolutions when they were exported)."""
+    from pathlib import Path
+
+    from tiled_detector.models import __file__ as models
+
+    assert _batch_norms(torch.jit.load(str(Path(models).parent / name))) == 0

@@ -15,6 +15,7 @@ from support.networks import SquareSegmenter, save_onnx
 from test_detector import _scene
 from test_program import _replaying_capture
 from tiled_detector import TiledDetector
+from tiled_detector.pipeline import labels as label_images
 from tiled_detector.pipeline import masks
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes
 from tiled_detector.pipeline.depth import DepthImage
@@ -181,6 +182,65 @@ def test_the_host_label_image_equals_a_pixel_by_pixel_reference(seed):
     for k, old in enumerate(index):
         if old >= 0:
             np.testing.assert_array_equal(chosen.mask(k), shown.mask(old))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_device_label_image_follows_the_same_rank_rule(seed):
+    """`labels.compose` (the label images on the device: one scatter of (rank, row) keys per frame) equals the
+    pixel-by-pixel reference and the host's `InstanceMasks.labels` on random piled masks with random ranks, two
+    frames of different sizes in one call, and spare bits past the rows' (the fixed-size path's capacity)."""
+    rng = np.random.default_rng(seed)
+    shapes = [(37, 53), (20, 31)]
+    images, parts = [], []
+    for frame, shape in enumerate(shapes):
+        count = 9
+        x0, y0 = rng.integers(0, shape[1], count), rng.integers(0, shape[0], count)
+        boxes = np.stack(
+            [x0, y0, (x0 + rng.integers(0, 25, count)).clip(max=shape[1]),
+             (y0 + rng.integers(0, 20, count)).clip(max=shape[0])], 1,
+        )  # fmt: skip
+        areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        bits = rng.random(int(areas.sum())) < 0.7
+        rank = rng.permutation(count)
+        want = _reference_labels(shape, boxes, bits, rank)
+        np.testing.assert_array_equal(InstanceMasks(shape, boxes, bits, 1.0, shape, rank).labels, want)
+        images.append(want)
+        parts.append((boxes, bits, rank, np.full(count, frame)))
+    boxes, bits, rank, frame = (np.concatenate(p) for p in zip(*parts, strict=True))
+    values = np.concatenate([np.arange(len(p[0])) + 1 for p in parts])
+    spare = np.concatenate([bits, rng.random(40) < 0.5])  # bits past the rows' are never read
+    got = label_images.compose(
+        torch.from_numpy(boxes), torch.from_numpy(rank), torch.from_numpy(values), torch.from_numpy(spare),
+        torch.from_numpy(frame), shapes,
+    )  # fmt: skip
+    split = shapes[0][0] * shapes[0][1]
+    np.testing.assert_array_equal(got[:split].numpy().reshape(shapes[0]), images[0])
+    np.testing.assert_array_equal(got[split:].numpy().reshape(shapes[1]), images[1])
+
+
+def test_label_images_composed_on_the_device_equal_the_hosts(segmenter):
+    """With `label_images` (the node: while `masks` has a subscriber) the fixed-size path composes each frame's
+    label image on the device, in its own capture, downloaded with the masks: the host's image, pixel for pixel;
+    turned off, the label image is composed on the host again."""
+    exact = _detector(segmenter)
+    log: list[str] = []
+    fast = TiledDetector.from_config(exact.config.replace(cuda_graph=True), engine=exact.engine,
+                                     capture=_replaying_capture(log))  # fmt: skip
+    fast._sync_free = True
+    fast.label_images = True
+    for seed in (3, 4):
+        frame, _, _ = _scene(seed, 152, 208, 6)
+        for _ in range(2):  # the capture, then its replay
+            a, b = exact.detect(frame), fast.detect(frame)
+            assert a.masks.image is None and b.masks.image is not None
+            np.testing.assert_array_equal(b.masks.labels, a.masks.labels)
+            assert b.masks.labels.dtype == np.uint16 and b.masks.labels.shape == a.masks.labels.shape
+    captures = len(fast._runner._captured)
+    fast.label_images = False
+    frame, _, _ = _scene(3, 152, 208, 6)
+    c = fast.detect(frame)
+    assert c.masks.image is None and len(fast._runner._captured) == captures + 1
+    np.testing.assert_array_equal(c.masks.labels, exact.detect(frame).masks.labels)
 
 
 def test_the_masks_download_carries_8_bits_a_byte():

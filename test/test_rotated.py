@@ -298,3 +298,83 @@ def test_views_map_rotated_boxes_to_the_frame() -> None:
     torch.testing.assert_close(out[1], torch.tensor([20.0, 40.0, 16.0, 8.0, 0.3]))
     assert math.isclose(float(out[2, 4]), math.atan2(1, 2), rel_tol=1e-6)
     assert math.isclose(float(out[2, 2] * out[2, 3]), 8.0, rel_tol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(rectangles, min_size=0, max_size=14),
+    st.lists(st.booleans(), min_size=14, max_size=14),
+    st.integers(1, 120),
+)
+def test_the_bounded_pair_list_measures_exactly_the_pairs_whose_hulls_meet(
+    boxes: list, on: list, capacity: int
+):
+    """Property: with a capacity (the sync-free path) only pairs whose hulls meet are measured as polygons, rows
+    that take part only: where the meeting pairs fit, the matrices equal every pair measured (bit for bit) on those
+    rows and are 0 elsewhere; where they do not, only the first `capacity` of them (row-major) are, and
+    `meeting_pairs` says how many there were."""
+    obb = torch.tensor(np.array(boxes, np.float32).reshape(-1, 5))
+    c = corners(obb)
+    rows = torch.tensor(on[: len(boxes)], dtype=torch.bool)
+    meet = (obb_hulls(obb)[:, None, :2] <= obb_hulls(obb)[None, :, 2:]).all(-1)
+    meet &= (obb_hulls(obb)[None, :, :2] <= obb_hulls(obb)[:, None, 2:]).all(-1)
+    meet &= rows[:, None] & rows[None, :]
+    assert int(rotated.meeting_pairs(c, c, rows, rows)) == int(meet.sum())
+    every = overlap(c[:, None], c[None], "iou")
+    listed = pairwise_overlap(c, c, "iou", capacity, rows, rows)
+    taken = meet.flatten() & (meet.flatten().cumsum(0) <= capacity)
+    want = torch.where(taken.view(meet.shape), every, 0.0)
+    torch.testing.assert_close(listed, want, atol=0, rtol=0)
+    inside = rotated.pairwise_intersection(c, c, capacity, rows, rows)
+    torch.testing.assert_close(
+        inside, torch.where(taken.view(meet.shape), intersection_area(c[:, None], c[None]), 0.0)
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1), st.sampled_from(["nms", "nmm", "greedy_nmm"]), st.sampled_from(["iou", "ios"])
+)
+def test_the_rotated_merge_by_the_pair_list_equals_every_pair(seed: int, method: str, metric: str) -> None:
+    """Property: the sync-free rotated merge and seam rule measuring a bounded pair list give today's result (every
+    pair measured) wherever the pairs fit: the same rows, the same `exact`; a list too short says so in the
+    status (`exact` 0, the pairs needed), never a silent cut, and the limits grow the pairs, not the rounds."""
+    from tiled_detector.config import DetectorConfig
+    from tiled_detector.pipeline.decode import PaddedDecoded
+    from tiled_detector.pipeline.merge import MergeRule, merge_padded
+    from tiled_detector.pipeline.postprocess import Limits, postprocess_rows
+    from tiled_detector.pipeline.tiling import batch_plan, make_plan
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    centres = rng.uniform(20, 200, (max(1, n // 3), 2))[rng.integers(0, max(1, n // 3), n)]
+    obb = np.concatenate([centres + rng.normal(0, 4, (n, 2)), rng.uniform(4, 60, (n, 2)),
+                          rng.uniform(0, 1.5, (n, 1))], 1).astype(np.float32)  # fmt: skip
+    boxes, scores = torch.from_numpy(obb), torch.from_numpy(rng.uniform(0, 1, n).astype(np.float32))
+    classes, valid = torch.from_numpy(rng.integers(0, 2, n)), torch.from_numpy(rng.random(n) < 0.8)
+    rule = MergeRule(method, metric, 0.3)
+    every = merge_padded(boxes, scores, classes, valid, rule, nms_rounds=64, slots=64)
+    listed = merge_padded(boxes, scores, classes, valid, rule, nms_rounds=64, slots=64, pairs=n * n)
+    for a, b in zip(every, listed, strict=True):
+        assert torch.equal(a, b)
+    plan = batch_plan([make_plan((256, 256), (128, 128), 0.2, (128, 128), True)])
+    found = PaddedDecoded(
+        boxes, scores, classes, torch.from_numpy(rng.integers(0, plan.batch_size, n)), valid
+    )
+    settings_ = DetectorConfig(merge=method, match_metric=metric, merge_threshold=0.3).frame_settings(
+        ("a", "b")
+    )
+    roomy = postprocess_rows(found, plan, settings_, Limits(capacity=64, slots=64, rounds=64, pairs=4096))
+    exact = postprocess_rows(found, plan, settings_, None)
+    kept = roomy.packed[:-1, 6] > 0
+    assert torch.equal(roomy.packed[:-1][kept], exact.packed[:-1][exact.packed[:-1, 6] > 0])
+    needed = int(roomy.packed[-1, 4])
+    assert roomy.packed[-1, 1] == 1.0 and needed >= int(valid.sum())  # (every valid row meets itself)
+    if needed == 0:
+        return
+    short = postprocess_rows(
+        found, plan, settings_, Limits(capacity=64, slots=64, rounds=64, pairs=needed - 1)
+    )
+    assert short.packed[-1, 1] == 0.0 and int(short.packed[-1, 4]) == needed
+    limits, maxed = Limits(pairs=needed - 1).grown(n, False, 1, 0, needed)
+    assert limits.pairs >= needed and limits.rounds == Limits().rounds and not maxed

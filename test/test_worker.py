@@ -175,7 +175,7 @@ def test_the_view_cap_counts_only_the_cameras_sending(detector) -> None:
         Job("small", small, 1, context=Arrival(1, None, 0.0)),
     ]
     worker.frame_hw.update({0: (2160, 3840), 1: (240, 320)})
-    assert worker.frame_view_cap(jobs[:1]) == 10  # twice the small camera's views, at least 10
+    assert worker.frame_view_cap(jobs[:1]) == 4  # the small camera's views, at least 4
     now[0] = 5.0  # the small camera sent nothing for 5 s
     worker.share.arrived(0)
     assert worker.frame_view_cap(jobs[:1]) == 0
@@ -202,7 +202,7 @@ def _views_spy(worker: Worker) -> list[list[int]]:
 
 def test_a_frame_in_parts_keeps_its_cap_and_runs_whole_once_the_other_camera_stops(detector) -> None:
     """A 4K camera (32 tiles + the full view) beside a 640x480 one: the first cycle runs the 4K frame's first part
-    (9 tiles + the full view: a cap of 10) with the small frame; the small camera then stops, and once it no longer
+    (3 tiles + the full view: a cap of 4) with the small frame; the small camera then stops, and once it no longer
     counts as sending the 4K frame runs whole in one batch of 33 views (not 23 parts of one tile), with a note that
     says so; the next 4K frame runs whole at once."""
     now = [0.0]
@@ -220,14 +220,14 @@ def test_a_frame_in_parts_keeps_its_cap_and_runs_whole_once_the_other_camera_sto
         if len(host.published) == 2:
             break
         worker.cycle(timeout=0.0)
-    assert calls[0][0] == 10 and calls[1:] == [[33]]  # one batch of the whole frame after the first part
+    assert calls[0][0] == 4 and calls[1:] == [[33]]  # one batch of the whole frame after the first part
     index, stamp, result = host.published[-1]
     assert (index, stamp, result.views) == (
         0,
         1,
-        10 + 33,
+        4 + 33,
     )  # every view run for it, the part set aside included
-    assert result.notes == ("run whole: the view cap was lifted after 1 part of at most 10 views",)
+    assert result.notes == ("run whole: the view cap was lifted after 1 part of at most 4 views",)
     worker.slots.put(0, Arrival(0, Message(big, 2), 0.0))
     worker.cycle(timeout=0.0)
     assert calls[-1] == [33] and host.published[-1][2].notes == ()

@@ -169,6 +169,9 @@ class TiledDetector:
             0  # batches left to take the exact path directly (a limit at its maximum was hit)
         )
         self.degenerate_rows = getattr(self, "degenerate_rows", 0)  # model rows that were no box, dropped
+        # compose each frame's label image on the device (the node: while `masks` has a subscriber); on the
+        # accelerator path only (the CPU composes it where it is used, faster there)
+        self.label_images = getattr(self, "label_images", False)
 
     @property
     def rotated(self) -> bool:
@@ -451,7 +454,9 @@ class TiledDetector:
                 )
                 clock.mark("positions")
             running()
-            host, masks = self._download(packed, None if built is None else mask_stage.pack(built))
+            labels = self._labels_here(built)
+            bytes_ = FrameProgram.mask_bytes(packed, built, plan, self._frame_settings, labels, clock.mark)
+            host, masks = self._download(packed, bytes_, self._label_pixels(plan, labels))
             clock.mark("download")
         timings = clock.timings()
         extra = OBB_COLUMNS if self.rotated else 0
@@ -495,16 +500,27 @@ class TiledDetector:
         shape = self._keypoint_shape
         return 0 if shape is None or self._frame_settings.keypoints is False else shape[0]
 
+    def _labels_here(self, built: Any) -> bool:
+        """Whether this batch's label images are composed on the device: asked for, masks built, the
+        accelerator's path."""
+        return bool(self.label_images) and built is not None and self._sync_free
+
+    def _label_pixels(self, plan: BatchPlan, labels: bool) -> int:
+        """The label images' pixels of the batch's frames (0 where they are not composed on the device)."""
+        sizes = mask_stage.label_sizes(plan, self._frame_settings.mask_scale)
+        return sum(h * w for h, w in sizes) if labels else 0
+
     def _download(
-        self, packed: torch.Tensor, built: torch.Tensor | None
+        self, packed: torch.Tensor, built: torch.Tensor | None, label_pixels: int = 0
     ) -> tuple[np.ndarray, mask_stage.HostMasks | None]:
-        """The packed rows and, where built, the masks, in one device-to-host copy."""
+        """The packed rows and, where built, the masks (and the label images after them), in one device-to-host
+        copy."""
         if built is None:
             return packed.cpu().numpy(), None
         data = torch.cat([packed.contiguous().view(torch.uint8).reshape(-1), built]).cpu().numpy()
         size = packed.numel() * packed.element_size()
         host = data[:size].view(np.float32).reshape(packed.shape)
-        return host, mask_stage.unpack(data[size:], packed.shape[0] - 1)
+        return host, mask_stage.unpack(data[size:], packed.shape[0] - 1, label_pixels)
 
     def _selection(self, plan: BatchPlan, tiles: Sequence[np.ndarray | None] | None) -> ViewSelection | None:
         """The chosen views of a batch on the engine's device (None: every view). Where the program is captured,
@@ -550,14 +566,25 @@ class TiledDetector:
                 None if d is None else (d.image.data_ptr(), tuple(d.image.shape), d.image.dtype, d.intrinsics)
                 for d in depths
             )
-        key = (plan, tuple(encodings), tuple(f.data_ptr() for f in frames), views, settings, limits, located)
+        # (and whether the label images are composed: a second capture, selected by the `masks` subscription)
+        labels = bool(self.label_images) and self._resolved.segments and settings.masks is not False
+        key = (
+            plan,
+            tuple(encodings),
+            tuple(f.data_ptr() for f in frames),
+            views,
+            settings,
+            limits,
+            located,
+            labels,
+        )
         mark = no_mark if self._runner.captures else clock.mark  # a capture records no stage times
         program = self._program
         packed, found, built = self._runner.run(
             key,
-            lambda: program(frames, encodings, plan, settings, limits, mark, chosen, depths),
+            lambda: program(frames, encodings, plan, settings, limits, mark, chosen, depths, labels),
             lambda: (
-                program.split(frames, encodings, plan, settings, limits, chosen, depths)
+                program.split(frames, encodings, plan, settings, limits, chosen, depths, labels)
                 if program.can_split
                 else None
             ),
@@ -565,11 +592,11 @@ class TiledDetector:
         if self._runner.captures:
             clock.mark("graph")  # the replayed frame program, preprocessing to packed rows
         running()  # the host's time while the device runs the batch
-        host, masks = self._download(packed, built)
+        host, masks = self._download(packed, built, self._label_pixels(plan, labels and built is not None))
         clock.mark("download")
         needed, exact, largest = int(host[-1, 0]), host[-1, 1] == 1.0, int(host[-1, 2])
-        pixels = 0 if masks is None else masks.needed
-        self._limits, maxed = limits.grown(needed, exact, largest, pixels)
+        pixels, pairs = 0 if masks is None else masks.needed, int(host[-1, 4])
+        self._limits, maxed = limits.grown(needed, exact, largest, pixels, pairs)
         if maxed:
             self._exact_batches = _RETRY_AFTER
         fits = needed <= limits.capacity and exact and pixels <= limits.mask_pixels

@@ -4,6 +4,8 @@ around a library's calls, and CUDA graph capture."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -52,13 +54,45 @@ def made_current(device: torch.device) -> AbstractContextManager[object]:
 
 def cuda_graph(function: Callable[[], T]) -> tuple[Callable[[], None], T]:
     """Capture `function` as one `torch.cuda.CUDAGraph` (after a warm-up run on a side stream, which lets
-    libraries allocate their workspaces): (replay, outputs), replay() recomputing `outputs` in place."""
+    libraries allocate their workspaces): (replay, outputs), replay() recomputing `outputs` in place. The graph is
+    kept where torch can keep it (`graph_nodes` counts its nodes)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         function()
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    try:
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:  # torch < 2.7 (JetPack's): the graph is instantiated and dropped at the capture's end
+        graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = function()
+    if hasattr(graph, "instantiate") and hasattr(graph, "raw_cuda_graph"):
+        with contextlib.suppress(RuntimeError):
+            graph.instantiate()
     return graph.replay, outputs
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver library (libcuda), or None."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        with contextlib.suppress(OSError):
+            return ctypes.CDLL(name)
+    return None
+
+
+def graph_nodes(replay: Callable[[], None]) -> int | None:
+    """The node count (kernels, copies, memsets) of the graph a `cuda_graph` replay runs; None where it cannot be
+    read (torch did not keep the graph, no driver library)."""
+    graph = getattr(replay, "__self__", None)
+    driver = _driver()
+    if graph is None or driver is None or not hasattr(graph, "raw_cuda_graph"):
+        return None
+    try:
+        handle = graph.raw_cuda_graph()
+    except RuntimeError:
+        return None
+    count = ctypes.c_size_t(0)
+    result = driver.cuGraphGetNodes(ctypes.c_void_p(handle), None, ctypes.byref(count))
+    return int(count.value) if result == 0 else None

@@ -16,7 +16,8 @@ class InstanceMasks:
     exclusive; empty: no mask, e.g. an object carried from an earlier frame); bits: every detection's pixels in its
     box, row-major, one detection after the other; frame_hw: the frame's size; rank: (N,) where masks overlap, the
     detection of the lower rank wins (None: the order, the first wins; the detector's order is by score).
-    `labels`, the label image, is composed from them on first use.
+    `labels`, the label image: `image` where it was composed on the device (`pipeline.labels`), else composed from
+    the boxes and bits on first use.
     """
 
     shape: tuple[int, int]
@@ -25,6 +26,7 @@ class InstanceMasks:
     scale: float
     frame_hw: tuple[int, int]
     rank: np.ndarray | None = None
+    image: np.ndarray | None = None  # (h, w) uint16: the label image composed on the device, in this order
 
     def __post_init__(self) -> None:
         boxes = np.asarray(self.boxes, np.int32).reshape(-1, 4)
@@ -43,8 +45,11 @@ class InstanceMasks:
     @functools.cached_property
     def labels(self) -> np.ndarray:
         """The (h, w) uint16 label image: k + 1 where detection k's mask covers a pixel, 0 elsewhere; where masks
-        overlap, the detection of the lower rank wins. Composed once, on first use: the masks written worst rank
-        first, each a slice assignment into its box (one numpy call per detection, none per pixel)."""
+        overlap, the detection of the lower rank wins. The device's (`image`) where it composed it; else composed
+        once, on first use: the masks written worst rank first, each a slice assignment into its box (one numpy
+        call per detection, none per pixel)."""
+        if self.image is not None:
+            return self.image
         labels = np.zeros(self.shape, np.uint16)
         areas = self.areas
         starts = np.cumsum(areas) - areas

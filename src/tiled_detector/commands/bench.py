@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "engine's device (GPU-decoded or zero-copy sources)",
     )
     parser.add_argument("--peer", choices=("sahi",), help="also time a peer on the same model and frames")
+    parser.add_argument(
+        "--masks-subscribed",
+        action="store_true",
+        help="a segmentation model's label image made every frame, as the node makes it while its masks topic "
+        "has a subscriber (on CUDA on the device: its device time is labels_device_ms)",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object (last line)")
     add_settings(parser, only=[n for n in settings() if n not in ("backend", "precision")])
 
@@ -93,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         build,
         progress,
         on_device=args.input == "device",
+        masks_subscribed=args.masks_subscribed,
     )
     changes = config_changes(values)
     # the bundled model follows the backend

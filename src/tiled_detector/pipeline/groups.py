@@ -14,6 +14,10 @@ from torch import Tensor
 
 from tiled_detector.pipeline import rotated
 
+Rows = (
+    tuple[Tensor, Tensor] | None
+)  # the rows of each side of a pairwise comparison that take part (None: all)
+
 
 def group_key(class_ids: Tensor | None, frame_index: Tensor | None) -> Tensor | None:
     """(N,) int64 >= 0, equal for two rows exactly when they are in the same frame (None: one frame) and class
@@ -60,14 +64,25 @@ class Geometry:
         """IoU / IoS of broadcastable boxes, row by row (the merge's re-check of a member against its group)."""
         return overlap(a, b, metric)
 
-    def pairwise(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
-        """(N, M) IoU / IoS of every box of a with every box of b."""
+    def pairwise(
+        self, a: Tensor, b: Tensor, metric: str, pairs: int | None = None, on: Rows = None
+    ) -> Tensor:
+        """(N, M) IoU / IoS of every box of a with every box of b. `pairs`, `on`: a bound on the pairs measured
+        and the rows that take part (`on` (a rows, b rows) bool, None: all), for a geometry whose pairs are costly
+        (rotated: the bounded pair list); axis-aligned boxes measure every pair (a few kernels)."""
         return overlap(a[:, None], b[None], metric)
 
-    def covers(self, part: Tensor, whole: Tensor, min_cover: float) -> Tensor:
+    def covers(
+        self, part: Tensor, whole: Tensor, min_cover: float, pairs: int | None = None, on: Rows = None
+    ) -> Tensor:
         """(N, M) bool: box j of `whole` covers at least `min_cover` of the area of box i of `part` (the seam
-        rule's test)."""
+        rule's test; `pairs`, `on` as in `pairwise`)."""
         return intersection(part[:, None], whole[None]) >= min_cover * area(part).clamp_min(1e-9)[:, None]
+
+    def pairs_needed(self, boxes: Tensor, on: Tensor) -> Tensor:
+        """0-dim int64: the pairs of the rows `on` that a bounded pairwise comparison of `boxes` with themselves
+        measures (the bound `pairwise` and `covers` need); 0 where every pair is measured anyway."""
+        return torch.zeros((), dtype=torch.int64, device=boxes.device)
 
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         """The boxes covering `merged` and `member` row by row (SAHI's union)."""
@@ -110,13 +125,24 @@ class RotatedGeometry(Geometry):
     def overlap(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
         return rotated.overlap(rotated.corners(a), rotated.corners(b), metric)
 
-    def pairwise(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
-        return rotated.pairwise_overlap(rotated.corners(a), rotated.corners(b), metric)
+    def pairwise(
+        self, a: Tensor, b: Tensor, metric: str, pairs: int | None = None, on: Rows = None
+    ) -> Tensor:
+        """With `pairs`: the exact polygons of at most that many pairs whose hulls meet (`rotated.pair_list`)."""
+        a_on, b_on = on or (None, None)
+        return rotated.pairwise_overlap(rotated.corners(a), rotated.corners(b), metric, pairs, a_on, b_on)
 
-    def covers(self, part: Tensor, whole: Tensor, min_cover: float) -> Tensor:
+    def covers(
+        self, part: Tensor, whole: Tensor, min_cover: float, pairs: int | None = None, on: Rows = None
+    ) -> Tensor:
         corners = rotated.corners(part)
-        inside = rotated.pairwise_intersection(corners, rotated.corners(whole))
+        a_on, b_on = on or (None, None)
+        inside = rotated.pairwise_intersection(corners, rotated.corners(whole), pairs, a_on, b_on)
         return inside >= min_cover * rotated.polygon_area(corners).clamp_min(1e-9)[:, None]
+
+    def pairs_needed(self, boxes: Tensor, on: Tensor) -> Tensor:
+        corners = rotated.corners(boxes)
+        return rotated.meeting_pairs(corners, corners, on, on)
 
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         return rotated.covering(merged, rotated.corners(member))

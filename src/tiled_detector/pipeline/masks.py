@@ -12,7 +12,8 @@ Only the pixels of kept detections' boxes are computed, at `mask_scale` of the f
 are enumerated (a fixed number, `capacity`, on the sync-free path: the status says how many were needed), so memory
 follows the kept detections, never a full-frame mask per candidate, and no loop runs per detection. The result is
 each detection's own mask (its box in label pixels and its bits), packed into bytes for the one download (`pack`:
-8 bits a byte; `unpack`). The label image is not made on the device: `InstanceMasks.labels` composes it on the host
+8 bits a byte; `unpack`). The label image is made on the device only where asked for (`pipeline.labels`, while the `masks` topic has a
+subscriber); otherwise `InstanceMasks.labels` composes it on the host
 from the boxes and bits, where it is used.
 """
 
@@ -91,7 +92,7 @@ def build(
     if len(area) == 0:
         bits = torch.zeros(capacity or 0, dtype=torch.bool, device=device)
         return MaskRows(box.int(), bits, area.new_zeros(()))
-    row, local, inside, needed = _enumerated(area, capacity)
+    row, local, inside, needed = enumerated(area, capacity)
     width = wide[row].clamp_min(1)
     x = box[row, 0] + local % width
     y = box[row, 1] + local // width
@@ -101,7 +102,7 @@ def build(
     return MaskRows(box.int(), bits, needed)
 
 
-def _enumerated(
+def enumerated(
     area: torch.Tensor, capacity: int | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Items of rows that have `area` of them each, one after the other: (row, position in its row, whether the
@@ -156,7 +157,7 @@ def _covered(
         y1 = torch.floor(model_box[:, 3] * per_y + 0.5).clamp(0, high - 1).long()
         cells_wide, cells_high = x1 - x0 + 1, y1 - y0 + 1
         area = torch.where(present, cells_wide * cells_high, 0)
-        cell_row, local, _, taken = _enumerated(area, capacity)
+        cell_row, local, _, taken = enumerated(area, capacity)
         needed = torch.maximum(needed, taken)
         # (cells past those needed, on the fixed-size path: any cell, read and not used)
         cx = (x0[cell_row] + local % cells_wide[cell_row]).clamp(0, wide - 1)
@@ -208,9 +209,10 @@ def _bit_weights(device: torch.device) -> torch.Tensor:
     return torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=device)
 
 
-def pack(masks: MaskRows) -> torch.Tensor:
-    """The masks as one uint8 tensor (boxes, pixels needed, bits 8 a byte), for the one download beside the rows.
-    Fixed sizes: the bits are padded to whole bytes (a pure function of the shapes, capturable)."""
+def pack(masks: MaskRows, labels: torch.Tensor | None = None) -> torch.Tensor:
+    """The masks as one uint8 tensor (boxes, pixels needed, bits 8 a byte, then the frames' label images where
+    composed on the device: `labels.frame_labels`), for the one download beside the rows. Fixed sizes: the bits
+    are padded to whole bytes (a pure function of the shapes, capturable)."""
     bits = masks.bits.view(torch.uint8)
     bits = torch.cat([bits, bits.new_zeros(-len(bits) % 8)]).reshape(-1, 8)
     parts = [
@@ -218,26 +220,33 @@ def pack(masks: MaskRows) -> torch.Tensor:
         masks.needed.reshape(1).long().view(torch.uint8),
         (bits * _bit_weights(bits.device)).sum(1, dtype=torch.uint8),
     ]
+    if labels is not None:
+        parts.append(labels.contiguous().view(torch.uint8))
     return torch.cat(parts)
 
 
 class HostMasks(NamedTuple):
     """`MaskRows` downloaded: boxes (R, 4) int32, the pixels needed, bits (P,) bool (P rounded up to whole bytes:
-    the padding after every row's bits)."""
+    the padding after every row's bits), and the frames' label images composed on the device (flat uint16, frame
+    after frame; None: not composed there)."""
 
     boxes: np.ndarray
     needed: int
     bits: np.ndarray
+    labels: np.ndarray | None = None
 
 
-def unpack(data: np.ndarray, rows: int) -> HostMasks:
-    """`pack`'s bytes (uint8) of `rows` result rows, back to arrays."""
+def unpack(data: np.ndarray, rows: int, label_pixels: int = 0) -> HostMasks:
+    """`pack`'s bytes (uint8) of `rows` result rows (and `label_pixels` pixels of label images after them), back
+    to arrays."""
     data = np.ascontiguousarray(data)
     at = rows * 16
     boxes = data[:at].view(np.int32).reshape(rows, 4)
     needed = int(data[at : at + 8].view(np.int64)[0])
-    bits = np.unpackbits(data[at + 8 :]).view(bool)
-    return HostMasks(boxes, needed, bits)
+    end = len(data) - 2 * label_pixels
+    bits = np.unpackbits(data[at + 8 : end]).view(bool)
+    labels = data[end:].view(np.uint16) if label_pixels else None
+    return HostMasks(boxes, needed, bits, labels)
 
 
 def row_sizes(masks: HostMasks) -> Sequence[int]:
@@ -256,11 +265,17 @@ def frame_masks(
     areas = np.asarray(row_sizes(masks), np.int64)
     starts = np.cumsum(areas) - areas
     found = []
+    label_start = 0
     for k, frame_plan in enumerate(plan.plans):
         mine = np.flatnonzero((rows[:, 6] > 0) & (rows[:, 7] == k))  # consecutive rows (`_per_frame_best`)
         first = starts[mine[0]] if len(mine) else 0
         bits = masks.bits[first : first + int(areas[mine].sum())]
-        # (the label image's size: the image itself is composed where it is used, `InstanceMasks.labels`)
+        # the label image: composed on the device where asked for (`labels`), else where it is used (on the host,
+        # `InstanceMasks.labels`)
         shape = label_size(frame_plan.frame_hw, scale)
-        found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw))
+        image = None
+        if masks.labels is not None:
+            image = masks.labels[label_start : label_start + shape[0] * shape[1]].reshape(shape)
+            label_start += shape[0] * shape[1]
+        found.append(InstanceMasks(shape, masks.boxes[mine], bits, scale, frame_plan.frame_hw, image=image))
     return found

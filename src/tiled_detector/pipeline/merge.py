@@ -129,10 +129,13 @@ def _match_matrix(
     metric: MatchMetric,
     threshold: float,
     class_agnostic: bool,
+    pairs: int | None = None,
 ) -> torch.Tensor:
     """(N, N) bool: valid row i matches valid column j of the same frame, for i ranked before j (inputs already
-    in rank order; None: one frame, every row valid)."""
-    match = (geometry_of(boxes).pairwise(boxes, boxes, metric.value) >= threshold).triu_(1)  # i before j
+    in rank order; None: one frame, every row valid); `pairs`: at most that many pairs of valid rows measured
+    (a rotated box form's bounded pair list: `groups.Geometry.pairwise`)."""
+    on = None if valid is None else (valid, valid)
+    match = (geometry_of(boxes).pairwise(boxes, boxes, metric.value, pairs, on) >= threshold).triu_(1)
     key = group_key(None if class_agnostic else class_ids, frame_index)
     if valid is not None:  # an invalid row matches nothing: a key below every valid one, different per side
         base = 0 if key is None else key
@@ -352,6 +355,7 @@ class _Ranked(NamedTuple):
     order: Tensor
     rounds: int | None
     slots: int | None
+    pairs: int | None = None  # the bounded pair list's capacity (rotated boxes, sync-free), None: every pair
 
     @property
     def exact_path(self) -> bool:
@@ -388,6 +392,7 @@ class _Ranked(NamedTuple):
             rule.metric,
             rule.threshold,
             rule.class_agnostic,
+            self.pairs,
         )
 
     def grouped(self, rule: MergeRule, keeper: Tensor, member_order: Tensor, exact: Tensor) -> PaddedMerge:
@@ -484,6 +489,7 @@ def merge_padded(
     slots: int | None = 16,
     frame_index: torch.Tensor | None = None,
     use_torchvision: bool = False,
+    pairs: int | None = None,
 ) -> PaddedMerge:
     """Combine overlapping detections among the rows where `valid` (N,) bool, like SAHI (module docstring), with
     the kernel of `rule.method` (`KERNELS`).
@@ -494,7 +500,8 @@ def merge_padded(
     output rows, in order, equal `merge` of the valid input rows with `use_torchvision=False`. None for
     `nms_rounds` / `slots` takes them from the data (host reads): always exact. `frame_index` (N,) keeps frames
     apart (default: one frame). `use_torchvision` (with `nms_rounds` None) runs nms with IoU through
-    torchvision's kernel when it is installed.
+    torchvision's kernel when it is installed. `pairs`: rotated boxes compare at most that many pairs whose
+    hulls meet (`groups.Geometry.pairwise`; the caller checks they sufficed: `Geometry.pairs_needed`).
     """
     if not len(boxes) == len(scores) == len(class_ids) == len(valid) or boxes.shape[1:] not in ((4,), (5,)):
         raise ValueError(
@@ -515,6 +522,7 @@ def merge_padded(
         order,
         nms_rounds,
         slots,
+        pairs,
     )
     if len(boxes) == 0:
         return rows.kept(rows.valid, torch.ones((), dtype=torch.bool, device=boxes.device))

@@ -7,7 +7,8 @@ pixels (`BatchPlan.to_frame`; rotated boxes: `rotated.frame_obb`, in ultralytics
 dropped and counted) -> seam rule -> merge (groups never span frames) -> the best `max_detections`
 rows of every frame -> one (R + 1, 8 + E) float32 tensor: rows x1, y1, x2, y2 (a rotated box's hull, clipped to
 the frame), score, class, valid, frame, then the box form's own columns (E: rotated boxes cx, cy, w, h, angle),
-then a status row (candidates needed, exact, largest merge group, degenerate rows dropped) that the host reads
+then a status row (candidates needed, exact, largest merge group, degenerate rows dropped, rotated-box pairs
+needed: `STATUS`) that the host reads
 after the one download.
 """
 
@@ -35,11 +36,14 @@ MAX_CAPACITY = 4096  # (N, N) matrices: beyond this, batches keep taking the exa
 MAX_CANDIDATES = MAX_CAPACITY
 MIN_SLOTS, MAX_SLOTS = 8, 256  # merge-group positions walked by the sync-free merge (adapted likewise)
 MIN_ROUNDS, MAX_ROUNDS = 4, 256  # NMS fixed-point rounds of the sync-free merge (adapted likewise)
+# pairs of rotated boxes whose hulls meet, measured as polygons by the sync-free seam rule and merge (a bounded pair
+# list, adapted likewise; a 4K flood's 4096 candidates meet in some 10^5 pairs, every pair would be 1.7 * 10^7)
+MIN_PAIRS, MAX_PAIRS = 1 << 12, 1 << 20
 COLUMNS = (
     8  # x1, y1, x2, y2, score, class, valid, frame (then the box form's own: rotated cx, cy, w, h, angle)
 )
 OBB_COLUMNS = 5  # a rotated box's own columns after them: cx, cy, w, h, angle
-STATUS = ("needed", "exact", "largest", "degenerate")  # the status row's first columns
+STATUS = ("needed", "exact", "largest", "degenerate", "pairs")  # the status row's first columns
 # mask pixels (the kept detections' boxes at mask_scale) the sync-free masks stage computes (adapted likewise; a
 # 4K frame is 8.3 million pixels)
 MIN_MASK_PIXELS, MAX_MASK_PIXELS = 1 << 16, 1 << 25
@@ -48,32 +52,40 @@ MIN_MASK_PIXELS, MAX_MASK_PIXELS = 1 << 16, 1 << 25
 @dataclass(frozen=True)
 class Limits:
     """Fixed sizes of the sync-free path: candidates kept, merge-group positions walked, NMS rounds, mask pixels
-    computed."""
+    computed, rotated-box pairs measured as polygons."""
 
     capacity: int = MIN_CAPACITY
     slots: int = MIN_SLOTS
     rounds: int = MIN_ROUNDS
     mask_pixels: int = MIN_MASK_PIXELS
+    pairs: int = MIN_PAIRS
 
-    def grown(self, needed: int, exact: bool, largest: int, pixels: int = 0) -> tuple[Limits, bool]:
+    def grown(
+        self, needed: int, exact: bool, largest: int, pixels: int = 0, pairs: int = 0
+    ) -> tuple[Limits, bool]:
         """The limits a batch with this status needs (each at most its maximum; `pixels`: the mask pixels it
-        needed), and whether a limit already at its maximum was exceeded (then the exact path is the only way)."""
+        needed, `pairs`: the rotated-box pairs), and whether a limit already at its maximum was exceeded (then the
+        exact path is the only way)."""
         capacity, slots, rounds, mask_pixels = self.capacity, self.slots, self.rounds, self.mask_pixels
         if pixels > mask_pixels:
             mask_pixels = min(MAX_MASK_PIXELS, 1 << (pixels - 1).bit_length())
         if needed > capacity:
             capacity = min(MAX_CAPACITY, 1 << (needed - 1).bit_length())
+        listed = min(MAX_PAIRS, 1 << (pairs - 1).bit_length()) if pairs > self.pairs else self.pairs
         if largest > slots:
             slots = min(MAX_SLOTS, 1 << (largest - 1).bit_length())
-        elif not exact:  # the group walk was long enough, so the NMS fixed point was not reached
+        elif (
+            not exact and pairs <= self.pairs
+        ):  # the group walk and pairs sufficed: the NMS fixed point did not
             rounds = min(MAX_ROUNDS, 2 * rounds)
         maxed = (
             (pixels > self.mask_pixels >= MAX_MASK_PIXELS)
             or (needed > self.capacity >= MAX_CAPACITY)
             or (largest > self.slots >= MAX_SLOTS)
-            or (not exact and largest <= self.slots and self.rounds >= MAX_ROUNDS)
+            or (pairs > self.pairs >= MAX_PAIRS)
+            or (not exact and pairs <= self.pairs and largest <= self.slots and self.rounds >= MAX_ROUNDS)
         )
-        return Limits(capacity, slots, rounds, mask_pixels), maxed
+        return Limits(capacity, slots, rounds, mask_pixels, listed), maxed
 
 
 def valid_first(valid: torch.Tensor) -> torch.Tensor:
@@ -164,6 +176,10 @@ def postprocess_rows(
     bounds = plan.tensors(boxes.device).to_frame[found.image_index, 2, :2]  # each row's frame width, height
     frame = plan.tensors(boxes.device).frame[found.image_index]
     scores, class_ids, valid = found.scores.float(), found.class_ids, found.valid
+    pairs = None if limits is None else limits.pairs  # (rotated boxes: the bounded pair list's capacity)
+    # the pairs a bounded comparison needs: those of every valid row with every valid row, which bounds the seam
+    # rule's and the merge's (past the capacity the result is not exact: the host redoes it, the bound grows)
+    listed = geometry.pairs_needed(boxes, valid) if pairs is not None else dropped.new_zeros(())
     if settings.seam_suppression:  # the exact path's rows are all valid: only its truncated rows are compared
         valid = suppress_truncated(
             boxes,
@@ -173,6 +189,7 @@ def postprocess_rows(
             plan,
             class_agnostic=settings.class_agnostic,
             valid=None if limits is None else valid,
+            pairs=pairs,
         )
     if limits is None:  # the exact path: the rows the seam rule dropped leave the (N, N) merge too
         kept = valid.nonzero().squeeze(1)
@@ -190,11 +207,15 @@ def postprocess_rows(
         slots=None if limits is None else limits.slots,
         frame_index=frame,
         use_torchvision=limits is None,
+        pairs=pairs,
     )
     keep = policy_keep(merged.boxes, merged.frame_index, plan, settings.min_box_size, settings.max_box_size)
     valid = merged.valid if keep is None else merged.valid & keep
     rows, kept = _per_frame_best(valid, merged.frame_index, plan.num_frames, settings.max_detections)
-    status = torch.stack([needed.float(), merged.exact.float(), merged.largest.float(), dropped.float()])
+    exact = merged.exact if pairs is None else merged.exact & (listed <= pairs)
+    status = torch.stack(
+        [needed.float(), exact.float(), merged.largest.float(), dropped.float(), listed.float()]
+    )
     hulls = geometry.hulls(merged.boxes[rows]).clamp_min(0.0)
     hulls = torch.minimum(hulls, bounds[merged.index[rows]].repeat(1, 2))
     members = merged.members[rows]

@@ -23,6 +23,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
 from tiled_detector.options import check_channel_order
+from tiled_detector.pipeline import kernels
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
@@ -182,6 +183,12 @@ class Preprocessor:
             std = torch.tensor(self.format.std, dtype=torch.float32)
             inverse, shift = 1.0 / std, -torch.tensor(self.format.mean, dtype=torch.float32) / std
             self._affine = tuple(t.view(3, 1, 1).to(self.device, dtype) for t in (shift, inverse))
+        # where the Triton kernels run: every view of a frame in one launch (`fused_preprocess.Writer`)
+        self._fused = None
+        if kernels.enabled(self.device):
+            from tiled_detector.pipeline import fused_preprocess
+
+            self._fused = fused_preprocess.Writer(self.format, self.dtype, self.device, self._sources)
 
     def run(
         self,
@@ -216,6 +223,8 @@ class Preprocessor:
         if not 0 <= start < stop <= plan.batch_size:
             raise ValueError(f"views must be (start, stop) within 0..{plan.batch_size}, got {views}")
         batch = self.batch(stop - start, out)
+        if self._fused is not None and self._fused.write(frame, plan, enc, batch, views=(start, stop)):
+            return batch
         n_tiles = len(plan.tiles)
         order = self._channel_order(enc)
         tiles_stop = min(stop, n_tiles)
@@ -247,6 +256,11 @@ class Preprocessor:
         tiles are chosen); tiles reaching past its border (a frame smaller than a tile) are one gather."""
         enc = Encoding.from_value(encoding)
         count = len(tiles)
+        full_view = plan.num_tiles if full_frame else -1
+        if self._fused is not None and self._fused.write(
+            frame, plan, enc, out, chosen=tiles, full_view=full_view
+        ):
+            return
         if count:
             tile_hw = (int(plan.tiles[0, 3] - plan.tiles[0, 1]), int(plan.tiles[0, 2] - plan.tiles[0, 0]))
             same_size = tile_hw == self.input_hw

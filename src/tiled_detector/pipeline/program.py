@@ -19,8 +19,10 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import torch
 
+from tiled_detector.devices import graph_nodes
 from tiled_detector.errors import one_line
-from tiled_detector.pipeline import keypoints, masks
+from tiled_detector.pipeline import kernels, keypoints, masks
+from tiled_detector.pipeline import labels as label_images
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
 from tiled_detector.pipeline.depth import COLUMNS as DEPTH_COLUMNS
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
@@ -140,6 +142,23 @@ def finish(
     return packed, built
 
 
+def _fused_stages() -> tuple[Callable[..., PaddedDecoded], Callable[..., Any]]:
+    """Decoding and the sync-free post-processing through the Triton kernels (`fused_decode`,
+    `fused_postprocess`), each falling back to its torch stage for what it does not cover, and for good where its
+    kernels fail (`kernels.guarded`)."""
+    from tiled_detector.pipeline import fused_decode, fused_postprocess
+
+    def rows(found: PaddedDecoded, plan: BatchPlan, settings: FrameSettings, limits: Limits | None) -> Any:
+        if fused_postprocess.supports(found, plan, settings, limits):
+            return fused_postprocess.postprocess_rows(found, plan, settings, limits)  # type: ignore[arg-type]
+        return None
+
+    return (
+        kernels.guarded(fused_decode.decode_padded, decode_padded, "decoding"),
+        kernels.guarded(rows, postprocess_rows, "post-processing"),
+    )
+
+
 class SplitProgram(NamedTuple):
     """A frame program in three parts, for an engine whose calls cannot be captured: `before` (capturable) writes
     every view into buffers it returns, `engine` (eager) runs the engine on them and writes its outputs into those
@@ -222,6 +241,18 @@ class Runner:
         replay()
         return outputs
 
+    def nodes(self, key: Hashable | None = None) -> int | None:
+        """The node count (kernels, copies, memsets) of the graph captured for `key` (None: the latest capture);
+        in the split form the two captured parts' together (the engine runs between them). None when nothing is
+        captured or torch kept no graph (`devices.graph_nodes`)."""
+        if not self._captured:
+            return None
+        entry = self._captured.get(key) if key is not None else list(self._captured.values())[-1]
+        if entry is None:
+            return None
+        counts = [graph_nodes(entry[0])] + ([graph_nodes(entry[2])] if self._split else [])
+        return None if None in counts else sum(counts)  # type: ignore[arg-type]
+
     def _split_entry(self, parts: SplitProgram | None) -> tuple[Any, ...]:
         """Capture the parts before and after the engine (running the engine between them once, so that the part
         after it reads real outputs while it is captured) and compute this frame's outputs."""
@@ -253,11 +284,23 @@ class FrameProgram:
         self.preprocessor = preprocessor
         self.layout = layout
         self.num_classes = num_classes
-        # decoding and the fixed-size post-processing, fused where a compiler is given (the exact path's
-        # data-dependent shapes stay with `postprocess` itself, in the detector)
-        self.decode = compiler(decode_padded) if compiler else decode_padded
-        self.postprocess = compiler(postprocess) if compiler else postprocess
-        self.postprocess_rows = compiler(postprocess_rows) if compiler else postprocess_rows
+        # decoding and the fixed-size post-processing, fused where a compiler is given, else by the Triton kernels
+        # where they run (`kernels`; the torch stages where they do not cover a setting); the exact path's
+        # data-dependent shapes stay with `postprocess` itself, in the detector
+        self.kernels = compiler is None and kernels.enabled(preprocessor.device)
+        if compiler:
+            self.decode = compiler(decode_padded)
+            self.postprocess = compiler(postprocess)
+            self.postprocess_rows = compiler(postprocess_rows)
+        elif self.kernels:
+            self.decode, self.postprocess_rows = _fused_stages()
+            self.postprocess = lambda *args: self.postprocess_rows(*args).packed
+        else:
+            self.decode, self.postprocess, self.postprocess_rows = (
+                decode_padded,
+                postprocess,
+                postprocess_rows,
+            )
         self.locate = compiler(locate) if compiler else locate
 
     def finish(
@@ -377,6 +420,7 @@ class FrameProgram:
         limits: Limits | None,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        labels: bool = False,
     ) -> SplitProgram:
         """The same program in three parts for an engine whose calls cannot be captured (`Runner`): every view
         into a batch of the whole plan, the engine's calls (eager) with their outputs copied into buffers of the
@@ -407,7 +451,7 @@ class FrameProgram:
             found = joined([self._decode(out, start, settings, chosen) for out, start in calls])
             packed, built = self.finish(found, plan, settings, limits)
             packed = self.positions(packed, plan, settings, depths, masks=built)
-            return packed, found, None if built is None else masks.pack(built)
+            return packed, found, self.mask_bytes(packed, built, plan, settings, labels)
 
         return SplitProgram(before, engine, after)
 
@@ -421,9 +465,11 @@ class FrameProgram:
         mark: Mark = no_mark,
         chosen: ViewSelection | None = None,
         depths: Sequence[DepthImage | None] | None = None,
+        labels: bool = False,
     ) -> tuple[torch.Tensor, PaddedDecoded, torch.Tensor | None]:
         """The packed result rows + status row (see `postprocess`; with `depths`, each row's position after its
-        columns: `positions`), the candidates (for an exact redo) and the kept detections' masks (`finish`)."""
+        columns: `positions`), the candidates (for an exact redo) and the kept detections' masks (`finish`; with
+        `labels`, the frames' label images composed after them: `mask_bytes`)."""
         found = self.candidates(frames, encodings, plan, settings, mark, chosen)
         packed, built = self.finish(found, plan, settings, limits, mark=mark)
         if built is None:
@@ -431,7 +477,26 @@ class FrameProgram:
         if depths is not None:
             packed = self.positions(packed, plan, settings, depths, masks=built)
             mark("positions")
-        return packed, found, None if built is None else masks.pack(built)
+        return packed, found, self.mask_bytes(packed, built, plan, settings, labels, mark)
+
+    @staticmethod
+    def mask_bytes(
+        packed: torch.Tensor,
+        built: masks.MaskRows | None,
+        plan: BatchPlan,
+        settings: FrameSettings,
+        labels: bool,
+        mark: Mark = no_mark,
+    ) -> torch.Tensor | None:
+        """The kept detections' masks packed for the download (`masks.pack`; None: no masks), with every frame's
+        label image composed on the device after them where `labels` (`labels.frame_labels`)."""
+        if built is None:
+            return None
+        image = None
+        if labels:
+            image = label_images.frame_labels(packed, built, plan, settings.mask_scale)
+            mark("labels")
+        return masks.pack(built, image)
 
     def positions(
         self,

@@ -11,7 +11,9 @@ this module's names:
 - `corners(obb) -> (..., 4, 2)`: centre + R(angle)(+-w/2, +-h/2), in ultralytics' order (`xywhr2xyxyxyxy`);
 - `polygon_area(p)`, `signed_area(p)`, `intersection_area(a, b)` (broadcastable convex polygons, exact);
 - `overlap(a, b, metric)`: IoU / IoS of broadcastable polygons; `pairwise_overlap(a, b, metric) -> (N, M)`,
-  `pairwise_intersection(a, b) -> (N, M)` (in row chunks: memory bounded by `PAIR_BUDGET`, not N x M);
+  `pairwise_intersection(a, b) -> (N, M)` (in row chunks: memory bounded by `PAIR_BUDGET`, not N x M); with a
+  `capacity` (the sync-free path) only the pairs whose hulls meet, at most that many, a bounded pair list
+  (`pair_list`, `meeting_pairs`): no polygon work for pairs that cannot overlap;
 - `hulls(p) -> (..., 4)` x1, y1, x2, y2 and `obb_hulls(obb)`: the axis-aligned boxes around them;
 - `covering(obb, points)`: the rectangle at the same angle that covers the rectangle and the points: a merged
   group keeps its keeper's angle exactly (never an average across the pi ambiguity) and covers every member;
@@ -51,8 +53,10 @@ __all__ = [
     "hulls",
     "inner_points",
     "intersection_area",
+    "meeting_pairs",
     "obb_hulls",
     "overlap",
+    "pair_list",
     "pairwise_intersection",
     "pairwise_overlap",
     "polygon_area",
@@ -103,14 +107,86 @@ def _meeting(a: Tensor, b: Tensor, budget: int) -> tuple[Tensor, Tensor]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def pairwise_overlap(a: Tensor, b: Tensor, metric: str = "iou") -> Tensor:
+def _hull_meet(a: Tensor, b: Tensor, a_on: Tensor | None, b_on: Tensor | None) -> Tensor:
+    """(N, M) bool: the axis-aligned boxes a (N, 4) and b (M, 4) meet (edges touching included), rows of a not
+    `a_on` and of b not `b_on` never."""
+    meet = (a[:, None, 0] <= b[None, :, 2]) & (a[:, None, 1] <= b[None, :, 3])
+    meet &= (b[None, :, 0] <= a[:, None, 2]) & (b[None, :, 1] <= a[:, None, 3])
+    if a_on is not None:
+        meet &= a_on[:, None]
+    if b_on is not None:
+        meet &= b_on[None, :]
+    return meet
+
+
+def meeting_pairs(a: Tensor, b: Tensor, a_on: Tensor | None = None, b_on: Tensor | None = None) -> Tensor:
+    """0-dim int64: how many pairs of polygons a (N, K, 2) and b (M, K, 2) have meeting hulls (rows `a_on` of a
+    with rows `b_on` of b): the pair list's size that `pair_list` needs (no host read)."""
+    return _hull_meet(hulls(a), hulls(b), a_on, b_on).sum()
+
+
+def pair_list(
+    a: Tensor, b: Tensor, capacity: int, a_on: Tensor | None = None, b_on: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The first `capacity` (row-major) pairs (i, j) of polygons a (N, K, 2) and b (M, K, 2) whose hulls meet (rows
+    `a_on` of a with rows `b_on` of b): (i, j, present), each (capacity,), `present` False past the pairs there
+    are. Fixed shapes, no host read: the cheap axis-aligned test over every pair, then a running count places each
+    meeting pair; pairs past the capacity are left out (`meeting_pairs` says how many were needed)."""
+    meet = _hull_meet(hulls(a), hulls(b), a_on, b_on).flatten()
+    position = meet.cumsum(0, dtype=torch.int32) - 1
+    slot = torch.where(meet & (position < capacity), position.long(), capacity)
+    flat = torch.full((capacity + 1,), -1, dtype=torch.int64, device=a.device)
+    flat.scatter_(
+        0, slot, torch.arange(len(meet), device=a.device)
+    )  # (every other pair: the spare last slot)
+    flat = flat[:capacity]
+    present = flat >= 0
+    width = max(len(b), 1)
+    return torch.where(present, flat // width, 0), torch.where(present, flat % width, 0), present
+
+
+def _listed(
+    function: Callable[[Tensor, Tensor], Tensor],
+    a: Tensor,
+    b: Tensor,
+    capacity: int,
+    a_on: Tensor | None,
+    b_on: Tensor | None,
+) -> Tensor:
+    """(N, M) `function` of the pairs of `pair_list` (0 elsewhere: pairs whose hulls do not meet, and pairs past
+    the capacity)."""
+    if len(a) == 0 or len(b) == 0:
+        return a.new_zeros((len(a), len(b)))
+    i, j, present = pair_list(a, b, capacity, a_on, b_on)
+    found = torch.where(present, function(a[i], b[j]), 0.0)
+    at = torch.where(present, i * len(b) + j, len(a) * len(b))
+    out = found.new_zeros(len(a) * len(b) + 1).scatter_(0, at, found)
+    return out[:-1].view(len(a), len(b))
+
+
+def pairwise_overlap(
+    a: Tensor,
+    b: Tensor,
+    metric: str = "iou",
+    capacity: int | None = None,
+    a_on: Tensor | None = None,
+    b_on: Tensor | None = None,
+) -> Tensor:
     """(N, M) IoU or IoS (`metric` "iou" / "ios") of every polygon of a (N, K, 2) with every polygon of b
-    (M, K, 2) (`_pairwise`'s chunks)."""
+    (M, K, 2) (`_pairwise`'s chunks); with a `capacity`, of the pairs of `pair_list` only (rows `a_on` / `b_on`),
+    0 for the others."""
+    if capacity is not None:
+        return _listed(lambda x, y: overlap(x, y, metric), a, b, capacity, a_on, b_on)
     return _pairwise(lambda x, y: overlap(x, y, metric), a, b)
 
 
-def pairwise_intersection(a: Tensor, b: Tensor) -> Tensor:
-    """(N, M) intersection areas of every polygon of a (N, K, 2) with every polygon of b (M, K, 2)."""
+def pairwise_intersection(
+    a: Tensor, b: Tensor, capacity: int | None = None, a_on: Tensor | None = None, b_on: Tensor | None = None
+) -> Tensor:
+    """(N, M) intersection areas of every polygon of a (N, K, 2) with every polygon of b (M, K, 2); with a
+    `capacity`, of the pairs of `pair_list` only."""
+    if capacity is not None:
+        return _listed(intersection_area, a, b, capacity, a_on, b_on)
     return _pairwise(intersection_area, a, b)
 
 

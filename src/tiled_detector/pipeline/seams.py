@@ -48,6 +48,7 @@ def suppress_truncated(
     min_score_ratio: float = 0.5,
     class_agnostic: bool = False,
     valid: torch.Tensor | None = None,
+    pairs: int | None = None,
 ) -> torch.Tensor:
     """Keep mask (M,) bool of the seam rule, applied before merging.
 
@@ -57,7 +58,8 @@ def suppress_truncated(
     `min_score_ratio` times its score. Boxes cut in every view they appear in are kept and left to the merge
     (whose union restores the whole extent). With `valid` (M,) bool only valid rows take part and the result is
     `valid` & keep, with fixed (M, M) matrices and no host synchronisation; without `valid` only the truncated
-    rows are compared (a data-dependent shape: the exact path).
+    rows are compared (a data-dependent shape: the exact path). `pairs`: at most that many (truncated, whole)
+    pairs of a rotated box form measured (its bounded pair list).
     """
     batch = _as_batch(plan)
     exact = valid is None
@@ -69,7 +71,8 @@ def suppress_truncated(
     # one (M, N) comparison for "same frame, same class, and the column may cover": -1 (no row's key) for every
     # column that may not cover
     key = group_key(None if class_agnostic else class_ids, frame)
-    covered = geometry_of(boxes_in_frame).covers(boxes_in_frame[cut], boxes_in_frame, min_cover)
+    on = (valid[cut] & truncated[cut], valid & ~truncated)
+    covered = geometry_of(boxes_in_frame).covers(boxes_in_frame[cut], boxes_in_frame, min_cover, pairs, on)
     covered &= key[cut, None] == torch.where(valid & ~truncated, key, -1)[None]
     covered &= image_index[cut, None] != image_index[None]
     covered &= scores[None] >= min_score_ratio * scores[cut, None]

@@ -296,10 +296,14 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
     # --- the worker's host (`ros.worker.Host`) ---------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Apply changed runtime parameters: re-plan, keeping engine and buffers."""
+        """Apply changed runtime parameters: re-plan, keeping engine and buffers; label images composed on the
+        device while a camera's `masks` topic has a subscriber."""
         config, _ = self._current()
         if self._detector.config is not config:
             self._detector.reconfigure(config)
+        self._detector.label_images = any(
+            c.masks_pub is not None and c.masks_pub.get_subscription_count() > 0 for c in self.cameras
+        )
 
     def decode(self, index: int, msg: Image | CompressedImage) -> tuple[Any, str]:
         """A message's frame: a JPEG decoded on the GPU when the engine runs on CUDA and torchvision is there
@@ -376,7 +380,7 @@ class DetectorNodeBase(CameraInputs, NodeParameters):
             and camera.masks_pub.get_subscription_count() > 0
         ):
             # mono16: k + 1 where the k-th detection of the array just published covers the pixel, 0 elsewhere;
-            # composed on the host from the masks' boxes and bits here (none when nobody listens)
+            # composed on the device while someone listens (`TiledDetector.label_images`), else on the host
             camera.masks_pub.publish(array_to_imgmsg(detections.masks.labels, "mono16", msg.header))
         if camera.debug_pub.get_subscription_count() > 0:
             plan = self._detector.plan_for(frame.shape[0], frame.shape[1], self._mask_camera(index))

@@ -15,7 +15,7 @@ is one decayed number and one arrival time per camera, reset with the node's cam
 forgotten when its stream starts over (`stream.Stream.starts_over`: a new frame size, stamps back, ...), with the
 rest of what is kept of it.
 
-A costly frame also runs in parts (`view_cap`: at most twice the cheapest sending camera's views per batch, the
+A costly frame also runs in parts (`view_cap`: at most the cheapest sending camera's views per batch, the
 stream's frames in parts): each batch runs the other cameras' frames and the next part of it, while its camera's
 share allows, so the others wait for a part, never for a whole 8K frame; each part is charged the views it ran. A
 camera that stopped sending no longer counts: a 4K camera left alone runs whole frames again.
@@ -30,8 +30,11 @@ from collections.abc import Callable, Iterable
 
 TAU_S = 2.0  # time constant of the decayed engine time
 ACTIVE_S = 1.0  # a camera that sent a frame this recently counts among those sharing
-PART_FACTOR = 2  # a frame of more views than this many times the cheapest camera's runs in parts of that many
-MIN_PART_VIEWS = 10
+# a frame of more views than this many times the cheapest camera's runs in parts of that many: 1, so that a batch of
+# every camera's frame and the costly frame's next part gives each camera the same views (issue 59: with 2, an 8K
+# camera's parts took twice a 720p frame's time in every batch, and its share overshot to 0.66 of the engine)
+PART_FACTOR = 1
+MIN_PART_VIEWS = 4  # (each part also runs the full-frame view: fewer views would be mostly that)
 
 
 def view_cap(views: list[int]) -> int:

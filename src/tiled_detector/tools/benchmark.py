@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import itertools
 import json
 import os
 import statistics
@@ -27,10 +28,12 @@ import numpy as np
 import torch
 
 from tiled_detector.detector import TiledDetector
-from tiled_detector.devices import cuda_graph
+from tiled_detector.devices import cuda_graph, graph_nodes
 from tiled_detector.engines.cache import atomic_write
 from tiled_detector.errors import one_line
 from tiled_detector.models import coco_labels
+from tiled_detector.pipeline.encodings import Encoding
+from tiled_detector.pipeline.tiling import batch_plan
 from tiled_detector.stream import Job, Stream
 from tiled_detector.tools.peers import FAMILIES, model_family, sahi_model
 from tiled_detector.tools.synthetic import make_scene
@@ -39,6 +42,12 @@ from tiled_detector.types import Detections
 
 T = TypeVar("T")
 
+# the frame program's stages whose device milliseconds `device_stages` reports (`<stage>_device_ms`): `rotated` is
+# the post-processing of a rotated-box model (seam rule, merge and policy in polygon geometry), `merge` that of
+# axis-aligned boxes; `labels` the label images (with `--masks-subscribed`)
+DEVICE_STAGES = ("preprocess", "model", "decode", "merge", "rotated", "masks", "labels", "download")
+STAGE_NAMES = {"infer": "model"}  # the frame program's stage marks -> DEVICE_STAGES
+HOLD_MS = 20.0  # at least: the device held back while the host queues an eager frame (`device_stages`)
 COLUMNS = (
     "backend",
     "precision",
@@ -63,6 +72,9 @@ COLUMNS = (
     "h2d_bytes",
     "d2h_bytes",
     "peak_gpu_mb",
+    "kernels",
+    "model_kernels",
+    *(f"{stage}_device_ms" for stage in DEVICE_STAGES),
     "tracker_300_ms",
     "status",
 )
@@ -186,7 +198,10 @@ def measure(
 
     def step() -> None:
         if not streaming:
-            stages.append(detector.detect(frame).timings)
+            found = detector.detect(frame)
+            if detector.label_images and found.masks is not None:
+                found.masks.labels  # noqa: B018 (the label image, as the node publishes it)
+            stages.append(found.timings)
             counted.append(plan.batch_size)
             return
         result = stream.process([frame], [len(counted) * FRAME_NS], ["bench"])[0]
@@ -242,12 +257,71 @@ def measure(
         if device.type == "cuda"
         else "",
     )
+    if device.type == "cuda":
+        row.values.update(kernels=detector._runner.nodes() or "", model_kernels=_nodes(graph))
+        row.values.update({f"{k}_device_ms": round(v, 4) for k, v in device_stages(detector, frame).items()})
     names = [n for n in stages[0] if n != "total"]
     row.stages = {
         n: (statistics.median(s.get(n, 0.0) for s in stages), _p95([s.get(n, 0.0) for s in stages]))
         for n in names
     }
     return row
+
+
+def _nodes(replay: Callable[[], Any] | None) -> int | str:
+    """A captured graph's node count, '' where there is none or it cannot be read."""
+    count = None if replay is None else graph_nodes(replay)
+    return "" if count is None else count
+
+
+def device_stages(
+    detector: TiledDetector, frame: np.ndarray | torch.Tensor, runs: int = 5
+) -> dict[str, float]:
+    """Device milliseconds of each stage of the frame program (`DEVICE_STAGES`), median of `runs`: the same program,
+    settings and limits as the captured one, run eagerly with a CUDA event at each stage boundary, behind a hold of
+    the device (`torch.cuda._sleep`) long enough that the host has queued the whole frame before the device starts
+    it, so the events time the device's work, not the host's launches; the download into pinned memory. With
+    `label_images` on (`--masks-subscribed`), the label images' composition as `labels`."""
+    device = detector.engine.device
+    frames = [torch.as_tensor(frame).to(device)]
+    plan = batch_plan([detector.plan_for(*frames[0].shape[:2])])
+    settings, limits, program = detector.frame_settings, detector._limits, detector._program
+    labels = bool(detector.label_images) and detector.resolved.segments and settings.masks is not False
+    merge = "rotated" if detector.rotated else "merge"
+    totals: dict[str, list[float]] = {}
+    hold = HOLD_MS
+    for run in range(runs + 1):  # (the first, unrecorded, allocates and times the host's queueing)
+        marks: list[tuple[str, Any]] = []
+
+        def mark(stage: str, marks: list[tuple[str, Any]] = marks) -> None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            marks.append((stage, event))
+
+        torch.cuda.synchronize(device)
+        if run and hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(int(hold * 2e6))  # about `hold` ms at 2 GHz: longer than the host's queueing
+        mark("start")
+        queued = time.perf_counter()
+        packed, _, built = program([frames[0]], [Encoding.RGB8], plan, settings, limits, mark, labels=labels)
+        hold = max(hold, 2.0 * (time.perf_counter() - queued) * 1e3)
+        data = (
+            packed if built is None else torch.cat([packed.contiguous().view(torch.uint8).reshape(-1), built])
+        )
+        host = torch.empty(data.shape, dtype=data.dtype, pin_memory=True)
+        host.copy_(data, non_blocking=True)
+        mark("download")
+        torch.cuda.synchronize(device)
+        if run == 0:
+            continue
+        spent: dict[str, float] = {}
+        for (_, before), (stage, after) in itertools.pairwise(marks):
+            name = STAGE_NAMES.get(stage, stage)
+            name = merge if name == "merge" else name
+            spent[name] = spent.get(name, 0.0) + before.elapsed_time(after)
+        for name, ms in spent.items():
+            totals.setdefault(name, []).append(ms)
+    return {name: statistics.median(values) for name, values in totals.items() if name in DEVICE_STAGES}
 
 
 def stream_time(
@@ -301,15 +375,19 @@ def run_bench(
     build: Callable[[dict[str, Any]], TiledDetector],
     progress: Callable[..., None] = lambda steps=1: None,
     on_device: bool = False,
+    masks_subscribed: bool = False,
 ) -> list[Row]:
     """Every (backend, precision, size): a measured row, or a row saying why that combination cannot run;
-    `on_device` times frames already on the engine's device (copied there once, before timing)."""
+    `on_device` times frames already on the engine's device (copied there once, before timing);
+    `masks_subscribed` has each frame's label image made as the node makes it while `masks` has a subscriber
+    (`TiledDetector.label_images`: on the device on CUDA) and read (`InstanceMasks.labels`)."""
     rows = []
     tracker_ms = round(tracker_cost(), 3)
     for backend in backends:
         for precision in precisions:
             try:
                 detector = build({**settings, "backend": backend, "precision": precision})
+                detector.label_images = masks_subscribed
                 reason = None
             except (ValueError, RuntimeError, ImportError, NotImplementedError) as error:
                 detector, reason = None, str(error).splitlines()[0]
@@ -405,29 +483,47 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def plot(rows: Sequence[Row], path: Path, what: str = "") -> None:
-    """Stacked stage times per configuration (PNG, written atomically); `what` (the model and the machine) goes
-    under the title."""
+    """Stacked stage times per configuration (PNG, written atomically); below each CUDA row its device
+    milliseconds per stage (`<stage>_device_ms`) and the kernels its captured graph launches; `what` (the model and
+    the machine) goes under the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     measured = [r for r in rows if r.status == "ok"]
-    stages = list(dict.fromkeys(s for r in measured for s in r.stages))
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * max(len(measured), 1)))
-    labels = [f"{r.backend} {r.precision} {r.size}" for r in measured]
-    left = np.zeros(len(measured))
+    # (label, stage -> ms, the model alone or None): each row's host stages, then its device stages where measured
+    bars: list[tuple[str, dict[str, float], float | None]] = []
+    for r in measured:
+        bars.append(
+            (f"{r.backend} {r.precision} {r.size}", {k: v[0] for k, v in r.stages.items()}, _model_ms(r))
+        )
+        device = {
+            s: float(r.values[f"{s}_device_ms"])
+            for s in DEVICE_STAGES
+            if r.values.get(f"{s}_device_ms", "") != ""
+        }
+        if device:
+            kernels = r.values.get("kernels", "")
+            bars.append((f"  device, {kernels} kernels" if kernels != "" else "  device", device, None))
+    stages = list(dict.fromkeys(s for _, spent, _ in bars for s in spent))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * max(len(bars), 1)))
+    labels = [label for label, _, _ in bars]
+    left = np.zeros(len(bars))
     for stage in stages:
-        widths = np.array([r.stages.get(stage, (0.0, 0.0))[0] for r in measured])
-        ax.barh(labels, widths, left=left, label=stage)
+        widths = np.array([spent.get(stage, 0.0) for _, spent, _ in bars])
+        ax.barh(range(len(bars)), widths, left=left, label=stage)
         left += widths
-    peers = np.array([0.0 if r.stages else r.values["total_ms"] for r in measured])  # timed end to end only
+    ax.set_yticks(range(len(bars)), labels)
+    ends = [0.0 if r.stages else r.values["total_ms"] for r in measured]  # a peer: timed end to end only
+    peers = np.zeros(len(bars))
+    peers[[i for i, (label, _, _) in enumerate(bars) if not label.startswith(" ")]] = ends
     if peers.any():
-        ax.barh(labels, peers, left=left, label="peer, end to end", color="grey")
-    for y, row in enumerate(measured):
-        model = _model_ms(row)
+        ax.barh(range(len(bars)), peers, left=left, label="peer, end to end", color="grey")
+    for y, (_, _, model) in enumerate(bars):
         if model is not None:
             ax.plot([model, model], [y - 0.4, y + 0.4], color="black", linewidth=2)
+    ax.invert_yaxis()
     ax.set_xlabel("milliseconds per frame (median); black: the model alone on the same batch")
     ax.set_title("tiled-detector bench: stage times" + (f"\n{what}" if what else ""))
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -70,6 +70,21 @@ class SepBlock(nn.Module):
         return x + y if self.residual else y
 
 
+def folded(module: nn.Module) -> nn.Module:
+    """A copy of `module` (in eval mode) whose BatchNorms that follow a convolution in a `conv_bn` block are folded
+    into it (`torch.nn.utils.fusion.fuse_conv_bn_eval`: one convolution with a bias, the same function to float
+    rounding): what the TorchScript exports ship, so no BatchNorm kernel runs."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    result = copy.deepcopy(module).eval()
+    for block in result.modules():
+        if isinstance(block, nn.Sequential) and len(block) >= 2:
+            conv, norm = block[0], block[1]
+            if isinstance(conv, nn.Conv2d) and isinstance(norm, nn.BatchNorm2d):
+                block[0], block[1] = fuse_conv_bn_eval(conv, norm), nn.Identity()
+    return result
+
+
 def stage(cin: int, cout: int, depth: int) -> nn.Sequential:
     """A stride-2 block followed by `depth` blocks at the same resolution."""
     return nn.Sequential(SepBlock(cin, cout, 2), *[SepBlock(cout, cout) for _ in range(depth)])
@@ -407,7 +422,7 @@ def export_head(
     onnx.save(graph, str(onnx_path))
     text = "\n".join(labels) + "\n"
     with torch.no_grad():
-        traced = torch.jit.trace(wrapper, example)
+        traced = torch.jit.trace(folded(wrapper), example)
     extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": text}  # -1: dynamic batch
     if metadata:
         extra["config.txt"] = json.dumps(metadata)
