@@ -92,6 +92,70 @@ def test_message_lost_events_count_what_they_can_mean() -> None:
     assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
 
 
+@pytest.mark.distro
+def test_the_message_info_each_rclpy_gives() -> None:
+    """Iron and later (Jazzy's rclpy 7.1.6, Kilted's 9.x) call a two-argument callback with each message's info, though
+    Jazzy's has no `rclpy.subscription.MessageInfo` type; Humble's calls every callback with the message alone (rclpy
+    humble: `Subscription` has no `CallbackType`, `executors.py` passes `msg_info[0]` only). Jazzy's info names no
+    publisher (no `publisher_gid`), Kilted's does."""
+    from rclpy.subscription import Subscription
+
+    from tiled_detector.ros.inputs import MESSAGE_INFO
+    from tiled_detector.ros.stats import publication, takes_message_info
+
+    assert MESSAGE_INFO and takes_message_info(Subscription)
+
+    class HumbleSubscription:  # rclpy humble's Subscription: callback, no CallbackType
+        callback = None
+
+    assert not takes_message_info(HumbleSubscription)
+    jazzy = {"source_timestamp": 1, "publication_sequence_number": 7, "reception_sequence_number": None}
+    kilted = {
+        **jazzy,
+        "publisher_gid": {"implementation_identifier": "rmw_fastrtps_cpp", "data": b"\x01\x0f"},
+    }
+    assert publication(jazzy) == (None, 7)
+    assert publication(kilted) == ((1, 15), 7)
+    assert publication({"source_timestamp": 1}) is None and publication(None) is None
+
+
+@pytest.mark.distro
+def test_frames_skipped_from_sequence_numbers_without_publisher_gids() -> None:
+    """Jazzy's message info has no publisher gid: a topic's one publisher's gaps are frames_skipped; where several
+    publish to it, their numbers cannot be told apart and none is counted (never a made-up gap)."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import Image
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.messages.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(context=context)
+    try:
+        node.shutdown()  # no worker: this test hands the frames over itself
+        data = serialize_message(array_to_imgmsg(np.zeros((8, 8, 3), np.uint8), "rgb8"))
+        topic = node.cameras[0].image_topic
+        first = node.create_publisher(Image, topic, 1)
+        for sequence in (1, 2, 5):  # one publisher: 2 frames skipped before the third
+            node._on_image_info(data, {"publication_sequence_number": sequence})
+        assert (node.stats.counts["received"], node.stats.counts["skipped"]) == (3, 2)
+        second = node.create_publisher(Image, topic, 1)
+        for sequence in (1, 9, 2, 12):  # two publishers interleaved: nothing counted
+            node._on_image_info(data, {"publication_sequence_number": sequence})
+        assert (node.stats.counts["received"], node.stats.counts["skipped"]) == (7, 2)
+        node.destroy_publisher(second)
+        node.destroy_publisher(first)
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
 def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() -> None:
     from tiled_detector.ros.stats import SkippedFrames
 
