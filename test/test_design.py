@@ -60,7 +60,7 @@ def test_the_repository_top_level_holds_only_what_the_layout_names() -> None:
     )
 
 
-SCRIPTS = {"setup.sh", "test.sh", "numpy1.sh"}  # the README's two commands and CI's (.ci/run)
+SCRIPTS = {"setup.sh", "test.sh", "numpy1.sh", "kilted.sh"}  # the README's two commands and CI's (.ci/run)
 
 
 def test_scripts_holds_only_the_setup_and_the_test_command() -> None:

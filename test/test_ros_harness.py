@@ -123,6 +123,7 @@ def test_node_command_passes_ros_args() -> None:
 
 
 @pytest.mark.ros
+@pytest.mark.distro
 def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
     """One process publishes a 1920x1080 rgb8 image; another answers with a Detection2DArray built from it."""
     from tiled_detector.harness.client import DetectorClient

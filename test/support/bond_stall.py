@@ -29,12 +29,13 @@ STALL_S = 6.0  # > the 4 s heartbeat timeout of both sides
 NAME = "stalled_node"
 
 
-def spin(node: rclpy.node.Node) -> SingleThreadedExecutor:
+def spin(node: rclpy.node.Node) -> tuple[SingleThreadedExecutor, threading.Thread]:
     """`node` spun by an executor of its own, in a thread."""
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    return executor
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return executor, thread
 
 
 def main() -> int:
@@ -53,6 +54,9 @@ def main() -> int:
     while not side.formed and time.monotonic() < deadline:
         time.sleep(0.05)
     formed = formed and side.formed
+    time.sleep(
+        1.0
+    )  # heartbeats flowing both ways (the node's side starts its heartbeat timer at the first one)
     stall = None
 
     def hold() -> None:
@@ -60,7 +64,7 @@ def main() -> int:
         time.sleep(STALL_S)  # the node's executor is busy: no bond status reaches its side meanwhile
 
     stall = node.create_timer(0.01, hold)
-    time.sleep(STALL_S + 1.5)
+    time.sleep(STALL_S + 4.0)  # (a side that stopped at 4 s: the other times out 4 s later)
     print(
         json.dumps({"formed": formed, "manager_broken": peer.is_broken(), "node_formed": side.formed}),
         flush=True,
@@ -69,8 +73,11 @@ def main() -> int:
     manager.destroy_subscription(peer.sub)
     peer.shutdown()
     manager.destroy_publisher(peer.pub)
-    for executor in executors:
+    for executor, thread in executors:
         executor.shutdown()
+        thread.join(timeout=5.0)
+    node.destroy_node()
+    manager.destroy_node()
     rclpy.try_shutdown()
     return 0
 
