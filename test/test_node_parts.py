@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -121,10 +122,12 @@ def test_the_message_info_each_rclpy_gives() -> None:
 
 @pytest.mark.distro
 def test_frames_skipped_from_sequence_numbers_without_publisher_gids() -> None:
-    """Jazzy's message info has no publisher gid: a topic's one publisher's gaps are frames_skipped; where several
-    publish to it, their numbers cannot be told apart and none is counted (never a made-up gap)."""
+    """Jazzy's message info has no publisher gid: the gaps of a subscription's one matched publisher are
+    frames_skipped; while several are matched, their numbers cannot be told apart and none is counted (never a
+    made-up gap). A publisher the subscription does not match (another QoS) does not count."""
     import rclpy
     from rclpy.context import Context
+    from rclpy.qos import qos_profile_sensor_data
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import Image
 
@@ -135,25 +138,41 @@ def test_frames_skipped_from_sequence_numbers_without_publisher_gids() -> None:
     apply_ros_environment()
     context = Context()
     rclpy.init(context=context)
-    node = DetectorNode(context=context)
+    node = DetectorNode(
+        context=context,
+        parameter_overrides=[rclpy.parameter.Parameter("image_reliability", value="reliable")],
+    )
     try:
-        node.shutdown()  # no worker: this test hands the frames over itself
+        camera = node.cameras[0]
         data = serialize_message(array_to_imgmsg(np.zeros((8, 8, 3), np.uint8), "rgb8"))
-        topic = node.cameras[0].image_topic
-        first = node.create_publisher(Image, topic, 1)
-        for sequence in (1, 2, 5):  # one publisher: 2 frames skipped before the third
-            node._on_image_info(data, {"publication_sequence_number": sequence})
-        assert (node.stats.counts["received"], node.stats.counts["skipped"]) == (3, 2)
-        second = node.create_publisher(Image, topic, 1)
-        for sequence in (1, 9, 2, 12):  # two publishers interleaved: nothing counted
-            node._on_image_info(data, {"publication_sequence_number": sequence})
-        assert (node.stats.counts["received"], node.stats.counts["skipped"]) == (7, 2)
-        node.destroy_publisher(second)
-        node.destroy_publisher(first)
+        matched = camera.subscription.get_publisher_count
+
+        def feed(*sequences: int) -> tuple[int, int]:
+            for sequence in sequences:
+                node._on_image_info(data, {"publication_sequence_number": sequence})
+            return node.stats.counts["received"], node.stats.counts["skipped"]
+
+        first = node.create_publisher(Image, camera.image_topic, 1)
+        other_qos = node.create_publisher(Image, camera.image_topic, qos_profile_sensor_data)  # not matched
+        assert _wait(lambda: matched() == 1) and node.count_publishers(camera.image_topic) == 2
+        assert feed(1, 2, 5) == (3, 2)  # one publisher: 2 frames skipped before the third
+        second = node.create_publisher(Image, camera.image_topic, 1)
+        assert _wait(lambda: matched() == 2)
+        assert feed(1, 9, 2, 12) == (7, 2)  # two publishers interleaved: nothing counted
+        for publisher in (second, other_qos, first):
+            node.destroy_publisher(publisher)
     finally:
         node.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def _wait(predicate: Any, timeout: float = 10.0) -> bool:
+    """Whether `predicate()` holds within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(predicate())
 
 
 def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() -> None:

@@ -159,8 +159,12 @@ class CameraInputs:
         found = publication(info)
         if found is None:
             self._no_sequence_numbers("the middleware gives no publication sequence number with a message")
-        # without publisher gids (Jazzy's rclpy) the numbers of several publishers cannot be told apart
-        elif found[0] is not None or self.count_publishers(camera.image_topic) <= 1:
+        # without publisher gids (Jazzy's rclpy) the numbers of several matched publishers cannot be told apart
+        elif (
+            found[0] is not None
+            or camera.subscription is None
+            or camera.subscription.get_publisher_count() <= 1
+        ):
             skipped = camera.skipped.add(*found)
             if skipped:
                 self._count(camera, "skipped", skipped)
