@@ -938,7 +938,6 @@ def test_a_costly_camera_runs_in_parts_between_the_other_cameras_frames(tmp_path
 LIFECYCLE_NODE = (sys.executable, "-m", "tiled_detector.ros.lifecycle")
 
 
-@pytest.mark.distro
 def test_managed_node_detects_only_while_active_and_frees_its_engine_on_cleanup(
     tmp_path: Path, scenes: list[Any]
 ) -> None:

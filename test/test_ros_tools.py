@@ -2,17 +2,18 @@
 `ros2 node`, `ros2 topic`, `ros2 lifecycle` and `ros2 pkg` against this package installed in a colcon workspace,
 and the real bondpy playing nav2_lifecycle_manager's side of the bond.
 
-No registry serves launch, launch_ros, ros2cli or bond_core here, so the workspace is built once per test session
-from the unmodified upstream sources of the venv's distro (see their READMEs: launch, launch_ros, ros2cli, bond_core's
-bond, bondpy and smclib): `../shared/third_party/jazzy/*.tar.gz` (jazzy branches) over Jazzy's wheels (`.venv`,
-Fast DDS 2.14), `../shared/third_party/*.tar.gz` (kilted) over Kilted's (`.venv-kilted`, Fast DDS 3), chosen from
-the Fast DDS the venv's ROS has (`third_party_sources`), plus this package as committed (its tracked and not-ignored
-files). `TILED_DETECTOR_THIRD_PARTY` names another `third_party` folder. Without those archives the module is
-skipped, except under CI=true, where their absence fails.
+No registry serves launch, launch_ros, ros2cli or bond_core here, so the workspace is built from the unmodified
+upstream sources of the venv's distro (see their READMEs: launch, launch_ros, ros2cli, bond_core's bond, bondpy and
+smclib): `../shared/third_party/jazzy/*.tar.gz` (jazzy branches) over Jazzy's wheels (`.venv`, Fast DDS 2.14),
+`../shared/third_party/*.tar.gz` (kilted) over Kilted's (`.venv-kilted`, Fast DDS 3), chosen from the Fast DDS the
+venv's ROS has (`third_party_sources`), plus this package as committed (its tracked and not-ignored files): the tools
+once per venv (kept in it), this package again in every session. `TILED_DETECTOR_THIRD_PARTY` names another
+`third_party` folder. Without those archives the module is skipped, except under CI=true, where their absence fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from filelock import FileLock
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 DISTRO = pytest.mark.distro  # run again on Kilted (scripts/kilted.sh): launch, lifecycle and bond
@@ -55,6 +57,7 @@ THIRD_PARTY = Path(os.environ.get("TILED_DETECTOR_THIRD_PARTY", ROOT.parent / "s
 VENV = Path(sys.prefix)
 # the ROS 2 tools' sources for each Fast DDS major of the venv's ROS: Jazzy's wheels ship 2.14, Kilted's 3
 SOURCES_BY_FASTDDS = {2: "jazzy", 3: "."}
+TOOLS_CACHE = "tiled-detector-ros-tools"  # in the venv: the workspace of the tools built from those sources
 
 
 def third_party_sources(root: Path = THIRD_PARTY, prefix: Path = VENV) -> Path:
@@ -97,36 +100,13 @@ def _sourced_environment(setup: Path, base: dict[str, str]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in dump.split("\0") if "=" in line)
 
 
-@pytest.fixture(scope="session")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """A colcon workspace with launch, launch_ros, ros2cli and this package built and installed."""
-    sources = third_party_sources()
-    archives = sorted(sources.glob("*.tar.gz"))
-    if not archives:
-        why = f"no ROS 2 tool sources in {sources} (set TILED_DETECTOR_THIRD_PARTY)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{why}: CI needs them to run the real ros2 tools")
-        pytest.skip(why)
-    if not shutil.which("colcon", path=str(VENV / "bin")):
-        pytest.fail("colcon is missing from the venv: run ./scripts/setup.sh (requirements/ros-tools.txt)")
-    ws = tmp_path_factory.mktemp("colcon_ws")
-    (ws / "src").mkdir()
-    for archive in archives:
-        subprocess.run(["tar", "xzf", str(archive), "-C", str(ws / "src")], check=True)
-    for name in _package_files():
-        target = ws / "src" / "tiled_detector" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
-    base = {
-        **os.environ,
-        "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}",
-        "AMENT_PREFIX_PATH": str(VENV),
-        "CMAKE_PREFIX_PATH": str(VENV),
-    }
-    build = subprocess.run(
+def _colcon_build(ws: Path, base: dict[str, str], *packages: str) -> subprocess.CompletedProcess:
+    """`colcon build` in `ws` over the venv (only `packages` where given)."""
+    return subprocess.run(
         [
             str(VENV / "bin" / "colcon"),
             "build",
+            *(("--packages-select", *packages) if packages else ()),
             "--cmake-args",
             "-DBUILD_TESTING=OFF",
             f"-DPython3_EXECUTABLE={VENV / 'bin' / 'python'}",
@@ -138,7 +118,49 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         timeout=600,
         check=False,
     )
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+
+
+@pytest.fixture(scope="session")
+def workspace() -> SimpleNamespace:
+    """A colcon workspace with launch, launch_ros, ros2cli, bond_core and this package built and installed.
+
+    The upstream tools are built once per venv and set of sources and kept in the venv (`TOOLS_CACHE`, git-ignored
+    with it; a few minutes on 2 cores); every session copies this package in again and rebuilds it alone, from a
+    clean build and install folder (nothing of an earlier copy left), under a lock."""
+    sources = third_party_sources()
+    archives = sorted(sources.glob("*.tar.gz"))
+    if not archives:
+        why = f"no ROS 2 tool sources in {sources} (set TILED_DETECTOR_THIRD_PARTY)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI needs them to run the real ros2 tools")
+        pytest.skip(why)
+    if not shutil.which("colcon", path=str(VENV / "bin")):
+        pytest.fail("colcon is missing from the venv: run ./scripts/setup.sh (requirements/ros-tools.txt)")
+    digest = hashlib.sha256(b"".join(a.name.encode() + a.read_bytes() for a in archives)).hexdigest()[:16]
+    ws = VENV / TOOLS_CACHE / digest
+    ws.mkdir(parents=True, exist_ok=True)
+    base = {
+        **os.environ,
+        "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}",
+        "AMENT_PREFIX_PATH": str(VENV),
+        "CMAKE_PREFIX_PATH": str(VENV),
+    }
+    with FileLock(f"{ws}.lock"):
+        built = ws / ".tools-built"
+        for folder in ("src/tiled_detector", "build/tiled_detector", "install/tiled_detector"):
+            shutil.rmtree(ws / folder, ignore_errors=True)
+        if not built.exists():
+            shutil.rmtree(ws / "src", ignore_errors=True)
+            (ws / "src").mkdir()
+            for archive in archives:
+                subprocess.run(["tar", "xzf", str(archive), "-C", str(ws / "src")], check=True)
+        for name in _package_files():
+            target = ws / "src" / "tiled_detector" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target)
+        build = _colcon_build(ws, base, *(("tiled_detector",) if built.exists() else ()))
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+        built.touch()
     env = _sourced_environment(ws / "install" / "setup.bash", base)
     share = ws / "install" / "tiled_detector" / "share" / "tiled_detector"
     return SimpleNamespace(path=ws, env=env, share=share, log=build.stdout, sources=sources)
@@ -535,7 +557,6 @@ def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None
     assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
 
 
-@DISTRO
 def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_path: Path) -> None:
     """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` configures, activates,
     deactivates, cleans up and shuts it down, and it detects only while active; cleanup -> `ros2 param set model`
