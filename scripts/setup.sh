@@ -68,18 +68,22 @@ if ros_route; then
     log "tiled_detector_msgs (the keypoints topic's messages) is not built: colcon build it from" \
       "vendor/tiled_detector_msgs (docs/NODE.md); the node publishes no keypoints without it"
   fi
-  # Only what the distro / JetPack does not provide (module:requirement, pins from requirements/*.txt).
-  # torch, numpy, OpenCV and TensorRT stay the system's (JetPack wheels; numpy<2 there, see the README).
+  # Only what the distro / JetPack does not provide (module:requirement; pins from requirements/ros-route.txt, which
+  # install on Python 3.10 and 3.12, else from the other requirements/*.txt). torch, OpenCV and TensorRT stay the
+  # system's (JetPack wheels); numpy too, unless below what onnx / onnxruntime ask (jammy's 1.21.5): then the
+  # ros-route.txt constraint's 1.x.
   missing=()
-  for pair in onnxruntime:onnxruntime rosbags:rosbags mcap:mcap filelock:filelock pycocotools:pycocotools \
+  for pair in onnx:onnx onnxruntime:onnxruntime rosbags:rosbags mcap:mcap filelock:filelock pycocotools:pycocotools \
     matplotlib:matplotlib pytest:pytest pytest_timeout:pytest-timeout hypothesis:hypothesis ruff:ruff \
     onnxconverter_common:onnxconverter-common importlinter:import-linter scipy:scipy motmetrics:motmetrics; do
-    "$venv/bin/python" -c "import ${pair%%:*}" >/dev/null 2>&1 \
-      || missing+=("$(grep -h "^${pair#*:}==" "$root"/requirements/*.txt || echo "${pair#*:}")")
+    "$venv/bin/python" -c "import ${pair%%:*}" >/dev/null 2>&1 && continue
+    pin="$(awk -v want="${pair#*:}==" 'index($0, want) == 1 { print; exit }' "$root"/requirements/ros-route.txt \
+      "$root"/requirements/*.txt)"
+    missing+=("${pin:-${pair#*:}}")
   done
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
-    pip_install "${missing[@]}"
+    pip_install -c "$root/requirements/ros-route.txt" "${missing[@]}"
   fi
   pip_install --no-deps --no-build-isolation -e "$root"
 else

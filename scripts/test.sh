@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: lint (ruff, py310 target), the import contracts (import-linter), the whole pytest suite inside
-# the project venv, then (for a full run, no arguments) the core tests again under numpy 1.x (scripts/numpy1.sh).
+# the project venv (ROS 2 Jazzy from PyPI), then (for a full run, no arguments) the distro-dependent tests again on ROS 2
+# Kilted (scripts/kilted.sh, .venv-kilted) and the core tests again under numpy 1.x (scripts/numpy1.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -9,5 +10,6 @@ cd "$root"
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 if [[ $# -eq 0 ]]; then
+  ./scripts/kilted.sh
   ./scripts/numpy1.sh
 fi

@@ -4,6 +4,7 @@ diagrams are the import contracts' layers."""
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_the_repository_top_level_holds_only_what_the_layout_names() -> None:
     )
 
 
-SCRIPTS = {"setup.sh", "test.sh", "numpy1.sh"}  # the README's two commands and CI's (.ci/run)
+SCRIPTS = {"setup.sh", "test.sh", "numpy1.sh", "kilted.sh"}  # the README's two commands and CI's (.ci/run)
 
 
 def test_scripts_holds_only_the_setup_and_the_test_command() -> None:
@@ -68,6 +69,41 @@ def test_scripts_holds_only_the_setup_and_the_test_command() -> None:
     scripts = {path.split("/", 1)[1] for path in _tracked_files() if path.startswith("scripts/")}
     assert scripts, "git lists nothing in scripts/"
     assert sorted(scripts - SCRIPTS) == [], "scripts/ holds more than the setup and the test command"
+
+
+# what package.xml's rosdep keys install (python3-*), by the requirement names of requirements/python.txt
+ROSDEP_PROVIDED = {"numpy", "opencv-python-headless", "pyyaml", "scipy", "filelock"}
+PER_PLATFORM = {
+    "torch"
+}  # pip's CUDA wheel, or NVIDIA's JetPack wheel (docs/NODE.md): not installed by the setup
+RESOLVED_WITH = {"pandas": "motmetrics", "xmltodict": "motmetrics"}  # pinned only for the PyPI route's venv
+
+
+def test_the_ros_route_installs_what_no_rosdep_key_provides() -> None:
+    """With a distro sourced, scripts/setup.sh adds every runtime requirement that package.xml's rosdep keys do not
+    install: among them onnx, with which the engines read model files (engines/onnx_model.py) and which has no
+    rosdep key (ros/rosdistro rosdep/python.yaml at 8468e88). Its pins come from requirements/ros-route.txt first
+    (versions that install on Python 3.10: jammy, JetPack 6), which also holds numpy to 1.x."""
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    pairs = re.search(r"for pair in (.+?); do", setup, re.S).group(1).replace("\\", " ").split()
+    installs = {pair.split(":")[1].lower() for pair in pairs}
+    runtime = {
+        line.split("==")[0].lower()
+        for line in (ROOT / "requirements" / "python.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    keys = {e.text for e in ET.parse(ROOT / "package.xml").getroot() if e.tag == "exec_depend"}
+    assert {"python3-numpy", "python3-opencv", "python3-yaml", "python3-scipy", "python3-filelock"} <= keys
+    left = runtime - installs - ROSDEP_PROVIDED - PER_PLATFORM - set(RESOLVED_WITH)
+    assert left == set(), f"the ROS route of scripts/setup.sh installs none of {sorted(left)}"
+    assert set(RESOLVED_WITH.values()) <= installs
+    route = dict(
+        line.split("==")
+        for line in (ROOT / "requirements" / "ros-route.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert route["numpy"].startswith("1.") and set(route) - {"numpy"} <= installs
+    assert "ros-route.txt" in setup.split("for pair in")[1]  # its pins first, its numpy as a constraint
 
 
 def _programs_named(source: str, programs: set[str]) -> list[str]:

@@ -8,6 +8,7 @@ of the classes it uses; the assertions are on what it declares and on the Node a
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import types
@@ -29,6 +30,21 @@ class _Recorder:
 class _LaunchConfiguration(_Recorder):
     def perform(self, context: Any) -> str:
         return context.launch_configurations[self.args[0]]
+
+
+def _perform(context: Any, parts: list[Any]) -> str:
+    """launch's perform_substitutions over the fakes: text as it is, substitutions performed."""
+    return "".join(part if isinstance(part, str) else part.perform(context) for part in parts)
+
+
+class _PathJoinSubstitution(_Recorder):
+    def perform(self, context: Any) -> str:
+        return "/".join(_perform(context, [part]) for part in self.args[0])
+
+
+class _FindPackageShare(_Recorder):
+    def perform(self, context: Any) -> str:
+        return context.share
 
 
 class _Include:
@@ -53,6 +69,7 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
         "EmitEvent",
         "RegisterEventHandler",
         "SetEnvironmentVariable",
+        "LogInfo",
     ):
         setattr(actions, name, type(name, (_Recorder,), {}))
     actions.IncludeLaunchDescription = _Include
@@ -60,10 +77,10 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     events.matches_action = lambda action: ("matches", action)
     utilities = types.ModuleType("launch.utilities")
     utilities.normalize_to_list_of_substitutions = lambda text: [text]
-    utilities.perform_substitutions = lambda context, parts: "".join(parts)
+    utilities.perform_substitutions = _perform
     substitutions = types.ModuleType("launch.substitutions")
     substitutions.LaunchConfiguration = _LaunchConfiguration
-    substitutions.PathJoinSubstitution = type("PathJoinSubstitution", (_Recorder,), {})
+    substitutions.PathJoinSubstitution = _PathJoinSubstitution
     launch_ros = types.ModuleType("launch_ros")
     ros_actions = types.ModuleType("launch_ros.actions")
     ros_actions.Node = type("Node", (_Recorder,), {})
@@ -73,7 +90,7 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
     ros_lifecycle = types.ModuleType("launch_ros.events.lifecycle")
     ros_lifecycle.ChangeState = type("ChangeState", (_Recorder,), {})
     ros_substitutions = types.ModuleType("launch_ros.substitutions")
-    ros_substitutions.FindPackageShare = type("FindPackageShare", (_Recorder,), {})
+    ros_substitutions.FindPackageShare = _FindPackageShare
     return {
         "launch": launch,
         "launch.actions": actions,
@@ -90,31 +107,53 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
 
 
 @pytest.fixture
-def launch_description(monkeypatch: pytest.MonkeyPatch) -> Any:
+def launch_description(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The launch file's description, loaded against the fakes; its `share` the package's installed share folder
+    (a temporary one holding the params file and the Fast DDS profile)."""
+    from tiled_detector.fastdds import FASTDDS_PROFILE
+
     for name, module in _fake_launch_modules().items():
         monkeypatch.setitem(sys.modules, name, module)
     spec = importlib.util.spec_from_file_location("detector_launch", LAUNCH_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.generate_launch_description()
+    description = module.generate_launch_description()
+    description.share = tmp_path / "share" / "tiled_detector"
+    (description.share / "config").mkdir(parents=True)
+    shutil.copy(ROOT / "config" / "detector.yaml", description.share / "config")
+    shutil.copy(FASTDDS_PROFILE, description.share / "config")
+    return description
 
 
-def _actions_for(description: Any, given: tuple[str, ...] | None = None, **configurations: str) -> list[Any]:
-    """What the launch file's opaque function returns for these launch configurations, included (as launch does)
-    with the arguments named `given` (default: every configuration given here)."""
+def _actions_for(
+    description: Any,
+    given: tuple[str, ...] | None = None,
+    environment: dict[str, str] | None = None,
+    **configurations: str,
+) -> list[Any]:
+    """What the launch file's opaque function returns for these launch configurations (set by a parent, or by the
+    include), included (as launch does) with the arguments named `given` (default: every configuration given
+    here), the launch's environment `environment` (default: empty)."""
     from tiled_detector.ros.params import PARAMS
 
     defaults = {
         "image": "image",
         "depth_image": "depth_image",
         "camera_info": "camera_info",
+        "params_file": f"{description.share}/config/detector.yaml",
+        "namespace": "",
         "use_sim_time": "false",
         "lifecycle": "false",
         "autostart": "false",
-        "fastdds_profile": "/share/fastdds_large_images.xml",
+        "log_level": "info",
+        "fastdds_profile": f"{description.share}/config/fastdds_large_images.xml",
         **{p.name: "" for p in PARAMS},
     }
-    context = types.SimpleNamespace(launch_configurations={**defaults, **configurations})
+    context = types.SimpleNamespace(
+        launch_configurations={**defaults, **configurations},
+        environment=environment or {},
+        share=str(description.share),
+    )
     (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
     names = tuple(configurations) if given is None else given
     # launch's visit holds the action that included the file while the file's entities run
@@ -124,7 +163,9 @@ def _actions_for(description: Any, given: tuple[str, ...] | None = None, **confi
 
 
 def _node_for(description: Any, given: tuple[str, ...] | None = None, **configurations: str) -> Any:
-    node, *_ = _actions_for(description, given, **configurations)
+    (node,) = [
+        a for a in _actions_for(description, given, **configurations) if type(a).__name__.endswith("Node")
+    ]
     return node
 
 
@@ -155,6 +196,19 @@ def test_launch_arguments(launch_description: Any) -> None:
     assert params_default.args[0][0].args == ("tiled_detector",)
 
 
+def _installed(monkeypatch: pytest.MonkeyPatch, root: Path, library: str) -> None:
+    """Make `root` (with the Fast DDS library `library` in its lib folder) the ROS the launch file finds."""
+    (root / "lib").mkdir(parents=True, exist_ok=True)
+    (root / "lib" / library).touch()
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(root))
+    monkeypatch.setattr(sys, "prefix", str(root))
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+
+
+FASTDDS_2 = ("humble", "libfastrtps.so.2.6.10")
+FASTDDS_3 = ("kilted", "libfastdds.so.3.2.2")
+
+
 def test_launch_sets_the_large_image_dds_profile_for_the_node_only(
     launch_description: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -166,22 +220,105 @@ def test_launch_sets_the_large_image_dds_profile_for_the_node_only(
         "DeclareLaunchArgument",
         "OpaqueFunction",
     }
+    large = tmp_path / "large.xml"
+    large.write_text("<profiles/>")
     envs = {}
-    for distro, library in (("humble", "libfastrtps.so.2.6.10"), ("kilted", "libfastdds.so.3.2.2")):
-        (tmp_path / distro / "lib").mkdir(parents=True)
-        (tmp_path / distro / "lib" / library).touch()
-        monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path / distro))
-        monkeypatch.setattr(sys, "prefix", str(tmp_path / distro))
-        monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
-        envs[distro] = _node_for(launch_description, fastdds_profile="/opt/share/large.xml").kwargs[
-            "additional_env"
-        ]
+    for distro, library in (FASTDDS_2, FASTDDS_3):
+        _installed(monkeypatch, tmp_path / distro, library)
+        envs[distro] = _node_for(launch_description, fastdds_profile=str(large)).kwargs["additional_env"]
     assert envs["humble"] == {
-        "FASTRTPS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
-        "FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml",
+        "FASTRTPS_DEFAULT_PROFILES_FILE": str(large),
+        "FASTDDS_DEFAULT_PROFILES_FILE": str(large),
     }
-    assert envs["kilted"] == {"FASTDDS_DEFAULT_PROFILES_FILE": "/opt/share/large.xml"}
+    assert envs["kilted"] == {"FASTDDS_DEFAULT_PROFILES_FILE": str(large)}
     assert _node_for(launch_description, fastdds_profile="").kwargs["additional_env"] is None
+    # not given: the shipped profile of the package's share folder
+    shipped = str(launch_description.share / "config" / "fastdds_large_images.xml")
+    assert _node_for(launch_description, given=()).kwargs["additional_env"] == {
+        "FASTDDS_DEFAULT_PROFILES_FILE": shipped
+    }
+
+
+@pytest.mark.parametrize(("distro", "library"), [FASTDDS_2, FASTDDS_3])
+def test_a_profile_the_user_exported_is_kept_and_said_once(
+    launch_description: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, distro: str, library: str
+) -> None:
+    """As the CLI keeps it (`fastdds.with_profile`): a profile the environment names under either variable is the
+    node's, said in one INFO line; where only the name the installed Fast DDS does not read names it, the node gets
+    it under the one it reads (Fast DDS 2.x reads only FASTRTPS_DEFAULT_PROFILES_FILE); `fastdds_profile:=` given to
+    this file beats it."""
+    _installed(monkeypatch, tmp_path / distro, library)
+    mine = tmp_path / "mine.xml"
+    mine.write_text("<profiles/>")
+    reads = "FASTRTPS_DEFAULT_PROFILES_FILE" if distro == "humble" else "FASTDDS_DEFAULT_PROFILES_FILE"
+    other = "FASTDDS_DEFAULT_PROFILES_FILE" if distro == "humble" else "FASTRTPS_DEFAULT_PROFILES_FILE"
+    for exported, expected in (
+        ({reads: str(mine)}, None),  # the node inherits it as it is
+        (
+            {other: str(mine)},
+            {reads: str(mine)} if distro == "kilted" else {reads: str(mine), other: str(mine)},
+        ),
+    ):
+        actions = _actions_for(launch_description, given=("image",), environment=exported, image="/cam")
+        said = [a for a in actions if type(a).__name__ == "LogInfo"]
+        (node,) = [a for a in actions if type(a).__name__ == "Node"]
+        assert node.kwargs["additional_env"] == expected, exported
+        assert len(said) == 1 and str(mine) in said[0].kwargs["msg"], said
+        assert "keeping the Fast DDS profile exported as" in said[0].kwargs["msg"]
+    large = tmp_path / "large.xml"
+    large.write_text("<profiles/>")
+    actions = _actions_for(launch_description, environment={other: str(mine)}, fastdds_profile=str(large))
+    assert [type(a).__name__ for a in actions] == ["Node"]
+    assert set(actions[0].kwargs["additional_env"].values()) == {str(large)}
+
+
+def test_a_profile_file_that_does_not_exist_is_refused_in_one_line(
+    launch_description: Any, tmp_path: Path
+) -> None:
+    with pytest.raises(
+        ValueError, match=r"fastdds_profile names a Fast DDS profile that does not exist: /no/such\.xml"
+    ):
+        _node_for(launch_description, fastdds_profile="/no/such.xml")
+    with pytest.raises(
+        ValueError,
+        match=r"FASTRTPS_DEFAULT_PROFILES_FILE names a Fast DDS profile that does not exist: /gone\.xml",
+    ):
+        _actions_for(
+            launch_description, given=(), environment={"FASTRTPS_DEFAULT_PROFILES_FILE": "/gone.xml"}
+        )
+
+
+def test_a_bringups_own_arguments_never_reach_the_node(launch_description: Any) -> None:
+    """Nav2's bringup_launch.py declares `autostart:=true`, `params_file`, `use_sim_time`, `namespace` (and a
+    bringup may declare `model`): launch includes share one scope, so they are launch configurations this file sees;
+    only what the bringup passes to the include is ours. The node keeps its own defaults for the rest."""
+    parents = {
+        "autostart": "true",
+        "params_file": "/robot/nav2_params.yaml",
+        "model": "/nonexistent/nav2_model.onnx",
+        "use_sim_time": "true",
+        "namespace": "robot",
+        "log_level": "debug",
+        "fastdds_profile": "",
+    }
+    actions = _actions_for(
+        launch_description, given=("lifecycle", "image"), lifecycle="true", image="/cam", **parents
+    )
+    assert [type(a).__name__ for a in actions] == ["LifecycleNode"]  # no autostart: unconfigured
+    (node,) = actions
+    params_file, overrides = node.kwargs["parameters"]
+    assert params_file == f"{launch_description.share}/config/detector.yaml"
+    assert overrides == {"use_sim_time": False}  # no model, no sim time
+    assert node.kwargs["namespace"] == ""  # a parent's PushRosNamespace still places it (launch_ros)
+    assert node.kwargs["arguments"][-1] == "info"
+    assert node.kwargs["additional_env"] is not None  # the shipped profile, not the parent's ""
+    assert node.kwargs["remappings"][0] == ("image", "/cam")
+    # passed to the include, they are ours
+    actions = _actions_for(launch_description, given=("lifecycle", *parents), lifecycle="true", **parents)
+    node, _, _ = actions  # autostart: configure, then activate
+    assert node.kwargs["parameters"][0] == "/robot/nav2_params.yaml"
+    assert node.kwargs["parameters"][1] == {"use_sim_time": True, "model": "/nonexistent/nav2_model.onnx"}
+    assert node.kwargs["namespace"] == "robot" and node.kwargs["additional_env"] is None
 
 
 def test_launch_node_action(launch_description: Any) -> None:
@@ -194,7 +331,7 @@ def test_launch_node_action(launch_description: Any) -> None:
     assert node.kwargs["package"] == "tiled_detector"
     assert node.kwargs["executable"] == "detector_node"
     assert node.kwargs["name"] == "tiled_detector"
-    assert node.kwargs["namespace"].args == ("namespace",)
+    assert node.kwargs["namespace"] == ""
     assert node.kwargs["remappings"] == [
         ("image", "/front/image_raw"),
         ("image/compressed", "/front/image_raw/compressed"),
@@ -202,7 +339,7 @@ def test_launch_node_action(launch_description: Any) -> None:
         ("camera_info", "/front/color/camera_info"),
     ]
     params_file, overrides = node.kwargs["parameters"]
-    assert params_file.args == ("params_file",)
+    assert params_file == f"{launch_description.share}/config/detector.yaml"
     assert overrides == {"use_sim_time": True}  # no model: the params file's model stays in force
     assert node.kwargs["arguments"][:2] == ["--ros-args", "--log-level"]
 

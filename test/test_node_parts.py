@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +91,88 @@ def test_message_lost_events_count_what_they_can_mean() -> None:
         (48 * 2**32 + 413, 48 * 2**32 + 413),
     ]
     assert [garbage.add(total, change) for total, change in values] == [1] * len(values)
+
+
+@pytest.mark.distro
+def test_the_message_info_each_rclpy_gives() -> None:
+    """Iron and later (Jazzy's rclpy 7.1.6, Kilted's 9.x) call a two-argument callback with each message's info, though
+    Jazzy's has no `rclpy.subscription.MessageInfo` type; Humble's calls every callback with the message alone (rclpy
+    humble: `Subscription` has no `CallbackType`, `executors.py` passes `msg_info[0]` only). Jazzy's info names no
+    publisher (no `publisher_gid`), Kilted's does."""
+    from rclpy.subscription import Subscription
+
+    from tiled_detector.ros.inputs import MESSAGE_INFO
+    from tiled_detector.ros.stats import publication, takes_message_info
+
+    assert MESSAGE_INFO and takes_message_info(Subscription)
+
+    class HumbleSubscription:  # rclpy humble's Subscription: callback, no CallbackType
+        callback = None
+
+    assert not takes_message_info(HumbleSubscription)
+    jazzy = {"source_timestamp": 1, "publication_sequence_number": 7, "reception_sequence_number": None}
+    kilted = {
+        **jazzy,
+        "publisher_gid": {"implementation_identifier": "rmw_fastrtps_cpp", "data": b"\x01\x0f"},
+    }
+    assert publication(jazzy) == (None, 7)
+    assert publication(kilted) == ((1, 15), 7)
+    assert publication({"source_timestamp": 1}) is None and publication(None) is None
+
+
+@pytest.mark.distro
+def test_frames_skipped_from_sequence_numbers_without_publisher_gids() -> None:
+    """Jazzy's message info has no publisher gid: the gaps of a subscription's one matched publisher are
+    frames_skipped; while several are matched, their numbers cannot be told apart and none is counted (never a
+    made-up gap). A publisher the subscription does not match (another QoS) does not count."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.qos import qos_profile_sensor_data
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import Image
+
+    from tiled_detector.harness.process import apply_ros_environment
+    from tiled_detector.messages.images import array_to_imgmsg
+    from tiled_detector.ros.node import DetectorNode
+
+    apply_ros_environment()
+    context = Context()
+    rclpy.init(context=context)
+    node = DetectorNode(
+        context=context,
+        parameter_overrides=[rclpy.parameter.Parameter("image_reliability", value="reliable")],
+    )
+    try:
+        camera = node.cameras[0]
+        data = serialize_message(array_to_imgmsg(np.zeros((8, 8, 3), np.uint8), "rgb8"))
+        matched = camera.subscription.get_publisher_count
+
+        def feed(*sequences: int) -> tuple[int, int]:
+            for sequence in sequences:
+                node._on_image_info(data, {"publication_sequence_number": sequence})
+            return node.stats.counts["received"], node.stats.counts["skipped"]
+
+        first = node.create_publisher(Image, camera.image_topic, 1)
+        other_qos = node.create_publisher(Image, camera.image_topic, qos_profile_sensor_data)  # not matched
+        assert _wait(lambda: matched() == 1) and node.count_publishers(camera.image_topic) == 2
+        assert feed(1, 2, 5) == (3, 2)  # one publisher: 2 frames skipped before the third
+        second = node.create_publisher(Image, camera.image_topic, 1)
+        assert _wait(lambda: matched() == 2)
+        assert feed(1, 9, 2, 12) == (7, 2)  # two publishers interleaved: nothing counted
+        for publisher in (second, other_qos, first):
+            node.destroy_publisher(publisher)
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+def _wait(predicate: Any, timeout: float = 10.0) -> bool:
+    """Whether `predicate()` holds within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(predicate())
 
 
 def test_skipped_frames_are_the_sequence_gaps_less_the_frames_reported_lost() -> None:

@@ -452,7 +452,7 @@ FAKES_3D = _fakes("3D", Detection3D3, Detection3D2)
 def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:
     """Untracked, the 3D objects are the 2D detections that have a position, in the 2D order, with the same (empty)
     id, class and score: the k-th 3D object is the first 2D detection after the (k-1)-th's with its class and
-    score. Each hypothesis' pose is the position, with the depth spread's covariance."""
+    score. Each hypothesis' pose is the position, with the depth spread's covariance; its orientation unknown."""
     header = image_header()
     wire = serialize_message(detections_3d_to_msg(POSITIONS, SIZES, SCORES, CLASS_IDS, header, LABELS))
     msg = deserialize_message(wire, Detection3DArray)
@@ -474,7 +474,10 @@ def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:
         # the depth's variance along the ray through the position: its z variance is (depth extent)^2 / 12 ...
         ray = position / position[2]
         np.testing.assert_allclose(covariance[:3, :3], size[2] ** 2 / 12 * np.outer(ray, ray), rtol=1e-5)
-        assert covariance[2, 2] == pytest.approx(size[2] ** 2 / 12, rel=1e-5) and not covariance[3:].any()
+        assert covariance[2, 2] == pytest.approx(size[2] ** 2 / 12, rel=1e-5)
+        # the orientation is not estimated: unknown (a large variance, never 0 = exactly known), uncorrelated
+        np.testing.assert_array_equal(covariance[3:, 3:], np.eye(3) * 1e9)
+        assert not covariance[3:, :3].any() and not covariance[:3, 3:].any()
         # ... and none across it: the ray is the only direction of uncertainty
         across = np.cross(ray, [0.0, 1.0, 0.0])
         assert across @ covariance[:3, :3] @ across == pytest.approx(0.0, abs=1e-12)

@@ -12,41 +12,82 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tiled_detector.fastdds import installed_major
 from tiled_detector.harness.process import (
     FASTDDS_PROFILE,
     NodeProcess,
     node_command,
     pick_domain_id,
+    rcl_reads_discovery_range,
     ros_environment,
 )
 
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
 
 
+def _fake_ros(root: Path, fastdds: str, rcl: bytes) -> dict[str, str]:
+    """An install prefix with a Fast DDS library named `fastdds` and a librcl.so holding `rcl`: its environment."""
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / fastdds).touch()
+    (root / "lib" / "librcl.so").write_bytes(b"\x7fELF..." + rcl + b"...")
+    return {"AMENT_PREFIX_PATH": str(root)}
+
+
+# what the distros' librcl.so name (`strings`): Humble's reads ROS_LOCALHOST_ONLY only, Jazzy's both (and WARNs
+# about the old one), Kilted's the new one only
+HUMBLE_RCL = b"ROS_LOCALHOST_ONLY"
+JAZZY_RCL = b"ROS_AUTOMATIC_DISCOVERY_RANGE\0ROS_LOCALHOST_ONLY is deprecated but still honored"
+KILTED_RCL = b"ROS_AUTOMATIC_DISCOVERY_RANGE"
+
+
+@pytest.mark.distro
 def test_environment_isolates_and_enables_large_images() -> None:
-    env = ros_environment(42, base={"PATH": "/bin"})
+    """This venv's ROS (Jazzy's or Kilted's wheels): discovery on this host by ROS_AUTOMATIC_DISCOVERY_RANGE, which
+    its rcl reads, and no ROS_LOCALHOST_ONLY (Jazzy's rcl WARNs that it is deprecated, in front of the node's one
+    line); the profile in the variables its Fast DDS reads (2.x: FASTRTPS_DEFAULT_PROFILES_FILE, XMLParserCommon.cpp
+    at eProsima/Fast-DDS v2.14.5, and the new name too; 3: FASTDDS_DEFAULT_PROFILES_FILE only, v3.2.2: its
+    rmw_fastrtps 9.3.3 warns about the old one in every process)."""
+    env = ros_environment(42, base={"PATH": "/bin", "ROS_LOCALHOST_ONLY": "1"})
     assert env["ROS_DOMAIN_ID"] == "42"
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
-    assert env["ROS_LOCALHOST_ONLY"] == "1"
+    assert rcl_reads_discovery_range(env) is True
+    assert "ROS_LOCALHOST_ONLY" not in env
     assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
-    # the venv's Fast DDS is 3 (kilted): FASTDDS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS
-    # v3.2.2); not the old name, which its rmw_fastrtps 9.3.3 warns about in every process
+    major = installed_major(env)
+    assert major in (2, 3)
     assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]) == FASTDDS_PROFILE
-    assert "FASTRTPS_DEFAULT_PROFILES_FILE" not in env
+    assert env.get("FASTRTPS_DEFAULT_PROFILES_FILE") == (str(FASTDDS_PROFILE) if major == 2 else None)
     assert "<segment_size>67108864</segment_size>" in FASTDDS_PROFILE.read_text()
     assert "<port_queue_capacity>4096</port_queue_capacity>" in FASTDDS_PROFILE.read_text()
     with pytest.raises(ValueError, match="ROS_DOMAIN_ID"):
         ros_environment(300)
 
 
+def test_localhost_discovery_by_the_variable_the_rcl_found_reads(tmp_path: Path) -> None:
+    """ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST everywhere; ROS_LOCALHOST_ONLY=1 only for an rcl that does not read
+    the new variable (Humble), or where no rcl is found (both: no traffic leaves the host whatever runs)."""
+    for name, rcl, localhost_only in (
+        ("humble", HUMBLE_RCL, "1"),
+        ("jazzy", JAZZY_RCL, None),
+        ("kilted", KILTED_RCL, None),
+    ):
+        env = ros_environment(
+            base={**_fake_ros(tmp_path / name, "libfastrtps.so.2", rcl), "ROS_LOCALHOST_ONLY": "1"}
+        )
+        assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST", name
+        assert env.get("ROS_LOCALHOST_ONLY") == localhost_only, name
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    env = ros_environment(base={"AMENT_PREFIX_PATH": str(nothing)})
+    assert rcl_reads_discovery_range(env) is None
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and env["ROS_LOCALHOST_ONLY"] == "1"
+
+
 def test_the_profile_goes_in_the_variables_the_installed_fast_dds_reads(tmp_path: Path) -> None:
     """Fast DDS 2.x (Humble, Jazzy: libfastrtps.so.2) reads FASTRTPS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at
     eProsima/Fast-DDS v2.6.10, v2.14.5): both names there; 3 only the new one. A profile the environment names in
     either variable is the one used (a Humble user's `export FASTRTPS_DEFAULT_PROFILES_FILE=mine.xml`)."""
-    humble = tmp_path / "opt" / "ros" / "humble"
-    (humble / "lib").mkdir(parents=True)
-    (humble / "lib" / "libfastrtps.so.2.6.10").touch()
-    on_humble = {"AMENT_PREFIX_PATH": str(humble)}
+    on_humble = _fake_ros(tmp_path / "opt" / "ros" / "humble", "libfastrtps.so.2.6.10", HUMBLE_RCL)
     env = ros_environment(base=on_humble)
     assert (
         env["FASTRTPS_DEFAULT_PROFILES_FILE"] == env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE)
@@ -56,8 +97,9 @@ def test_the_profile_goes_in_the_variables_the_installed_fast_dds_reads(tmp_path
         assert env["FASTRTPS_DEFAULT_PROFILES_FILE"] == env["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
     both = {"FASTRTPS_DEFAULT_PROFILES_FILE": "/a.xml", "FASTDDS_DEFAULT_PROFILES_FILE": "/b.xml"}
     assert {k: ros_environment(base={**on_humble, **both})[k] for k in both} == both
-    # Kilted's (this venv's): the new name only, a user's old one taken as the profile to use
-    env = ros_environment(base={"FASTRTPS_DEFAULT_PROFILES_FILE": "/mine.xml"})
+    # Kilted's (Fast DDS 3): the new name only, a user's old one taken as the profile to use
+    on_kilted = _fake_ros(tmp_path / "opt" / "ros" / "kilted", "libfastdds.so.3.2.2", KILTED_RCL)
+    env = ros_environment(base={**on_kilted, "FASTRTPS_DEFAULT_PROFILES_FILE": "/mine.xml"})
     assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
 
 
@@ -81,6 +123,7 @@ def test_node_command_passes_ros_args() -> None:
 
 
 @pytest.mark.ros
+@pytest.mark.distro
 def test_1080p_image_round_trip_between_processes(tmp_path: Path) -> None:
     """One process publishes a 1920x1080 rgb8 image; another answers with a Detection2DArray built from it."""
     from tiled_detector.harness.client import DetectorClient

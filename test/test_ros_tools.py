@@ -2,14 +2,18 @@
 `ros2 node`, `ros2 topic`, `ros2 lifecycle` and `ros2 pkg` against this package installed in a colcon workspace,
 and the real bondpy playing nav2_lifecycle_manager's side of the bond.
 
-No registry serves launch, launch_ros, ros2cli or bond_core here, so the workspace is built once per test session
-from the unmodified upstream sources in `../shared/third_party/*.tar.gz` (see its README: launch, launch_ros,
-ros2cli, bond_core's bond, bondpy and smclib) plus this package as committed (its tracked and not-ignored files),
-over `.venv`. Without those archives the module is skipped, except under CI=true, where their absence fails.
+No registry serves launch, launch_ros, ros2cli or bond_core here, so the workspace is built from the unmodified
+upstream sources of the venv's distro (see their READMEs: launch, launch_ros, ros2cli, bond_core's bond, bondpy and
+smclib): `../shared/third_party/jazzy/*.tar.gz` (jazzy branches) over Jazzy's wheels (`.venv`, Fast DDS 2.14),
+`../shared/third_party/*.tar.gz` (kilted) over Kilted's (`.venv-kilted`, Fast DDS 3), chosen from the Fast DDS the
+venv's ROS has (`third_party_sources`), plus this package as committed (its tracked and not-ignored files): the tools
+once per venv (kept in it), this package again in every session. `TILED_DETECTOR_THIRD_PARTY` names another
+`third_party` folder. Without those archives the module is skipped, except under CI=true, where their absence fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,13 +30,21 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from filelock import FileLock
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
+DISTRO = pytest.mark.distro  # run again on Kilted (scripts/kilted.sh): launch, lifecycle and bond
 
 rclpy = pytest.importorskip("rclpy")
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
-from tiled_detector.fastdds import PROFILE_VARIABLES, with_profile, without_profile  # noqa: E402
+from tiled_detector.fastdds import (  # noqa: E402
+    PROFILE_VARIABLES,
+    installed_major,
+    profile_environment,
+    with_profile,
+    without_profile,
+)
 from tiled_detector.harness.bags import stamp_ns  # noqa: E402
 from tiled_detector.harness.client import DetectorClient  # noqa: E402
 from tiled_detector.harness.process import pick_domain_id, ros_environment  # noqa: E402
@@ -43,6 +55,20 @@ from tiled_detector.tools.synthetic import CLASSES, make_scene  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = Path(os.environ.get("TILED_DETECTOR_THIRD_PARTY", ROOT.parent / "shared" / "third_party"))
 VENV = Path(sys.prefix)
+# the ROS 2 tools' sources for each Fast DDS major of the venv's ROS: Jazzy's wheels ship 2.14, Kilted's 3
+SOURCES_BY_FASTDDS = {2: "jazzy", 3: "."}
+TOOLS_CACHE = "tiled-detector-ros-tools"  # in the venv: the workspace of the tools built from those sources
+
+
+def third_party_sources(root: Path = THIRD_PARTY, prefix: Path = VENV) -> Path:
+    """The folder of upstream tool archives for the ROS 2 of the venv at `prefix`, decided from the Fast DDS major
+    installed there (`fastdds.installed_major`): the jazzy branches over Fast DDS 2.x, the kilted set over 3."""
+    major = installed_major({"AMENT_PREFIX_PATH": str(prefix)})
+    if major not in SOURCES_BY_FASTDDS:
+        raise AssertionError(f"no ROS 2 tool sources for Fast DDS {major} (the venv {prefix})")
+    return (root / SOURCES_BY_FASTDDS[major]).resolve()
+
+
 # no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
 PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
 LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
@@ -74,35 +100,13 @@ def _sourced_environment(setup: Path, base: dict[str, str]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in dump.split("\0") if "=" in line)
 
 
-@pytest.fixture(scope="session")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """A colcon workspace with launch, launch_ros, ros2cli and this package built and installed."""
-    archives = sorted(THIRD_PARTY.glob("*.tar.gz"))
-    if not archives:
-        why = f"no ROS 2 tool sources in {THIRD_PARTY} (set TILED_DETECTOR_THIRD_PARTY)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{why}: CI needs them to run the real ros2 tools")
-        pytest.skip(why)
-    if not shutil.which("colcon", path=str(VENV / "bin")):
-        pytest.fail("colcon is missing from the venv: run ./scripts/setup.sh (requirements/ros-tools.txt)")
-    ws = tmp_path_factory.mktemp("colcon_ws")
-    (ws / "src").mkdir()
-    for archive in archives:
-        subprocess.run(["tar", "xzf", str(archive), "-C", str(ws / "src")], check=True)
-    for name in _package_files():
-        target = ws / "src" / "tiled_detector" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
-    base = {
-        **os.environ,
-        "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}",
-        "AMENT_PREFIX_PATH": str(VENV),
-        "CMAKE_PREFIX_PATH": str(VENV),
-    }
-    build = subprocess.run(
+def _colcon_build(ws: Path, base: dict[str, str], *packages: str) -> subprocess.CompletedProcess:
+    """`colcon build` in `ws` over the venv (only `packages` where given)."""
+    return subprocess.run(
         [
             str(VENV / "bin" / "colcon"),
             "build",
+            *(("--packages-select", *packages) if packages else ()),
             "--cmake-args",
             "-DBUILD_TESTING=OFF",
             f"-DPython3_EXECUTABLE={VENV / 'bin' / 'python'}",
@@ -114,10 +118,52 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         timeout=600,
         check=False,
     )
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+
+
+@pytest.fixture(scope="session")
+def workspace() -> SimpleNamespace:
+    """A colcon workspace with launch, launch_ros, ros2cli, bond_core and this package built and installed.
+
+    The upstream tools are built once per venv and set of sources and kept in the venv (`TOOLS_CACHE`, git-ignored
+    with it; a few minutes on 2 cores); every session copies this package in again and rebuilds it alone, from a
+    clean build and install folder (nothing of an earlier copy left), under a lock."""
+    sources = third_party_sources()
+    archives = sorted(sources.glob("*.tar.gz"))
+    if not archives:
+        why = f"no ROS 2 tool sources in {sources} (set TILED_DETECTOR_THIRD_PARTY)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI needs them to run the real ros2 tools")
+        pytest.skip(why)
+    if not shutil.which("colcon", path=str(VENV / "bin")):
+        pytest.fail("colcon is missing from the venv: run ./scripts/setup.sh (requirements/ros-tools.txt)")
+    digest = hashlib.sha256(b"".join(a.name.encode() + a.read_bytes() for a in archives)).hexdigest()[:16]
+    ws = VENV / TOOLS_CACHE / digest
+    ws.mkdir(parents=True, exist_ok=True)
+    base = {
+        **os.environ,
+        "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}",
+        "AMENT_PREFIX_PATH": str(VENV),
+        "CMAKE_PREFIX_PATH": str(VENV),
+    }
+    with FileLock(f"{ws}.lock"):
+        built = ws / ".tools-built"
+        for folder in ("src/tiled_detector", "build/tiled_detector", "install/tiled_detector"):
+            shutil.rmtree(ws / folder, ignore_errors=True)
+        if not built.exists():
+            shutil.rmtree(ws / "src", ignore_errors=True)
+            (ws / "src").mkdir()
+            for archive in archives:
+                subprocess.run(["tar", "xzf", str(archive), "-C", str(ws / "src")], check=True)
+        for name in _package_files():
+            target = ws / "src" / "tiled_detector" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target)
+        build = _colcon_build(ws, base, *(("tiled_detector",) if built.exists() else ()))
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+        built.touch()
     env = _sourced_environment(ws / "install" / "setup.bash", base)
     share = ws / "install" / "tiled_detector" / "share" / "tiled_detector"
-    return SimpleNamespace(path=ws, env=env, share=share, log=build.stdout)
+    return SimpleNamespace(path=ws, env=env, share=share, log=build.stdout, sources=sources)
 
 
 def _env(ws: SimpleNamespace, domain: int, profile: bool = True) -> dict[str, str]:
@@ -223,6 +269,22 @@ def _same(reply: Any, expected: Any) -> None:
     np.testing.assert_array_equal(class_ids[order], expected.class_ids[ref])
 
 
+def test_the_tools_are_built_from_the_sources_of_the_venvs_distro(tmp_path: Path) -> None:
+    """Fast DDS 2.x where the venv's ROS is (Jazzy's wheels: libfastrtps.so.2.14): the jazzy branches; Fast DDS 3
+    (Kilted's: libfastdds.so.3): the kilted set; the venv running this test: the set of its own Fast DDS."""
+    for name, library, expected in (
+        ("jazzy", "libfastrtps.so.2.14.5", tmp_path / "third_party" / "jazzy"),
+        ("kilted", "libfastdds.so.3.2.2", tmp_path / "third_party"),
+    ):
+        (tmp_path / name / "lib").mkdir(parents=True)
+        (tmp_path / name / "lib" / library).touch()
+        (tmp_path / "third_party" / "jazzy").mkdir(parents=True, exist_ok=True)
+        assert third_party_sources(tmp_path / "third_party", tmp_path / name) == expected.resolve(), name
+    running = installed_major({"AMENT_PREFIX_PATH": str(VENV)})
+    assert third_party_sources(tmp_path) == (tmp_path / SOURCES_BY_FASTDDS[running]).resolve()
+
+
+@DISTRO
 def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
     domain = pick_domain_id()
     prefix = ros2(workspace, domain, "pkg", "prefix", "tiled_detector")
@@ -263,6 +325,10 @@ def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
     helped = ros2(workspace, domain, "run", "tiled_detector", "detector_node", "--help")
     assert helped.returncode == 0 and "usage: detector_node" in helped.stdout, helped
     assert "conf_threshold" in helped.stdout
+    # launch as built here is the one of the venv's distro's set (jazzy 3.4.x, kilted 3.7.x)
+    built = (workspace.path / "install" / "launch" / "share" / "launch" / "package.xml").read_text()
+    version = re.search(r"<version>([^<]+)</version>", built).group(1)
+    assert (workspace.sources / f"ros2-launch-{version}.tar.gz").is_file(), (version, workspace.sources)
 
 
 @pytest.fixture(scope="module")
@@ -482,6 +548,7 @@ def test_sim_time_launch_stops_on_ctrl_c(workspace: SimpleNamespace, tmp_path: P
     assert "process has finished cleanly" in launch.text()
 
 
+@DISTRO
 def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None:
     refused = ros2(
         workspace, pick_domain_id(), "launch", "tiled_detector", "detector.launch.py", "conf_treshold:=0.4"
@@ -579,6 +646,7 @@ def generate_launch_description():
 """
 
 
+@DISTRO
 def test_a_parent_launch_with_arguments_near_ours_brings_the_managed_node_up(
     workspace: SimpleNamespace, tmp_path: Path
 ) -> None:
@@ -612,12 +680,159 @@ def test_a_parent_launch_with_arguments_near_ours_brings_the_managed_node_up(
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))  # active without a manager
         profile = str(workspace.share / "config" / "fastdds_large_images.xml")
         node_env = launch.node_environment("detector_lifecycle_node")
-        # Fast DDS 3 here: the name it reads, not the old one its rmw_fastrtps warns about (both on 2.x: test_launch)
+        # Fast DDS 2.x (Jazzy): both names; 3 (Kilted): the name it reads, not the old one its rmw_fastrtps warns about
+        expected = profile_environment(profile, installed_major(workspace.env))
         assert {name: node_env.get(name) for name in PROFILE_VARIABLES} == {
-            "FASTRTPS_DEFAULT_PROFILES_FILE": None,
-            "FASTDDS_DEFAULT_PROFILES_FILE": profile,
+            name: expected.get(name) for name in PROFILE_VARIABLES
         }
     finally:
+        client.close()
+        code, _ = launch.interrupt()
+    assert code == 0 and "Traceback" not in launch.text(), launch.text()
+
+
+NAV2_BRINGUP = """
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, GroupAction, IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import PathJoinSubstitution
+from launch_ros.actions import PushRosNamespace
+from launch_ros.substitutions import FindPackageShare
+
+
+def generate_launch_description():
+    detector = PathJoinSubstitution([FindPackageShare("tiled_detector"), "launch", "detector.launch.py"])
+    # what nav2_bringup's bringup_launch.py declares (autostart, params_file, use_sim_time), and a model of its own
+    return LaunchDescription([
+        DeclareLaunchArgument("autostart", default_value="true"),
+        DeclareLaunchArgument("params_file", default_value=PARAMS),
+        DeclareLaunchArgument("model", default_value="/nonexistent/nav2_model.onnx"),
+        DeclareLaunchArgument("use_sim_time", default_value="true"),
+        GroupAction([
+            PushRosNamespace("robot"),
+            IncludeLaunchDescription(
+                PythonLaunchDescriptionSource(detector),
+                launch_arguments={"lifecycle": "true", "image": "/robot/image_raw"}.items(),
+            ),
+        ]),
+    ])
+"""
+NAV2_PARAMS = """/**:
+  ros__parameters:
+    conf_threshold: 0.9
+controller_server:
+  ros__parameters:
+    controller_frequency: 20.0
+"""
+
+
+def _diagnostics_counts(diagnostics: list[Any]) -> dict[str, int]:
+    """The frame counters of the node's last /diagnostics pipeline status."""
+    values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values} if diagnostics else {}
+    return {k: int(v) for k, v in values.items() if k.startswith("frames_")}
+
+
+def _four_k_burst(
+    ws: SimpleNamespace, domain: int, diagnostics: list[Any], reliability: str
+) -> dict[str, int]:
+    """10 frames of 3840x2160 rgb8 at 2 Hz (test/support/publisher.py, the shipped profile in its environment):
+    what the node's counters grew by."""
+    before = _diagnostics_counts(diagnostics)
+    publisher = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "test" / "support" / "publisher.py"), "--topic", "/robot/image_raw"),
+            *("--size", "3840x2160", "--rate", "2", "--count", "10", "--reliability", reliability),
+        ],
+        env=_env(ws, domain),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert json.loads(publisher.stdout.splitlines()[-1]) == {"sent": 10}, publisher.stderr[-2000:]
+    deadline = time.monotonic() + 30
+    counts = before
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        counts = _diagnostics_counts(diagnostics)
+        grown = {k: counts[k] - before.get(k, 0) for k in counts}
+        if (
+            grown.get("frames_received", 0) + grown.get("frames_lost", 0) + grown.get("frames_skipped", 0)
+            >= 10
+        ):
+            break
+    return {k: counts[k] - before.get(k, 0) for k in counts}
+
+
+@DISTRO
+def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
+    workspace: SimpleNamespace, tmp_path: Path
+) -> None:
+    """The real `ros2 launch` of a bringup that declares what Nav2's does (`autostart:=true`, `params_file` of its
+    own, `use_sim_time:=true`) and a `model` of its own, and includes ours in a `PushRosNamespace` group with
+    `lifecycle:=true`: the node comes up in the bringup's namespace, unconfigured, with none of the bringup's values
+    (its model, params file, sim time); `ros2 lifecycle` configures and activates it; a bondpy peer (as
+    nav2_lifecycle_manager) forms the bond on /robot/bond; it answers frames with its own model; 4K frames over the
+    shipped profile arrive 10 of 10 reliable and best-effort at 2 Hz, frames_skipped counted (rclpy's message info).
+    About 90 s on this 2-core machine: a launch, five ros2 CLI calls, a bond and two 4K streams."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    params = tmp_path / "nav2_params.yaml"
+    params.write_text(NAV2_PARAMS)
+    parent = tmp_path / "bringup_launch.py"
+    parent.write_text(NAV2_BRINGUP.replace("PARAMS", repr(str(params))))
+    domain, node = pick_domain_id(), "/robot/tiled_detector"
+    launch = Background(workspace, domain, "launch", str(parent), log=tmp_path / "bringup.log")
+    client = DetectorClient(
+        domain_id=domain,
+        image_topic="/robot/image_raw",
+        detections_topic="/robot/detections",
+        node_name="client_bringup",
+    )
+    diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
+    manager = None
+    try:
+        state = ros2_lifecycle(workspace, domain, node, "get")
+        assert state.stdout.strip() == "unconfigured [1]", (
+            state,
+            launch.text(),
+        )  # no autostart from the parent
+        for name, value in (("use_sim_time", "False"), ("conf_threshold", "0.25")):
+            got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, name)
+            assert got.stdout.strip().endswith(value), (name, got, launch.text())
+        # the bondpy peer waits for the node's side, which activate starts
+        manager = subprocess.Popen(
+            [sys.executable, str(ROOT / "test" / "support" / "lifecycle_manager.py"), node, "bond", "vanish"],
+            env=_env(workspace, domain),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for transition in ("configure", "activate"):
+            done = ros2_lifecycle(workspace, domain, node, "set", transition)
+            assert "Transitioning successful" in done.stdout, (done, launch.text())
+        out, err = manager.communicate(timeout=90)
+        assert [json.loads(line)["ok"] for line in out.splitlines()] == [True, True], (out, err[-3000:])
+        assert launch.wait_for("bond formed with the lifecycle manager (topic bond", timeout=10), (
+            launch.text()
+        )
+        got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, "model")
+        assert got.stdout.strip().endswith("default.onnx"), got  # its own model, not the bringup's
+        scene, msg = _frame(21, "robot_optical")
+        _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
+        assert client.wait_until(lambda: "frames_skipped" in _diagnostics_counts(diagnostics), timeout=30)
+        bursts = {
+            reliability: _four_k_burst(workspace, domain, diagnostics, reliability)
+            for reliability in ("reliable", "best_effort")
+        }
+        print(f"4K at 2 Hz over the shipped profile: {bursts}")
+        for reliability, grown in bursts.items():
+            assert grown["frames_received"] == 10, (reliability, bursts, launch.text()[-3000:])
+            assert grown["frames_lost"] == grown["frames_skipped"] == 0, (reliability, bursts)
+        assert launch.text().count("keeping the Fast DDS profile exported as") == 1, launch.text()
+    finally:
+        if manager is not None and manager.poll() is None:
+            manager.kill()
         client.close()
         code, _ = launch.interrupt()
     assert code == 0 and "Traceback" not in launch.text(), launch.text()
@@ -651,12 +866,15 @@ print(sorted(name for name in ("torch", "tiled_detector.config", "tiled_detector
     assert total_ms < 100, (total_ms, sorted(top, reverse=True)[:8])
 
 
+@DISTRO
 def test_a_lifecycle_manager_bonds_on_activate_and_the_node_outlives_it(
     workspace: SimpleNamespace, tmp_path: Path
 ) -> None:
     """The real bondpy playing nav2_lifecycle_manager (test/support/lifecycle_manager.py): the bond forms within
     half of bond_timeout after activate and breaks on deactivate; formed again on the next activate, the manager
-    then vanishes: the node says so once (WARN) and stays active, answering frames."""
+    breaks it (as one that ends or resets does): the node says so once (WARN) and stays active; formed a third time,
+    the manager then vanishes without a word: the node's side never times out on the manager's heartbeat (Nav2's
+    nodes: "server side never times out from lifecycle manager"), no WARN, still active, answering frames."""
     domain, node = pick_domain_id(), "/nav/tiled_detector"
     launch = Background(
         workspace,
@@ -675,38 +893,54 @@ def test_a_lifecycle_manager_bonds_on_activate_and_the_node_outlives_it(
         detections_topic="/nav/detections",
         node_name="client_nav",
     )
+    steps = ("configure", "activate", "deactivate", "activate", "break", "deactivate", "activate", "vanish")
     try:
         manager = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "test" / "support" / "lifecycle_manager.py"),
-                node,
-                *("configure", "activate", "deactivate", "activate", "vanish"),
-            ],
+            [sys.executable, str(ROOT / "test" / "support" / "lifecycle_manager.py"), node, *steps],
             env=_env(workspace, domain),
             capture_output=True,
             text=True,
             timeout=240,
             check=False,
         )
-        steps = [json.loads(line) for line in manager.stdout.splitlines()]
-        assert [(s["step"], s["ok"]) for s in steps] == [
-            ("configure", True),
-            ("activate", True),  # and the bond formed within bond_timeout / 2
-            ("deactivate", True),  # and the bond broke
-            ("activate", True),
-            ("vanish", True),
-        ], (manager.stderr[-3000:], launch.text())
-        assert launch.wait_for("bond with the lifecycle manager broke", timeout=30), launch.text()
-        time.sleep(1.0)
+        done = [json.loads(line) for line in manager.stdout.splitlines()]
+        # activate: and the bond formed within bond_timeout / 2; deactivate, break: and the bond broke
+        assert [(s["step"], s["ok"]) for s in done] == [(step, True) for step in steps], (
+            manager.stderr[-3000:],
+            launch.text(),
+        )
+        time.sleep(6.0)  # longer than the 4 s heartbeat timeout since the manager's last heartbeat
         done = ros2_lifecycle(workspace, domain, node, "get")
         assert done.stdout.strip() == "active [3]", (done.stdout, done.stderr, launch.text())
         scene, msg = _frame(11, "nav_optical")
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
         text = launch.text()
-        assert text.count("bond with the lifecycle manager broke") == 1, text
-        assert text.count("bond formed with the lifecycle manager") == 2, text
+        assert text.count("bond with the lifecycle manager broke") == 1, text  # the manager's break only
+        assert text.count("bond formed with the lifecycle manager") == 3, text
+        assert "Heartbeat timeout is disabled" not in text and "Traceback" not in text, text
     finally:
         client.close()
         code, _ = launch.interrupt()
     assert code == 0 and "Traceback" not in launch.text(), launch.text()
+
+
+@DISTRO
+def test_a_stalled_executor_keeps_the_bond(workspace: SimpleNamespace) -> None:
+    """The node's executor held for 6 s (longer than the 4 s heartbeat timeout; test/support/bond_stall.py, the
+    real bondpy on both sides): its side keeps the bond and keeps sending heartbeats, so the manager's side never
+    sees it break (nav2_lifecycle_manager would reset every node it manages)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "test" / "support" / "bond_stall.py")],
+        env=_env(workspace, pick_domain_id()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "formed": True,
+        "manager_broken": False,
+        "node_formed": True,
+    }, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]

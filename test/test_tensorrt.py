@@ -144,10 +144,14 @@ def context_double(outputs: dict[str, tuple[int, ...]]) -> Any:
     return context
 
 
-def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = None) -> tuple[Any, Contexts]:
-    """An ICudaEngine double for one input 'images' and `outputs` (shapes after batch), and the execution context
-    doubles it makes (a new one at every create_execution_context, called as the real binding accepts)."""
+def named_engine(
+    outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = None, min_batch: int = 1
+) -> tuple[Any, Contexts]:
+    """An ICudaEngine double for one input 'images' and `outputs` (shapes after batch), its one optimization profile
+    taking `min_batch`..MAX_BATCH images, and the execution context doubles it makes (a new one at every
+    create_execution_context, called as the real binding accepts)."""
     engine = strict(trt.ICudaEngine)
+    engine.num_optimization_profiles = 1
     names = ["images", *outputs]
     batch_dim = fixed_batch or -1
     engine.num_io_tensors = len(names)
@@ -163,7 +167,7 @@ def named_engine(outputs: dict[str, tuple[int, ...]], fixed_batch: int | None = 
     engine.get_tensor_dtype.side_effect = lambda n: trt.DataType.FLOAT
     top = fixed_batch or MAX_BATCH
     engine.get_tensor_profile_shape.side_effect = lambda n, p: [
-        trt.Dims((fixed_batch or 1, C, H, W)),
+        trt.Dims((fixed_batch or min_batch, C, H, W)),
         trt.Dims((top, C, H, W)),
         trt.Dims((top, C, H, W)),
     ]
@@ -184,6 +188,7 @@ class Cuda(types.SimpleNamespace):
 
     event: mock.Mock  # the engine's done event
     current: mock.Mock  # torch's current stream
+    capturing: bool  # whether torch's current stream is capturing a CUDA graph
     own: mock.Mock  # the engine's own stream
     kept: list  # (tensor, stream) of every keep_alive
     device: list  # the current device: its last entry (made_current pushes and pops)
@@ -195,6 +200,7 @@ def cpu_cuda(monkeypatch: pytest.MonkeyPatch) -> Cuda:
     cuda = Cuda(
         event=mock.Mock(name="event"),
         current=mock.Mock(name="current", cuda_stream=0xC0FFEE),
+        capturing=False,
         own=mock.Mock(name="own", cuda_stream=0x5EED),
         kept=[],
         device=[0],
@@ -213,6 +219,7 @@ def cpu_cuda(monkeypatch: pytest.MonkeyPatch) -> Cuda:
     monkeypatch.setattr(trt_mod, "new_stream", lambda device: cuda.own, raising=False)
     monkeypatch.setattr(trt_mod, "keep_alive", lambda t, stream: cuda.kept.append((t, stream)), raising=False)
     monkeypatch.setattr(trt_mod, "made_current", made_current, raising=False)
+    monkeypatch.setattr(trt_mod, "capturing", lambda device: cuda.capturing, raising=False)
     monkeypatch.setattr(engine_base, "same_device", lambda have, want: True)  # CPU memory stands in for CUDA
     return cuda
 
@@ -376,6 +383,7 @@ def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
     engine, contexts = named_engine({"output0": (84, 21)})
     eng = make_engine(monkeypatch, tmp_path, engine)
     assert eng.capturable
+    cpu_cuda.capturing = True
     capture_stream = mock.Mock(name="capture", cuda_stream=0xCAB)
     monkeypatch.setattr(trt_mod, "current_stream", lambda device: capture_stream)
     monkeypatch.setattr(
@@ -388,7 +396,8 @@ def test_every_call_enqueues_on_torchs_current_stream_with_fixed_addresses(
     context = contexts.of(MAX_BATCH)
     assert [c.args for c in context.execute_async_v3.call_args_list] == [(0xCAB,), (0xCAB,)]
     cpu_cuda.event.record.assert_called_with(capture_stream)
-    capture_stream.wait_event.assert_not_called()  # the capture stream itself: no fork to another stream
+    # the capture stream itself: no fork to another stream, no wait on an event from outside the capture
+    capture_stream.wait_event.assert_not_called()
     bound = [c.args for c in context.set_tensor_address.call_args_list]
     assert bound[:2] == bound[2:] == [("images", batch.data_ptr()), ("output0", first)]
 
@@ -509,6 +518,166 @@ def test_one_execution_context_per_input_shape(monkeypatch, tmp_path, cpu_cuda) 
     assert len(memory) == 1 and next(iter(memory))[1] == ACTIVATION_BYTES
 
 
+class Trt8Engine:
+    """A TensorRT 8.5 / 8.6 ICudaEngine stand-in (no 8.x bindings import here) that enforces the profile rule of
+    their NvInferRuntime.h: "The first execution context created will call setOptimizationProfile(0) implicitly.
+    For other execution contexts, setOptimizationProfile() must be called with unique profile index before calling
+    execute or enqueue" (8.5.2, createExecutionContext; 8.6.1: profile 0 "if there are no other execution contexts
+    assigned to optimization profile 0"). A context without a profile fails setInputShape and enqueueV3 (they return
+    false). Its queries, and its contexts' calls, are the 11.4 doubles' (`named_engine`, `context_double`): the
+    named-tensor API of 8.5 has the same names; 8.x's own names (create_execution_context_without_device_memory,
+    device_memory, set_optimization_profile_async, device_memory_size) are written from NVIDIA's 8.6 Python API."""
+
+    def __init__(self, outputs: dict[str, tuple[int, ...]], profiles: int = 1) -> None:
+        self._double, self.contexts = named_engine(outputs)
+        self._outputs = outputs
+        self.num_optimization_profiles = profiles
+        self.device_memory_size = ACTIVATION_BYTES
+        self.profiling_verbosity = trt.ProfilingVerbosity.LAYER_NAMES_ONLY
+        self.num_io_tensors = self._double.num_io_tensors
+        for name in ("get_tensor_name", "get_tensor_mode", "get_tensor_shape", "get_tensor_dtype"):
+            setattr(self, name, getattr(self._double, name))
+        self.profile_of: dict[int, int | None] = {}  # id(context) -> its optimization profile
+
+    def get_tensor_profile_shape(self, name: str, profile: int) -> Any:
+        assert 0 <= profile < self.num_optimization_profiles
+        return self._double.get_tensor_profile_shape(name, profile)
+
+    def create_execution_context_without_device_memory(self) -> Any:
+        context = context_double(self._outputs)
+        taken = set(self.profile_of.values())
+        self.profile_of[id(context)] = 0 if 0 not in taken else None
+        set_shape, execute = context.set_input_shape.side_effect, context.execute_async_v3
+
+        def set_input_shape(name: str, shape: Any) -> bool:
+            return self.profile_of[id(context)] is not None and set_shape(name, shape)
+
+        def set_optimization_profile_async(index: int, stream: int) -> bool:
+            if index in {p for c, p in self.profile_of.items() if c != id(context)}:
+                return False
+            self.profile_of[id(context)] = index
+            return True
+
+        context.set_input_shape.side_effect = set_input_shape
+        context.execute_async_v3.side_effect = lambda stream: self.profile_of[id(context)] is not None
+        context.set_optimization_profile_async = mock.Mock(side_effect=set_optimization_profile_async)
+        del execute
+        self.contexts.append(context)
+        return context
+
+
+def trt8(version: str = "8.6.1") -> Any:
+    """The 11.4 bindings' module as TensorRT 8.x shows itself: its version, no ExecutionContextAllocationStrategy."""
+    names = {k: v for k, v in vars(trt).items() if k != "ExecutionContextAllocationStrategy"}
+    return types.SimpleNamespace(**{**names, "__version__": version, "__name__": "tensorrt"})
+
+
+@pytest.mark.parametrize("version", ["8.5.2", "8.6.1"])
+def test_tensorrt_8_runs_every_batch_size_on_the_one_context_holding_profile_0(
+    monkeypatch, tmp_path, cpu_cuda, version
+) -> None:
+    """TensorRT 8.5 / 8.6 (JetPack 5.1; 6.0 = 8.6.2): contexts cannot share profile 0, so one context is re-shaped
+    per call (its shape set again only when the batch size changes), in the activation memory given to it, and the
+    engine is not captured (the frame program captures the parts around it)."""
+    engine = Trt8Engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine, module=trt8(version))
+    for n in (3, 5, 3, 3, MAX_BATCH):
+        out = eng.infer(eng.input_buffer(n))["output0"]
+        assert out.shape == (n, 84, 21)
+    (context,) = engine.contexts
+    shapes = [c.args[1][0] for c in context.set_input_shape.call_args_list]
+    assert shapes == [MAX_BATCH, 3, 5, 3, MAX_BATCH]  # (the largest at load)
+    assert context.execute_async_v3.call_count == 5
+    assert context.device_memory == eng._activations.data_ptr()
+    assert not eng.capturable and "profile 0 to one execution context only" in eng.capture_problem
+    # the rule the stand-in enforces: a second context has no profile
+    assert not engine.create_execution_context_without_device_memory().set_input_shape("images", (3, C, H, W))
+
+
+def test_a_batch_size_profile_0_does_not_take_is_refused_in_one_line(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """A prebuilt engine whose profile starts above 1 (trtexec --minShapes=images:4x3x32x32): a smaller batch is
+    refused naming the size and the engine's profiles, and no context is made for it."""
+    engine, contexts = named_engine({"output0": (84, 21)}, min_batch=4)
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    made = len(contexts)
+    with pytest.raises(TensorRTError) as refused:
+        eng.infer(eng.input_buffer(2))
+    message = str(refused.value)
+    assert "\n" not in message and "cannot run a batch of 2 images" in message
+    assert f"profile 0 takes 4..{MAX_BATCH} (profiles 0: 4..{MAX_BATCH})" in message
+    assert len(contexts) == made and 2 not in {c.set_input_shape.call_args.args[1][0] for c in contexts}
+    eng.infer(eng.input_buffer(4))  # what the profile takes still runs
+
+
+def test_a_call_on_another_caller_stream_waits_for_the_previous_call(monkeypatch, tmp_path, cpu_cuda) -> None:
+    """The contexts share one activation memory: a call enqueued on a caller's stream waits on the event the
+    previous call recorded, whichever stream that was (outside a capture)."""
+    engine, _ = named_engine({"output0": (84, 21)})
+    eng = make_engine(monkeypatch, tmp_path, engine)
+    first, second = (mock.Mock(name=n, cuda_stream=h) for n, h in (("first", 0xA1), ("second", 0xB2)))
+    order = mock.Mock()
+    for stream in (first, second):
+        order.attach_mock(stream.wait_event, f"{stream._mock_name}_wait_event")
+    order.attach_mock(cpu_cuda.event.record, "record")
+    for stream, n in ((first, 3), (second, 5)):
+        monkeypatch.setattr(trt_mod, "current_stream", lambda device, stream=stream: stream)
+        eng.infer(eng.input_buffer(n))
+    assert order.mock_calls == [
+        mock.call.first_wait_event(cpu_cuda.event),
+        mock.call.record(first),
+        mock.call.second_wait_event(cpu_cuda.event),  # after the call on the first stream
+        mock.call.record(second),
+    ]
+
+
+class Released:
+    """A double seen through a plain object that only its holder refers to (mocks keep cycles among themselves, so
+    their own release waits for the collector): `finalize` says when the holder lets it go."""
+
+    def __init__(self, double: Any) -> None:
+        self._double = double
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._double, name)
+
+
+def test_contexts_engine_and_runtime_are_released_under_the_engines_device(
+    monkeypatch, tmp_path, cpu_cuda
+) -> None:
+    """An engine on cuda:1 released (the node's cleanup drops the detector and collects): its contexts, its
+    ICudaEngine and its runtime go with cuda:1 current, as they were made (TensorRT frees their device memory on the
+    current device, which is cuda:0 in the thread that collects)."""
+    import gc
+    import weakref
+
+    engine_double, contexts = named_engine({"output0": (84, 21)})
+    runtime_double = strict(trt.Runtime)
+    released: list[tuple[str, int]] = []
+
+    def runtime(logger: Any) -> Released:
+        made = Released(runtime_double)
+        weakref.finalize(made, lambda: released.append(("runtime", cpu_cuda.device[-1])))
+        return made
+
+    def deserialized(data: bytes) -> Released:
+        made = Released(engine_double)
+        weakref.finalize(made, lambda: released.append(("engine", cpu_cuda.device[-1])))
+        return made
+
+    runtime_double.deserialize_cuda_engine.side_effect = deserialized
+    module = types.SimpleNamespace(**{**vars(trt), "Runtime": runtime})
+    monkeypatch.setattr(trt_mod, "import_tensorrt", lambda: module)
+    path = tmp_path / "model.engine"
+    path.write_bytes(b"serialized")
+    eng = TensorRTEngine(path, device=torch.device("cuda:1"), max_batch=MAX_BATCH)
+    eng.infer(eng.input_buffer(3))
+    assert len(contexts) == 2 and released == []
+    del eng
+    gc.collect()
+    assert sorted(released) == [("engine", 1), ("runtime", 1)]
+    assert cpu_cuda.device == [0]
+
+
 def test_the_default_stream_is_left_for_the_engines_own_stream_ordered_by_events(
     monkeypatch, tmp_path, cpu_cuda
 ) -> None:
@@ -520,12 +689,14 @@ def test_the_default_stream_is_left_for_the_engines_own_stream_ordered_by_events
     cpu_cuda.current.cuda_stream = 0  # torch's legacy default stream
     order = mock.Mock()
     order.attach_mock(cpu_cuda.own.wait_stream, "own_wait_stream")
+    order.attach_mock(cpu_cuda.own.wait_event, "own_wait_event")
     order.attach_mock(contexts.of(MAX_BATCH).execute_async_v3, "execute_async_v3")
     order.attach_mock(cpu_cuda.event.record, "record")
     order.attach_mock(cpu_cuda.current.wait_event, "current_wait_event")
     eng.infer(eng.input_buffer(MAX_BATCH))
     assert order.mock_calls == [
         mock.call.own_wait_stream(cpu_cuda.current),
+        mock.call.own_wait_event(cpu_cuda.event),  # the previous call, whatever stream ran it
         mock.call.execute_async_v3(cpu_cuda.own.cuda_stream),
         mock.call.record(cpu_cuda.own),
         mock.call.current_wait_event(cpu_cuda.event),
@@ -882,7 +1053,7 @@ class FakeParser:
     def get_error(self, index: int) -> Any: ...
 
 
-def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
+def fake_trt(version: str, fp16_flag: bool, version_flag: bool = True) -> tuple[Any, Any, Any]:
     builder = mock.create_autospec(FakeBuilder, instance=True)
     config = mock.create_autospec(FakeBuilderConfig, instance=True)
     config.progress_monitor = None
@@ -892,7 +1063,11 @@ def fake_trt(version: str, fp16_flag: bool) -> tuple[Any, Any, Any]:
     builder.create_builder_config.return_value = config
     builder.create_optimization_profile.side_effect = lambda: strict(trt.IOptimizationProfile)
     builder.build_serialized_network.return_value = b"PLAN"
-    flag_names = ["TF32", "VERSION_COMPATIBLE", *(["FP16", "INT8"] if fp16_flag else [])]
+    flag_names = [
+        "TF32",
+        *(["VERSION_COMPATIBLE"] if version_flag else []),
+        *(["FP16", "INT8"] if fp16_flag else []),
+    ]
     module = types.SimpleNamespace(
         __version__=version,
         Builder=mock.Mock(return_value=builder),
@@ -995,6 +1170,30 @@ def test_version_compatible_build(tmp_path, version, fp16_flag) -> None:
 
 
 GPU = ("Orin", (8, 7))
+
+
+def test_version_compatible_is_refused_in_one_line_where_tensorrt_cannot_build_it(tmp_path) -> None:
+    """TensorRT 8.5 (JetPack 5.1: 8.5.2) has no BuilderFlag.VERSION_COMPATIBLE (NvInfer.h: kVERSION_COMPATIBLE = 15
+    from 8.6.1): `--version-compatible` there is one line, before any parsing, and nothing reaches the cache (not
+    even the batch-1 rewrite)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_model(), path)
+    module, _, _ = fake_trt("8.5.2", True, version_flag=False)
+    options = BuildOptions(max_batch=2, opt_batch=1, version_compatible=True)
+    with pytest.raises(
+        TensorRTError, match=r"TensorRT 8\.5\.2 cannot build version-compatible engines"
+    ) as refused:
+        build_mod.build_serialized(module, None, path, options, torch.device("cpu"))
+    assert "\n" not in str(refused.value) and "8.6" in str(refused.value)
+    module.Builder.assert_not_called()
+    cache = tmp_path / "cache"
+    with pytest.raises(TensorRTError, match="cannot build version-compatible engines"):
+        build_mod.load_or_build(module, None, None, path, options, torch.device("cpu"), cache, gpu=GPU)
+    assert not cache.exists() or not any(cache.rglob("*"))
+    # 8.6 has the flag: built as asked
+    module, _, config = fake_trt("8.6.1", True)
+    build_mod.build_serialized(module, None, path, options, torch.device("cpu"))
+    assert "VERSION_COMPATIBLE" in [c.args[0] for c in config.set_flag.call_args_list]
 
 
 def test_cache_key_holds_the_build_recipe_tf32_and_version_compatibility(tmp_path, monkeypatch) -> None:

@@ -59,10 +59,10 @@ def loaded_major(maps: str) -> int | None:
     return int(found.group(2)) if found else None
 
 
-def installed_major(env: Mapping[str, str] | None = None) -> int | None:
-    """The major version of the Fast DDS library installed where `env` (default: this process's environment) finds
-    ROS: the `lib` folders of its AMENT_PREFIX_PATH prefixes (unset: this Python's prefix, the PyPI wheels' ROS) and
-    its LD_LIBRARY_PATH (None: none found)."""
+def ros_library_folders(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The folders where `env` (default: this process's environment) finds ROS's libraries: the `lib` folders of its
+    AMENT_PREFIX_PATH prefixes (unset: this Python's prefix, the PyPI wheels' ROS) and its LD_LIBRARY_PATH, those
+    that exist, each once."""
     env = os.environ if env is None else env
     prefixes = (
         env.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if env.get("AMENT_PREFIX_PATH") else [sys.prefix]
@@ -70,10 +70,15 @@ def installed_major(env: Mapping[str, str] | None = None) -> int | None:
     folders = [Path(p) / "lib" for p in prefixes if p] + [
         Path(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p
     ]
+    return [folder for folder in dict.fromkeys(folders) if folder.is_dir()]
+
+
+def installed_major(env: Mapping[str, str] | None = None) -> int | None:
+    """The major version of the Fast DDS library installed where `env` (default: this process's environment) finds
+    ROS (`ros_library_folders`; None: none found)."""
     found = [
         loaded_major(f"/{library.name}")
-        for folder in dict.fromkeys(folders)
-        if folder.is_dir()
+        for folder in ros_library_folders(env)
         for pattern in ("libfastdds.so.*", "libfastrtps.so.*")
         for library in folder.glob(pattern)
     ]

@@ -6,8 +6,10 @@ name, heartbeat period 0.1 s, heartbeat timeout `bond_timeout`, 4 s by default) 
 for it to form (else "Server ... was unable to be reached"); after `deactivate`, drop its bond.
 
 Usage: python lifecycle_manager.py NODE STEP... with steps `configure`, `activate` (then bond), `deactivate`
-(then watch the bond break, and drop it), `vanish` (after a second of heartbeats, end at once, the bond left
-unbroken: a manager that died).
+(then watch the bond break, and drop it), `bond` (bond with the node as it is, no transition, waiting up to
+`BOND_WAIT_S` for its side: started before `ros2 lifecycle set activate`), `break` (break the
+bond the node keeps, as a manager that ends or resets does: bondcpp's ~Bond), `vanish` (after a second of
+heartbeats, end at once, the bond left unbroken: a manager that died).
 One JSON line per step on stdout: {"step": ..., "ok": ..., "seconds": ...}.
 """
 
@@ -27,6 +29,7 @@ from rclpy.duration import Duration
 from rclpy.executors import MultiThreadedExecutor
 
 BOND_TIMEOUT_S = 4.0  # nav2_lifecycle_manager's bond_timeout default
+BOND_WAIT_S = 60.0  # `bond`: how long the node's side may take to start
 TRANSITIONS = {
     "configure": Transition.TRANSITION_CONFIGURE,
     "activate": Transition.TRANSITION_ACTIVATE,
@@ -58,18 +61,25 @@ def main(target: str, steps: list[str]) -> int:
             )  # (a manager that has run a while: bondpy times a sister out from its 2nd heartbeat)
             say(step, True, started)
             os._exit(0)  # no bond broken, no node destroyed: the manager is just gone
-        request = ChangeState.Request(transition=Transition(id=TRANSITIONS[step]))
-        future = client.call_async(request)
-        while not future.done() and time.monotonic() - started < 60.0:
-            time.sleep(0.01)
-        ok = future.done() and future.result().success
-        if ok and step == "activate":
+        if step in TRANSITIONS:
+            request = ChangeState.Request(transition=Transition(id=TRANSITIONS[step]))
+            future = client.call_async(request)
+            while not future.done() and time.monotonic() - started < 60.0:
+                time.sleep(0.01)
+            ok = future.done() and future.result().success
+        else:
+            ok = step in ("bond", "break")
+        if ok and step in ("activate", "bond"):
+            wait = BOND_TIMEOUT_S / 2 if step == "activate" else BOND_WAIT_S
             bond = Bond(node, "bond", name)
             bond.heartbeat_period = 0.1
             bond.heartbeat_timeout = BOND_TIMEOUT_S
+            bond.connect_timeout = wait
             bond.start()
-            ok = bond.wait_until_formed(Duration(seconds=BOND_TIMEOUT_S / 2))
-        elif ok and step == "deactivate" and bond is not None:
+            ok = bond.wait_until_formed(Duration(seconds=wait))
+        elif ok and step in ("deactivate", "break") and bond is not None:
+            if step == "break":
+                bond.break_bond()
             ok = bond.wait_until_broken(Duration(seconds=BOND_TIMEOUT_S))
             node.destroy_subscription(bond.sub)  # (before bondpy destroys it behind the executor's back)
             bond.shutdown()

@@ -8,24 +8,35 @@ captured CUDA graph replays with the same addresses.
 One execution context per input shape (batch size), its shape set once when it is made: a CUDA graph captured with
 one context keeps replaying what it captured while others run other shapes, as trtexec captures one graph per
 context (samples/common/sampleInference.cpp). The contexts share one activation memory (USER_MANAGED; they never run
-in parallel: NvInferRuntime.h, setDeviceMemoryV2).
+in parallel: NvInferRuntime.h, setDeviceMemoryV2). TensorRT 8.5 / 8.6 (JetPack 5.1, 6.0) give optimization profile 0
+to one execution context only ("The first execution context created will call setOptimizationProfile(0)
+implicitly. For other execution contexts, setOptimizationProfile() must be called with unique profile index",
+NvInferRuntime.h 8.5.2; 8.6.1: "if there are no other execution contexts assigned to optimization profile 0"; all
+contexts profile 0 from 9.0): there one context is re-shaped per call (a batch size other than the last sets its
+shape again), and the engine is not captured (the frame program captures the parts around it). A batch size that
+profile 0 does not take is refused in one line naming the engine's profiles, before any context is made for it.
 
 Streams: `execute_async_v3` on the default stream makes TensorRT synchronise the device ("Using default stream may
 lead to performance issues due to additional cudaDeviceSynchronize() calls", NvInferRuntime.h, enqueueV3). When
 torch's current stream is a default stream the engine enqueues on its own stream, ordered after the current one and
 the current one after it by events; otherwise (a stream of the caller's, the capture stream while a CUDA graph is
 captured) on the current stream itself. A torch CUDA event is recorded after the work (`done_event`): consumers on
-the current stream need nothing, consumers on another stream wait on the event. A caller's batch bound in place must
+the current stream need nothing, consumers on another stream wait on the event; and every call's stream waits on the
+previous call's event (its contexts share the activation memory: a call on another caller stream must not overlap
+it), except while a CUDA graph is captured (an event from outside a capture cannot be waited on inside it). A caller's batch bound in place must
 be 256-byte aligned (setTensorAddress) and is kept alive for the engine's stream (`record_stream`); else it is
-copied into the engine's input. Deserialisation, contexts and enqueues run with the engine's device current.
+copied into the engine's input. Deserialisation, contexts, enqueues and the release of the contexts, the engine and
+the runtime (`close`, also when the engine is collected) run with the engine's device current.
 
 The named-tensor API is used (TensorRT >= 8.5: set_input_shape, set_tensor_address, execute_async_v3; older
-TensorRT is refused with one line). `current_stream`, `new_stream`, `new_event`, `allocate`, `keep_alive` and
-`made_current` are the only CUDA touch points, kept as module names so tests without a GPU can replace them.
+TensorRT is refused with one line). `current_stream`, `capturing`, `new_stream`, `new_event`, `allocate`,
+`keep_alive` and `made_current` are the only CUDA touch points, kept as module names so tests without a GPU can
+replace them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -47,6 +58,7 @@ from tiled_detector.engines.tensorrt_api import (
     is_lean,
     make_logger,
     make_runtime,
+    trt_version,
 )
 
 # TensorRT DataType member name -> torch dtype
@@ -64,6 +76,9 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 TENSOR_ALIGNMENT = 256
 # the CUDA default streams' handles: the legacy default stream (0, cudaStreamLegacy) and the per-thread one
 DEFAULT_STREAMS = frozenset({0, 1, 2})
+# from TensorRT 9.0 every new execution context takes optimization profile 0 (NvInferRuntime.h 8.6.1,
+# createExecutionContext); 8.5 and 8.6 give it to one context only
+CONTEXTS_SHARE_PROFILE_0 = (9, 0)
 
 
 # --- CUDA touch points (replaced in tests: no GPU there) -------------------------------------------------
@@ -72,6 +87,11 @@ DEFAULT_STREAMS = frozenset({0, 1, 2})
 def current_stream(device: torch.device) -> Any:
     """torch's current CUDA stream on `device` (`.cuda_stream` is the raw handle TensorRT needs)."""
     return torch.cuda.current_stream(device)
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether torch's current stream on `device` is capturing a CUDA graph."""
+    return torch.cuda.is_current_stream_capturing()
 
 
 def new_stream(device: torch.device) -> Any:
@@ -170,14 +190,22 @@ def activation_bytes(engine: Any) -> int:
 
 
 class ShapeContext:
-    """An execution context whose input shape is set once, at creation: everything enqueued on it (and any CUDA
-    graph captured from it) runs that shape."""
+    """An execution context and the input shape set on it: everything enqueued on it (and any CUDA graph captured
+    from it) runs that shape until `reshape` sets another."""
 
     def __init__(
         self, trt: ModuleType, engine: Any, memory: torch.Tensor, name: str, shape: tuple[int, ...]
     ) -> None:
         self.context = new_context(trt, engine, memory)
-        checked(self.context.set_input_shape, name, shape, what=f"set_input_shape({name!r}, {shape})")
+        self.name, self.shape = name, ()
+        self.reshape(shape)
+
+    def reshape(self, shape: tuple[int, ...]) -> None:
+        """Set the input shape (where it differs from the one set)."""
+        if shape != self.shape:
+            name = self.name
+            checked(self.context.set_input_shape, name, shape, what=f"set_input_shape({name!r}, {shape})")
+            self.shape = shape
 
     def output_shape(self, name: str) -> tuple[int, ...]:
         """Shape of an output at this context's input shape."""
@@ -246,9 +274,25 @@ class TensorRTEngine(Engine):
                 raise TensorRTError(f"expected an engine with one input, got {[t.name for t in inputs]}")
             self._in = inputs[0]
             self._outs = [t for t in tensors if not t.is_input]
+            # TensorRT 8.5 / 8.6: one context (profile 0), re-shaped per call, not captured (module docstring)
+            self._one_context = trt_version(self.trt) < CONTEXTS_SHARE_PROFILE_0
+            if self._one_context:
+                self.capturable = False
+                self.capture_problem = (
+                    f"TensorRT {self.trt.__version__} gives optimization profile 0 to one execution context only: "
+                    "one context, re-shaped per batch size, runs between the captured parts"
+                )
             self.input = TensorSpec(self._in.name, self._in.shape, self._in.dtype)
             self.outputs = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in self._outs)
             self.labels = self.metadata.labels
+            # (min, max) batch of each optimization profile of the input
+            self._profiles = [
+                (int(low[0]), int(high[0]))
+                for low, _, high in (
+                    self._engine.get_tensor_profile_shape(self._in.name, k)
+                    for k in range(int(getattr(self._engine, "num_optimization_profiles", 1)))
+                )
+            ]
             max_shape = self._in.max_shape or self._in.shape
             self._bound_batch(max_shape[0])
             self._input = allocate((self.max_batch, *max_shape[1:]), self._in.dtype, self.device)
@@ -311,13 +355,46 @@ class TensorRTEngine(Engine):
         self.engine_path = model
 
     def _context(self, shape: tuple[int, ...]) -> ShapeContext:
-        """The execution context of this input shape, made (its shape set) at the first call with it."""
+        """The execution context of this input shape, made (its shape set) at the first call with it; on TensorRT
+        8.5 / 8.6 the one context, re-shaped. A batch size optimization profile 0 does not take is refused in one
+        line, before any context is made or re-shaped for it."""
+        self._check_batch(shape[0])
+        if self._one_context and self._contexts:
+            (context,) = self._contexts.values()
+            context.reshape(shape)
+            return context
         context = self._contexts.get(shape)
         if context is None:
             context = self._contexts[shape] = ShapeContext(
                 self.trt, self._engine, self._activations, self._in.name, shape
             )
         return context
+
+    def _check_batch(self, batch: int) -> None:
+        """Refuse a batch size outside optimization profile 0 (the one every context here runs), naming the
+        engine's profiles."""
+        low, high = self._profiles[0]
+        if not low <= batch <= high:
+            profiles = ", ".join(f"{k}: {a}..{b}" for k, (a, b) in enumerate(self._profiles))
+            raise TensorRTError(
+                f"the TensorRT engine {self.engine_path} cannot run a batch of {batch} images: its optimization "
+                f"profile 0 takes {low}..{high} (profiles {profiles}); rebuild it with a profile from 1 to "
+                "max_batch (tiled-detector build-engine MODEL.onnx), or pass the .onnx"
+            )
+
+    def close(self) -> None:
+        """Release the execution contexts, the engine and the runtime, with the engine's device current (their
+        device memory is freed where it was made); the engine cannot run after."""
+        if getattr(self, "_engine", None) is None:
+            return
+        with made_current(self.device):
+            getattr(self, "_contexts", {}).clear()
+            self._engine = None
+            self._runtime = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # (at interpreter exit what it needs may be gone already)
+            self.close()
 
     def _prebuilt_precision(self, model: Path, io_dtypes: list[str], context: ShapeContext) -> Precision:
         """The precision a prebuilt engine was built with (the `precision` setting cannot change it), read with an
@@ -368,11 +445,14 @@ class TensorRTEngine(Engine):
                 addresses[spec.name] = out.data_ptr()
             current = current_stream(self.device)
             if current.cuda_stream not in DEFAULT_STREAMS:
+                if not capturing(self.device):  # after the previous call, whatever stream ran it
+                    current.wait_event(self._done)
                 context.enqueue(addresses, current.cuda_stream)
                 self._done.record(current)
                 return outputs
             # torch's default stream: the engine's own stream, after the work queued so far and before what follows
             self._stream.wait_stream(current)
+            self._stream.wait_event(self._done)
             if source.untyped_storage().data_ptr() != self._input.untyped_storage().data_ptr():
                 keep_alive(source, self._stream)  # the caller's batch, read on the engine's stream
             context.enqueue(addresses, self._stream.cuda_stream)

@@ -163,6 +163,18 @@ class BuildOptions:
             )
 
 
+def check_options(trt: ModuleType, options: BuildOptions) -> None:
+    """Refuse in one line what this TensorRT cannot build, before anything is parsed or cached: a version-compatible
+    engine where BuilderFlag has no VERSION_COMPATIBLE (NvInfer.h: from TensorRT 8.6; JetPack 5.1's 8.5.2 lacks it)."""
+    flags = getattr(trt, "BuilderFlag", None)
+    if options.version_compatible and flags is not None and not hasattr(flags, "VERSION_COMPATIBLE"):
+        raise TensorRTError(
+            f"TensorRT {trt.__version__} cannot build version-compatible engines (BuilderFlag.VERSION_COMPATIBLE "
+            "came with TensorRT 8.6: JetPack 6.0 and later): build without --version-compatible / "
+            "version_compatible"
+        )
+
+
 def profile_shapes(options: BuildOptions, chw: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
     """(min, opt, max) input shapes: dynamic batch 1 .. max_batch, optimised for opt_batch."""
     return tuple((b, *chw) for b in (1, options.opt_batch, options.max_batch))
@@ -193,6 +205,7 @@ def build_serialized(
         if is_lean(trt):
             raise TensorRTError(LEAN_ENGINES.format(module=trt.__name__, version=trt.__version__))
         raise TensorRTError(f"this TensorRT module ({trt.__name__}) cannot build engines: it has no Builder")
+    check_options(trt, options)
     actions = PRECISION_ACTIONS[(feature_set(trt), options.precision)]
     data = prepare_onnx(model_path, actions)
     model = onnx.load_from_string(data)
@@ -287,7 +300,8 @@ def load_or_build(
     """The deserialized engine for `model_path` from the cache, built (once, under a lock) when missing. A batch-1
     export is built from its dynamic-batch rewrite where that is proven equal (`engines.rebatch`), so that the
     optimisation profile reaches `max_batch`. Built and deserialised with `device` current (TensorRT works on the
-    current device)."""
+    current device). What this TensorRT cannot build is refused first (`check_options`): nothing reaches the cache."""
+    check_options(trt, options)
     if options.max_batch > 1:
         model_path = dynamic_batch_model(model_path, cache_dir)
         if fixed_batch_one(onnx.load(str(model_path), load_external_data=False)):  # not proven: view by view

@@ -6,6 +6,7 @@ prepare the environment before rclpy is loaded in this process.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -17,22 +18,45 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tiled_detector.fastdds import FASTDDS_PROFILE, with_profile
+from tiled_detector.fastdds import FASTDDS_PROFILE, ros_library_folders, with_profile
+
+# the variable Iron's and later rcl read (`rcl/src/rcl/discovery_options.c`); Humble's reads only ROS_LOCALHOST_ONLY,
+# which Jazzy's rcl WARNs is deprecated (in every process that has it set) and Kilted's no longer reads
+DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"
+LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"
+
+
+@functools.cache
+def _names_discovery_range(library: Path) -> bool:
+    return DISCOVERY_RANGE.encode() in library.read_bytes()
+
+
+def rcl_reads_discovery_range(env: Mapping[str, str] | None = None) -> bool | None:
+    """Whether the rcl that `env` finds (`fastdds.ros_library_folders`) reads ROS_AUTOMATIC_DISCOVERY_RANGE: its
+    library names the variable (Iron and later) or not (Humble); None where no librcl.so is found."""
+    libraries = [
+        folder / "librcl.so" for folder in ros_library_folders(env) if (folder / "librcl.so").is_file()
+    ]
+    return any(_names_discovery_range(library) for library in libraries) if libraries else None
 
 
 def ros_environment(domain_id: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a ROS 2 process: Fast DDS with the large-image profile (in both variables, each Fast DDS
-    version reads one: `fastdds.PROFILE_VARIABLES`; one already set names it for both), discovery on this host only.
+    """Environment for a ROS 2 process: Fast DDS with the large-image profile (in the variables the Fast DDS found
+    reads: `fastdds.with_profile`; one already set names it for both), discovery on this host only.
 
-    Both `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST` (Iron and later) and `ROS_LOCALHOST_ONLY=1` (Humble) are set,
-    so no DDS traffic leaves the host whatever the distro. An explicit `domain_id` isolates concurrent runs.
+    `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST` is set, and `ROS_LOCALHOST_ONLY=1` only where the rcl found does not
+    read the former (Humble; unknown: both), so that no DDS traffic leaves the host and no rcl WARNs about the
+    deprecated variable (`rcl_reads_discovery_range`). An explicit `domain_id` isolates concurrent runs.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     with_profile(env, FASTDDS_PROFILE)
-    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env["ROS_LOCALHOST_ONLY"] = "1"
     env.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+    env[DISCOVERY_RANGE] = "LOCALHOST"
+    if rcl_reads_discovery_range(env):
+        env.pop(LOCALHOST_ONLY, None)
+    else:
+        env[LOCALHOST_ONLY] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     if domain_id is not None:
         if not 0 <= domain_id <= 101:
@@ -43,7 +67,10 @@ def ros_environment(domain_id: int | None = None, base: Mapping[str, str] | None
 
 def apply_ros_environment(domain_id: int | None = None) -> None:
     """Set `ros_environment()` in this process (call before rclpy creates its first context)."""
-    os.environ.update(ros_environment(domain_id))
+    env = ros_environment(domain_id)
+    os.environ.update(env)
+    if LOCALHOST_ONLY not in env:
+        os.environ.pop(LOCALHOST_ONLY, None)
 
 
 def pick_domain_id(seed: int | None = None) -> int:

@@ -154,6 +154,11 @@ def _result(msg_types: Any, name: str, score: float) -> Any:
     return result
 
 
+# the variance of a degree of freedom not estimated (a 3D pose's orientation): large, so that a consumer fusing the
+# pose (robot_localization, Nav2) reads it as unknown; 0 would say "exactly known"
+UNKNOWN_VARIANCE = 1e9
+
+
 def position_covariance(positions: Any, sizes: Any) -> np.ndarray:
     """(N, 3, 3) covariances of object positions from their depth spread: the depth's variance along the ray from
     the camera through the position, sigma_z^2 r r^T with r = (x / z, y / z, 1), sigma_z the standard deviation of
@@ -185,8 +190,8 @@ def detections_3d_to_msg(
 
     Each Detection3D has the class and score of its Detection2D (`detections_to_msg` with the same arguments) and
     its id (the track id, or empty), in the order of the 2D array; its hypothesis' pose is the position with
-    `position_covariance` (orientation not estimated: identity, its covariance 0). `seen_ns` gives a carried
-    object its own header as there. The box is axis-aligned in that frame (identity orientation). `msg_types` is
+    `position_covariance` (orientation not estimated: identity, its variances `UNKNOWN_VARIANCE`). `seen_ns` gives a
+    carried object its own header as there. The box is axis-aligned in that frame (identity orientation). `msg_types` is
     a namespace with Detection3DArray, Detection3D and ObjectHypothesisWithPose (default: vision_msgs.msg).
     """
     if msg_types is None:
@@ -218,7 +223,7 @@ def detections_3d_to_msg(
         class_id = int(ids[index])
         result = _result(msg_types, names.get(class_id, str(class_id)), float(scores[index]))
         result.pose.pose = detection.bbox.center
-        pose_covariance = np.zeros((6, 6))
+        pose_covariance = np.diag([0.0, 0.0, 0.0, *[UNKNOWN_VARIANCE] * 3])
         pose_covariance[:3, :3] = covariance
         result.pose.covariance = pose_covariance.reshape(-1)
         detection.results = [result]

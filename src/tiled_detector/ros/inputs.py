@@ -21,12 +21,12 @@ from std_msgs.msg import Header
 from tiled_detector.messages.cdr import UnreadableCdrError, read_image
 from tiled_detector.messages.images import ImageConversionError, check_image
 from tiled_detector.ros.cameras import CameraTopics
-from tiled_detector.ros.stats import LostFrames, SkippedFrames, Stats
+from tiled_detector.ros.stats import LostFrames, SkippedFrames, Stats, publication, takes_message_info
 from tiled_detector.ros.worker import Arrival
 
-# rclpy hands a subscription callback of two arguments each message's info (publication sequence number, publisher
-# gid) from Iron on; Humble's calls every callback with the message alone
-MESSAGE_INFO = hasattr(rclpy_subscription, "MessageInfo")
+# rclpy hands a subscription callback of two arguments each message's info (publication sequence number; publisher
+# gid on Kilted) from Iron on; Humble's calls every callback with the message alone
+MESSAGE_INFO = takes_message_info(rclpy_subscription.Subscription)
 
 try:  # Iron and later
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -156,13 +156,16 @@ class CameraInputs:
         """A frame with its message info: the frames its publisher sent before it that this subscription never
         took are counted (skipped), then the frame is taken as by `_on_image`."""
         camera = self.cameras[index]
-        sequence = info.get("publication_sequence_number") if isinstance(info, dict) else None
-        if sequence is None:
+        found = publication(info)
+        if found is None:
             self._no_sequence_numbers("the middleware gives no publication sequence number with a message")
-        else:
-            gid = info.get("publisher_gid")
-            publisher = tuple(gid.get("data", ())) if isinstance(gid, dict) else gid
-            skipped = camera.skipped.add(publisher, int(sequence))
+        # without publisher gids (Jazzy's rclpy) the numbers of several matched publishers cannot be told apart
+        elif (
+            found[0] is not None
+            or camera.subscription is None
+            or camera.subscription.get_publisher_count() <= 1
+        ):
+            skipped = camera.skipped.add(*found)
             if skipped:
                 self._count(camera, "skipped", skipped)
         self._on_image(msg, index)

@@ -80,6 +80,24 @@ class SkippedFrames:
         return gap - known
 
 
+def takes_message_info(subscription_type: type) -> bool:
+    """Whether this rclpy hands a subscription callback of two arguments each message's info: Iron and later
+    (`Subscription.CallbackType.WithMessageInfo`, chosen from the callback's signature; Jazzy's rclpy 7.1.6 has no
+    `rclpy.subscription.MessageInfo` type, yet does); Humble's calls every callback with the message alone (rclpy
+    humble, `executors.py` `_take_subscription`)."""
+    return hasattr(getattr(subscription_type, "CallbackType", None), "WithMessageInfo")
+
+
+def publication(info: Any) -> tuple[Any, int] | None:
+    """(publisher, publication sequence number) from a message info (rclpy's dict): the publisher its gid's bytes
+    where the rclpy gives one (Kilted), else None (Jazzy's 7.1.6 gives none); None without a sequence number."""
+    sequence = info.get("publication_sequence_number") if isinstance(info, dict) else None
+    if sequence is None:
+        return None
+    gid = info.get("publisher_gid")
+    return (tuple(gid.get("data", ())) if isinstance(gid, dict) else gid), int(sequence)
+
+
 class FrameSlots:
     """The newest frame of each input (camera): `put` replaces an unprocessed frame of that input (a drop);
     `take` waits for any frame and hands over the newest frame of every input that has one."""
