@@ -732,12 +732,25 @@ def _diagnostics_counts(diagnostics: list[Any]) -> dict[str, int]:
     return {k: int(v) for k, v in values.items() if k.startswith("frames_")}
 
 
+def _settled_counts(diagnostics: list[Any], timeout: float = 15.0) -> dict[str, int]:
+    """The frame counters once two /diagnostics messages newer than this call show the same ones."""
+    seen, deadline = len(diagnostics), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if len(diagnostics) >= seen + 2:
+            last, previous = (_diagnostics_counts([message]) for message in diagnostics[-1:-3:-1])
+            if last == previous:
+                return last
+    raise AssertionError(f"the node's counters did not settle in {timeout} s")
+
+
 def _four_k_burst(
     ws: SimpleNamespace, domain: int, diagnostics: list[Any], reliability: str
 ) -> dict[str, int]:
     """10 frames of 3840x2160 rgb8 at 2 Hz (test/support/publisher.py, the shipped profile in its environment):
-    what the node's counters grew by."""
-    before = _diagnostics_counts(diagnostics)
+    what the node's counters grew by, from counters that two fresh /diagnostics messages agree on (a frame answered
+    just before must not count in the burst)."""
+    before = _settled_counts(diagnostics)
     publisher = subprocess.run(
         [
             *(sys.executable, str(ROOT / "test" / "support" / "publisher.py"), "--topic", "/robot/image_raw"),
