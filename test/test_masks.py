@@ -86,8 +86,9 @@ def test_fixed_size_and_captured_masks_equal_the_exact_ones(segmenter, merge):
     path's masks, label images and rows."""
     exact = _detector(segmenter, merge=merge)
     log: list[str] = []
-    fast = TiledDetector.from_config(exact.config.replace(cuda_graph=True), engine=exact.engine,
-                                     capture=_replaying_capture(log))  # fmt: skip
+    fast = TiledDetector.from_config(
+        exact.config.replace(cuda_graph=True), engine=exact.engine, capture=_replaying_capture(log)
+    )
     fast._sync_free = True
     fast._limits = fast._limits.__class__(mask_pixels=64)  # too few: the first frame grows them
     for seed in (3, 4, 5):

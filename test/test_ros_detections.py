@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,28 +99,10 @@ class ObjectHypothesisWithPose3:
 
 
 @dataclass
-class Detection2D3:
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
-    id: str = ""
-
-
-@dataclass
 class ObjectHypothesisWithPose2:  # Foxy: id and score directly on the hypothesis
     id: str = ""
     score: float = 0.0
     pose: PoseWithCovarianceFake = field(default_factory=PoseWithCovarianceFake)
-
-
-@dataclass
-class Detection2D2:  # Foxy: no id, tracking fields instead
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
-    source_img: object = None
-    is_tracking: bool = False
-    tracking_id: str = ""
 
 
 @dataclass
@@ -129,8 +111,14 @@ class Detection2DArrayFake:
     detections: list = field(default_factory=list)
 
 
-def _fakes(kind: str, detection_3x: type, detection_2x: type) -> dict[str, SimpleNamespace]:
-    """vision_msgs 3.x / 2.x stand-ins of the `kind` (2D or 3D) messages."""
+def _fakes(kind: str, bbox: type, source: str) -> dict[str, SimpleNamespace]:
+    """vision_msgs 3.x / 2.x stand-ins of the `kind` (2D or 3D) messages, their box a `bbox`: 3.x's detection has an
+    id, Foxy's (2.x) none but tracking fields and its `source` (image or cloud)."""
+    common = [("header", object, None), ("results", list, field(default_factory=list))]
+    common.append(("bbox", bbox, field(default_factory=bbox)))
+    detection_3x = make_dataclass(f"Detection{kind}3", [*common, ("id", str, "")])
+    foxy = [(source, object, None), ("is_tracking", bool, False), ("tracking_id", str, "")]
+    detection_2x = make_dataclass(f"Detection{kind}2", common + foxy)
     return {
         version: SimpleNamespace(
             **{f"Detection{kind}Array": Detection2DArrayFake, f"Detection{kind}": detection},
@@ -143,7 +131,7 @@ def _fakes(kind: str, detection_3x: type, detection_2x: type) -> dict[str, Simpl
     }
 
 
-FAKES = _fakes("2D", Detection2D3, Detection2D2)
+FAKES = _fakes("2D", BoundingBox2DOld, "source_img")
 
 
 def image_header() -> Header:
@@ -402,51 +390,12 @@ SIZES = np.array([[0.4, 0.8, 0.1], [np.nan] * 3, [2.0, 1.5, 0.7]], np.float32)
 
 
 @dataclass
-class Point:
-    x: float = 0.0
-    y: float = 0.0
-    z: float = 0.0
-
-
-@dataclass
-class Quaternion:
-    x: float = 0.0
-    y: float = 0.0
-    z: float = 0.0
-    w: float = 0.0
-
-
-@dataclass
-class Pose:
-    position: Point = field(default_factory=Point)
-    orientation: Quaternion = field(default_factory=Quaternion)
-
-
-@dataclass
 class BoundingBox3D:
-    center: Pose = field(default_factory=Pose)
-    size: Point = field(default_factory=Point)
+    center: PoseFake = field(default_factory=PoseFake)
+    size: PointFake = field(default_factory=PointFake)
 
 
-@dataclass
-class Detection3D3:
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
-    id: str = ""
-
-
-@dataclass
-class Detection3D2:  # Foxy: no id, tracking fields and the source cloud instead
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
-    source_cloud: object = None
-    is_tracking: bool = False
-    tracking_id: str = ""
-
-
-FAKES_3D = _fakes("3D", Detection3D3, Detection3D2)
+FAKES_3D = _fakes("3D", BoundingBox3D, "source_cloud")
 
 
 def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:

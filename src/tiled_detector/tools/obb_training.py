@@ -20,7 +20,6 @@ of their part inside) and, with `--full-frame-prob`, 3x-downscaled larger crops 
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -248,38 +247,9 @@ def validate_rotated(
 def export_rotated(model: nn.Module, out: Path, stem: str = STEM) -> tuple[Path, Path]:
     """Write `<stem>.onnx` (dynamic batch; metadata task obb), `<stem>.ts` (TorchScript with input_shape, labels and
     config.txt {"task": "obb"}) and `<stem>.labels.txt` (the ONNX file's labels)."""
-    import onnx
-
     wrapper = ObbLayout(model.cpu().eval()).eval()  # type: ignore[arg-type]
-    example = torch.rand(1, 3, EXPORT_SIZE, EXPORT_SIZE)
-    onnx_path, ts_path = out / f"{stem}.onnx", out / f"{stem}.ts"
-    torch.onnx.export(
-        wrapper,
-        (example,),
-        str(onnx_path),
-        input_names=["images"],
-        output_names=["output0"],
-        dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    graph = onnx.load(str(onnx_path))  # the exporter leaves (4 + C + 1, A) symbolic: state the static sizes
-    dims = graph.graph.output[0].type.tensor_type.shape.dim
-    dims[1].dim_value, dims[2].dim_value = 4 + len(CLASSES) + 1, (EXPORT_SIZE // STRIDE) ** 2
-    graph.metadata_props.add(key="task", value="obb")
-    onnx.checker.check_model(graph)
-    onnx.save(graph, str(onnx_path))
-    labels = "\n".join(CLASSES) + "\n"
-    with torch.no_grad():
-        traced = torch.jit.trace(wrapper, example)
-    extra = {
-        "input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}",
-        "labels": labels,
-        "config.txt": json.dumps({"task": "obb"}),
-    }
-    torch.jit.save(traced, str(ts_path), _extra_files=extra)
-    (out / f"{stem}.labels.txt").write_text(labels)
-    return onnx_path, ts_path
+    rows = 4 + len(CLASSES) + 1  # (4 + C + 1, A): the angle row after the class scores
+    return training.write_exports(wrapper, out, stem, rows, CLASSES, f"{stem}.labels.txt", task="obb")
 
 
 ROTATED = Recipe(

@@ -365,6 +365,23 @@ def validate(
 def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path, Path]:
     """Write `<stem>.onnx` (dynamic batch), `<stem>.ts` (TorchScript with input_shape / labels) and labels.txt."""
     wrapper = YoloLayout(model.cpu().eval()).eval()
+    return write_exports(wrapper, out, stem, 4 + model.num_classes, CLASSES, "labels.txt")
+
+
+def write_exports(
+    wrapper: nn.Module,
+    out: Path,
+    stem: str,
+    rows: int,
+    classes: tuple[str, ...] | list[str],
+    labels_file: str,
+    task: str | None = None,
+) -> tuple[Path, Path]:
+    """Write an export layout over a trained network as `<stem>.onnx` (dynamic batch; its (rows, A) output stated
+    static; with `task`, the metadata ultralytics writes) and `<stem>.ts` (TorchScript with input_shape, labels and,
+    with `task`, ultralytics' config.txt), and the class names into `out / labels_file`."""
+    import onnx
+
     example = torch.rand(1, 3, EXPORT_SIZE, EXPORT_SIZE)
     onnx_path, ts_path = out / f"{stem}.onnx", out / f"{stem}.ts"
     torch.onnx.export(
@@ -377,19 +394,21 @@ def export(model: TinyDetector, out: Path, stem: str = "default") -> tuple[Path,
         opset_version=17,
         dynamo=False,
     )
-    import onnx
-
-    graph = onnx.load(str(onnx_path))  # the exporter leaves (4 + C, A) symbolic: state the static sizes
+    graph = onnx.load(str(onnx_path))  # the exporter leaves (rows, A) symbolic: state the static sizes
     dims = graph.graph.output[0].type.tensor_type.shape.dim
-    dims[1].dim_value, dims[2].dim_value = 4 + model.num_classes, (EXPORT_SIZE // STRIDE) ** 2
+    dims[1].dim_value, dims[2].dim_value = rows, (EXPORT_SIZE // STRIDE) ** 2
+    if task is not None:
+        graph.metadata_props.add(key="task", value=task)
     onnx.checker.check_model(graph)
     onnx.save(graph, str(onnx_path))
-    labels = "\n".join(CLASSES) + "\n"
+    labels = "\n".join(classes) + "\n"
     with torch.no_grad():
         traced = torch.jit.trace(wrapper, example)
     extra = {"input_shape": f"-1,3,{EXPORT_SIZE},{EXPORT_SIZE}", "labels": labels}  # -1: dynamic batch
+    if task is not None:
+        extra["config.txt"] = json.dumps({"task": task})
     torch.jit.save(traced, str(ts_path), _extra_files=extra)
-    (out / "labels.txt").write_text(labels)
+    (out / labels_file).write_text(labels)
     return onnx_path, ts_path
 
 
