@@ -234,6 +234,61 @@ def test_a_merge_group_mask_is_the_union_of_its_members_each_from_its_own_view()
     )  # (a bilinear corner)
 
 
+def test_a_candidate_owns_only_the_pixels_of_its_view():
+    """A tile's candidate whose box reaches past the tile's edge (YOLO boxes routinely do) has no mask pixel outside
+    its tile: the tile never saw them (its prototypes, sampled there, would repeat their border column)."""
+    frame_hw = (32, 64)
+    plan = batch_plan([make_plan(frame_hw, (32, 32), 0.0, (32, 32), False)])  # tiles at x = 0 and x = 32
+    prototypes = torch.ones(2, 1, 8, 8)  # every cell on: the crop alone bounds the mask
+    found = PaddedDecoded(
+        torch.tensor([[8.0, 4, 44, 28]]),  # view 0's box, past its right edge (x = 32) by 12 px
+        torch.tensor([0.9]),
+        torch.zeros(1, dtype=torch.int64),
+        torch.tensor([0]),
+        torch.ones(1, dtype=torch.bool),
+        torch.ones(1, 1),
+        Prototypes(prototypes),
+    )
+    packed = torch.tensor([[8.0, 4, 44, 28, 0.9, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0, 0]])
+    built = masks.build(packed, torch.tensor([[0]]), found, plan, 1.0, None)
+    mask = InstanceMasks(frame_hw, built.boxes.numpy(), built.bits.numpy(), 1.0, frame_hw).mask(0)
+    assert mask[4:28, 8:32].all()  # its view's part of its box
+    assert mask[:, 32:].sum() == 0  # outside its view: nothing (was 12 x 24 pixels)
+    assert mask.sum() == 24 * 24
+
+
+class _SpillingSegmenter(torch.nn.Module):
+    """`SquareSegmenter` whose boxes are 3x its cells (centred on them): a square cut by a tile's edge gives a box
+    reaching past that edge, as a trained model's boxes of a cut object often do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SquareSegmenter(SEG_HW, 8)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, prototypes = self.net(images)
+        return torch.cat([rows[:, :2], rows[:, 2:4] * 3, rows[:, 4:]], 1), prototypes
+
+
+def test_a_detection_cut_by_a_tile_edge_keeps_its_mask_inside_its_tile(tmp_path):
+    """Default merge (nms), no full-frame view: a square cut by the edge between two tiles is found by each, boxes
+    reaching past the edge; the kept detection's mask lies inside the one tile that produced it (0 pixels
+    outside), however far its box reaches."""
+    model = ultralytics_onnx(tmp_path / "spill-seg.onnx", _SpillingSegmenter(), outputs=2, task="segment")
+    detector = _detector(model, overlap=0.0, full_frame=False, conf_threshold=0.25)
+    frame = np.zeros((64, 128, 3), np.uint8)
+    frame[24:32, 60:68] = (255, 0, 0)  # a red square across x = 64, the edge between the two tiles
+    plan = detector.plan_for(64, 128)
+    assert plan.tiles.tolist() == [[0, 0, 64, 64], [64, 0, 128, 64]]
+    found = detector.detect(frame)
+    assert len(found) >= 1 and found.boxes[0, 0] < 60 and found.boxes[0, 2] > 68  # the box reaches past the edge
+    for k in range(len(found)):
+        xs = np.nonzero(found.masks.mask(k))[1]
+        assert len(xs), "each detection has mask pixels"
+        inside = [(xs >= x0).all() and (xs < x1).all() for x0, _, x1, _ in plan.tiles.tolist()]
+        assert any(inside), f"detection {k}'s mask spans x {xs.min()}..{xs.max()}, outside every single tile"
+
+
 def test_masks_true_on_a_model_without_masks_is_refused(square_onnx):
     with pytest.raises(ValueError, match=r"masks: true, but .* has no mask prototypes"):
         TiledDetector(square_onnx, masks=True)
