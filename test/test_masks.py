@@ -281,7 +281,9 @@ def test_a_detection_cut_by_a_tile_edge_keeps_its_mask_inside_its_tile(tmp_path)
     plan = detector.plan_for(64, 128)
     assert plan.tiles.tolist() == [[0, 0, 64, 64], [64, 0, 128, 64]]
     found = detector.detect(frame)
-    assert len(found) >= 1 and found.boxes[0, 0] < 60 and found.boxes[0, 2] > 68  # the box reaches past the edge
+    assert (
+        len(found) >= 1 and found.boxes[0, 0] < 60 and found.boxes[0, 2] > 68
+    )  # the box reaches past the edge
     for k in range(len(found)):
         xs = np.nonzero(found.masks.mask(k))[1]
         assert len(xs), "each detection has mask pixels"
