@@ -291,6 +291,77 @@ def test_a_detection_cut_by_a_tile_edge_keeps_its_mask_inside_its_tile(tmp_path)
         assert any(inside), f"detection {k}'s mask spans x {xs.min()}..{xs.max()}, outside every single tile"
 
 
+@pytest.mark.parametrize("merge", ["greedy_nmm", "nmm"])
+def test_a_frame_in_parts_keeps_the_whole_frames_masks(tmp_path, merge):
+    """A frame run one tile a part (`view_cap` 1) against the same frame run whole: the same detections, and each
+    merged group's mask the union of its members' from both parts (was: one part's half), so the same masks and
+    label image. The square across the seam is seen in part by each tile (5 and 3 of its 8 columns); the blue
+    square lies in the second tile alone."""
+    from tiled_detector.stream import Job, Stream
+
+    model = ultralytics_onnx(tmp_path / "spill-seg.onnx", _SpillingSegmenter(), outputs=2, task="segment")
+    detector = _detector(model, overlap=0.0, full_frame=False, conf_threshold=0.25, merge=merge)
+    frame = np.zeros((64, 128, 3), np.uint8)
+    frame[24:32, 59:67] = (255, 0, 0)  # across x = 64, the edge between the two tiles
+    frame[40:48, 96:104] = (0, 0, 200)
+    whole = detector.detect(frame)
+    stream, job, steps = Stream(detector), Job("camera", frame, 0, sequence=1), []
+    while not steps or steps[-1].result is None:
+        steps.append(stream.run([job], view_cap=1)[0])
+    parts = steps[-1].result.detections
+    assert len(steps) == 2 and len(whole) == 2
+    np.testing.assert_array_equal(parts.boxes, whole.boxes)
+    np.testing.assert_array_equal(parts.scores, whole.scores)
+    red = whole.masks.mask(int(np.flatnonzero(whole.class_ids == 0)[0]))
+    assert red[24:32, 59:67].all() and red[:, :64].any() and red[:, 64:].any()  # one mask, from both tiles
+    for k in range(len(whole)):
+        np.testing.assert_array_equal(parts.masks.mask(k), whole.masks.mask(k))
+    np.testing.assert_array_equal(parts.masks.labels, whole.masks.labels)
+
+
+def _filled_masks(boxes: list[list[int]], shape: tuple[int, int]) -> InstanceMasks:
+    """Masks that fill their boxes (label pixels = frame pixels)."""
+    areas = [(x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in boxes]
+    return InstanceMasks(shape, np.array(boxes), np.ones(sum(areas), bool), 1.0, shape)
+
+
+def test_a_frame_in_parts_ranks_overlapping_masks_by_score_as_a_whole_frame(segmenter, monkeypatch):
+    """Two parts' detections whose masks overlap (other classes: not merged), the lower score found first: the
+    label image gives the overlap to the higher score, as the frame run whole (its rows by score) does (was: to
+    the earlier part)."""
+    from tiled_detector.stream import Job, Stream
+    from tiled_detector.types import Detections
+
+    shape = (64, 128)
+    detector = _detector(segmenter, overlap=0.0, full_frame=False)
+    low, high = [10, 10, 40, 40], [30, 20, 60, 50]  # overlapping on x 30..40, y 20..40
+    found = iter(
+        [
+            Detections(
+                np.array([low]), np.array([0.6]), np.array([0]), {}, masks=_filled_masks([low], shape)
+            ),
+            Detections(
+                np.array([high]), np.array([0.9]), np.array([1]), {}, masks=_filled_masks([high], shape)
+            ),
+        ]
+    )
+    monkeypatch.setattr(detector, "detect_many", lambda *args, **kwargs: [next(found)])
+    stream, job, result = (
+        Stream(detector),
+        Job("camera", np.zeros((*shape, 3), np.uint8), 0, sequence=1),
+        None,
+    )
+    while result is None:
+        result = stream.run([job], view_cap=1)[0].result
+    parts = result.detections
+    whole = Detections(  # the frame run whole: its rows by score
+        np.array([high, low]), np.array([0.9, 0.6]), np.array([1, 0]), masks=_filled_masks([high, low], shape)
+    )
+    np.testing.assert_array_equal(parts.boxes, whole.boxes)
+    assert (whole.masks.labels[20:40, 30:40] == 1).all()  # the higher score's
+    np.testing.assert_array_equal(parts.masks.labels, whole.masks.labels)
+
+
 def test_masks_true_on_a_model_without_masks_is_refused(square_onnx):
     with pytest.raises(ValueError, match=r"masks: true, but .* has no mask prototypes"):
         TiledDetector(square_onnx, masks=True)

@@ -45,13 +45,12 @@ from typing import Any
 
 import numpy as np
 
+from tiled_detector.frame_parts import merged
 from tiled_detector.pipeline.encodings import Encoding
-from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
-from tiled_detector.polygons import corners, hulls
 from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
-from tiled_detector.tracking.looks import Looks, across_parts
+from tiled_detector.tracking.looks import Looks
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
 from tiled_detector.tracking.positions import Positions, joined, with_masks
 from tiled_detector.tracking.schedule import (
@@ -339,8 +338,9 @@ class Stream:
             state.parts = None
             state.motion = CameraMotion()  # its thumbnail is a frame old: the next estimate starts over
             count = len(parts.found)  # every tile once, and the full-frame view with each part
-            whole = self._report(state, job.stamp_ns, plan, None, self._merged(parts), note)
-            whole = self._located(state, joined(parts.found), whole)
+            found_whole = self._merged(parts)
+            whole = self._report(state, job.stamp_ns, plan, None, found_whole, note)
+            whole = self._located(state, joined(parts.found), whole, found_whole)
             steps.append(
                 Step(
                     job,
@@ -361,16 +361,19 @@ class Stream:
         return plan.num_tiles - len(parts.left) + len(parts.found) * int(plan.full_frame)
 
     @staticmethod
-    def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
-        """`result` with its boxes' 3D positions (`tracking.positions`) and instance masks from the frame's
-        `measured` detections."""
+    def _located(
+        state: _Camera, measured: Detections, result: StreamResult, masked: Detections | None = None
+    ) -> StreamResult:
+        """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections, and
+        their instance masks from `masked` (default: `measured`; a frame in parts: its merged detections, whose
+        masks are their groups' unions)."""
         located = state.positions.attach(
             measured, result.detections, result.track_ids, result.seen_ns, result.fresh
         )
         if located is measured:  # every box as detected in this frame (positions, masks and all)
             return replace(result, detections=located)
-        masked = with_masks(result.stamp_ns, measured, located, result.seen_ns)
-        return replace(result, detections=masked)
+        masks = with_masks(result.stamp_ns, measured if masked is None else masked, located, result.seen_ns)
+        return replace(result, detections=masks)
 
     @staticmethod
     def _parts(
@@ -388,35 +391,11 @@ class Stream:
         return None, None
 
     def _merged(self, parts: _Parts) -> Detections:
-        """The parts' detections: the seam rule across parts, then merged as the frame program merges views, the
-        best `max_detections` kept."""
+        """The parts' detections as the frame's, run whole (`frame_parts.merged`)."""
         config = self.detector.config
-        boxes = np.concatenate([f.boxes for f in parts.found])
-        scores = np.concatenate([f.scores for f in parts.found])
-        class_ids = np.concatenate([f.class_ids for f in parts.found])
-        part = np.concatenate([np.full(len(f.boxes), k) for k, f in enumerate(parts.found)])
-        keep = across_parts(
-            boxes, scores, class_ids, np.concatenate(parts.whole), part, class_agnostic=config.class_agnostic
+        return merged(
+            parts.found, parts.whole, self.detector.frame_settings.merge_rule, config.max_detections
         )
-        rotated = parts.found[0].obb is not None  # merged as rotated boxes, reported with their hulls
-        if rotated:
-            boxes = np.concatenate([f.obb for f in parts.found])
-        boxes, scores, class_ids = merge_detections(
-            boxes[keep],
-            scores[keep],
-            class_ids[keep],
-            config.merge,
-            config.match_metric,
-            config.merge_threshold,
-            config.class_agnostic,
-            config.nms_rounds,
-        )
-        best = np.argsort(-scores, kind="stable")[: config.max_detections]
-        timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}
-        if rotated:
-            obb = boxes[best]
-            return Detections(hulls(corners(obb)), scores[best], class_ids[best], timings, obb=obb)
-        return Detections(boxes[best], scores[best], class_ids[best], timings)
 
     def _compensating(self) -> bool:
         """Whether the camera's motion is estimated: `motion_compensation: image` and something that uses it (the
