@@ -213,14 +213,16 @@ def test_detect_json_gives_obb_and_corners_beside_box(models, tmp_path, capsys):
     import cv2
 
     from tiled_detector.cli import main
-    from tiled_detector.polygons import corners
+    from tiled_detector.polygons import ANGLE, corners
 
     image = np.zeros((640, 640, 3), np.uint8)
     image[304:312, 304:312] = (0, 0, 255)  # red, in OpenCV's BGR
     cv2.imwrite(str(tmp_path / "one.png"), image)
     argv = ["detect", str(tmp_path / "one.png"), "--model", str(models["obb"]), "--backend", "torch"]
     assert main([*argv, "--json", "--tile-size", "640", "640", "--out", str(tmp_path / "out")]) == 0
-    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images"][0]["detections"]
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert answer["obb_angle"] == ANGLE  # the angle's convention, said where the JSON's reader reads
+    found = answer["images"][0]["detections"]
     assert len(found) == 1 and found[0]["label"] == "red"
     assert found[0]["obb"] == pytest.approx([308, 308, 16, 8, 0.3])
     np.testing.assert_allclose(found[0]["corners"], corners(np.array(found[0]["obb"])), atol=0.01)

@@ -181,6 +181,29 @@ def test_rotated_boxes_carry_their_angle_in_center_theta() -> None:
         detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, obb=np.full((3, 5), np.nan))
 
 
+def test_the_angle_turns_x_toward_y_and_is_read_back_in_that_one_convention() -> None:
+    """`center.theta` (polygons.ANGLE): radians from the image's +x axis toward +y (clockwise on screen). Read back,
+    a rotated detection's box is the hull of its turned rectangle (not centre +- (w, h) / 2), and its rotated box
+    comes in the regular form (theta in [0, pi/2)) whatever equivalent form a publisher wrote it in."""
+    obb = np.array([[200, 100, 100, 10, np.pi / 6], [50, 60, 40, 10, 0], [300, 200, 80, 20, 0.3]], np.float32)
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, obb=obb)
+    boxes, _, _ = msg_to_detections(msg, LABELS)
+    half_x, half_y = (
+        50 * np.cos(np.pi / 6) + 5 * np.sin(np.pi / 6),
+        50 * np.sin(np.pi / 6) + 5 * np.cos(np.pi / 6),
+    )
+    # the end of its w axis at (200 + 43.3, 100 + 25): turned toward +y (down on screen)
+    np.testing.assert_allclose(boxes[0], [200 - half_x, 100 - half_y, 200 + half_x, 100 + half_y], atol=1e-4)
+    np.testing.assert_array_equal(boxes[1], [30, 55, 70, 65])  # theta 0: the box as before
+    # another publisher's form of the third rectangle: a quarter turn on, w and h swapped; and half a turn back
+    other = [[300, 200, 20, 80, 0.3 + np.pi / 2], [300, 200, 80, 20, 0.3 - np.pi]]
+    for row in other:
+        written = detections_to_msg(BOXES[:1], SCORES[:1], CLASS_IDS[:1], image_header(), LABELS, obb=[row])
+        read = msg_obb(written)[0]
+        np.testing.assert_allclose(read, obb[2], atol=1e-5)
+        np.testing.assert_allclose(msg_to_detections(written, LABELS)[0][0], boxes[2], atol=1e-4)
+
+
 def test_fields_are_python_scalars() -> None:
     msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, msg_types=FAKES["3.x"])
     for detection in msg.detections:

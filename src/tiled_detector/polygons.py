@@ -25,6 +25,12 @@ from typing import Any
 
 import numpy as np
 
+# The one angle convention of a rotated rectangle (ultralytics' xywhr), as said wherever users read it (the message's
+# center.theta, `detect --json`, the docs) and read back by every reader (replay, bags, the tracker)
+ANGLE = (
+    "radians, positive from the image's +x axis toward +y (a right-handed rotation about the camera's optical "
+    "axis, REP 103's optical frame: x right, y down, z forward; clockwise on screen), in [0, pi/2)"
+)
 # Edges of two polygons within this fraction of the longer edge's length of each other's lines count as one line
 COINCIDENT = 1e-4
 INF = float("inf")
