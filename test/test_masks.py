@@ -398,6 +398,23 @@ def test_prototype_count_unequal_to_the_coefficient_count_is_refused(tmp_path):
     assert _detector(plain).resolved.num_classes == 1  # 8 rows - 4 - 3 coefficients: what the shapes say
 
 
+def test_a_wrong_class_count_of_a_segmentation_file_is_blamed_on_labels(segmenter):
+    """The labels setting's 3 names against the 2 classes the file's rows carry beside its 2 mask coefficients: one
+    line naming labels and both counts (was: blamed on the prototypes)."""
+    with pytest.raises(ValueError) as error:
+        _detector(segmenter, labels=("a", "b", "c"))
+    text = str(error.value)
+    assert (
+        text.startswith("labels: ") and "carries 2 classes" in text and "gives 3" in text and "\n" not in text
+    )
+
+
+def test_a_layout_that_contradicts_a_segmentation_files_task_is_refused(segmenter):
+    for layout in ("obb", "yolov5"):
+        with pytest.raises(ValueError, match=f"layout {layout} contradicts .*own task segment"):
+            _detector(segmenter, layout=layout)
+
+
 def test_segment_task_without_prototypes_is_refused(tmp_path):
     model = ultralytics_onnx(tmp_path / "no-protos.onnx", task="segment")
     with pytest.raises(ValueError, match=r"no-protos\.onnx: its metadata says task segment, but it has no"):
