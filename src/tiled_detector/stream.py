@@ -49,7 +49,13 @@ from tiled_detector.frame_parts import merged
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tracking.bytetrack import TrackerKind
-from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
+from tiled_detector.tracking.geometry import (
+    frame_hulls,
+    move_boxes,
+    move_rotated,
+    overlapping,
+    with_new_view,
+)
 from tiled_detector.tracking.looks import Looks
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
 from tiled_detector.tracking.positions import Positions, joined, with_masks
@@ -505,7 +511,7 @@ class Stream:
             keep = seen.seen(found.boxes)
             found = found[keep]
         if state.tracks is not None:
-            tracked = state.tracks.update(stamp, found, seen, moved)
+            tracked = state.tracks.update(stamp, found, seen, moved, plan.frame_hw)
             return StreamResult(
                 stamp,
                 tracked.detections(found.timings),
@@ -519,10 +525,12 @@ class Stream:
         stamps, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
         if seen is not None:
             if moved is not None:
-                boxes = move_boxes(moved, state.carried.boxes).astype(np.float32)
                 obb = state.carried.obb
                 obb = None if obb is None else move_rotated(moved, obb).astype(np.float32)
-                state.carried = replace(state.carried, boxes=boxes, obb=obb)
+                boxes = (
+                    move_boxes(moved, state.carried.boxes) if obb is None else frame_hulls(obb, plan.frame_hw)
+                )
+                state.carried = replace(state.carried, boxes=boxes.astype(np.float32), obb=obb)
             found, stamps, carried = self._carry(state, found, stamps, seen, config.max_tile_age)
         state.carried, state.seen_ns, state.unseen = found, stamps, carried
         return StreamResult(stamp, found, None, stamps, carried == 0, views, notes, motion)
