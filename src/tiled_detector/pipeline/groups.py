@@ -32,16 +32,27 @@ def intersection(a: Tensor, b: Tensor) -> Tensor:
     return wh[..., 0] * wh[..., 1]
 
 
+def pairwise_intersection(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) intersection areas of every box of (N, 4) `a` with every box of (M, 4) `b`: `intersection`'s float
+    operations (the same values) on each coordinate's contiguous (N, M) matrix, which vectorise (the (N, M, 2) pairs
+    of `intersection` stride through memory: 3-4x slower on a CPU)."""
+    at, bt = a.T.contiguous(), b.T.contiguous()  # (4, N), (4, M): one row per coordinate
+    w = torch.minimum(at[2, :, None], bt[2]).sub_(torch.maximum(at[0, :, None], bt[0])).clamp_min_(0)
+    h = torch.minimum(at[3, :, None], bt[3]).sub_(torch.maximum(at[1, :, None], bt[1])).clamp_min_(0)
+    return w.mul_(h)
+
+
 def area(boxes: Tensor) -> Tensor:
     """Areas (x2 - x1) * (y2 - y1) of (..., 4) boxes (negative for inverted ones)."""
     size = boxes[..., 2:] - boxes[..., :2]
     return size[..., 0] * size[..., 1]
 
 
-def overlap(a: Tensor, b: Tensor, metric: str) -> Tensor:
+def overlap(a: Tensor, b: Tensor, metric: str, inter: Tensor | None = None) -> Tensor:
     """IoU ("iou") or IoS ("ios", over the smaller area) of broadcastable (..., 4) x1, y1, x2, y2 boxes (0 where
-    the denominator is 0), with SAHI's float operations."""
-    inter, area_a, area_b = intersection(a, b), area(a), area(b)
+    the denominator is 0), with SAHI's float operations (`inter`: their intersections, where already known)."""
+    inter = intersection(a, b) if inter is None else inter
+    area_a, area_b = area(a), area(b)
     if metric == "iou":
         denom = area_a + area_b - inter
         return torch.where(denom > 0, inter / denom, 0.0)
@@ -62,12 +73,12 @@ class Geometry:
 
     def pairwise(self, a: Tensor, b: Tensor, metric: str) -> Tensor:
         """(N, M) IoU / IoS of every box of a with every box of b."""
-        return overlap(a[:, None], b[None], metric)
+        return overlap(a[:, None], b[None], metric, pairwise_intersection(a, b))
 
     def covers(self, part: Tensor, whole: Tensor, min_cover: float) -> Tensor:
         """(N, M) bool: box j of `whole` covers at least `min_cover` of the area of box i of `part` (the seam
         rule's test)."""
-        return intersection(part[:, None], whole[None]) >= min_cover * area(part).clamp_min(1e-9)[:, None]
+        return pairwise_intersection(part, whole) >= min_cover * area(part).clamp_min(1e-9)[:, None]
 
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         """The boxes covering `merged` and `member` row by row (SAHI's union)."""

@@ -23,6 +23,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
 from tiled_detector.options import check_channel_order
+from tiled_detector.pipeline import host_tiles
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
@@ -172,7 +173,7 @@ class Preprocessor:
         # (plan, tile range) -> how to cut those tiles; frame / tile shape -> scratch tensor (bounded caches: a
         # batch of several frames alternates between their plans and sizes)
         self._copies: dict[tuple[TilePlan, tuple[int, int]], _TileCopy] = {}
-        self._scratch: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
+        self._scratch: dict[tuple[str, tuple[int, ...], torch.dtype], torch.Tensor] = {}
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
         # (plan, frame shape and strides) -> the plan's tile starts in `_windows` (the plan kept alive with it)
         self._starts: dict[tuple[int, ...], tuple[TilePlan, torch.Tensor | None]] = {}
@@ -339,16 +340,24 @@ class Preprocessor:
             self._copies[key] = _tile_copy(plan.tiles[tiles[0] : tiles[1]], height, width, self.device)
         return self._copies[key]
 
-    def _buffer(self, kind: str, shape: tuple[int, ...], like: torch.Tensor | None = None) -> torch.Tensor:
-        """A reused scratch tensor of this kind and shape (`like`: with its memory format)."""
-        key = (kind, shape)
+    def _buffer(
+        self,
+        kind: str,
+        shape: tuple[int, ...],
+        like: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """A reused scratch tensor of this kind and shape (`like`: with its memory format) in `dtype` (default: the
+        engine's)."""
+        dtype = self.dtype if dtype is None else dtype
+        key = (kind, shape, dtype)
         if key not in self._scratch:
             if len(self._scratch) >= _CACHED:
                 self._scratch.clear()
             self._scratch[key] = (
-                torch.empty(shape, dtype=self.dtype, device=self.device)
+                torch.empty(shape, dtype=dtype, device=self.device)
                 if like is None
-                else torch.empty_like(like, dtype=self.dtype)
+                else torch.empty_like(like, dtype=dtype)
             )
         return self._scratch[key]
 
@@ -362,14 +371,17 @@ class Preprocessor:
         dst: torch.Tensor,
     ) -> None:
         copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
+        boxes = plan.tiles[tiles[0] : tiles[1]]
         same_size = copy.tile_hw == self.input_hw
         tiles = dst if same_size else self._buffer("tiles", (len(dst), 3, *copy.tile_hw))
         # float32: convert each channel with one strided copy, then scale the contiguous tiles (two passes instead
         # of mul's slower cast-and-copy; on the CPU band by band, so the second pass reads what the first left in
-        # cache); fp16 keeps the float32 product (16-bit values overflow fp16)
+        # cache); fp16 keeps the float32 product (16-bit values overflow fp16). A CPU splits the channels with
+        # OpenCV first where it can read the frame (`_cpu_tiles`)
         convert_then_scale = self.dtype == torch.float32
         factor = self.format.factor(enc)
-        if copy.blocks:
+        cpu = convert_then_scale and self.device.type == "cpu"
+        if copy.blocks and not (cpu and self._cpu_tiles(frame, boxes, copy.tile_hw, enc, tiles, factor)):
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
             views = _channel_views(self._sources(enc))
@@ -398,12 +410,29 @@ class Preprocessor:
                             torch.mul(view[..., rows, :], factor, out=out[..., rows, :])
                     if convert_then_scale:
                         target[..., rows, :].mul_(factor)
-        else:
+        elif not copy.blocks:
             crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
             torch.mul(crops, factor, out=tiles)
             tiles.masked_fill_(copy.outside, self.format.pad)
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst, self.format.pad)
+
+    def _cpu_tiles(
+        self,
+        frame: torch.Tensor,
+        boxes: np.ndarray,
+        tile_hw: tuple[int, int],
+        enc: Encoding,
+        dst: torch.Tensor,
+        factor: float,
+    ) -> bool:
+        """The CPU's float32 tiles through `host_tiles.write` (its planes reused); False where it cannot read the
+        frame (the torch path then writes them)."""
+        if not host_tiles.readable(frame):
+            return False
+        planes = self._buffer("planes", (frame.shape[2], *tile_hw), dtype=frame.dtype)
+        host_tiles.write(frame, boxes, tile_hw, self._sources(enc), dst, factor, planes)
+        return True
 
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor
@@ -468,8 +497,15 @@ def _place(
     """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded with `pad` into `dst`
     (N, 3, H, W)."""
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
-    if (rh, rw) != tuple(dst.shape[2:]):
-        dst.fill_(pad)
+    height, width = dst.shape[2:]
+    for rows, cols in (  # the padding around the image only (the image's own pixels are written once)
+        (slice(0, py), slice(0, width)),
+        (slice(py + rh, height), slice(0, width)),
+        (slice(py, py + rh), slice(0, px)),
+        (slice(py, py + rh), slice(px + rw, width)),
+    ):
+        if rows.stop != rows.start and cols.stop != cols.start:
+            dst[:, :, rows, cols].fill_(pad)
     dst[:, :, py : py + rh, px : px + rw].copy_(_channels(resized, sources))
 
 
