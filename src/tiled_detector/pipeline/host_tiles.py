@@ -8,6 +8,9 @@ interleaved channels with a stride (issue 57). The torch path stays the referenc
 
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 
@@ -33,15 +36,46 @@ def write(
     planes: torch.Tensor,
 ) -> None:
     """Tiles `boxes` (N, 4) x1, y1, x2, y2 (inside the frame, `tile_hw` each) of a `readable` frame into `dst` (N, 3,
-    th, tw) float32 (contiguous): model channel c from frame channel `sources[c]`, times `factor`. `planes` (C, th,
-    tw) in the frame's dtype: scratch for the split channels."""
+    th, tw) float32 (contiguous): model channel c from frame channel `sources[c]`, times `factor`. `planes` (T, C,
+    th, tw) in the frame's dtype: scratch for the split channels of T workers, the tiles shared among as many threads
+    (OpenCV and numpy let go of the GIL; T = 1: this thread alone)."""
+    pixels, out = frame.numpy(), dst.numpy()
+    workers = min(len(planes), len(boxes))
+    if workers <= 1:
+        _tiles(pixels, boxes, tile_hw, sources, out, factor, planes[0].numpy(), range(len(boxes)))
+        return
+    parts = [range(k, len(boxes), workers) for k in range(workers)]
+    jobs = [
+        _pool(workers).submit(_tiles, pixels, boxes, tile_hw, sources, out, factor, planes[k].numpy(), part)
+        for k, part in enumerate(parts)
+    ]
+    for job in jobs:
+        job.result()
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="host-tiles")
+
+
+def _tiles(
+    pixels: np.ndarray,
+    boxes: np.ndarray,
+    tile_hw: tuple[int, int],
+    sources: tuple[int, int, int],
+    out: np.ndarray,
+    factor: float,
+    planes: np.ndarray,
+    picked: range,
+) -> None:
+    """Tiles `picked` of `write`, with one worker's planes."""
     import cv2
 
     th, tw = tile_hw
-    pixels, out = frame.numpy(), dst.numpy()
-    split = list(planes.numpy())
+    split = list(planes)
     scale = np.float32(factor)
-    for k, (x0, y0) in enumerate(boxes[:, :2].tolist()):
+    for k in picked:
+        x0, y0 = int(boxes[k, 0]), int(boxes[k, 1])
         tile = pixels[y0 : y0 + th, x0 : x0 + tw]
         if len(split) > 1:
             cv2.split(tile, split)

@@ -430,7 +430,8 @@ class Preprocessor:
         frame (the torch path then writes them)."""
         if not host_tiles.readable(frame):
             return False
-        planes = self._buffer("planes", (frame.shape[2], *tile_hw), dtype=frame.dtype)
+        workers = torch.get_num_threads()  # as many as torch's own CPU work takes (OMP_NUM_THREADS, the load)
+        planes = self._buffer("planes", (workers, frame.shape[2], *tile_hw), dtype=frame.dtype)
         host_tiles.write(frame, boxes, tile_hw, self._sources(enc), dst, factor, planes)
         return True
 
