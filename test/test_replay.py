@@ -496,6 +496,7 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
 def test_a_synthetic_rotated_bag_carries_the_scenes_rotated_truth(tmp_path: Path) -> None:
     """`make-bag --obb --motion`: the rotated world's boxes with theta, identities, both marked in the metadata."""
     from tiled_detector.messages.detections import msg_ids, msg_obb
+    from tiled_detector.polygons import regularized
     from tiled_detector.tools.rotated_scenes import make_rotated_sequence
 
     bag = recording.make_synthetic_bag(tmp_path / "bag", 3, 4, 480, 320, camera=MotionStyle(), rotated=True)
@@ -505,5 +506,6 @@ def test_a_synthetic_rotated_bag_carries_the_scenes_rotated_truth(tmp_path: Path
         bags.deserialize(m.data, bags.DETECTIONS) for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])
     ]
     for message, scene in zip(messages, make_rotated_sequence(4, 3, 480, 320), strict=True):
-        np.testing.assert_allclose(msg_obb(message), scene.obb, atol=1e-4)
+        # (turning objects' angles leave [0, pi/2): each written in the convention's regular form, the same rectangle)
+        np.testing.assert_allclose(msg_obb(message), regularized(scene.obb.astype(np.float64)), atol=1e-4)
         assert [int(i) for i in msg_ids(message)] == scene.ids.tolist()

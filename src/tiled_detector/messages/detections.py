@@ -91,8 +91,8 @@ def detections_to_msg(
 
     With rotated boxes `obb` (N, 5) cx, cy, w, h, angle (`Detections.obb`; `boxes` their hulls): bbox.center is the
     centre, `center.theta` the angle (`polygons.ANGLE`: radians, turning the image's +x axis toward +y, clockwise on
-    screen, in [0, pi/2), as ultralytics' and yolo_ros'), size_x / size_y are w / h (the rectangle's own sides,
-    before turning).
+    screen, in [0, pi/2), as ultralytics' and yolo_ros'; a box given in another form is written in that one),
+    size_x / size_y are w / h (the rectangle's own sides, before turning).
 
     `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
     ids (default: none, the id is empty). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
@@ -112,6 +112,7 @@ def detections_to_msg(
             raise ValueError(
                 f"need one finite rotated box per detection, got {len(rotated)} for {len(centres)}"
             )
+        rotated = regularized(rotated)  # the one convention's form: theta in [0, pi/2), the same rectangle
         centres, sizes, thetas = rotated[:, :2].tolist(), rotated[:, 2:4].tolist(), rotated[:, 4].tolist()
     class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
     tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
