@@ -69,17 +69,58 @@ def _tiles(
     picked: range,
 ) -> None:
     """Tiles `picked` of `write`, with one worker's planes."""
-    import cv2
-
     th, tw = tile_hw
-    split = list(planes)
-    scale = np.float32(factor)
     for k in picked:
         x0, y0 = int(boxes[k, 0]), int(boxes[k, 1])
-        tile = pixels[y0 : y0 + th, x0 : x0 + tw]
-        if len(split) > 1:
-            cv2.split(tile, split)
-        for channel, source in enumerate(sources):
-            plane = split[source] if len(split) > 1 else tile[..., 0]
-            # float32 arithmetic whatever numpy's scalar rules (numpy 1.x would pick float16 for a small scalar)
-            np.multiply(plane, scale, out=out[k, channel], dtype=np.float32, casting="unsafe")
+        _convert(pixels[y0 : y0 + th, x0 : x0 + tw], sources, out[k], factor, planes)
+
+
+def write_sampled(
+    frame: torch.Tensor,
+    rows: tuple[int, int, int],
+    cols: tuple[int, int, int],
+    sources: tuple[int, int, int],
+    dst: torch.Tensor,
+    factor: float,
+    planes: torch.Tensor,
+) -> bool:
+    """An evenly spaced subsample of a `readable` frame (`rows`, `cols`: first, step, count; the full view of an odd
+    integer downscale, 1920 -> 640 every 3rd pixel from the 2nd) into `dst` (3, h, w) float32 (rows at any stride),
+    as `write` writes a tile: each output's block of `step` pixels read as one pixel of step x C channels, of which
+    OpenCV takes the ones read without a copy of the subsample (a strided copy of 3-byte pixels is slow in numpy and
+    torch alike). `planes` (4, h, w) in the frame's dtype. False (nothing written) where the blocks do not fit the
+    row."""
+    (r0, rs, rh), (c0, cs, rw) = rows, cols
+    channels = frame.shape[2]
+    if c0 >= cs or cs * rw > frame.shape[1]:
+        return False
+    pixels = frame.numpy()[r0::rs][:rh, : cs * rw]
+    blocks = pixels.reshape(rh, rw, cs * channels)  # (a view: each row's pixels are contiguous)
+    _convert(blocks, tuple(c0 * channels + s for s in sources), dst.numpy(), factor, planes.numpy())
+    return True
+
+
+def _convert(
+    pixels: np.ndarray, sources: tuple[int, ...], out: np.ndarray, factor: float, planes: np.ndarray
+) -> None:
+    """(h, w, C) pixels (packed, rows at any stride) -> `out` (3, h, w): channel c from pixel channel `sources[c]`,
+    the channels taken apart by OpenCV into `planes` (at least min(C, 4) and 3 of (h, w)): all of them by `split`
+    (vectorised for up to 4 channels), else the ones read by `mixChannels`; each converted and scaled by numpy."""
+    import cv2
+
+    channels = pixels.shape[2]
+    if channels == 1:
+        picked = [pixels[..., 0]] * len(sources)
+    elif channels <= 4:
+        cv2.split(pixels, list(planes[:channels]))
+        picked = [planes[s] for s in sources]
+    else:
+        wanted = sorted(set(sources))
+        cv2.mixChannels(
+            [pixels], list(planes[: len(wanted)]), [v for k, s in enumerate(wanted) for v in (s, k)]
+        )
+        picked = [planes[wanted.index(s)] for s in sources]
+    scale = np.float32(factor)
+    for channel, plane in enumerate(picked):
+        # float32 arithmetic whatever numpy's scalar rules (numpy 1.x would pick float16 for a small scalar)
+        np.multiply(plane, scale, out=out[channel], dtype=np.float32, casting="unsafe")
