@@ -84,8 +84,10 @@ def main() -> None:
                 "within_5_percent": float(np.mean(values < 0.05)) if len(values) else None,
             }
             summary[f"{shape} {way}"] = row
-            print(f"{shape:4} from the {way:4}: {row['located']}/{row['objects']} located, error median "
-                  f"{row['median']:.4f}, p95 {row['p95']:.4f}, {100 * row['within_5_percent']:.1f} % within 5 %")  # fmt: skip
+            print(
+                f"{shape:4} from the {way:4}: {row['located']}/{row['objects']} located, error median "
+                f"{row['median']:.4f}, p95 {row['p95']:.4f}, {100 * row['within_5_percent']:.1f} % within 5 %"
+            )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1))
 

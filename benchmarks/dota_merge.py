@@ -105,7 +105,8 @@ def scene(
     """One image's scores (every object; the objects that fit in a tile, their parts only) and, per subset, its
     merged detections and truth for the scores over every scene."""
     width, height = size
-    corners, class_ids, difficult = truth.in_frame(index, width, height)
+    # (the count of objects wholly outside the image: none in DOTA's labels)
+    corners, class_ids, difficult, _ = truth.in_frame(index, width, height)
     fits = np.ptp(corners, axis=1).max(axis=1, initial=0.0) <= tile
     tiles = plan_tiles(height, width, tile, tile, overlap)
     found: dict = {

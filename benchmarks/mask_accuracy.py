@@ -149,9 +149,12 @@ def main() -> None:
         args.model, tile_size=(args.tile, args.tile), overlap=args.overlap, conf_threshold=args.conf
     )
     sahi = AutoDetectionModel.from_pretrained(
-        model_type="ultralytics", model_path=str(args.model), confidence_threshold=args.conf, device="cpu",
+        model_type="ultralytics",
+        model_path=str(args.model),
+        confidence_threshold=args.conf,
+        device="cpu",
         image_size=args.tile,
-    )  # fmt: skip
+    )
     truth = [
         (
             np.array([o[0] for o in f["objects"]], np.float64).reshape(-1, 4),
@@ -196,8 +199,10 @@ def main() -> None:
                 results[name].append(
                     (found.boxes, found.scores, found.class_ids, detection_rles(found.masks, len(found)))
                 )
-        print(f"{frame['name']}: {len(frame['objects'])} objects; " + ", ".join(
-            f"{n} {len(r[-1][0])} detections, {times[n][-1]:.2f} s" for n, r in results.items()))  # fmt: skip
+        print(
+            f"{frame['name']}: {len(frame['objects'])} objects; "
+            + ", ".join(f"{n} {len(r[-1][0])} detections, {times[n][-1]:.2f} s" for n, r in results.items())
+        )
     summary = {}
     for name, found in results.items():
         stats = coco_mask_stats(truth, found)

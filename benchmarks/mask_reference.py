@@ -96,8 +96,10 @@ def main() -> None:
         for name, values in found.items():
             everything.setdefault(name, []).extend(values)
             if values:
-                print(f"{path.name}: {name}: {len(values)} objects, IoU min {min(values):.3f}, "
-                      f"median {np.median(values):.3f}")  # fmt: skip
+                print(
+                    f"{path.name}: {name}: {len(values)} objects, IoU min {min(values):.3f}, "
+                    f"median {np.median(values):.3f}"
+                )
     summary = {
         name: {
             "objects": len(v),
@@ -110,8 +112,10 @@ def main() -> None:
         if v
     }
     for name, s in summary.items():
-        print(f"all: {name}: {s['objects']} objects of >= {args.min_size:g} px, IoU min {s['min']:.3f}, median "
-              f"{s['median']:.3f}, mean {s['mean']:.3f}, {s['at_least_0.95']} at >= 0.95")  # fmt: skip
+        print(
+            f"all: {name}: {s['objects']} objects of >= {args.min_size:g} px, IoU min {s['min']:.3f}, median "
+            f"{s['median']:.3f}, mean {s['mean']:.3f}, {s['at_least_0.95']} at >= 0.95"
+        )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1))
 

@@ -95,6 +95,10 @@ class YoloV8nLike(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) -> (B, 4 + classes, A)."""
+        return self._head(self._levels(images))
+
+    def _levels(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The neck's three levels (strides 8, 16, 32)."""
         x, feats = images, []
         for layer in self.backbone:
             x = layer(x)
@@ -104,8 +108,11 @@ class YoloV8nLike(nn.Module):
         n3 = self.up3(torch.cat([F.interpolate(n4, scale_factor=2.0), p3], 1))
         m4 = self.out4(torch.cat([self.down3(n3), n4], 1))
         m5 = self.out5(torch.cat([self.down4(m4), p5], 1))
-        levels = (n3, m4, m5)
-        b = images.shape[0]
+        return n3, m4, m5
+
+    def _head(self, levels: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """(B, 4 + classes, A): boxes (cx, cy, w, h in input pixels) and class scores of every anchor point."""
+        b = levels[0].shape[0]
         dist = torch.cat([head(f).view(b, 64, -1) for head, f in zip(self.box, levels, strict=True)], 2)
         logits = torch.cat([head(f).flatten(2) for head, f in zip(self.cls, levels, strict=True)], 2)
         ltrb = (dist.view(b, 4, 16, -1).softmax(2) * self.bins).sum(2)  # DFL: expected distance per side
@@ -140,24 +147,9 @@ class YoloV8nSegLike(YoloV8nLike):
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
         """(B, 3, H, W) -> ((B, 4 + classes + 32, A), (B, 32, H / 4, W / 4))."""
-        x, feats = images, []
-        for layer in self.backbone:
-            x = layer(x)
-            feats.append(x)
-        p3, p4, p5 = feats[4], feats[6], feats[9]
-        n4 = self.up4(torch.cat([F.interpolate(p5, scale_factor=2.0), p4], 1))
-        n3 = self.up3(torch.cat([F.interpolate(n4, scale_factor=2.0), p3], 1))
-        m4 = self.out4(torch.cat([self.down3(n3), n4], 1))
-        m5 = self.out5(torch.cat([self.down4(m4), p5], 1))
-        levels = (n3, m4, m5)
-        b = images.shape[0]
-        dist = torch.cat([head(f).view(b, 64, -1) for head, f in zip(self.box, levels, strict=True)], 2)
-        logits = torch.cat([head(f).flatten(2) for head, f in zip(self.cls, levels, strict=True)], 2)
+        levels = self._levels(images)
         coefficients = torch.cat([h(f).flatten(2) for h, f in zip(self.coefficients, levels, strict=True)], 2)
-        ltrb = (dist.view(b, 4, 16, -1).softmax(2) * self.bins).sum(2)
-        xy = (self.anchors + (ltrb[:, 2:] - ltrb[:, :2]) / 2) * self.strides
-        wh = (ltrb[:, :2] + ltrb[:, 2:]) * self.strides
-        return torch.cat([xy, wh, logits.sigmoid(), coefficients], 1), self.proto(n3)
+        return torch.cat([self._head(levels), coefficients], 1), self.proto(levels[0])
 
 
 def _anchor_grid(input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:

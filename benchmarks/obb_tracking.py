@@ -100,8 +100,17 @@ def main() -> None:
         print(f"{name}: IDF1 {row['IDF1']:.3f}, MOTA {row['MOTA']:.3f}, id switches {row['id_switches']}")
     if args.json:
         source = "oracle" if args.oracle else str(detector.config.model)
-        print(json.dumps({"detections": source, "frames": args.frames, "size": args.size, "AP50": ap50,
-                          "tracking": results}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "detections": source,
+                    "frames": args.frames,
+                    "size": args.size,
+                    "AP50": ap50,
+                    "tracking": results,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

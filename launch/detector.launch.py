@@ -54,25 +54,43 @@ SHARE = FindPackageShare("tiled_detector")
 
 ARGUMENTS = (
     ("image", "image", "input sensor_msgs/Image topic (its /compressed sibling with transport:=compressed)"),
-    ("depth_image", "depth_image", "with depth:=true: the depth image aligned to `image` (16UC1 or 32FC1), e.g. "
-     "/camera/camera/aligned_depth_to_color/image_raw"),
-    ("camera_info", "camera_info", "with depth:=true: the colour camera's sensor_msgs/CameraInfo, e.g. "
-     "/camera/camera/color/camera_info"),
+    (
+        "depth_image",
+        "depth_image",
+        "with depth:=true: the depth image aligned to `image` (16UC1 or 32FC1), e.g. "
+        "/camera/camera/aligned_depth_to_color/image_raw",
+    ),
+    (
+        "camera_info",
+        "camera_info",
+        "with depth:=true: the colour camera's sensor_msgs/CameraInfo, e.g. /camera/camera/color/camera_info",
+    ),
     ("params_file", PathJoinSubstitution([SHARE, "config", "detector.yaml"]), "parameters YAML file"),
     ("namespace", "", "namespace of the node and its topics (one per camera)"),
     ("use_sim_time", "false", "use /clock (true when replaying bags)"),
-    ("lifecycle", "false", "true: the managed node (detector_lifecycle_node), unconfigured until a lifecycle "
-     "manager (nav2_lifecycle_manager: the node bonds with it on activate) or `ros2 lifecycle set` configures and "
-     "activates it"),
-    ("autostart", "false", "with lifecycle:=true: configure and activate the managed node once at start (leave "
-     "false under a lifecycle manager, which drives the transitions itself)"),
+    (
+        "lifecycle",
+        "false",
+        "true: the managed node (detector_lifecycle_node), unconfigured until a lifecycle manager "
+        "(nav2_lifecycle_manager: the node bonds with it on activate) or `ros2 lifecycle set` configures and "
+        "activates it",
+    ),
+    (
+        "autostart",
+        "false",
+        "with lifecycle:=true: configure and activate the managed node once at start (leave "
+        "false under a lifecycle manager, which drives the transitions itself)",
+    ),
     ("log_level", "info", "logging level: debug, info, warn, error"),
-    ("fastdds_profile", PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
-     "Fast DDS profile with a shared-memory segment large enough for full-resolution images, set in the node's "
-     "environment only (FASTRTPS_DEFAULT_PROFILES_FILE and FASTDDS_DEFAULT_PROFILES_FILE; Fast DDS 3: the latter); "
-     "not given: a profile the environment names is kept, else this one; empty: the environment's"),
+    (
+        "fastdds_profile",
+        PathJoinSubstitution([SHARE, "config", "fastdds_large_images.xml"]),
+        "Fast DDS profile with a shared-memory segment large enough for full-resolution images, set in the "
+        "node's environment only (FASTRTPS_DEFAULT_PROFILES_FILE and FASTDDS_DEFAULT_PROFILES_FILE; Fast DDS 3: "
+        "the latter); not given: a profile the environment names is kept, else this one; empty: the environment's",
+    ),
     *((name, "", f"{description}; empty = the params file's value") for name, _, description in PARAMETERS),
-)  # fmt: skip
+)
 NAMES = {name for name, _, _ in ARGUMENTS}
 
 

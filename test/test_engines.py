@@ -305,6 +305,71 @@ def test_load_engine_picks_the_backend_by_suffix(two_heads_onnx, export_torchscr
     assert isinstance(load_engine(export_torchscript(TwoHeads(), HW)), TorchEngine)
 
 
+@pytest.fixture
+def cuda_without_onnxruntime_cuda(monkeypatch):
+    """What a CUDA machine reports where ONNX Runtime without CUDA is installed and TensorRT is not: torch sees a
+    GPU; ONNX Runtime lists only its CPU provider (monkeypatched here: this machine has no GPU)."""
+    import importlib.util
+
+    import onnxruntime
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tensorrt" else real_find_spec(name, *a)
+    )
+    return monkeypatch
+
+
+def test_auto_on_cuda_chooses_a_backend_that_runs_there(cuda_without_onnxruntime_cuda, tmp_path, caplog):
+    """The bundled model on `device: cuda` with ONNX Runtime lacking CUDA and no TensorRT: auto runs the TorchScript
+    beside it on torch, said in one INFO line (was: ONNX Runtime, which stops: "cannot run on cuda:0"); with
+    ONNX Runtime's CUDA provider, ONNX Runtime; with nothing that runs there, one line saying what is missing."""
+    import onnxruntime
+
+    from tiled_detector.engines import base
+    from tiled_detector.models import default_model_path
+
+    loaded = []
+
+    class StandIn:  # the engine class the choice loads: records what it was given (no GPU here)
+        formats = frozenset(base.ModelFormat)
+
+        def __init__(self, model, **options):
+            loaded.append((model, options["device"]))
+
+    cuda_without_onnxruntime_cuda.setattr(
+        base, "engine_class", lambda backend: loaded.append(backend) or StandIn
+    )
+    cuda_without_onnxruntime_cuda.setattr(base, "require_cuda", lambda device, why: None)
+    cuda_without_onnxruntime_cuda.setattr(base, "concrete_device", torch.device)
+    with caplog.at_level("INFO", logger="tiled_detector.engines.base"):
+        load_engine(default_model_path(), "auto", "cuda")
+    assert loaded == [Backend.TORCH, (default_model_path("torch"), torch.device("cuda"))]
+    said = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.engines.base"]
+    assert said == [
+        "backend auto on cuda: torch, default.ts (default.ts beside it: ONNX Runtime here has no CUDA execution "
+        "provider, TensorRT is not installed)"
+    ]
+    cuda_without_onnxruntime_cuda.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    assert base.choose_backend(default_model_path(), "auto", "cuda").backend is Backend.ONNXRUNTIME
+    alone = tmp_path / "alone.onnx"
+    alone.write_bytes(default_model_path().read_bytes())
+    cuda_without_onnxruntime_cuda.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"]
+    )
+    with pytest.raises(
+        ValueError, match=r"backend auto on cuda: nothing here runs alone\.onnx on CUDA"
+    ) as error:
+        base.choose_backend(alone, "auto", "cuda")
+    assert "onnxruntime-gpu" in str(error.value) and "\n" not in str(error.value)
+    assert base.choose_backend(default_model_path(), "auto", "cpu").backend is Backend.ONNXRUNTIME  # as ever
+    assert base.choose_backend(default_model_path(), "onnxruntime", "cuda").model == default_model_path()
+
+
 def test_onnxruntime_threads_spin_within_a_run_only_and_use_its_arena(two_heads_onnx):
     # spinning between a run's operators (ONNX Runtime faster: bundled model, 1080p, 36 -> 32 ms), stopped when
     # a run returns (torch's work follows on the same cores); the arena keeps a huge frame's many calls from

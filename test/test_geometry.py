@@ -11,10 +11,12 @@ from support.strategies import box_pairs
 from support.transforms import compose, similarity
 from tiled_detector.tools.scoring import box_iou
 from tiled_detector.tracking.geometry import (
+    frame_hulls,
     inside_any,
     inside_union,
     move_boxes,
     move_points,
+    move_rotated,
     new_view,
     overlapping,
     similarity_scale,
@@ -103,3 +105,39 @@ def test_overlapping_pairs_equal_the_dense_iou(sets, groups):
     got = np.stack([i, j], axis=1) if len(i) else np.zeros((0, 2), np.int64)
     assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))
     np.testing.assert_allclose(iou, dense[i, j], rtol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1000), st.floats(0, 1000), st.floats(1, 200), st.floats(1, 200), st.floats(0, 1.5707)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.floats(0.8, 1.25),
+    st.floats(-180, 180),
+)
+def test_rotated_boxes_moved_by_the_camera_stay_in_the_regular_form(rows, scale, degrees):
+    """A camera's turn moves a rotated box's angle on: the moved box comes back in the regular form (theta in
+    [0, pi/2), w and h swapped where a quarter turn passed), the same rectangle as the one moved (its corners)."""
+    from tiled_detector import polygons
+
+    obb = np.array(rows, np.float64)
+    matrix = similarity(scale, degrees, 12.0, -7.0)
+    moved = move_rotated(matrix, obb)
+    assert ((moved[:, 4] >= 0) & (moved[:, 4] < np.pi / 2)).all()
+    turned = polygons.corners(obb) @ matrix[:, :2].T + matrix[:, 2]  # the rectangles' corners moved as points
+    np.testing.assert_allclose(polygons.hulls(polygons.corners(moved)), polygons.hulls(turned), atol=1e-6)
+    np.testing.assert_allclose(
+        polygons.polygon_area(polygons.corners(moved)), obb[:, 2] * obb[:, 3] * scale**2
+    )
+
+
+def test_frame_hulls_are_clipped_to_the_frame():
+    obb = np.array([[5.0, 50, 40, 10, 0.6], [90, 40, 20, 20, 0.0]])
+    # the first: x 5 +- 19.33, y 50 +- 15.42 (20 cos 0.6 + 5 sin 0.6, 20 sin 0.6 + 5 cos 0.6), cut at 0 and at 60
+    np.testing.assert_allclose(
+        frame_hulls(obb, (60, 100)), [[0, 34.58, 24.33, 60], [80, 30, 100, 50]], atol=0.01
+    )

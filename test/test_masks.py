@@ -87,8 +87,9 @@ def test_fixed_size_and_captured_masks_equal_the_exact_ones(segmenter, merge):
     path's masks, label images and rows."""
     exact = _detector(segmenter, merge=merge)
     log: list[str] = []
-    fast = TiledDetector.from_config(exact.config.replace(cuda_graph=True), engine=exact.engine,
-                                     capture=_replaying_capture(log))  # fmt: skip
+    fast = TiledDetector.from_config(
+        exact.config.replace(cuda_graph=True), engine=exact.engine, capture=_replaying_capture(log)
+    )
     fast._sync_free = True
     fast._limits = fast._limits.__class__(mask_pixels=64)  # too few: the first frame grows them
     for seed in (3, 4, 5):
@@ -293,6 +294,134 @@ def test_a_merge_group_mask_is_the_union_of_its_members_each_from_its_own_view()
     )  # (a bilinear corner)
 
 
+def test_a_candidate_owns_only_the_pixels_of_its_view():
+    """A tile's candidate whose box reaches past the tile's edge (YOLO boxes routinely do) has no mask pixel outside
+    its tile: the tile never saw them (its prototypes, sampled there, would repeat their border column)."""
+    frame_hw = (32, 64)
+    plan = batch_plan([make_plan(frame_hw, (32, 32), 0.0, (32, 32), False)])  # tiles at x = 0 and x = 32
+    prototypes = torch.ones(2, 1, 8, 8)  # every cell on: the crop alone bounds the mask
+    found = PaddedDecoded(
+        torch.tensor([[8.0, 4, 44, 28]]),  # view 0's box, past its right edge (x = 32) by 12 px
+        torch.tensor([0.9]),
+        torch.zeros(1, dtype=torch.int64),
+        torch.tensor([0]),
+        torch.ones(1, dtype=torch.bool),
+        torch.ones(1, 1),
+        Prototypes(prototypes),
+    )
+    packed = torch.tensor([[8.0, 4, 44, 28, 0.9, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0, 0]])
+    built = masks.build(packed, torch.tensor([[0]]), found, plan, 1.0, None)
+    mask = InstanceMasks(frame_hw, built.boxes.numpy(), built.bits.numpy(), 1.0, frame_hw).mask(0)
+    assert mask[4:28, 8:32].all()  # its view's part of its box
+    assert mask[:, 32:].sum() == 0  # outside its view: nothing (was 12 x 24 pixels)
+    assert mask.sum() == 24 * 24
+
+
+class _SpillingSegmenter(torch.nn.Module):
+    """`SquareSegmenter` whose boxes are 3x its cells (centred on them): a square cut by a tile's edge gives a box
+    reaching past that edge, as a trained model's boxes of a cut object often do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SquareSegmenter(SEG_HW, 8)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, prototypes = self.net(images)
+        return torch.cat([rows[:, :2], rows[:, 2:4] * 3, rows[:, 4:]], 1), prototypes
+
+
+def test_a_detection_cut_by_a_tile_edge_keeps_its_mask_inside_its_tile(tmp_path):
+    """Default merge (nms), no full-frame view: a square cut by the edge between two tiles is found by each, boxes
+    reaching past the edge; the kept detection's mask lies inside the one tile that produced it (0 pixels
+    outside), however far its box reaches."""
+    model = ultralytics_onnx(tmp_path / "spill-seg.onnx", _SpillingSegmenter(), outputs=2, task="segment")
+    detector = _detector(model, overlap=0.0, full_frame=False, conf_threshold=0.25)
+    frame = np.zeros((64, 128, 3), np.uint8)
+    frame[24:32, 60:68] = (255, 0, 0)  # a red square across x = 64, the edge between the two tiles
+    plan = detector.plan_for(64, 128)
+    assert plan.tiles.tolist() == [[0, 0, 64, 64], [64, 0, 128, 64]]
+    found = detector.detect(frame)
+    assert (
+        len(found) >= 1 and found.boxes[0, 0] < 60 and found.boxes[0, 2] > 68
+    )  # the box reaches past the edge
+    for k in range(len(found)):
+        xs = np.nonzero(found.masks.mask(k))[1]
+        assert len(xs), "each detection has mask pixels"
+        inside = [(xs >= x0).all() and (xs < x1).all() for x0, _, x1, _ in plan.tiles.tolist()]
+        assert any(inside), f"detection {k}'s mask spans x {xs.min()}..{xs.max()}, outside every single tile"
+
+
+@pytest.mark.parametrize("merge", ["greedy_nmm", "nmm"])
+def test_a_frame_in_parts_keeps_the_whole_frames_masks(tmp_path, merge):
+    """A frame run one tile a part (`view_cap` 1) against the same frame run whole: the same detections, and each
+    merged group's mask the union of its members' from both parts (was: one part's half), so the same masks and
+    label image. The square across the seam is seen in part by each tile (5 and 3 of its 8 columns); the blue
+    square lies in the second tile alone."""
+    from tiled_detector.stream import Job, Stream
+
+    model = ultralytics_onnx(tmp_path / "spill-seg.onnx", _SpillingSegmenter(), outputs=2, task="segment")
+    detector = _detector(model, overlap=0.0, full_frame=False, conf_threshold=0.25, merge=merge)
+    frame = np.zeros((64, 128, 3), np.uint8)
+    frame[24:32, 59:67] = (255, 0, 0)  # across x = 64, the edge between the two tiles
+    frame[40:48, 96:104] = (0, 0, 200)
+    whole = detector.detect(frame)
+    stream, job, steps = Stream(detector), Job("camera", frame, 0, sequence=1), []
+    while not steps or steps[-1].result is None:
+        steps.append(stream.run([job], view_cap=1)[0])
+    parts = steps[-1].result.detections
+    assert len(steps) == 2 and len(whole) == 2
+    np.testing.assert_array_equal(parts.boxes, whole.boxes)
+    np.testing.assert_array_equal(parts.scores, whole.scores)
+    red = whole.masks.mask(int(np.flatnonzero(whole.class_ids == 0)[0]))
+    assert red[24:32, 59:67].all() and red[:, :64].any() and red[:, 64:].any()  # one mask, from both tiles
+    for k in range(len(whole)):
+        np.testing.assert_array_equal(parts.masks.mask(k), whole.masks.mask(k))
+    np.testing.assert_array_equal(parts.masks.labels, whole.masks.labels)
+
+
+def _filled_masks(boxes: list[list[int]], shape: tuple[int, int]) -> InstanceMasks:
+    """Masks that fill their boxes (label pixels = frame pixels)."""
+    areas = [(x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in boxes]
+    return InstanceMasks(shape, np.array(boxes), np.ones(sum(areas), bool), 1.0, shape)
+
+
+def test_a_frame_in_parts_ranks_overlapping_masks_by_score_as_a_whole_frame(segmenter, monkeypatch):
+    """Two parts' detections whose masks overlap (other classes: not merged), the lower score found first: the
+    label image gives the overlap to the higher score, as the frame run whole (its rows by score) does (was: to
+    the earlier part)."""
+    from tiled_detector.stream import Job, Stream
+    from tiled_detector.types import Detections
+
+    shape = (64, 128)
+    detector = _detector(segmenter, overlap=0.0, full_frame=False)
+    low, high = [10, 10, 40, 40], [30, 20, 60, 50]  # overlapping on x 30..40, y 20..40
+    found = iter(
+        [
+            Detections(
+                np.array([low]), np.array([0.6]), np.array([0]), {}, masks=_filled_masks([low], shape)
+            ),
+            Detections(
+                np.array([high]), np.array([0.9]), np.array([1]), {}, masks=_filled_masks([high], shape)
+            ),
+        ]
+    )
+    monkeypatch.setattr(detector, "detect_many", lambda *args, **kwargs: [next(found)])
+    stream, job, result = (
+        Stream(detector),
+        Job("camera", np.zeros((*shape, 3), np.uint8), 0, sequence=1),
+        None,
+    )
+    while result is None:
+        result = stream.run([job], view_cap=1)[0].result
+    parts = result.detections
+    whole = Detections(  # the frame run whole: its rows by score
+        np.array([high, low]), np.array([0.9, 0.6]), np.array([1, 0]), masks=_filled_masks([high, low], shape)
+    )
+    np.testing.assert_array_equal(parts.boxes, whole.boxes)
+    assert (whole.masks.labels[20:40, 30:40] == 1).all()  # the higher score's
+    np.testing.assert_array_equal(parts.masks.labels, whole.masks.labels)
+
+
 def test_masks_true_on_a_model_without_masks_is_refused(square_onnx):
     with pytest.raises(ValueError, match=r"masks: true, but .* has no mask prototypes"):
         TiledDetector(square_onnx, masks=True)
@@ -327,6 +456,23 @@ def test_prototype_count_unequal_to_the_coefficient_count_is_refused(tmp_path):
     # without names the rows cannot be split: the class count read is then not the names'
     plain = save_onnx(_Mismatched(), tmp_path / "plain.onnx", SEG_HW, outputs=2)
     assert _detector(plain).resolved.num_classes == 1  # 8 rows - 4 - 3 coefficients: what the shapes say
+
+
+def test_a_wrong_class_count_of_a_segmentation_file_is_blamed_on_labels(segmenter):
+    """The labels setting's 3 names against the 2 classes the file's rows carry beside its 2 mask coefficients: one
+    line naming labels and both counts (was: blamed on the prototypes)."""
+    with pytest.raises(ValueError) as error:
+        _detector(segmenter, labels=("a", "b", "c"))
+    text = str(error.value)
+    assert (
+        text.startswith("labels: ") and "carries 2 classes" in text and "gives 3" in text and "\n" not in text
+    )
+
+
+def test_a_layout_that_contradicts_a_segmentation_files_task_is_refused(segmenter):
+    for layout in ("obb", "yolov5"):
+        with pytest.raises(ValueError, match=f"layout {layout} contradicts .*own task segment"):
+            _detector(segmenter, layout=layout)
 
 
 def test_segment_task_without_prototypes_is_refused(tmp_path):

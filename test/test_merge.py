@@ -407,3 +407,23 @@ def test_a_merged_rotated_group_keeps_its_keepers_angle_and_covers_every_member(
     cover = corners(torch.as_tensor(kept))
     inside = intersection_area(cover, corners(members)) / polygon_area(corners(members))
     assert (inside > 1 - 1e-4).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(*[st.floats(-50, 700, allow_nan=False)] * 2, *[st.floats(0, 300)] * 2), max_size=40),
+    st.lists(st.tuples(*[st.floats(-50, 700, allow_nan=False)] * 2, *[st.floats(0, 300)] * 2), max_size=40),
+)
+def test_pairwise_intersections_equal_the_broadcast_ones(a, b):
+    """`groups.pairwise_intersection` (one contiguous matrix per coordinate, issue 57: 3-4x faster on a CPU) gives
+    `groups.intersection`'s values bit for bit, so the merge and the seam rule decide alike."""
+    from tiled_detector.pipeline import groups
+
+    def boxes(rows):
+        xywh = torch.tensor(rows, dtype=torch.float32).reshape(-1, 4)
+        return torch.cat([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)
+
+    first, second = boxes(a), boxes(b)
+    assert torch.equal(
+        groups.pairwise_intersection(first, second), groups.intersection(first[:, None], second[None])
+    )

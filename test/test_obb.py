@@ -51,7 +51,7 @@ def test_a_task_the_node_does_not_serve_is_refused_naming_it(tmp_path, task):
 def test_layout_obb_on_a_file_with_no_angle_column_is_refused(tmp_path):
     """A detect file (its metadata says so, or its rows hold only 4 + classes), end-to-end rows of 6: one line."""
     detect = ultralytics_onnx(tmp_path / "detect.onnx")
-    with pytest.raises(ValueError, match="task detect, so its output has no angle column"):
+    with pytest.raises(ValueError, match=r"layout obb contradicts .*'s own task detect .*no angle column"):
         _resolved(detect, layout="obb")
     plain = save_torchscript(SquareDetector((64, 64), 8), tmp_path / "plain.ts", (64, 64), ["r", "b"])
     onnx_plain = ultralytics_onnx(tmp_path / "nometa.onnx")
@@ -60,11 +60,60 @@ def test_layout_obb_on_a_file_with_no_angle_column_is_refused(tmp_path):
     model = onnx.load(str(onnx_plain))
     del model.metadata_props[:]
     onnx.save(model, str(onnx_plain))
-    with pytest.raises(ValueError, match="no angle column for 2 classes"):
-        _resolved(onnx_plain, layout="obb", labels=("r", "b"))
+    with pytest.raises(ValueError, match=r"labels: .* carries 1 classes .* but the labels setting gives 2"):
+        _resolved(onnx_plain, layout="obb", labels=("r", "b"))  # (or no angle column: said in the same line)
     with pytest.raises(ValueError, match="no angle column"):
         _resolved(ultralytics_onnx(tmp_path / "e2e6.onnx", end2end=True), layout="obb_end2end")
     assert plain.exists()
+
+
+def _without_metadata(path):
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_wrong_class_count_of_a_rotated_box_file_is_blamed_on_labels(tmp_path):
+    """The labels setting's count against the classes the file carries: one line naming labels and both counts
+    (was: blamed on the layout, "no angle column")."""
+    path = ultralytics_onnx(tmp_path / "obb.onnx", ObbHead(), task="obb")
+    with pytest.raises(ValueError) as error:
+        _resolved(path, labels=("a", "b", "c"))
+    text = str(error.value)
+    assert (
+        text.startswith("labels: ") and "carries 2 classes" in text and "gives 3" in text and "\n" not in text
+    )
+
+
+def test_a_layout_that_contradicts_the_files_task_is_refused_naming_both(tmp_path):
+    """`layout: yolov8` on a `task: obb` file would read its angle row as a phantom class: refused, one line."""
+    path = ultralytics_onnx(tmp_path / "obb.onnx", ObbHead(), task="obb")
+    for layout in ("yolov8", "yolov5", "end2end"):
+        with pytest.raises(
+            ValueError, match=f"layout {layout} contradicts .*obb.onnx's own task obb"
+        ) as error:
+            _resolved(path, layout=layout)
+        assert "\n" not in str(error.value) and "obb, obb_end2end" in str(error.value)
+
+
+def test_a_rotated_box_file_without_metadata_is_not_read_as_one_more_class(tmp_path):
+    """No task, no names: a head whose last row holds what no class score can (an angle outside [0, 1] on a grey
+    image) is refused naming both readings (was: read as yolov8 with a phantom class); with names for its classes
+    the class-count error says the extra row may be an angle; an upright head of scores in [0, 1] reads as before."""
+    from tiled_detector.resolve import AmbiguousModelError
+
+    path = _without_metadata(ultralytics_onnx(tmp_path / "obb.onnx", ObbHead(angle=-0.4)))
+    with pytest.raises(AmbiguousModelError, match=r"fits yolov8 \(3 classes\) and obb \(2 classes") as error:
+        _resolved(path)
+    assert "layout" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="angle\\? then set the setting layout to obb"):
+        _resolved(path, labels=("red", "blue"))
+    assert _resolved(path, layout="obb").num_classes == 2
+    upright = _without_metadata(ultralytics_onnx(tmp_path / "detect.onnx"))
+    assert _resolved(upright).layout is OutputLayout.YOLOV8
 
 
 def test_a_file_without_metadata_reads_as_obb_with_the_setting(tmp_path):
@@ -212,14 +261,16 @@ def test_detect_json_gives_obb_and_corners_beside_box(models, tmp_path, capsys):
     import cv2
 
     from tiled_detector.cli import main
-    from tiled_detector.polygons import corners
+    from tiled_detector.polygons import ANGLE, corners
 
     image = np.zeros((640, 640, 3), np.uint8)
     image[304:312, 304:312] = (0, 0, 255)  # red, in OpenCV's BGR
     cv2.imwrite(str(tmp_path / "one.png"), image)
     argv = ["detect", str(tmp_path / "one.png"), "--model", str(models["obb"]), "--backend", "torch"]
     assert main([*argv, "--json", "--tile-size", "640", "640", "--out", str(tmp_path / "out")]) == 0
-    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images"][0]["detections"]
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert answer["obb_angle"] == ANGLE  # the angle's convention, said where the JSON's reader reads
+    found = answer["images"][0]["detections"]
     assert len(found) == 1 and found[0]["label"] == "red"
     assert found[0]["obb"] == pytest.approx([308, 308, 16, 8, 0.3])
     np.testing.assert_allclose(found[0]["corners"], corners(np.array(found[0]["obb"])), atol=0.01)

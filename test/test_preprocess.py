@@ -312,3 +312,70 @@ def test_chosen_tiles_equal_the_same_tiles_of_the_whole_batch(
     )
     torch.testing.assert_close(out[:-1], whole[chosen], rtol=0, atol=0)
     torch.testing.assert_close(out[-1], whole[-1], rtol=0, atol=0)
+
+
+class _Written(torch.utils._python_dispatch.TorchDispatchMode):
+    """The elements every aten op dispatched in its scope writes (the sum of its outputs' sizes; views write none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            self.elements += sum(
+                t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
+            )
+        return out
+
+
+@pytest.mark.parametrize(
+    ("encoding", "model_order"),
+    [
+        ("rgb8", "rgb"),
+        ("bgr8", "rgb"),
+        ("rgb8", "bgr"),
+        ("mono8", "rgb"),
+        ("mono16", "rgb"),
+        ("bgra8", "rgb"),
+    ],
+)
+@pytest.mark.parametrize("frame_hw", [(300, 400), (192, 384)])  # (the second's full view: every 3rd pixel)
+def test_the_cpus_host_views_equal_the_torch_path(monkeypatch, encoding, model_order, frame_hw):
+    """OpenCV / numpy tiles and full views (`host_tiles`) == the torch path's, bit for bit, on every encoding, on
+    frames whose rows are padded (a message's step) and on the default input format's factor."""
+    from tiled_detector.pipeline import host_tiles
+
+    height, width = frame_hw
+    wide = _frame(np.random.default_rng(3), height, width + 10, encoding)
+    frame = as_frame_tensor(wide[:, :width], encoding)  # rows of width + 10 pixels, width read: a padded step
+    plan = make_plan(frame_hw, (128, 128), 0.25, (128, 128), True)
+    fast = Preprocessor("cpu", torch.float32, (128, 128), model_order).prepare(frame, plan, encoding).clone()
+    monkeypatch.setattr(host_tiles, "readable", lambda frame: False)
+    reference = Preprocessor("cpu", torch.float32, (128, 128), model_order).prepare(frame, plan, encoding)
+    assert torch.equal(fast, reference)
+
+
+def test_a_cpu_frames_tiles_are_no_torch_work(monkeypatch):
+    """The share of preprocessing in a 1080p CPU frame (8 tiles of 640 and the full view, issue 57): the torch ops
+    write nothing for the tiles (OpenCV splits their channels, numpy converts each in one contiguous pass) and only
+    the full view's padding strips (its pixels, every 3rd of the frame's, converted by numpy too). Before: every
+    tile converted by a strided copy and scaled again (2 x 8 x 1.2 M elements), the full view's pixels in three
+    torch passes and its whole input filled (3.3 M elements)."""
+    frame = torch.from_numpy(_frame(np.random.default_rng(4), 1080, 1920, "rgb8"))
+    plan = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)
+    assert plan.batch_size == 9
+    pre = Preprocessor("cpu", torch.float32, (640, 640))
+    batch = pre.batch(4)
+    pre.prepare(frame, plan, "rgb8", batch, (0, 4))  # (caches and scratch made)
+    pre.prepare(frame, plan, "rgb8", batch, (8, 9))
+    with _Written() as tiles:
+        pre.prepare(frame, plan, "rgb8", batch, (0, 4))
+    assert tiles.elements == 0
+    with _Written() as full:
+        pre.prepare(frame, plan, "rgb8", batch, (8, 9))
+    view, image = 3 * 640 * 640, 3 * 360 * 640  # the input, the frame's image in it (letterboxed 1920x1080)
+    # every 3rd pixel (1920 -> 640) converted by numpy too: torch fills the padding strips around it only (was: the
+    # sampled pixels converted, scaled and placed, 3 passes of the image, and the whole input filled)
+    assert full.elements <= (view - image) + 0.02 * view

@@ -196,6 +196,42 @@ def test_rotated_truth_scores_rotated_answers_and_ignores_difficult_objects() ->
     assert scored(bar, [20, 20, 10, 10, 0]) == pytest.approx((1.0, 0.5, 1.0))
 
 
+@pytest.mark.ros
+def test_rotated_answers_against_axis_aligned_truth_are_scored_by_their_rotated_geometry() -> None:
+    """A rotated-box model replayed against axis-aligned truth (each object's hull): its answers are read back as the
+    hulls of their rectangles (`to_arrays`, `msg_to_detections`), so a right answer scores 1 (a 100 x 10 box at 1.5
+    rad read as centre +- (w, h) / 2 had IoU 0.07 with its true hull)."""
+    from std_msgs.msg import Header
+
+    from tiled_detector import polygons
+    from tiled_detector.harness.report import to_arrays
+    from tiled_detector.messages.detections import detections_to_msg
+
+    header = Header(frame_id="camera")
+    obb = np.array([[300.0, 200.0, 100.0, 10.0, 1.5], [80.0, 90.0, 40.0, 20.0, 0.4]])
+    true_hulls = polygons.hulls(polygons.corners(obb))
+    answer = detections_to_msg(true_hulls, [0.9, 0.8], [0, 0], header, ["bar"], obb=obb)
+    answers = to_arrays({1: answer}, ["bar"])
+    np.testing.assert_allclose(answers[1][0], true_hulls, atol=1e-3)
+    assert box_iou(answers[1][0][:1].astype(np.float64), true_hulls[:1])[0, 0] == pytest.approx(1.0, abs=1e-4)
+    found = summarize(Mode.LOCKSTEP, [FrameRecord(1, 5.0, answers[1])], {1: (true_hulls, np.array([0, 0]))})
+    assert (found.ap50, found.precision, found.recall) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_a_bags_rotated_detections_are_read_as_hulls_or_as_rotated_boxes(tmp_path: Path) -> None:
+    """`bags.read_detections`: the rotated truth of a bag as the hulls of its rectangles, or (`rotated`) as the
+    rectangles themselves in the regular form."""
+    frames = _tilted_bars(2)
+    bag = recording.write_image_bag(
+        tmp_path / "bag", frames, labels=["bright"], custom_data={recording.ROTATED: "true"}
+    )
+    hulls = bags.read_detections(bag, bags.GROUND_TRUTH_TOPIC, ["bright"])
+    rotated = bags.read_detections(bag, bags.GROUND_TRUTH_TOPIC, ["bright"], rotated=True)
+    for frame, (stamp, (boxes, _, _)) in zip(frames, sorted(hulls.items()), strict=True):
+        np.testing.assert_allclose(boxes, frame.boxes, atol=1e-3)
+        np.testing.assert_allclose(rotated[stamp][0], frame.obb, atol=1e-4)
+
+
 def _rotated(*rows: list[float]) -> tuple[np.ndarray, ...]:
     scores = np.linspace(0.9, 0.5, len(rows))
     return np.array(rows, np.float64).reshape(-1, 5), scores, np.zeros(len(rows), np.int64)
@@ -460,6 +496,7 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
 def test_a_synthetic_rotated_bag_carries_the_scenes_rotated_truth(tmp_path: Path) -> None:
     """`make-bag --obb --motion`: the rotated world's boxes with theta, identities, both marked in the metadata."""
     from tiled_detector.messages.detections import msg_ids, msg_obb
+    from tiled_detector.polygons import regularized
     from tiled_detector.tools.rotated_scenes import make_rotated_sequence
 
     bag = recording.make_synthetic_bag(tmp_path / "bag", 3, 4, 480, 320, camera=MotionStyle(), rotated=True)
@@ -469,5 +506,6 @@ def test_a_synthetic_rotated_bag_carries_the_scenes_rotated_truth(tmp_path: Path
         bags.deserialize(m.data, bags.DETECTIONS) for m in bags.read_messages(bag, [bags.GROUND_TRUTH_TOPIC])
     ]
     for message, scene in zip(messages, make_rotated_sequence(4, 3, 480, 320), strict=True):
-        np.testing.assert_allclose(msg_obb(message), scene.obb, atol=1e-4)
+        # (turning objects' angles leave [0, pi/2): each written in the convention's regular form, the same rectangle)
+        np.testing.assert_allclose(msg_obb(message), regularized(scene.obb.astype(np.float64)), atol=1e-4)
         assert [int(i) for i in msg_ids(message)] == scene.ids.tolist()

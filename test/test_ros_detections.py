@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,28 +99,10 @@ class ObjectHypothesisWithPose3:
 
 
 @dataclass
-class Detection2D3:
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
-    id: str = ""
-
-
-@dataclass
 class ObjectHypothesisWithPose2:  # Foxy: id and score directly on the hypothesis
     id: str = ""
     score: float = 0.0
     pose: PoseWithCovarianceFake = field(default_factory=PoseWithCovarianceFake)
-
-
-@dataclass
-class Detection2D2:  # Foxy: no id, tracking fields instead
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox2DOld = field(default_factory=BoundingBox2DOld)
-    source_img: object = None
-    is_tracking: bool = False
-    tracking_id: str = ""
 
 
 @dataclass
@@ -129,8 +111,14 @@ class Detection2DArrayFake:
     detections: list = field(default_factory=list)
 
 
-def _fakes(kind: str, detection_3x: type, detection_2x: type) -> dict[str, SimpleNamespace]:
-    """vision_msgs 3.x / 2.x stand-ins of the `kind` (2D or 3D) messages."""
+def _fakes(kind: str, bbox: type, source: str) -> dict[str, SimpleNamespace]:
+    """vision_msgs 3.x / 2.x stand-ins of the `kind` (2D or 3D) messages, their box a `bbox`: 3.x's detection has an
+    id, Foxy's (2.x) none but tracking fields and its `source` (image or cloud)."""
+    common = [("header", object, None), ("results", list, field(default_factory=list))]
+    common.append(("bbox", bbox, field(default_factory=bbox)))
+    detection_3x = make_dataclass(f"Detection{kind}3", [*common, ("id", str, "")])
+    foxy = [(source, object, None), ("is_tracking", bool, False), ("tracking_id", str, "")]
+    detection_2x = make_dataclass(f"Detection{kind}2", common + foxy)
     return {
         version: SimpleNamespace(
             **{f"Detection{kind}Array": Detection2DArrayFake, f"Detection{kind}": detection},
@@ -143,7 +131,7 @@ def _fakes(kind: str, detection_3x: type, detection_2x: type) -> dict[str, Simpl
     }
 
 
-FAKES = _fakes("2D", Detection2D3, Detection2D2)
+FAKES = _fakes("2D", BoundingBox2DOld, "source_img")
 
 
 def image_header() -> Header:
@@ -191,6 +179,29 @@ def test_rotated_boxes_carry_their_angle_in_center_theta() -> None:
     np.testing.assert_allclose(msg_obb(back), obb, rtol=1e-6)
     with pytest.raises(ValueError, match="finite rotated box"):
         detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, obb=np.full((3, 5), np.nan))
+
+
+def test_the_angle_turns_x_toward_y_and_is_read_back_in_that_one_convention() -> None:
+    """`center.theta` (polygons.ANGLE): radians from the image's +x axis toward +y (clockwise on screen). Read back,
+    a rotated detection's box is the hull of its turned rectangle (not centre +- (w, h) / 2), and its rotated box
+    comes in the regular form (theta in [0, pi/2)) whatever equivalent form a publisher wrote it in."""
+    obb = np.array([[200, 100, 100, 10, np.pi / 6], [50, 60, 40, 10, 0], [300, 200, 80, 20, 0.3]], np.float32)
+    msg = detections_to_msg(BOXES, SCORES, CLASS_IDS, image_header(), LABELS, obb=obb)
+    boxes, _, _ = msg_to_detections(msg, LABELS)
+    half_x, half_y = (
+        50 * np.cos(np.pi / 6) + 5 * np.sin(np.pi / 6),
+        50 * np.sin(np.pi / 6) + 5 * np.cos(np.pi / 6),
+    )
+    # the end of its w axis at (200 + 43.3, 100 + 25): turned toward +y (down on screen)
+    np.testing.assert_allclose(boxes[0], [200 - half_x, 100 - half_y, 200 + half_x, 100 + half_y], atol=1e-4)
+    np.testing.assert_array_equal(boxes[1], [30, 55, 70, 65])  # theta 0: the box as before
+    # another publisher's form of the third rectangle: a quarter turn on, w and h swapped; and half a turn back
+    other = [[300, 200, 20, 80, 0.3 + np.pi / 2], [300, 200, 80, 20, 0.3 - np.pi]]
+    for row in other:
+        written = detections_to_msg(BOXES[:1], SCORES[:1], CLASS_IDS[:1], image_header(), LABELS, obb=[row])
+        read = msg_obb(written)[0]
+        np.testing.assert_allclose(read, obb[2], atol=1e-5)
+        np.testing.assert_allclose(msg_to_detections(written, LABELS)[0][0], boxes[2], atol=1e-4)
 
 
 def test_fields_are_python_scalars() -> None:
@@ -402,51 +413,12 @@ SIZES = np.array([[0.4, 0.8, 0.1], [np.nan] * 3, [2.0, 1.5, 0.7]], np.float32)
 
 
 @dataclass
-class Point:
-    x: float = 0.0
-    y: float = 0.0
-    z: float = 0.0
-
-
-@dataclass
-class Quaternion:
-    x: float = 0.0
-    y: float = 0.0
-    z: float = 0.0
-    w: float = 0.0
-
-
-@dataclass
-class Pose:
-    position: Point = field(default_factory=Point)
-    orientation: Quaternion = field(default_factory=Quaternion)
-
-
-@dataclass
 class BoundingBox3D:
-    center: Pose = field(default_factory=Pose)
-    size: Point = field(default_factory=Point)
+    center: PoseFake = field(default_factory=PoseFake)
+    size: PointFake = field(default_factory=PointFake)
 
 
-@dataclass
-class Detection3D3:
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
-    id: str = ""
-
-
-@dataclass
-class Detection3D2:  # Foxy: no id, tracking fields and the source cloud instead
-    header: object = None
-    results: list = field(default_factory=list)
-    bbox: BoundingBox3D = field(default_factory=BoundingBox3D)
-    source_cloud: object = None
-    is_tracking: bool = False
-    tracking_id: str = ""
-
-
-FAKES_3D = _fakes("3D", Detection3D3, Detection3D2)
+FAKES_3D = _fakes("3D", BoundingBox3D, "source_cloud")
 
 
 def test_3d_messages_hold_the_objects_with_a_position_in_the_2d_order() -> None:

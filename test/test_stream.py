@@ -482,3 +482,26 @@ def test_a_camera_stamping_every_frame_alike_tells_carried_boxes_from_fresh_ones
         np.testing.assert_allclose(z[result.fresh], 10.0 + index, rtol=1e-5)
         assert (z[~result.fresh & np.isfinite(z)] < 10.0 + index).all()
     assert carried > 0
+
+
+def test_tracked_rotated_boxes_report_hulls_clipped_to_the_frame(monkeypatch):
+    """A rotated box reaching past the frame's left edge: tracked, its reported box is its hull clipped to the frame,
+    as the detector's own (was: the hull unclipped, x1 -14.3 beside the detector's 0)."""
+    from tiled_detector import polygons
+    from tiled_detector.models import obb_model_path
+
+    detector = TiledDetector(
+        obb_model_path(), backend="onnxruntime", tracker="bytetrack", motion_compensation="none"
+    )
+    obb = np.array([[5.0, 50, 40, 10, 0.6]], np.float32)
+    hull = polygons.hulls(polygons.corners(obb.astype(np.float64))).clip(0, None)  # inside a 640 x 480 frame
+    found = Detections(hull, np.array([0.9]), np.array([0]), {}, obb=obb)
+    assert found.boxes[0, 0] == 0.0
+    monkeypatch.setattr(detector, "detect_many", lambda *args, **kwargs: [found])
+    stream = Stream(detector)
+    frame = np.zeros((480, 640, 3), np.uint8)
+    results = [stream.process([frame], [k * FRAME_NS], ["cam"])[0] for k in range(3)]
+    tracked = results[-1]
+    assert tracked.track_ids is not None and len(tracked.detections) == 1
+    np.testing.assert_allclose(tracked.detections.boxes, found.boxes, atol=0.05)
+    assert tracked.detections.boxes.min() >= 0.0

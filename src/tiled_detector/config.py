@@ -122,7 +122,7 @@ class DetectorConfig:
     )
     backend: Backend = _setting(
         Backend.AUTO,
-        "inference backend; auto picks TensorRT for .onnx on CUDA when installed",
+        "inference backend; auto: on CUDA one that runs there (.onnx: TensorRT, else ONNX Runtime with CUDA, else the TorchScript beside it)",
         kind=Choice(option=Backend),
         applies=Applies.ENGINE,
     )

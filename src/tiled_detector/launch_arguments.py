@@ -20,7 +20,11 @@ PARAMETERS: tuple[tuple[str, str, str], ...] = (
         "string",
         "model file (.onnx, .engine/.plan, .ts/.pt2); empty = the bundled default model (its TorchScript file for the torch backend, else its ONNX file)",
     ),
-    ("backend", "string", "inference backend; auto picks TensorRT for .onnx on CUDA when installed"),
+    (
+        "backend",
+        "string",
+        "inference backend; auto: on CUDA one that runs there (.onnx: TensorRT, else ONNX Runtime with CUDA, else the TorchScript beside it)",
+    ),
     ("device", "string", "torch device of the engine: cpu, cuda or cuda:N"),
     (
         "precision",

@@ -12,9 +12,10 @@ Intersection areas are exact (up to rounding) for convex polygons, by Green's th
 intersection: it is the part of each edge of A inside B and of each edge of B inside A, so its area is
 1/2 sum over edges (fraction inside) x cross(start - o, edge) for any origin o. The fraction of an edge inside a
 convex polygon is one interval, clipped half-plane by half-plane (Liang-Barsky): no vertex list, no sort, no loop.
-Edges that lie on one line (identical or touching boxes, in float rounding) are decided once per pair of edges so
-that a shared boundary counts exactly once (`COINCIDENT`), and everything is computed in coordinates relative to
-A's vertex mean, so float32 frame coordinates keep their precision: relative errors stay near 1e-4 of the areas.
+Edges that lie on one line (identical or touching boxes, up to float rounding) are decided once per pair of edges
+so that a shared boundary counts exactly once (`COINCIDENT`: rounding's reach, not a fraction of the edges), and
+everything is computed in coordinates relative to A's vertex mean, so float32 frame coordinates keep their
+precision: relative errors stay near 1e-4 of the areas.
 Non-convex or self-crossing input is outside the contract (DOTA labels that are: take their convex hull first).
 """
 
@@ -25,8 +26,17 @@ from typing import Any
 
 import numpy as np
 
-# Edges of two polygons within this fraction of the longer edge's length of each other's lines count as one line
-COINCIDENT = 1e-4
+# The one angle convention of a rotated rectangle (ultralytics' xywhr), as said wherever users read it (the message's
+# center.theta, `detect --json`, the docs) and read back by every reader (replay, bags, the tracker)
+ANGLE = (
+    "radians, positive from the image's +x axis toward +y (a right-handed rotation about the camera's optical "
+    "axis, REP 103's optical frame: x right, y down, z forward; clockwise on screen), in [0, pi/2)"
+)
+# Edges of two polygons whose lines lie within rounding of each other count as one line: within this many units
+# in the last place of the coordinates' magnitude, over the lengths involved (float32 at 4K: about 1e-3 px for
+# edges of a few pixels; float64: about 1e-12 px). Lines farther apart are distinct, however long the edges (a
+# 1000 x 1 box 0.09 px off another is not on its lines)
+COINCIDENT = 3
 INF = float("inf")
 
 
@@ -173,14 +183,21 @@ def intersection_area(a: Any, b: Any) -> Any:
     a_along = _cross(wx, wy, vx, vy)
     b_start = _cross(vx, vy, -dx, -dy)  # B's edge start to A's edge line (x |v|), positive inside A
     v_len, w_len = xp.sqrt(vx * vx + vy * vy), xp.sqrt(wx * wx + wy * wy)
-    tol = COINCIDENT * xp.maximum(v_len, w_len)
+    # one line within rounding: a cross product (distance x length) within a few units in the last place of the
+    # coordinates' magnitude (the frame's, before A's mean was taken off) times the lengths involved (an edge's
+    # direction errs by that unit over its length, and the error grows with the distance it reaches)
+    magnitude = xp.amax(xp.abs(origin), -1)[..., None] + xp.maximum(
+        xp.maximum(xp.abs(sx), xp.abs(sy)), xp.maximum(xp.abs(ux), xp.abs(uy))
+    )
+    unit = xp.finfo(a.dtype).eps * xp.exp2(xp.floor(xp.log2(magnitude)))
+    bound = COINCIDENT * unit * (v_len + w_len + xp.sqrt(dx * dx + dy * dy))
     coincident = (
         (v_len > 0)
         & (w_len > 0)
-        & (xp.abs(a_start) <= tol * w_len)
-        & (xp.abs(a_start + a_along) <= tol * w_len)
-        & (xp.abs(b_start) <= tol * v_len)
-        & (xp.abs(b_start - a_along) <= tol * v_len)
+        & (xp.abs(a_start) <= bound)
+        & (xp.abs(a_start + a_along) <= bound)
+        & (xp.abs(b_start) <= bound)
+        & (xp.abs(b_start - a_along) <= bound)
     )
     same = vx * wx + vy * wy > 0
     # one shared line: A's edge counts where both polygons lie on the same side of it, B's never

@@ -237,16 +237,49 @@ def _check_task(config: DetectorConfig, view: ModelView) -> None:
         )
 
 
+# the layouts that can read a task's head (a layout outside them contradicts the file's own task)
+TASK_LAYOUTS = {
+    "obb": ROTATED_LAYOUTS,
+    "segment": frozenset({OutputLayout.YOLOV8, OutputLayout.END2END}),
+}
+
+
+def _check_contradiction(config: DetectorConfig, view: ModelView, layout: OutputLayout) -> None:
+    """A `layout` setting the file's own task (its metadata) contradicts is refused (ValueError, one line naming
+    both): a rotated-box head read as upright rows (its angle row a phantom class), a detect or segment head read
+    as rotated boxes (no angle column), a segmentation head read as rows without mask coefficients."""
+    task = view.metadata.task
+    if task is None or layout is OutputLayout.AUTO:
+        return
+    fits = TASK_LAYOUTS.get(task)
+    rotated = layout in ROTATED_LAYOUTS
+    if (fits is not None and layout not in fits) or (fits is None and rotated):
+        why = {
+            "obb": "its last row is the angle, not a class",
+            "segment": "only yolov8 and end2end rows carry its mask coefficients",
+        }.get(task, "its output has no angle column")
+        readable = f" (or {', '.join(sorted(f.value for f in fits))})" if fits else ""
+        raise ValueError(
+            f"layout {layout.value} contradicts {config.model}'s own task {task} (its metadata): {why}; set the "
+            f"setting layout to auto{readable}"
+        )
+
+
+def _names_source(config: DetectorConfig, view: ModelView) -> str:
+    """Where the class names came from, as a sentence's subject."""
+    if config.labels:
+        return "the labels setting"
+    if view.labels:
+        return f"its {view.metadata.source or 'file'}'s names"
+    return "the labels file beside it"
+
+
 def _check_obb(
     config: DetectorConfig, view: ModelView, num_classes: int | None, layout: OutputLayout
 ) -> int | None:
     """The class count of a file read in a rotated `layout` (ValueError, one line, where it has no angle column: its
     metadata names another task, or its shapes have no room for one)."""
-    if view.metadata.task not in (None, "obb"):
-        raise ValueError(
-            f"layout {layout.value}: {config.model}'s metadata says task {view.metadata.task}, so its output has no "
-            "angle column; set the setting layout to auto (or the model's)"
-        )
+    _check_contradiction(config, view, layout)
     name = main_output(view.outputs)
     shape = view.outputs[name]
     if layout is OutputLayout.OBB_END2END:
@@ -257,11 +290,16 @@ def _check_obb(
             )
         return None
     rows = shape[1] if len(shape) == 3 and 0 < shape[1] < shape[2] else -1
-    if rows < 6 or (num_classes is not None and rows != 5 + num_classes):
-        counted = f" for {num_classes} classes" if num_classes is not None else ""
+    if rows < 6:
         raise ValueError(
-            f"layout obb: {config.model}'s output {name!r} {list(shape)} has no angle column{counted} (rows cx, "
-            "cy, w, h, one score per class, angle over the anchors); set the setting layout to the model's"
+            f"layout obb: {config.model}'s output {name!r} {list(shape)} has no angle column (rows cx, cy, w, h, "
+            "one score per class, angle over the anchors); set the setting layout to the model's"
+        )
+    if num_classes is not None and rows != 5 + num_classes:
+        raise ValueError(
+            f"labels: {config.model} carries {rows - 5} classes (its output {name!r} {list(shape)}: 4 box rows, "
+            f"{rows - 5} class scores, the angle), but {_names_source(config, view)} gives {num_classes}; give one "
+            "name per class (or, if its output has no angle column, set the setting layout to the model's)"
         )
     return rows - 5
 
@@ -302,6 +340,7 @@ def _layout(
         classes = _check_obb(config, view, num_classes, config.layout)
         return config.layout, None, "the setting layout", _obb_words(config.layout), classes or num_classes
     if config.layout is not OutputLayout.AUTO:
+        _check_contradiction(config, view, config.layout)
         return config.layout, None, "the setting layout", f"{config.layout.value} rows", num_classes
     if view.metadata.task == "pose":
         layout = OutputLayout.POSE_END2END if view.metadata.end2end else OutputLayout.POSE
@@ -331,7 +370,9 @@ def _layout(
     except gfl.GflError as error:
         raise ValueError(f"{config.model}: {error}; set the setting layout to the model's") from None
     except ValueError as error:
-        raise ValueError(f"{config.model}: {error}{_fix(config, view, num_classes)}") from None
+        raise ValueError(
+            f"{config.model}: {error}{_angle_hint(view, num_classes)}{_fix(config, view, num_classes)}"
+        ) from None
     by = "the output shapes" + (" and the class names" if num_classes is not None else "")
     yolox = next((c for c in found if c.layout is OutputLayout.YOLOX), None)
     if yolox is not None:
@@ -355,10 +396,45 @@ def _layout(
             tuple(names),
         )
     chosen = found[0]
+    name = main_output(view.outputs)
+    if chosen.layout is OutputLayout.YOLOV8 and num_classes is None and _angle_row(view, name):
+        candidates = (
+            f"yolov8 ({chosen.classes} classes)",
+            f"obb ({(chosen.classes or 1) - 1} classes and an angle)",
+        )
+        raise AmbiguousModelError(
+            f"{config.model}: output {name!r} {list(view.outputs[name])} fits {candidates[0]} and {candidates[1]}: its "
+            "last row holds values outside [0, 1] on a grey image, as an angle does and a class score cannot, and the "
+            "file names neither its task nor its classes; set the setting layout (obb for rotated boxes) or labels",
+            candidates,
+        )
     if chosen.layout is OutputLayout.GFL:
         head = gfl.gfl_head(view.outputs, view.input_hw, num_classes)
         return OutputLayout.GFL, gfl_family(head, view.metadata), by, head.describe(), head.classes
     return chosen.layout, None, by, f"{chosen.layout.value} rows", chosen.classes
+
+
+def _angle_row(view: ModelView, name: str) -> bool:
+    """Whether a YOLOv8 head (no mask coefficients) ends with what no class score can be: on a grey image (one probe)
+    its last row holds values outside [0, 1] while every other class row stays inside: a rotated-box head's angle."""
+    if coefficient_count(view.outputs) or view.metadata.task is not None:
+        return False
+    rows = view.probe(name)[0].float()
+    scores, last = rows[4:-1], rows[-1]
+    return bool(((scores >= 0) & (scores <= 1)).all() and ((last < 0) | (last > 1)).any())
+
+
+def _angle_hint(view: ModelView, num_classes: int | None) -> str:
+    """For a head of one row more than 4 + the names' classes: that row may be a rotated-box head's angle."""
+    shape = view.outputs[main_output(view.outputs)]
+    if (
+        num_classes is None
+        or len(shape) != 3
+        or shape[1] != 5 + num_classes
+        or view.metadata.task is not None
+    ):
+        return ""
+    return " (one row more than 4 + classes: a rotated-box head's angle? then set the setting layout to obb)"
 
 
 def _obb_words(layout: OutputLayout) -> str:
@@ -375,14 +451,7 @@ def _yolox_words(raw: bool) -> str:
 
 def _fix(config: DetectorConfig, view: ModelView, num_classes: int | None) -> str:
     """Where the class count came from (" (N names from ...)", or ""), and the settings that decide."""
-    source = (
-        "the labels setting"
-        if config.labels
-        else f"its {view.metadata.source or 'file'}'s names"
-        if view.labels
-        else "the labels file beside it"
-    )
-    reason = f" ({num_classes} names from {source})" if num_classes else ""
+    reason = f" ({num_classes} names from {_names_source(config, view)})" if num_classes else ""
     return f"{reason}; give one name per class with the setting labels, or the layout with the setting layout"
 
 
@@ -498,6 +567,13 @@ def _check_coefficients(
         coefficients, how = rows - 4 - num_classes, f"{rows} rows - 4 - {num_classes} classes"
     else:
         return
+    if coefficients != prototypes and config.labels and how.endswith("classes") and rows - 4 - prototypes > 0:
+        raise ValueError(
+            f"labels: {config.model} carries {rows - 4 - prototypes} classes (its output {name!r} {list(shape)}: "
+            f"4 box rows, {rows - 4 - prototypes} class scores, {prototypes} mask coefficients for the {prototypes} "
+            f"prototypes of {mask_output(view.outputs)!r}), but the labels setting gives {num_classes}; give one "
+            "name per class"
+        )
     if coefficients != prototypes:
         raise ValueError(
             f"{config.model}: its output {name!r} {list(shape)} carries {coefficients} mask coefficients per "

@@ -45,14 +45,19 @@ from typing import Any
 
 import numpy as np
 
+from tiled_detector.frame_parts import merged
 from tiled_detector.pipeline.encodings import Encoding
-from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.tiling import TilePlan
-from tiled_detector.polygons import corners, hulls
 from tiled_detector.tracking.bytetrack import TrackerKind
-from tiled_detector.tracking.geometry import move_boxes, move_rotated, overlapping, with_new_view
+from tiled_detector.tracking.geometry import (
+    frame_hulls,
+    move_boxes,
+    move_rotated,
+    overlapping,
+    with_new_view,
+)
 from tiled_detector.tracking.keypoints import CarriedKeypoints
-from tiled_detector.tracking.looks import Looks, across_parts
+from tiled_detector.tracking.looks import Looks
 from tiled_detector.tracking.motion import CameraMotion, Estimator, Measured, MotionCompensation
 from tiled_detector.tracking.positions import Positions, joined, with_masks
 from tiled_detector.tracking.schedule import (
@@ -343,8 +348,9 @@ class Stream:
             state.parts = None
             state.motion = CameraMotion()  # its thumbnail is a frame old: the next estimate starts over
             count = len(parts.found)  # every tile once, and the full-frame view with each part
-            whole = self._report(state, job.stamp_ns, plan, None, self._merged(parts), note)
-            whole = self._located(state, joined(parts.found), whole)
+            found_whole = self._merged(parts)
+            whole = self._report(state, job.stamp_ns, plan, None, found_whole, note)
+            whole = self._located(state, joined(parts.found), whole, found_whole)
             steps.append(
                 Step(
                     job,
@@ -365,17 +371,20 @@ class Stream:
         return plan.num_tiles - len(parts.left) + len(parts.found) * int(plan.full_frame)
 
     @staticmethod
-    def _located(state: _Camera, measured: Detections, result: StreamResult) -> StreamResult:
-        """`result` with its boxes' 3D positions (`tracking.positions`), instance masks and keypoints
-        (`tracking.keypoints`: a carried box's moved with it) from the frame's `measured` detections."""
+    def _located(
+        state: _Camera, measured: Detections, result: StreamResult, masked: Detections | None = None
+    ) -> StreamResult:
+        """`result` with its boxes' 3D positions (`tracking.positions`) from the frame's `measured` detections, their
+        instance masks from `masked` (default: `measured`; a frame in parts: its merged detections, whose masks are
+        their groups' unions) and keypoints (`tracking.keypoints`: a carried box's moved with it)."""
         located = state.positions.attach(
             measured, result.detections, result.track_ids, result.seen_ns, result.fresh
         )
         if located is measured:  # every box as detected in this frame (positions, masks, keypoints and all)
             state.keypoints.attach(measured, located, result.track_ids, result.seen_ns, result.fresh)
             return replace(result, detections=located)
-        masked = with_masks(result.stamp_ns, measured, located, result.seen_ns)
-        posed = state.keypoints.attach(measured, masked, result.track_ids, result.seen_ns, result.fresh)
+        masks = with_masks(result.stamp_ns, measured if masked is None else masked, located, result.seen_ns)
+        posed = state.keypoints.attach(measured, masks, result.track_ids, result.seen_ns, result.fresh)
         return replace(result, detections=posed)
 
     @staticmethod
@@ -394,35 +403,11 @@ class Stream:
         return None, None
 
     def _merged(self, parts: _Parts) -> Detections:
-        """The parts' detections: the seam rule across parts, then merged as the frame program merges views, the
-        best `max_detections` kept."""
+        """The parts' detections as the frame's, run whole (`frame_parts.merged`)."""
         config = self.detector.config
-        boxes = np.concatenate([f.boxes for f in parts.found])
-        scores = np.concatenate([f.scores for f in parts.found])
-        class_ids = np.concatenate([f.class_ids for f in parts.found])
-        part = np.concatenate([np.full(len(f.boxes), k) for k, f in enumerate(parts.found)])
-        keep = across_parts(
-            boxes, scores, class_ids, np.concatenate(parts.whole), part, class_agnostic=config.class_agnostic
+        return merged(
+            parts.found, parts.whole, self.detector.frame_settings.merge_rule, config.max_detections
         )
-        rotated = parts.found[0].obb is not None  # merged as rotated boxes, reported with their hulls
-        if rotated:
-            boxes = np.concatenate([f.obb for f in parts.found])
-        boxes, scores, class_ids = merge_detections(
-            boxes[keep],
-            scores[keep],
-            class_ids[keep],
-            config.merge,
-            config.match_metric,
-            config.merge_threshold,
-            config.class_agnostic,
-            config.nms_rounds,
-        )
-        best = np.argsort(-scores, kind="stable")[: config.max_detections]
-        timings = {k: sum(f.timings.get(k, 0.0) for f in parts.found) for k in parts.found[-1].timings}
-        if rotated:
-            obb = boxes[best]
-            return Detections(hulls(corners(obb)), scores[best], class_ids[best], timings, obb=obb)
-        return Detections(boxes[best], scores[best], class_ids[best], timings)
 
     def _compensating(self) -> bool:
         """Whether the camera's motion is estimated: `motion_compensation: image` and something that uses it (the
@@ -532,7 +517,7 @@ class Stream:
             keep = seen.seen(found.boxes)
             found = found[keep]
         if state.tracks is not None:
-            tracked = state.tracks.update(stamp, found, seen, moved)
+            tracked = state.tracks.update(stamp, found, seen, moved, plan.frame_hw)
             return StreamResult(
                 stamp,
                 tracked.detections(found.timings),
@@ -546,10 +531,12 @@ class Stream:
         stamps, carried = np.full(len(found), stamp, np.int64), np.zeros(len(found), np.int64)
         if seen is not None:
             if moved is not None:
-                boxes = move_boxes(moved, state.carried.boxes).astype(np.float32)
                 obb = state.carried.obb
                 obb = None if obb is None else move_rotated(moved, obb).astype(np.float32)
-                state.carried = replace(state.carried, boxes=boxes, obb=obb)
+                boxes = (
+                    move_boxes(moved, state.carried.boxes) if obb is None else frame_hulls(obb, plan.frame_hw)
+                )
+                state.carried = replace(state.carried, boxes=boxes.astype(np.float32), obb=obb)
             found, stamps, carried = self._carry(state, found, stamps, seen, config.max_tile_age)
         state.carried, state.seen_ns, state.unseen = found, stamps, carried
         return StreamResult(stamp, found, None, stamps, carried == 0, views, notes, motion)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tiled_detector.label_image import label_image
+
 
 @dataclass(frozen=True)
 class InstanceMasks:
@@ -46,22 +48,11 @@ class InstanceMasks:
     def labels(self) -> np.ndarray:
         """The (h, w) uint16 label image: k + 1 where detection k's mask covers a pixel, 0 elsewhere; where masks
         overlap, the detection of the lower rank wins. The device's (`image`) where it composed it; else composed
-        once, on first use: the masks written worst rank first, each a slice assignment into its box (one numpy
-        call per detection, none per pixel)."""
+        once, on first use, by `label_image.label_image` (the one rank rule on the host)."""
         if self.image is not None:
             return self.image
-        labels = np.zeros(self.shape, np.uint16)
-        areas = self.areas
-        starts = np.cumsum(areas) - areas
         assert self.rank is not None
-        for k in np.argsort(self.rank, kind="stable")[
-            ::-1
-        ]:  # the best last: its pixels overwrite the others'
-            if areas[k]:
-                x0, y0, x1, y1 = self.boxes[k]
-                crop = self.bits[starts[k] : starts[k] + areas[k]].reshape(y1 - y0, x1 - x0)
-                labels[y0:y1, x0:x1][crop] = k + 1
-        return labels
+        return label_image(self.shape, self.boxes, self.bits, self.rank)
 
     @property
     def areas(self) -> np.ndarray:
@@ -94,6 +85,37 @@ class InstanceMasks:
         boxes = np.concatenate([p.boxes for p in parts])
         bits = np.concatenate([p.bits for p in parts])
         return cls(first.shape, boxes, bits, first.scale, first.frame_hw)
+
+    def label_boxes(self, boxes: np.ndarray) -> np.ndarray:
+        """(N, 4) int32 the label pixels whose left / top edge lies in each of `boxes` (N, 4) frame pixels x1, y1, x2,
+        y2 (float32, as the device computes them), clipped to the label image."""
+        pixels = np.ceil(np.asarray(boxes, np.float32).reshape(-1, 4) * np.float32(self.scale)).clip(0, None)
+        return np.minimum(pixels, np.tile(self.shape[::-1], 2)).astype(np.int32)
+
+    def merged(self, groups: np.ndarray, boxes: np.ndarray) -> InstanceMasks:
+        """The masks of merged detections, in order: row i the union of the masks of detections `groups[i]` (indices
+        here; -1: none) within the label pixels of its frame box `boxes[i]` (`label_boxes`), as the frame program
+        makes a merge group's mask."""
+        groups = np.asarray(groups, np.int64).reshape(len(boxes), -1)
+        boxes = self.label_boxes(boxes)
+        areas = self.areas
+        starts = np.cumsum(areas) - areas
+        bits = []
+        for (x0, y0, x1, y1), members in zip(boxes.tolist(), groups, strict=True):
+            union = np.zeros((max(y1 - y0, 0), max(x1 - x0, 0)), bool)
+            for k in members[members >= 0]:
+                mx0, my0, mx1, my1 = self.boxes[k].tolist()
+                crop = self.bits[starts[k] : starts[k] + areas[k]].reshape(
+                    max(my1 - my0, 0), max(mx1 - mx0, 0)
+                )
+                ax0, ay0, ax1, ay1 = max(mx0, x0), max(my0, y0), min(mx1, x1), min(my1, y1)
+                if ax1 > ax0 and ay1 > ay0:
+                    union[ay0 - y0 : ay1 - y0, ax0 - x0 : ax1 - x0] |= crop[
+                        ay0 - my0 : ay1 - my0, ax0 - mx0 : ax1 - mx0
+                    ]
+            bits.append(union.reshape(-1))
+        flat = np.concatenate(bits) if bits else np.zeros(0, bool)
+        return InstanceMasks(self.shape, boxes, flat, self.scale, self.frame_hw)
 
     def select(self, index: np.ndarray) -> InstanceMasks:
         """The masks of detections `index` (their new order; -1: a detection without a mask), keeping their ranks

@@ -190,9 +190,16 @@ def ultralytics_onnx(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export((model or SquareDetector(INPUT_HW, 8)).eval(), (torch.zeros(meta["batch"], 3, *INPUT_HW),),
-                          str(path), input_names=["images"], output_names=names, dynamic_axes=axes,
-                          opset_version=17, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            (model or SquareDetector(INPUT_HW, 8)).eval(),
+            (torch.zeros(meta["batch"], 3, *INPUT_HW),),
+            str(path),
+            input_names=["images"],
+            output_names=names,
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
     exported = onnx.load(str(path))
     for key, value in meta.items():
         prop = exported.metadata_props.add()

@@ -1,5 +1,5 @@
-"""The camera-motion flags of the moving synthetic scenes (`make-bag --motion`, `eval --motion`): how a robot's
-camera moves."""
+"""The flags of the synthetic worlds (`make-bag`, `eval`): a moving scene (`--motion`), how a robot's camera moves in
+it, and the rotated world (`--obb`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tiled_detector.tools.synthetic import MotionStyle
+
+
+def add_world_arguments(parser: argparse.ArgumentParser, motion: str, obb: str) -> None:
+    """--motion (its help `motion`), the camera's motion (`add_camera_arguments`) and --obb (its help `obb`)."""
+    parser.add_argument("--motion", action="store_true", help=motion)
+    add_camera_arguments(parser)
+    parser.add_argument("--obb", action="store_true", help=obb)
 
 
 def add_camera_arguments(parser: argparse.ArgumentParser) -> None:

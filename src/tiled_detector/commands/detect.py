@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Detect in every image; returns 1 when an image could not be read, else 0."""
     from tiled_detector.parameters import build_detector
+    from tiled_detector.polygons import ANGLE
     from tiled_detector.tools.segmentation import detection_rles
 
     depths, camera = _depth_arguments(args)
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.json:
         notes = [BUDGET_NOTE] if detector.config.tile_budget else []
-        print(json.dumps({"model": str(detector.config.model), "images": results, "notes": notes}))
+        angle = {"obb_angle": ANGLE} if detector.rotated else {}  # what each detection's obb angle means
+        print(json.dumps({"model": str(detector.config.model), **angle, "images": results, "notes": notes}))
     elif detector.config.tile_budget:
         print(f"note: {BUDGET_NOTE}", file=sys.stderr)
     return status
@@ -154,7 +156,7 @@ def _depth(path: Path, camera: Any, frame_hw: tuple[int, int]) -> Any:
 
 
 def _rotated(dets: Any, k: int) -> dict[str, Any]:
-    """A rotated box's JSON keys: `obb` [cx, cy, w, h, angle] (angle in radians, +x toward +y) and its four
+    """A rotated box's JSON keys: `obb` [cx, cy, w, h, angle] (`polygons.ANGLE`, said once as `obb_angle`) and its four
     `corners` [[x, y], ...] (ultralytics' order); nothing for an axis-aligned model (`box` is the hull)."""
     if dets.obb is None:
         return {}

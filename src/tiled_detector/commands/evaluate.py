@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
+from tiled_detector.commands.camera_motion import add_world_arguments, camera_motion
 from tiled_detector.commands.settings import add_settings, flag_parameters, parameter_values
 from tiled_detector.config import settings
 from tiled_detector.tools.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
@@ -36,17 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("eval_out"), help="report folder (default ./eval_out)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument(
-        "--motion",
-        action="store_true",
-        help="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
+    add_world_arguments(
+        parser,
+        motion="one moving scene of --frames frames, tracked (tracker bytetrack unless --tracker says "
         "otherwise): IDF1, MOTA and identity switches too",
-    )
-    add_camera_arguments(parser)
-    parser.add_argument(
-        "--obb",
-        action="store_true",
-        help="rotated boxes: the rotated world (boats, cars, trucks at any angle, dense rows; with --motion "
+        obb="rotated boxes: the rotated world (boats, cars, trucks at any angle, dense rows; with --motion "
         "driving and turning) scored by DOTA's AP50 on polygon IoU; the model defaults to the bundled "
         "rotated-box model",
     )

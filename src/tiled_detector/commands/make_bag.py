@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tiled_detector.commands.camera_motion import add_camera_arguments, camera_motion
+from tiled_detector.commands.camera_motion import add_world_arguments, camera_motion
 from tiled_detector.commands.settings import add_settings, parameter_values
 
 if TYPE_CHECKING:
@@ -72,17 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3")
     parser.add_argument("--compressed", action="store_true", help="sensor_msgs/CompressedImage (JPEG) frames")
-    parser.add_argument(
-        "--motion",
-        action="store_true",
-        help="synthetic: one moving scene (objects with their own velocities, crossing, occluded, "
+    add_world_arguments(
+        parser,
+        motion="synthetic: one moving scene (objects with their own velocities, crossing, occluded, "
         "entering and leaving); the ground truth carries each object's id",
-    )
-    add_camera_arguments(parser)
-    parser.add_argument(
-        "--obb",
-        action="store_true",
-        help="synthetic: the rotated world (boats, cars, trucks at any angle, dense rows) with rotated ground truth "
+        obb="synthetic: the rotated world (boats, cars, trucks at any angle, dense rows) with rotated ground truth "
         "(center.theta); with --motion its objects drive and turn (a still camera)",
     )
     parser.add_argument(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ import torch
 from tiled_detector.devices import concrete_device, require_cuda, same_device
 from tiled_detector.engines.metadata import ModelMetadata
 from tiled_detector.options import Option
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -178,16 +181,62 @@ _AUTO: dict[ModelFormat, Backend] = {
 }
 
 
-def resolve_backend(model: str | Path, backend: str | Backend, device: str | torch.device) -> Backend:
-    """Pick the backend for `backend="auto"` from the model file's format and the device."""
-    chosen = Backend.from_value(backend)
+@dataclass(frozen=True)
+class Choice:
+    """What loading a model runs: the backend, the file it loads, and why (`backend: auto` on a CUDA device)."""
+
+    backend: Backend
+    model: Path
+    why: str | None = None
+
+
+def _onnxruntime_cuda() -> bool:
+    """Whether the installed ONNX Runtime has its CUDA execution provider."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return False
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def torch_sibling(model: Path) -> Path | None:
+    """The torch file beside an ONNX model, with its stem (the same network: the bundled model's `default.ts`,
+    ultralytics' `.torchscript` export), or None."""
+    for suffix, found in SUFFIXES.items():
+        if (
+            found in (ModelFormat.TORCHSCRIPT, ModelFormat.TORCH_EXPORT)
+            and model.with_suffix(suffix).is_file()
+        ):
+            return model.with_suffix(suffix)
+    return None
+
+
+def choose_backend(model: str | Path, backend: str | Backend, device: str | torch.device) -> Choice:
+    """The backend (and file) for `backend="auto"` from the model file's format and the device: one that can run
+    on the device. An ONNX file on CUDA: TensorRT where it is installed, else ONNX Runtime where it has its CUDA
+    execution provider, else torch on the TorchScript file beside it (ValueError, one line, where none of them
+    can). Where CUDA itself is missing, ONNX Runtime (the device check then says what is missing)."""
+    chosen, path = Backend.from_value(backend), Path(model)
     if chosen is not Backend.AUTO:
-        return chosen
-    found = model_format(model)
-    cuda = torch.device(device).type == "cuda"
-    if found is ModelFormat.ONNX and cuda and importlib.util.find_spec("tensorrt") is not None:
-        return Backend.TENSORRT
-    return _AUTO[found]
+        return Choice(chosen, path)
+    found = model_format(path)
+    if found is not ModelFormat.ONNX or torch.device(device).type != "cuda":
+        return Choice(_AUTO[found], path)
+    if importlib.util.find_spec("tensorrt") is not None:
+        return Choice(Backend.TENSORRT, path, "TensorRT is installed")
+    if not torch.cuda.is_available():
+        return Choice(Backend.ONNXRUNTIME, path)
+    if _onnxruntime_cuda():
+        return Choice(Backend.ONNXRUNTIME, path, "ONNX Runtime has its CUDA execution provider")
+    sibling = torch_sibling(path)
+    if sibling is not None:
+        why = f"{sibling.name} beside it: ONNX Runtime here has no CUDA execution provider, TensorRT is not installed"
+        return Choice(Backend.TORCH, sibling, why)
+    raise ValueError(
+        f"backend auto on {device}: nothing here runs {path.name} on CUDA: TensorRT is not installed, ONNX Runtime "
+        "has no CUDA execution provider (install onnxruntime-gpu) and no TorchScript file with its stem is beside "
+        "it (export one, or use device cpu)"
+    )
 
 
 # Images per engine call on a CPU (a dynamic batch): per-image time is lowest when a call's activations stay in
@@ -214,7 +263,12 @@ def load_engine(
     takes at most `cpu_batch` images per call (`CPU_BATCH`)."""
     if int(cpu_batch) < 1:
         raise ValueError(f"engine option cpu_batch must be >= 1, got {cpu_batch}")
-    chosen = resolve_backend(model, backend, device)
+    choice = choose_backend(model, backend, device)
+    if choice.why is not None:
+        LOG.info(
+            "backend auto on %s: %s, %s (%s)", device, choice.backend.value, choice.model.name, choice.why
+        )
+    chosen, model = choice.backend, choice.model
     if not Path(model).is_file():
         raise ValueError(
             f"model file {model} not found: give an .onnx, .engine/.plan or .ts/.pt2 file (an empty model "

@@ -434,15 +434,21 @@ def _header_stamp(data: bytes | memoryview, msgtype: str) -> int | None:
 
 
 def read_detections(
-    path: str | Path, topic: str = GROUND_TRUTH_TOPIC, labels: Sequence[str] | None = None
+    path: str | Path,
+    topic: str = GROUND_TRUTH_TOPIC,
+    labels: Sequence[str] | None = None,
+    rotated: bool = False,
 ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Header stamp (ns) -> (boxes, scores, class_ids) of every Detection2DArray on `topic`."""
-    from tiled_detector.messages.detections import msg_to_detections
+    """Header stamp (ns) -> (boxes, scores, class_ids) of every Detection2DArray on `topic`: boxes x1, y1, x2, y2 (a
+    rotated box's hull), or with `rotated` the rotated boxes (N, 5) cx, cy, w, h, theta (`msg_obb`)."""
+    from tiled_detector.messages.detections import msg_obb, msg_to_detections
 
     out = {}
     for message in read_messages(path, [topic]):
         if message.msgtype != DETECTIONS:
             raise ValueError(f"{topic} holds {message.msgtype}, not {DETECTIONS}")
         assert message.stamp_ns is not None
-        out[message.stamp_ns] = msg_to_detections(deserialize(message.data, DETECTIONS), labels)
+        msg = deserialize(message.data, DETECTIONS)
+        boxes, scores, class_ids = msg_to_detections(msg, labels)
+        out[message.stamp_ns] = (msg_obb(msg) if rotated else boxes, scores, class_ids)
     return out

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from tiled_detector.polygons import corners, hulls, regularized
+
 Labels = Sequence[str] | Mapping[int, str]
 
 
@@ -88,8 +90,9 @@ def detections_to_msg(
     """Boxes (N, 4) x1, y1, x2, y2 in image pixels, scores (clipped to [0, 1]), class ids -> Detection2DArray.
 
     With rotated boxes `obb` (N, 5) cx, cy, w, h, angle (`Detections.obb`; `boxes` their hulls): bbox.center is the
-    centre, `center.theta` the angle (radians, turning the image's +x axis toward +y: clockwise on screen, as
-    ultralytics' and yolo_ros'), size_x / size_y are w / h (the rectangle's own sides, before turning).
+    centre, `center.theta` the angle (`polygons.ANGLE`: radians, turning the image's +x axis toward +y, clockwise on
+    screen, in [0, pi/2), as ultralytics' and yolo_ros'; a box given in another form is written in that one),
+    size_x / size_y are w / h (the rectangle's own sides, before turning).
 
     `header` (stamp, frame_id) is set on the array and on every detection; `track_ids` (N,) become the detections'
     ids (default: none, the id is empty). `seen_ns` (N,) int: the stamp each detection was last seen at; one that differs from
@@ -109,6 +112,7 @@ def detections_to_msg(
             raise ValueError(
                 f"need one finite rotated box per detection, got {len(rotated)} for {len(centres)}"
             )
+        rotated = regularized(rotated)  # the one convention's form: theta in [0, pi/2), the same rectangle
         centres, sizes, thetas = rotated[:, :2].tolist(), rotated[:, 2:4].tolist(), rotated[:, 4].tolist()
     class_names = [names.get(class_id, str(class_id)) for class_id in ids.tolist()]
     tags = [str(int(t)) for t in np.asarray(track_ids).reshape(-1)] if track_ids is not None else None
@@ -275,7 +279,9 @@ def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarra
     """Detection2DArray -> (boxes (N, 4) float32 x1, y1, x2, y2, scores (N,) float32, class ids (N,) int64).
 
     Each detection contributes its highest-scoring hypothesis; detections without any are skipped. Class ids
-    are looked up in `labels` by name, else parsed as integers (ValueError if neither works).
+    are looked up in `labels` by name, else parsed as integers (ValueError if neither works). A rotated box
+    (`center.theta` not 0: `polygons.ANGLE`) gives the axis-aligned box around its rectangle (its hull), as the
+    node's `Detections.boxes` are: its rotated box itself is `msg_obb`'s.
     """
     ids_by_name = {name: class_id for class_id, name in _label_map(labels).items()}
     rows: list[tuple[float, float, float, float, float]] = []
@@ -293,23 +299,24 @@ def msg_to_detections(msg: Any, labels: Labels | None = None) -> tuple[np.ndarra
                 class_ids.append(int(name))
             except ValueError:
                 raise ValueError(f"class id {name!r} is neither a known label nor an integer") from None
-        center = _center(detection.bbox)
-        rows.append((center.x, center.y, detection.bbox.size_x, detection.bbox.size_y, hypothesis.score))
-    values = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
-    half = values[:, 2:4] / 2
-    boxes = np.concatenate([values[:, :2] - half, values[:, :2] + half], axis=1)
-    return boxes.astype(np.float32), values[:, 4].astype(np.float32), np.asarray(class_ids, dtype=np.int64)
+        rows.append((*_rectangle(detection.bbox), hypothesis.score))
+    values = np.asarray(rows, dtype=np.float64).reshape(-1, 6)
+    boxes = hulls(corners(values[:, :5]))
+    return boxes.astype(np.float32), values[:, 5].astype(np.float32), np.asarray(class_ids, dtype=np.int64)
+
+
+def _rectangle(bbox: Any) -> tuple[float, float, float, float, float]:
+    """A BoundingBox2D's cx, cy, w, h, theta (0 where the layout has no angle)."""
+    center = _center(bbox)
+    return center.x, center.y, bbox.size_x, bbox.size_y, float(getattr(bbox.center, "theta", 0.0))
 
 
 def msg_obb(msg: Any) -> np.ndarray:
     """Detection2DArray -> (N, 5) float32 rotated boxes cx, cy, w, h, theta (`detections_to_msg`'s obb), one per
-    detection with a hypothesis, in `msg_to_detections`' order."""
-    rows = [
-        (_center(d.bbox).x, _center(d.bbox).y, d.bbox.size_x, d.bbox.size_y, d.bbox.center.theta)
-        for d in msg.detections
-        if d.results
-    ]
-    return np.asarray(rows, np.float32).reshape(-1, 5)
+    detection with a hypothesis, in `msg_to_detections`' order; read in the one convention (`polygons.ANGLE`) and
+    given in its regular form (theta in [0, pi/2): the same rectangle, whatever form a publisher wrote)."""
+    rows = [_rectangle(d.bbox) for d in msg.detections if d.results]
+    return regularized(np.asarray(rows, np.float64).reshape(-1, 5)).astype(np.float32)
 
 
 def _at(header: Any, stamp: int) -> Any:

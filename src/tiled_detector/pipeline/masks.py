@@ -6,7 +6,9 @@ A kept detection's mask in frame pixels: for each of its members (the candidate 
 group's every member, each from its own view) the logit coefficients . prototypes of that member's view, sampled
 bilinearly at each pixel's centre (the prototypes' pixel centres are at (i + 0.5) x the view's stride, like
 `F.interpolate(align_corners=False)`) and kept inside the member's box (a pixel whose left / top edge lies in
-[x1, x2) x [y1, y2), ultralytics' `crop_mask`), above 0 (sigmoid above 0.5); the union of its members.
+[x1, x2) x [y1, y2), ultralytics' `crop_mask`) and inside the member's view (its tile, or the frame: a box reaching
+past its tile's edge owns none of the pixels its tile never saw, as SAHI keeps each slice's masks in the slice),
+above 0 (sigmoid above 0.5); the union of its members.
 
 Only the pixels of kept detections' boxes are computed, at `mask_scale` of the frame's resolution: the boxes' pixels
 are enumerated (a fixed number, `capacity`, on the sync-free path: the status says how many were needed), so memory
@@ -137,7 +139,11 @@ def _covered(
     assert prototypes is not None and found.extra is not None
     values = prototypes.values
     high, wide = values.shape[2:]
-    mapping = plan.tensors(x.device).to_frame  # (B, 3, 4): frame = model * scale + offset
+    tensors = plan.tensors(x.device)
+    mapping = tensors.to_frame  # (B, 3, 4): frame = model * scale + offset
+    # each view's own pixels (label pixels whose left / top edge lies in its frame region): a member's mask stays
+    # in the view that produced it (past its edge the view saw nothing: its prototypes would repeat their border)
+    view_pixels = torch.ceil(tensors.views * scale)  # (B, 4)
     input_hw = plan.plans[0].input_hw
     per_x, per_y = wide / input_hw[1], high / input_hw[0]  # prototype pixels per model-input pixel
     proto_rows = prototypes.rows(found.image_index, plan.batch_size)
@@ -167,7 +173,8 @@ def _covered(
         logits = torch.cat([logits, logits.new_zeros(1)])  # (a row without cells reads a 0)
         # per row: a label pixel's prototype coordinate u = x * a + b (its centre, (x + 0.5) / scale in frame pixels,
         # in the member's view, then prototype pixels with centres at i + 0.5), its crop in label pixels (a pixel
-        # whose left / top edge lies in the member's own box), where its cells start (minus their corner)
+        # whose left / top edge lies in the member's own box and in its view's region), where its cells start (minus
+        # their corner)
         view_scale, view_offset = mapping[view, 0, :2], mapping[view, 1, :2]
         step = [per / (view_scale[:, k] * scale) for k, per in enumerate((per_x, per_y))]
         start = [
@@ -175,6 +182,8 @@ def _covered(
             for k, per in enumerate((per_x, per_y))
         ]
         crop = torch.ceil(plan.to_frame(model_box, view) * scale)  # (R, 4) label pixels, end exclusive
+        seen = view_pixels[view]
+        crop = torch.cat([crop[:, :2].maximum(seen[:, :2]), crop[:, 2:].minimum(seen[:, 2:])], 1)
         first = area.cumsum(0) - area
         table = torch.stack([*step, *start, *crop.unbind(1), present.float()], 1)[row]  # (N, 9): one gather
         u = (xf * table[:, 0] + table[:, 2]).clamp(0, wide - 1)

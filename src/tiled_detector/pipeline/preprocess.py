@@ -14,7 +14,6 @@ then contiguous on both sides of the copy), the engine's bound input or one reus
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +22,9 @@ import torch.nn.functional as F  # noqa: N812
 
 from tiled_detector.devices import concrete_device
 from tiled_detector.options import check_channel_order
-from tiled_detector.pipeline import kernels
+from tiled_detector.pipeline import host_tiles, kernels
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
+from tiled_detector.pipeline.resample import bilinear_axis, sampled_bilinear
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
 
 PAD_VALUE = 114.0 / 255.0  # YOLO's grey at the default input scale
@@ -173,7 +173,7 @@ class Preprocessor:
         # (plan, tile range) -> how to cut those tiles; frame / tile shape -> scratch tensor (bounded caches: a
         # batch of several frames alternates between their plans and sizes)
         self._copies: dict[tuple[TilePlan, tuple[int, int]], _TileCopy] = {}
-        self._scratch: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
+        self._scratch: dict[tuple[str, tuple[int, ...], torch.dtype], torch.Tensor] = {}
         self._order: dict[tuple[int, int, int], torch.Tensor] = {}
         # (plan, frame shape and strides) -> the plan's tile starts in `_windows` (the plan kept alive with it)
         self._starts: dict[tuple[int, ...], tuple[TilePlan, torch.Tensor | None]] = {}
@@ -353,16 +353,24 @@ class Preprocessor:
             self._copies[key] = _tile_copy(plan.tiles[tiles[0] : tiles[1]], height, width, self.device)
         return self._copies[key]
 
-    def _buffer(self, kind: str, shape: tuple[int, ...], like: torch.Tensor | None = None) -> torch.Tensor:
-        """A reused scratch tensor of this kind and shape (`like`: with its memory format)."""
-        key = (kind, shape)
+    def _buffer(
+        self,
+        kind: str,
+        shape: tuple[int, ...],
+        like: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """A reused scratch tensor of this kind and shape (`like`: with its memory format) in `dtype` (default: the
+        engine's)."""
+        dtype = self.dtype if dtype is None else dtype
+        key = (kind, shape, dtype)
         if key not in self._scratch:
             if len(self._scratch) >= _CACHED:
                 self._scratch.clear()
             self._scratch[key] = (
-                torch.empty(shape, dtype=self.dtype, device=self.device)
+                torch.empty(shape, dtype=dtype, device=self.device)
                 if like is None
-                else torch.empty_like(like, dtype=self.dtype)
+                else torch.empty_like(like, dtype=dtype)
             )
         return self._scratch[key]
 
@@ -376,14 +384,17 @@ class Preprocessor:
         dst: torch.Tensor,
     ) -> None:
         copy = self._tile_copy(plan, tiles, frame.shape[0], frame.shape[1])
+        boxes = plan.tiles[tiles[0] : tiles[1]]
         same_size = copy.tile_hw == self.input_hw
         tiles = dst if same_size else self._buffer("tiles", (len(dst), 3, *copy.tile_hw))
         # float32: convert each channel with one strided copy, then scale the contiguous tiles (two passes instead
         # of mul's slower cast-and-copy; on the CPU band by band, so the second pass reads what the first left in
-        # cache); fp16 keeps the float32 product (16-bit values overflow fp16)
+        # cache); fp16 keeps the float32 product (16-bit values overflow fp16). A CPU splits the channels with
+        # OpenCV first where it can read the frame (`_cpu_tiles`)
         convert_then_scale = self.dtype == torch.float32
         factor = self.format.factor(enc)
-        if copy.blocks:
+        cpu = convert_then_scale and self.device.type == "cpu"
+        if copy.blocks and not (cpu and self._cpu_tiles(frame, boxes, copy.tile_hw, enc, tiles, factor)):
             grid = tiles.view(*copy.grid_hw, *tiles.shape[1:])
             row_stride, col_stride, channel_stride = frame.stride()
             views = _channel_views(self._sources(enc))
@@ -412,20 +423,67 @@ class Preprocessor:
                             torch.mul(view[..., rows, :], factor, out=out[..., rows, :])
                     if convert_then_scale:
                         target[..., rows, :].mul_(factor)
-        else:
+        elif not copy.blocks:
             crops = frame[copy.rows, copy.cols, order[None, :, None, None]]  # (N, 3, th, tw): one gather
             torch.mul(crops, factor, out=tiles)
             tiles.masked_fill_(copy.outside, self.format.pad)
         if not same_size:
             _letterbox_into(tiles, plan.tile_letterbox, dst, self.format.pad)
 
+    def _cpu_tiles(
+        self,
+        frame: torch.Tensor,
+        boxes: np.ndarray,
+        tile_hw: tuple[int, int],
+        enc: Encoding,
+        dst: torch.Tensor,
+        factor: float,
+    ) -> bool:
+        """The CPU's float32 tiles through `host_tiles.write` (its planes reused); False where it cannot read the
+        frame (the torch path then writes them)."""
+        if not host_tiles.readable(frame):
+            return False
+        workers = torch.get_num_threads()  # as many as torch's own CPU work takes (OMP_NUM_THREADS, the load)
+        planes = self._buffer("planes", (workers, frame.shape[2], *tile_hw), dtype=frame.dtype)
+        host_tiles.write(frame, boxes, tile_hw, self._sources(enc), dst, factor, planes)
+        return True
+
+    def _cpu_full_frame(
+        self,
+        frame: torch.Tensor,
+        box: Letterbox,
+        sources: tuple[int, int, int],
+        factor: float,
+        dst: torch.Tensor,
+    ) -> bool:
+        """A CPU's full-frame view where the downscale reads one evenly spaced pixel per output (its bilinear weights
+        all 0: an odd integer downscale, 1920 -> 640) through `host_tiles.write_sampled`, the padding strips around
+        it filled; False (nothing written) elsewhere (the torch path then writes it, the same values)."""
+        if self.device.type != "cpu" or self.dtype != torch.float32 or not host_tiles.readable(frame):
+            return False
+        (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
+        rows = bilinear_axis(frame.shape[0], rh, frame.device)
+        cols = bilinear_axis(frame.shape[1], rw, frame.device)
+        if rows.taps != 1 or cols.taps != 1 or rows.index is not None or cols.index is not None:
+            return False
+        planes = self._buffer("view planes", (4, rh, rw), dtype=frame.dtype)
+        image = dst[:, py : py + rh, px : px + rw]
+        if not host_tiles.write_sampled(
+            frame, (rows.start, rows.step, rh), (cols.start, cols.step, rw), sources, image, factor, planes
+        ):
+            return False
+        _pad_strips(dst.unsqueeze(0), box, self.format.pad)
+        return True
+
     def _write_full_frame(
         self, frame: torch.Tensor, plan: TilePlan, enc: Encoding, dst: torch.Tensor
     ) -> None:
         box, sources = plan.frame_letterbox, self._sources(enc)
+        if max(box.scales) <= 1.0 and self._cpu_full_frame(frame, box, sources, self.format.factor(enc), dst):
+            return
         if max(box.scales) <= 1.0:  # downscale: only the pixels the view reads are picked and converted
             colors = frame[..., : 1 if frame.shape[2] == 1 else 3]
-            resized = _sampled_bilinear(colors, box.resized_hw, self.format.factor(enc))
+            resized = sampled_bilinear(colors, box.resized_hw, self.format.factor(enc))
             _place(resized, box, dst.unsqueeze(0), self.format.pad, sources)
             return
         color = frame[..., : 1 if frame.shape[2] == 1 else 3].permute(2, 0, 1).unsqueeze(0)
@@ -481,10 +539,24 @@ def _place(
 ) -> None:
     """Write resized (N, C, rh, rw) images (channels `sources` of them, default all) padded with `pad` into `dst`
     (N, 3, H, W)."""
+    _pad_strips(dst, box, pad)
     (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
-    if (rh, rw) != tuple(dst.shape[2:]):
-        dst.fill_(pad)
     dst[:, :, py : py + rh, px : px + rw].copy_(_channels(resized, sources))
+
+
+def _pad_strips(dst: torch.Tensor, box: Letterbox, pad: float) -> None:
+    """Fill the padding around a letterboxed image in `dst` (N, 3, H, W) with `pad` (the image's own pixels are
+    written once, by whoever places it)."""
+    (rh, rw), py, px = box.resized_hw, box.pad_y, box.pad_x
+    height, width = dst.shape[2:]
+    for rows, cols in (
+        (slice(0, py), slice(0, width)),
+        (slice(py + rh, height), slice(0, width)),
+        (slice(py, py + rh), slice(0, px)),
+        (slice(py, py + rh), slice(px + rw, width)),
+    ):
+        if rows.stop != rows.start and cols.stop != cols.start:
+            dst[:, :, rows, cols].fill_(pad)
 
 
 def _channels(images: torch.Tensor, sources: tuple[int, ...] | None) -> torch.Tensor:
@@ -497,69 +569,3 @@ def _channels(images: torch.Tensor, sources: tuple[int, ...] | None) -> torch.Te
     if sources == tuple(range(images.shape[1] - 1, -1, -1)):
         return images.flip(1)
     raise ValueError(f"channel order {sources} of {images.shape[1]} channels is not supported")
-
-
-@dataclass(frozen=True)
-class _Samples:
-    """F.interpolate's bilinear sampling along one axis (align_corners=False) for `out` outputs: each reads
-    `taps` source pixels (2, or 1 where every weight is 0, e.g. an odd integer downscale 1920 -> 640), at
-    `start` + `step` * output + tap when they are evenly spaced (integer downscales: 1280 -> 640, 3840 -> 640;
-    read through a strided view), else at `index` (out * taps,) (one gather); `weight` (out,) is each output's
-    weight of its second tap (None with one tap)."""
-
-    out: int
-    taps: int
-    weight: torch.Tensor | None
-    start: int = 0
-    step: int = 1
-    index: torch.Tensor | None = None
-
-    def pick(self, image: torch.Tensor, dim: int) -> torch.Tensor:
-        """`image` with axis `dim` replaced by the (out, taps) pixels read along it (a view where evenly
-        spaced, else one gather)."""
-        if self.index is not None:
-            return image.index_select(dim, self.index).unflatten(dim, (self.out, self.taps))
-        size, stride = list(image.shape), list(image.stride())
-        size[dim : dim + 1] = [self.out, self.taps]
-        stride[dim : dim + 1] = [self.step * stride[dim], stride[dim]]
-        return image.as_strided(size, stride, image.storage_offset() + self.start * image.stride(dim))
-
-
-@functools.lru_cache(maxsize=32)
-def _bilinear_axis(size: int, out: int, device: torch.device) -> _Samples:
-    """The `_Samples` of `out` outputs from `size` pixels, built once per (size, out, device)."""
-    scale = torch.tensor(size, dtype=torch.float32) / out
-    source = ((torch.arange(out, dtype=torch.float32) + 0.5) * scale - 0.5).clamp_min(0)
-    first = source.to(torch.int64)
-    weight = source - first
-    taps = 2 if bool(weight.any()) else 1
-    index = torch.stack([first, torch.where(first < size - 1, first + 1, first)], 1)[:, :taps]
-    step = int(first[1] - first[0]) if out > 1 else 1
-    even = step > 0 and torch.equal(
-        index, first[:1, None] + step * torch.arange(out)[:, None] + torch.arange(taps)
-    )
-    weights = weight.to(device) if taps == 2 else None
-    if even:
-        return _Samples(out, taps, weights, int(first[0]), step)
-    return _Samples(out, taps, weights, index=index.reshape(-1).to(device))
-
-
-def _sampled_bilinear(frame: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
-    """Bilinear downscale of an (H, W, C) integer frame times `scale` to `size`, as a (1, C, h, w) float32 image,
-    equal to F.interpolate's (to float rounding): only the rows and columns each output pixel reads (two, or one
-    where its weight is 0) are picked (rows first, then columns) and converted, so the cost follows the view,
-    not the frame."""
-    rows = _bilinear_axis(frame.shape[0], size[0], frame.device)
-    cols = _bilinear_axis(frame.shape[1], size[1], frame.device)
-    picked = cols.pick(rows.pick(frame, 0), 2).permute(4, 0, 1, 2, 3).float()  # (C, h, row taps, w, col taps)
-    across = (
-        picked[..., 0]
-        if cols.weight is None
-        else torch.lerp(picked[..., 0], picked[..., 1], cols.weight.view(1, 1, 1, -1))
-    )
-    down = (
-        across[:, :, 0]
-        if rows.weight is None
-        else torch.lerp(across[:, :, 0], across[:, :, 1], rows.weight.view(1, -1, 1))
-    )
-    return down.mul_(scale).unsqueeze(0)

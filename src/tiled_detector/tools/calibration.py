@@ -17,7 +17,7 @@ import torch
 
 import tiled_detector
 from tiled_detector.config import DetectorConfig
-from tiled_detector.engines.base import Backend, ModelFormat, Precision, model_format, resolve_backend
+from tiled_detector.engines.base import Backend, ModelFormat, Precision, choose_backend, model_format
 from tiled_detector.engines.cache import sha256_file
 from tiled_detector.engines.onnx_model import (
     INT8_NEEDS_QDQ,
@@ -163,7 +163,7 @@ def needs_quantizing(config: DetectorConfig) -> bool:
     return (
         config.precision is Precision.INT8
         and model_format(config.model) is ModelFormat.ONNX
-        and resolve_backend(config.model, config.backend, config.device)
+        and choose_backend(config.model, config.backend, config.device).backend
         in (Backend.ONNXRUNTIME, Backend.TENSORRT)
         and not file_has_qdq(config.model)
     )

@@ -175,9 +175,12 @@ def coco_mask_stats(
                 }
             )
         for box, score, cls, rle in zip(
-            np.asarray(p_boxes, float).tolist(), np.asarray(p_scores).tolist(), np.asarray(p_classes).tolist(),
-            p_masks, strict=True,
-        ):  # fmt: skip
+            np.asarray(p_boxes, float).tolist(),
+            np.asarray(p_scores).tolist(),
+            np.asarray(p_classes).tolist(),
+            p_masks,
+            strict=True,
+        ):
             x1, y1, x2, y2 = box
             results.append(
                 {

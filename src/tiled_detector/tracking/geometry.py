@@ -71,12 +71,21 @@ def rotated_grown(obb: np.ndarray, ratio: np.ndarray) -> np.ndarray:
 
 def move_rotated(matrix: np.ndarray, obb: np.ndarray) -> np.ndarray:
     """Rotated boxes (N, 5) moved by a (2, 3) similarity: centres as points, w and h scaled, angles turned by its
-    rotation."""
+    rotation, in the regular form again (theta in [0, pi/2): `polygons.regularized`, the same rectangles)."""
     out = np.array(obb, np.float64).reshape(-1, 5)
     out[:, :2] = move_points(matrix, out[:, :2])
     out[:, 2:4] *= similarity_scale(matrix)
     out[:, 4] += math.atan2(matrix[1, 0], matrix[0, 0])
-    return out
+    return polygons.regularized(out)
+
+
+def frame_hulls(obb: np.ndarray, frame_hw: tuple[int, int]) -> np.ndarray:
+    """(N, 4) float32 the axis-aligned boxes around rotated boxes (N, 5), clipped to a `frame_hw` frame, as the
+    detector reports a rotated detection's box."""
+    hull = polygons.hulls(polygons.corners(np.asarray(obb, np.float64).reshape(-1, 5)))
+    return np.minimum(hull.clip(0, None), np.tile(np.asarray(frame_hw[::-1], np.float64), 2)).astype(
+        np.float32
+    )
 
 
 def grown(boxes: np.ndarray, ratio: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 
 from tiled_detector import polygons
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings
+from tiled_detector.tracking.geometry import frame_hulls
 from tiled_detector.tracking.looks import Looks
 from tiled_detector.types import Detections
 
@@ -72,9 +73,11 @@ class Tracks:
         detections: Detections,
         looks: Looks | None = None,
         motion: np.ndarray | None = None,
+        frame_hw: tuple[int, int] | None = None,
     ) -> Tracked:
         """Feed one frame (its header stamp; `looks`: what its views looked at, None: all of it, see `ByteTrack.update`; `motion`: the camera's motion since its previous frame, a (2, 3) similarity the tracks
-        are moved by first) and return its confirmed tracks."""
+        are moved by first) and return its confirmed tracks (rotated ones' hulls clipped to a `frame_hw` frame, as
+        the detector's are)."""
         dt_s = 0.0 if self._last_ns is None else max(stamp_ns - self._last_ns, 0) / 1e9
         if dt_s > 0:
             self._intervals.append(dt_s)
@@ -100,8 +103,11 @@ class Tracks:
         self._stamps = {frame: stamp for frame, stamp in self._stamps.items() if frame in live}
         seen = found.seen.astype(np.int64)
         obb = found.boxes.astype(np.float32) if self.tracker.rotated else None
+        hulls = None if obb is None else polygons.hulls(polygons.corners(obb))
+        if obb is not None and frame_hw is not None:
+            hulls = frame_hulls(obb, frame_hw)
         return Tracked(
-            found.boxes.astype(np.float32) if obb is None else polygons.hulls(polygons.corners(obb)),
+            found.boxes.astype(np.float32) if hulls is None else hulls,
             found.scores.astype(np.float32),
             found.class_ids,
             found.track_ids,
