@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = detector.plan_for(args.height, args.width)
         rng = np.random.default_rng(0)
         if args.scene:
-            from tiled_detector.tools.synthetic import make_scene
+            from tiled_detector.tools.worlds.synthetic import make_scene
 
             frame = make_scene(3, args.width, args.height).image
         else:

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from tiled_detector import TiledDetector
-from tiled_detector.errors import one_line
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.runtime.errors import one_line
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 FAMILIES = ("yolov5nu", "yolov8n", "yolov10n", "yolo11n", "yolo26n", "rtdetr-l")
 

@@ -16,7 +16,7 @@ import time
 import types
 
 from tiled_detector import TiledDetector, stage_clock
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 def main() -> int:

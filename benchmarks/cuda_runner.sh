@@ -71,7 +71,7 @@
 #            network, torch fp16, 100 objects a frame: keypoints fused against ignored at 4K and 1080p; captures,
 #            split, peak memory); the target is <= 1.10x at 4K, one whole captured graph
 #   obb_train  the bundled rotated-box model trained on the GPU as the bundled detector was
-#            (python -m tiled_detector.tools.obb_training --device cuda; files in $OUT/obb_model)
+#            (python -m tiled_detector.tools.train.obb_training --device cuda; files in $OUT/obb_model)
 #   obb_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n OBB trained there by ultralytics' trainer on our
 #            synthetic rotated crops, exported (ONNX, YOLO26 end-to-end ONNX, TorchScript), ultralytics' own
 #            predictions on the real aerial images in .models/aerial/ against our full-frame view
@@ -80,7 +80,7 @@
 #   obb_bench  the rotated-box model at 4K on the GPU (torch fp32 / fp16): eval --obb (tiles + full view against the
 #            full view alone), bench against the same-sized detect network (the bundled default.ts): one whole
 #            captured graph per frame; reads $OUT/obb_model (obb_train) or the bundled obb.ts
-#   pose_train  the bundled pose model trained on the GPU (python -m tiled_detector.tools.pose_training --device cuda;
+#   pose_train  the bundled pose model trained on the GPU (python -m tiled_detector.tools.train.pose_training --device cuda;
 #            POSE_STEPS (4000) and POSE_WORKERS (14) size it; files in $OUT/pose_model)
 #   pose_reference  ultralytics' YOLOv8n / YOLO11n / YOLO26n pose models trained there by ultralytics' trainer on our
 #            synthetic figures, all three at once (benchmarks/pose_reference.py: POSEREF_TRAIN crops (600),
@@ -290,7 +290,7 @@ if [[ " $what " == *" budget "* ]]; then
 import numpy as np
 from tiled_detector import TiledDetector
 from tiled_detector.stream import Stream
-from tiled_detector.tools.synthetic import make_sequence
+from tiled_detector.tools.worlds.synthetic import make_sequence
 for budget in (0, 8):
     detector = TiledDetector(backend="torch", device="cuda", precision="fp16", tracker="bytetrack", tile_budget=budget)
     stream, views, sets = Stream(detector), [], set()
@@ -394,7 +394,7 @@ if [[ " $what " == *" motion "* ]]; then
   tail -2 "$out/pytest_motion.txt"
   python3 - <<'PY' 2>&1 | tee "$out/motion_cost.txt"
 import torch
-from tiled_detector.tools.synthetic import MotionStyle, make_sequence
+from tiled_detector.tools.worlds.synthetic import MotionStyle, make_sequence
 from tiled_detector.tracking import motion
 for w, h in ((1920, 1080), (3840, 2160)):
     scenes = list(make_sequence(3, 2, w, h, MotionStyle(pan=4, rotate=0.1, shake=2)))
@@ -486,7 +486,7 @@ print('  keypoints at 4K:', f\"{row['ratio']:.3f}x\", 'captures', row['captures'
 fi
 
 if [[ " $what " == *" obb_train "* ]]; then
-  python3 -m tiled_detector.tools.obb_training --device cuda --workers 14 --out "$out/obb_model" \
+  python3 -m tiled_detector.tools.train.obb_training --device cuda --workers 14 --out "$out/obb_model" \
     >"$out/obb_training.log" 2>&1
   tail -2 "$out/obb_training.log"
   ls -l "$out/obb_model"
@@ -504,7 +504,7 @@ if [[ " $what " == *" obb_reference "* ]]; then
 fi
 
 if [[ " $what " == *" pose_train "* ]]; then
-  python3 -m tiled_detector.tools.pose_training --device cuda --workers "${POSE_WORKERS:-14}" \
+  python3 -m tiled_detector.tools.train.pose_training --device cuda --workers "${POSE_WORKERS:-14}" \
     --steps "${POSE_STEPS:-4000}" --out "$out/pose_model" >"$out/pose_training.log" 2>&1
   tail -2 "$out/pose_training.log"
   ls -l "$out/pose_model"

@@ -27,7 +27,7 @@ import torch
 from tiled_detector import TiledDetector
 from tiled_detector.config import DetectorConfig
 from tiled_detector.pipeline.depth import DepthImage, locate
-from tiled_detector.tools.depth_scenes import camera_for, make_depth_scene
+from tiled_detector.tools.worlds.depth_scenes import camera_for, make_depth_scene
 
 
 def _rows(count: int, width: int, height: int, device: str) -> torch.Tensor:
@@ -73,7 +73,7 @@ def _timed_locate(device: str, width: int, height: int, objects: int, runs: int)
             "host_ms_min": min(times),
             "thread_cpu_ms": statistics.median(cpu),
         }
-    from tiled_detector.devices import cuda_graph
+    from tiled_detector.runtime.devices import cuda_graph
 
     def event_ms(function) -> float:
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

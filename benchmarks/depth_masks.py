@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tiled_detector.pipeline.depth import DepthImage, RowMasks, locate
-from tiled_detector.tools.depth_scenes import make_depth_scene
+from tiled_detector.tools.worlds.depth_scenes import make_depth_scene
 
 
 def _masks(scene, boxes: np.ndarray) -> RowMasks:

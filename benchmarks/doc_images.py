@@ -40,8 +40,8 @@ from tiled_detector.engines.cache import atomic_write
 from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.tiling import TilePlan
 from tiled_detector.tools.annotate import annotate
-from tiled_detector.tools.evaluation import config_changes
 from tiled_detector.tools.frames import synthetic_frames
+from tiled_detector.tools.scores.evaluation import config_changes
 from tiled_detector.tools.scoring import dota_ap50, matched
 from tiled_detector.types import Detections
 
@@ -172,7 +172,7 @@ def rotated(seed: int = ROTATED_SEED, crop: tuple[int, int] = ROTATED_CROP) -> b
     object is found as DOTA's devkit counts a true positive (`tools.scoring.dota_ap50`: same class, rotated IoU
     above 0.5, one to one)."""
     from tiled_detector.models import obb_model_path
-    from tiled_detector.tools.rotated_scenes import make_rotated_scene
+    from tiled_detector.tools.worlds.rotated_scenes import make_rotated_scene
 
     scene = make_rotated_scene(seed, WIDTH, HEIGHT)
 

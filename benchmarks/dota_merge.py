@@ -31,7 +31,7 @@ from tiled_detector.pipeline.merge import merge_detections
 from tiled_detector.pipeline.rotated import obb_hulls
 from tiled_detector.pipeline.tiling import plan_tiles
 from tiled_detector.tools.frames import IMAGE_SUFFIXES
-from tiled_detector.tools.rotated_truth import LabelFolder, min_area_boxes, read_dota
+from tiled_detector.tools.scores.rotated_truth import LabelFolder, min_area_boxes, read_dota
 from tiled_detector.tools.scoring import dota_ap50
 
 

@@ -26,7 +26,7 @@ from networks import GflLike
 from tiled_detector import TiledDetector
 from tiled_detector.models import coco_labels
 from tiled_detector.tools.frames import read_image
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 from yolox_check import same
 
 INPUT_HW = (416, 416)

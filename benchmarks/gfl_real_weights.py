@@ -21,7 +21,7 @@ from gfl_check import NANODET, PICODET
 from tiled_detector import TiledDetector
 from tiled_detector.models import coco_labels
 from tiled_detector.tools.frames import read_image
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 from yolox_check import same, torchscript
 
 FAMILIES = {"picodet_s_416_coco": PICODET, "nanodet_m_416": NANODET}

@@ -198,7 +198,7 @@ def report_timings(device: str, runs: int, failures: list[str]) -> None:
     """Median per-stage milliseconds: a YOLOv8n-sized random network (fp32, fp16) on noise, and the bundled
     model on synthetic scenes (real detections), each with the sync-free and the exact post-processing."""
     from tiled_detector.models import default_model_path
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     with tempfile.TemporaryDirectory() as tmp:
         yolo = save_torchscript(YoloV8nLike(), Path(tmp) / "yolov8n_like.ts", (640, 640))

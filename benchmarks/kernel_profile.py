@@ -29,7 +29,7 @@ import torch
 from tiled_detector import TiledDetector
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import batch_plan
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -147,7 +147,7 @@ def replayed(detector: TiledDetector, frame: torch.Tensor, runs: int) -> dict[st
         times.append(start.elapsed_time(end))
     nodes = None
     try:
-        from tiled_detector.devices import graph_nodes
+        from tiled_detector.runtime.devices import graph_nodes
 
         entries = list(detector._runner._captured.values())
         nodes = graph_nodes(entries[-1][0]) if entries else None

@@ -108,7 +108,7 @@ def sahi_masks(predictions: list[Any], frame_hw: tuple[int, int]) -> tuple[np.nd
 
 
 def main() -> None:
-    from tiled_detector.threads import short_spin
+    from tiled_detector.runtime.threads import short_spin
 
     short_spin()  # as the CLI: idle torch threads yield soon (before torch loads)
     parser = argparse.ArgumentParser(

@@ -40,7 +40,7 @@ def _frame(args: argparse.Namespace) -> np.ndarray:
         import cv2
 
         return np.ascontiguousarray(cv2.imread(str(args.photo))[..., ::-1])
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     width, height = (int(v) for v in args.size.split("x"))
     return make_scene(0, width, height).image

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from tiled_detector.detector import TiledDetector
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 def _detector(args: argparse.Namespace) -> TiledDetector:

@@ -96,8 +96,8 @@ def write_dataset(
 
 
 def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
-    from tiled_detector.polygons import corners
-    from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_crop
+    from tiled_detector.geometry.polygons import corners
+    from tiled_detector.tools.worlds.rotated_scenes import CLASSES, make_rotated_crop
 
     def rows(scene: Any) -> list[str]:
         """Class, then the four corners normalised."""

@@ -21,8 +21,8 @@ import numpy as np
 
 from tiled_detector import TiledDetector, polygons
 from tiled_detector.models import obb_model_path
-from tiled_detector.tools.rotated_scenes import make_rotated_sequence
 from tiled_detector.tools.scoring import box_iou, dota_ap50, mot_metrics, rotated_iou
+from tiled_detector.tools.worlds.rotated_scenes import make_rotated_sequence
 from tiled_detector.tracking.tracks import Tracks
 from tiled_detector.types import Detections
 

@@ -31,7 +31,7 @@ from tiled_detector import TiledDetector
 
 
 def _frame(size: str) -> np.ndarray:
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     width, height = (int(v) for v in size.split("x"))
     return make_scene(0, width, height).image

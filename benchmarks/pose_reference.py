@@ -78,7 +78,7 @@ BOX_PX, KEYPOINT_PX, SCORE = 1.0, 1.0, 0.01  # the target
 
 
 def dataset(out: Path, train: int, val: int, size: int, seed: int) -> None:
-    from tiled_detector.tools.pose_scenes import CLASSES, JOINTS, make_pose_crop
+    from tiled_detector.tools.worlds.pose_scenes import CLASSES, JOINTS, make_pose_crop
 
     def rows(scene: Any) -> list[str]:
         """Class, box centre and size, then x, y, visibility per joint, normalised."""

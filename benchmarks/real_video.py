@@ -1,7 +1,7 @@
 """Tracks and the tile budget on real video: our `Stream` (tracker bytetrack, camera-motion compensation as by
 default) against supervision's `sv.ByteTrack` (its defaults) fed the same detections, and the tile budget against
 every tile, on a MOTChallenge sequence (img1/ frames, gt/gt.txt), scored by py-motmetrics at IoU 0.5 against the
-pedestrians its ground truth asks to consider (`tiled_detector.tools.truth.read_mot`).
+pedestrians its ground truth asks to consider (`tiled_detector.tools.scores.truth.read_mot`).
 
     .venv/bin/python benchmarks/real_video.py --seq MOT16-09 --model ../shared/models/yolox_nano.onnx \\
         --frames 150 --modes full tiles+full --budget 8 --tile-size 416 --cache /tmp/mot09.npz
@@ -28,8 +28,8 @@ from tiled_detector.parameters import build_detector
 from tiled_detector.pipeline.encodings import as_frame_tensor
 from tiled_detector.stream import Stream
 from tiled_detector.tools.frames import image_paths, read_image
+from tiled_detector.tools.scores.truth import read_mot
 from tiled_detector.tools.scoring import box_iou
-from tiled_detector.tools.truth import read_mot
 from tiled_detector.types import Detections
 
 MODES = ("full", "tiles", "tiles+full")

@@ -23,9 +23,9 @@ from tiled_detector.commands.make_bag import add_truth_arguments
 from tiled_detector.commands.settings import add_settings, default_params_file, parameter_values
 from tiled_detector.harness.recording import frame_stamp
 from tiled_detector.parameters import build_detector
-from tiled_detector.tools.rotated_truth import rotated_recording_frames
-from tiled_detector.tools.stream_scores import score_stream
-from tiled_detector.tools.truth import TruthFormat, recording_frames
+from tiled_detector.tools.scores.rotated_truth import rotated_recording_frames
+from tiled_detector.tools.scores.stream_scores import score_stream
+from tiled_detector.tools.scores.truth import TruthFormat, recording_frames
 
 
 def scores(argv: Sequence[str] | None = None) -> dict[str, float | int | None]:

@@ -270,7 +270,7 @@ def eager_checks(device: torch.device, folder: Path, runs: int, cpu: bool) -> li
 
 def graph_checks(device: torch.device, folder: Path, runs: int) -> list[bool]:
     """CUDA graphs captured at two batch sizes, replayed alternately with new inputs."""
-    from tiled_detector.devices import cuda_graph
+    from tiled_detector.runtime.devices import cuda_graph
 
     engine = make_engine(device, folder)
     graphs = {}

@@ -37,7 +37,7 @@ def _median_ms(function: Callable[[], object], runs: int) -> float:
 
 
 def _graph(function: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
-    from tiled_detector.devices import cuda_graph
+    from tiled_detector.runtime.devices import cuda_graph
 
     return cuda_graph(function)
 

@@ -35,9 +35,9 @@ def measure(args: argparse.Namespace) -> int:
     """Stream every configuration into one node and tabulate what arrived."""
     from diagnostic_msgs.msg import DiagnosticArray
 
-    from tiled_detector.fastdds import without_profile
     from tiled_detector.harness.client import DetectorClient
     from tiled_detector.harness.process import NodeProcess, pick_domain_id, ros_environment
+    from tiled_detector.ros_launch.fastdds import without_profile
 
     domain = pick_domain_id()
     rows = []

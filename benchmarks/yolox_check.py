@@ -35,7 +35,7 @@ import torch
 from tiled_detector import TiledDetector
 from tiled_detector.engines.rebatch import dynamic_batch_model
 from tiled_detector.tools.frames import read_image
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 SCORE_SPREAD = 0.02
 CHANNELS = [256, 512, 1024]

@@ -22,7 +22,7 @@ names (Fast DDS 2.x reads FASTRTPS_DEFAULT_PROFILES_FILE, 3.x FASTDDS_DEFAULT_PR
 the installed Fast DDS is 3 (its rmw_fastrtps warns about the old one). A profile the environment already names (in
 either variable) is kept, said in one INFO line (on Fast DDS 2.x one named only by the new name is also set under
 the old one, which 2.x reads); `fastdds_profile:=FILE` given to this file beats both (empty: the environment's).
-Imports no torch: the parameter table comes from `tiled_detector.launch_arguments`.
+Imports no torch: the parameter table comes from `tiled_detector.ros_launch.arguments`.
 """
 
 import os
@@ -47,8 +47,13 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
 from lifecycle_msgs.msg import Transition
 
-from tiled_detector.fastdds import PROFILE_VARIABLES, installed_major, profile_environment, profile_in_use
-from tiled_detector.launch_arguments import PARAMETERS, check_spelling, typed, typed_flag
+from tiled_detector.ros_launch.arguments import PARAMETERS, check_spelling, typed, typed_flag
+from tiled_detector.ros_launch.fastdds import (
+    PROFILE_VARIABLES,
+    installed_major,
+    profile_environment,
+    profile_in_use,
+)
 
 SHARE = FindPackageShare("tiled_detector")
 

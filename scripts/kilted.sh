@@ -16,7 +16,7 @@ fi
 TILED_DETECTOR_VENV="$venv" TILED_DETECTOR_ROS_WHEELS=kilted "$root/scripts/setup.sh"
 "$venv/bin/python" - <<'PY'
 import rclpy
-from tiled_detector.fastdds import installed_major
+from tiled_detector.ros_launch.fastdds import installed_major
 major = installed_major()
 assert major == 3, f"the kilted pass runs Fast DDS {major}"
 print(f"[kilted] rclpy from {rclpy.__file__.rsplit('/', 3)[0]}, Fast DDS {major}")

@@ -42,7 +42,7 @@ def test_without_captions_only_the_boxes_are_drawn():
 
 def test_rotated_boxes_are_drawn_as_their_rectangles():
     """A box at 45 degrees: its edges are drawn (the middle of a side), its hull's corners are not."""
-    from tiled_detector.polygons import corners, hulls
+    from tiled_detector.geometry.polygons import corners, hulls
     from tiled_detector.tools.annotate import annotate
     from tiled_detector.types import Detections
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tiled_detector.cli import main as cli_main
 from tiled_detector.harness import bags, recording
-from tiled_detector.tools.synthetic import CLASSES, make_scene
+from tiled_detector.tools.worlds.synthetic import CLASSES, make_scene
 
 W, H, N, SEED = 320, 240, 3, 11
 

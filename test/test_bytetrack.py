@@ -252,7 +252,7 @@ def _ships(frame: int) -> np.ndarray:
     """Two long ships side by side on a diagonal (their hulls nearly the same square), sailing along it and
     turning slowly past ultralytics' pi/2 (where their regular form swaps w and h), in the regular form a model
     gives."""
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
 
     angle = 1.45 + 0.01 * frame
     step = np.array([math.cos(angle), math.sin(angle)]) * 3.0 * frame
@@ -264,7 +264,7 @@ def _ships(frame: int) -> np.ndarray:
 def test_rotated_tracks_keep_their_ships_and_angles():
     """By rotated IoU each ship keeps one id over 40 frames, reported at its own rectangle (the regular form), its
     angle continuous past pi/2: no worse than an axis-aligned tracker on the same detections' hulls."""
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
 
     rotated = ByteTrack(TrackerSettings(), rotated=True)
     aligned = ByteTrack(TrackerSettings())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiled_detector.class_kinds import Classes, ClassValues, class_id, class_key
+from tiled_detector.settings.class_kinds import Classes, ClassValues, class_id, class_key
 
 LABELS = ("person", "bicycle", "car", "dog")
 

@@ -196,7 +196,7 @@ def test_robust_depth_picks_the_nearest_dense_cluster_not_the_largest() -> None:
 
 @pytest.mark.gpu
 def test_on_cuda_the_stage_equals_the_cpus_and_replays_as_one_captured_graph() -> None:
-    from tiled_detector.devices import cuda_graph
+    from tiled_detector.runtime.devices import cuda_graph
 
     rng = np.random.default_rng(5)
     depth = _noisy(rng, np.full((150, 200), 9.0, np.float32))

@@ -1,4 +1,4 @@
-"""Synthetic depth scenes (`tools/depth_scenes.py`) and their scoring (`tools/depth_evaluation.py`,
+"""Synthetic depth scenes (`tools/worlds/depth_scenes.py`) and their scoring (`tools/scores/depth_evaluation.py`,
 `tools/scoring.position_errors`): objects at known distances over a ground plane, holes and noise as a sensor's,
 true positions that project onto the boxes, and `eval --depth`."""
 
@@ -11,8 +11,16 @@ import numpy as np
 import pytest
 
 from tiled_detector.cli import main
-from tiled_detector.tools.depth_scenes import FAR, HOLES, NEAR, NOISE, camera_for, ground, make_depth_scene
 from tiled_detector.tools.scoring import matched, position_errors
+from tiled_detector.tools.worlds.depth_scenes import (
+    FAR,
+    HOLES,
+    NEAR,
+    NOISE,
+    camera_for,
+    ground,
+    make_depth_scene,
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for tiled_detector.depth_sync: colour frames paired with depth images by stamp (nearest within the
+"""Tests for tiled_detector.streaming.depth_sync: colour frames paired with depth images by stamp (nearest within the
 tolerance), the latest camera info, waiting for a depth image that may still come, and why a frame has none."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tiled_detector.depth_sync import QUEUE, DepthSync, Unpaired
+from tiled_detector.streaming.depth_sync import QUEUE, DepthSync, Unpaired
 
 MS = 1_000_000  # nanoseconds
 

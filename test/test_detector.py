@@ -266,7 +266,7 @@ def test_engine_buffer_is_only_asked_for_batches_the_engine_takes_at_once(square
 
 
 def test_stage_times_of_a_repeated_stage_add_up():
-    from tiled_detector.stage_clock import StageClock
+    from tiled_detector.runtime.stage_clock import StageClock
 
     clock = StageClock(torch.device("cpu"), sync=False)
     clock._start = 0.0

@@ -41,7 +41,7 @@ def test_json_report_without_importing_heavy_modules() -> None:
     assert report["packages"]["tiled_detector"]["version"]
     assert report["tensorrt"]["module"] in env.TENSORRT_MODULES
     # the profile to export for the camera driver / ros2 bag play: the one the node's launch file sets
-    from tiled_detector.fastdds import FASTDDS_PROFILE
+    from tiled_detector.ros_launch.fastdds import FASTDDS_PROFILE
 
     assert report["fastdds_profile"] == str(FASTDDS_PROFILE) and Path(report["fastdds_profile"]).is_file()
     assert "HEAVY []" in proc.stderr

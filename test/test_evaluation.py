@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tiled_detector.tools.evaluation import (
+from tiled_detector.tools.scores.evaluation import (
     CONFIGS,
     METRICS,
     STREAM_METRICS,
@@ -18,7 +18,7 @@ from tiled_detector.tools.evaluation import (
     write_report,
 )
 from tiled_detector.tools.scoring import box_iou
-from tiled_detector.tools.synthetic import coco_ground_truth
+from tiled_detector.tools.worlds.synthetic import coco_ground_truth
 from tiled_detector.types import Detections
 
 GT_BOXES = np.array([[10, 10, 30, 30], [100, 100, 160, 150], [200, 50, 212, 62]], np.float32)
@@ -96,7 +96,7 @@ def test_config_changes(name: str, changes: dict) -> None:
 
 def test_eval_runs_every_merge_method() -> None:
     from tiled_detector.pipeline.merge import KERNELS, MergeMethod
-    from tiled_detector.tools.evaluation import CONFIGS
+    from tiled_detector.tools.scores.evaluation import CONFIGS
 
     assert set(KERNELS) == set(MergeMethod)  # every method has its kernel
     assert {f"tiles+full/{m.value}" for m in MergeMethod} <= set(CONFIGS)
@@ -238,7 +238,7 @@ def test_eval_motion_compares_tile_budgets_side_by_side(tmp_path, capsys) -> Non
 
 
 def test_new_object_latency_counts_frames_from_appearance_and_from_full_tilings_detection() -> None:
-    from tiled_detector.tools.evaluation import first_detections, new_object_latency
+    from tiled_detector.tools.scores.evaluation import first_detections, new_object_latency
     from tiled_detector.types import Detections
 
     box = np.array([[10.0, 10.0, 30.0, 30.0]])

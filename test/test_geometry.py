@@ -122,7 +122,7 @@ def test_overlapping_pairs_equal_the_dense_iou(sets, groups):
 def test_rotated_boxes_moved_by_the_camera_stay_in_the_regular_form(rows, scale, degrees):
     """A camera's turn moves a rotated box's angle on: the moved box comes back in the regular form (theta in
     [0, pi/2), w and h swapped where a quarter turn passed), the same rectangle as the one moved (its corners)."""
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
 
     obb = np.array(rows, np.float64)
     matrix = similarity(scale, degrees, 12.0, -7.0)

@@ -33,7 +33,7 @@ from tiled_detector.tools.peers import (
     picodet_postprocess,
     picodet_preprocess,
 )
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiled_detector.pipeline.jpeg import GpuJpegDecoder, is_jpeg
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 def _encoded(ext: str, width: int = 320, height: int = 240) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from test_masks import _reference_labels
-from tiled_detector.label_image import label_image, score_ranks
+from tiled_detector.geometry.label_image import label_image, score_ranks
 from tiled_detector.pipeline.labels import compose
 
 

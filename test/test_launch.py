@@ -110,7 +110,7 @@ def _fake_launch_modules() -> dict[str, types.ModuleType]:
 def launch_description(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """The launch file's description, loaded against the fakes; its `share` the package's installed share folder
     (a temporary one holding the params file and the Fast DDS profile)."""
-    from tiled_detector.fastdds import FASTDDS_PROFILE
+    from tiled_detector.ros_launch.fastdds import FASTDDS_PROFILE
 
     for name, module in _fake_launch_modules().items():
         monkeypatch.setitem(sys.modules, name, module)
@@ -474,9 +474,9 @@ def test_autostart_configures_then_activates_the_managed_node_once(launch_descri
 
 
 def test_the_launch_table_is_the_node_parameter_table() -> None:
-    """tiled_detector.launch_arguments writes out ros/params.PARAMS (the launch file imports it, not torch)."""
-    from tiled_detector.launch_arguments import PARAMETERS
+    """tiled_detector.ros_launch.arguments writes out ros/params.PARAMS (the launch file imports it, not torch)."""
     from tiled_detector.ros.params import PARAMS
+    from tiled_detector.ros_launch.arguments import PARAMETERS
 
     expected = tuple((p.name, p.param_type.value, p.description) for p in PARAMS)
     rows = "".join(f"    ({name!r}, {kind!r}, {text!r}),\n" for name, kind, text in expected)

@@ -588,8 +588,8 @@ def test_bad_mask_settings_are_one_line_and_exit_1(tmp_path, capsys, flags, prob
 def test_the_masks_parameter_takes_a_bool_or_auto():
     """The node's `masks` parameter is dynamically typed: a params file's `masks: true` is a bool, `auto` (the
     default) a string; anything else is refused naming it."""
-    from tiled_detector.kinds import Switch
     from tiled_detector.parameters import DETECTOR_PARAMETERS, config_changes
+    from tiled_detector.settings.kinds import Switch
 
     param = next(p for p in DETECTOR_PARAMETERS if p.name == "masks")
     assert isinstance(param.kind, Switch) and param.dynamic and param.default == "auto"

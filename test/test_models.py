@@ -13,7 +13,7 @@ from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.models import default_model_path, load_labels
 from tiled_detector.tools.scoring import box_iou
-from tiled_detector.tools.synthetic import CLASSES, make_scene
+from tiled_detector.tools.worlds.synthetic import CLASSES, make_scene
 
 
 def test_bundled_files_are_small_and_present() -> None:

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from support.transforms import compose
-from tiled_detector.tools.synthetic import MotionStyle, camera_views, frame_motion, make_scene, make_sequence
+from tiled_detector.tools.worlds.synthetic import (
+    MotionStyle,
+    camera_views,
+    frame_motion,
+    make_scene,
+    make_sequence,
+)
 from tiled_detector.tracking import motion
 from tiled_detector.tracking.geometry import corner_error
 

@@ -26,17 +26,17 @@ from rclpy.qos import DurabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
-from tiled_detector.fastdds import (  # noqa: E402
+from tiled_detector.harness.client import DetectorClient  # noqa: E402
+from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
+from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
+from tiled_detector.messages.images import array_to_imgmsg  # noqa: E402
+from tiled_detector.ros_launch.fastdds import (  # noqa: E402
     PROFILE_VARIABLES,
     installed_major,
     profile_environment,
     without_profile,
 )
-from tiled_detector.harness.client import DetectorClient  # noqa: E402
-from tiled_detector.harness.process import FASTDDS_PROFILE, NodeProcess, pick_domain_id, ros_environment  # noqa: E402
-from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
-from tiled_detector.messages.images import array_to_imgmsg  # noqa: E402
-from tiled_detector.tools.synthetic import CLASSES, make_scene  # noqa: E402
+from tiled_detector.tools.worlds.synthetic import CLASSES, make_scene  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = "/tiled_detector"
@@ -278,7 +278,7 @@ def test_track_ids_hold_across_frames_over_dds(node_and_client: Any) -> None:
     """`tracker` set at runtime: Detection2D.id is the track id, the same object keeps it from frame to frame, and
     the ids equal what the ROS-free tracker gives the same detections; `tracker: none` leaves them empty again."""
     from tiled_detector.messages.detections import msg_ids
-    from tiled_detector.tools.synthetic import make_sequence
+    from tiled_detector.tools.worlds.synthetic import make_sequence
     from tiled_detector.tracking.tracks import Tracks
 
     _, client = node_and_client
@@ -321,7 +321,7 @@ def test_a_tile_budget_over_dds_equals_the_ros_free_stream(node_and_client: Any)
     carried from an earlier frame carries that frame's stamp in its own header, /diagnostics counts the views
     run; a budget that cannot keep max_tile_age for the frames seen is refused with the smallest that can."""
     from tiled_detector.stream import Stream
-    from tiled_detector.tools.synthetic import make_sequence
+    from tiled_detector.tools.worlds.synthetic import make_sequence
 
     _, client = node_and_client
     diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")

@@ -327,8 +327,8 @@ def test_the_silent_input_warn_names_the_variable_the_running_fast_dds_reads(
     """Fast DDS 2.x (Humble 2.6, Jazzy 2.14; the library libfastrtps.so.2.*) reads FASTRTPS_DEFAULT_PROFILES_FILE,
     Fast DDS 3 (libfastdds.so.3.*) FASTDDS_DEFAULT_PROFILES_FILE (XMLParserCommon.cpp at eProsima/Fast-DDS v2.6.10,
     v2.14.5, v3.2.2): the WARN tells the user to export the one their Fast DDS reads (both when it is unknown)."""
-    from tiled_detector.fastdds import FASTDDS_PROFILE, loaded_major
     from tiled_detector.ros import diagnostics
+    from tiled_detector.ros_launch.fastdds import FASTDDS_PROFILE, loaded_major
 
     humble = "7f3a1c000000-7f3a1c400000 r-xp 00000000 08:01 42 /opt/ros/humble/lib/libfastrtps.so.2.6.10\n"
     kilted = "7f3a1c000000-7f3a1c400000 r-xp 00000000 08:01 42 /venv/lib/libfastdds.so.3.2.2\n"
@@ -396,7 +396,7 @@ def test_a_frame_whose_camera_motion_cannot_be_estimated_is_counted_and_answered
     from tiled_detector.harness.process import apply_ros_environment
     from tiled_detector.messages.images import array_to_imgmsg
     from tiled_detector.ros.node import DetectorNode
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     apply_ros_environment()
     context = Context()
@@ -515,7 +515,7 @@ def test_compressed_frames_use_the_gpu_decoder_and_png_falls_back_counted() -> N
     from tiled_detector.harness.process import apply_ros_environment
     from tiled_detector.pipeline.jpeg import is_jpeg
     from tiled_detector.ros.node import DetectorNode
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     apply_ros_environment()
     context = Context()
@@ -588,7 +588,7 @@ def test_several_cameras_pair_their_own_depth_and_publish_their_own_detections_3
     from tiled_detector.messages.images import array_to_imgmsg
     from tiled_detector.ros.depth import depth_topics
     from tiled_detector.ros.node import DetectorNode
-    from tiled_detector.tools.synthetic import make_scene
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     apply_ros_environment()
     context = Context()

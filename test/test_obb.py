@@ -15,10 +15,10 @@ from support.exports import ObbEndToEndHead, ObbHead, ultralytics_onnx, ultralyt
 from support.networks import SquareDetector, save_torchscript
 from support.sync import SyncCounter
 from tiled_detector.config import DetectorConfig
+from tiled_detector.model_files.resolve import file_view, resolve
 from tiled_detector.pipeline.decode import decode_outputs
 from tiled_detector.pipeline.layouts import OutputLayout
 from tiled_detector.pipeline.rotated import obb_hulls
-from tiled_detector.resolve import file_view, resolve
 
 HW = (640, 640)
 NAMES = {0: "red", 1: "blue"}
@@ -103,7 +103,7 @@ def test_a_rotated_box_file_without_metadata_is_not_read_as_one_more_class(tmp_p
     """No task, no names: a head whose last row holds what no class score can (an angle outside [0, 1] on a grey
     image) is refused naming both readings (was: read as yolov8 with a phantom class); with names for its classes
     the class-count error says the extra row may be an angle; an upright head of scores in [0, 1] reads as before."""
-    from tiled_detector.resolve import AmbiguousModelError
+    from tiled_detector.model_files.resolve import AmbiguousModelError
 
     path = _without_metadata(ultralytics_onnx(tmp_path / "obb.onnx", ObbHead(angle=-0.4)))
     with pytest.raises(AmbiguousModelError, match=r"fits yolov8 \(3 classes\) and obb \(2 classes") as error:
@@ -261,7 +261,7 @@ def test_detect_json_gives_obb_and_corners_beside_box(models, tmp_path, capsys):
     import cv2
 
     from tiled_detector.cli import main
-    from tiled_detector.polygons import ANGLE, corners
+    from tiled_detector.geometry.polygons import ANGLE, corners
 
     image = np.zeros((640, 640, 3), np.uint8)
     image[304:312, 304:312] = (0, 0, 255)  # red, in OpenCV's BGR

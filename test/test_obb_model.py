@@ -13,11 +13,11 @@ from tiled_detector import TiledDetector
 from tiled_detector.config import DetectorConfig
 from tiled_detector.models import load_labels, obb_model_path
 from tiled_detector.pipeline.layouts import OutputLayout
-from tiled_detector.tools.evaluation import FRAME_NS, evaluate
 from tiled_detector.tools.frames import rotated_frames
-from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_scene
+from tiled_detector.tools.scores.evaluation import FRAME_NS, evaluate
+from tiled_detector.tools.scores.stream_scores import score_stream
 from tiled_detector.tools.scoring import rotated_iou
-from tiled_detector.tools.stream_scores import score_stream
+from tiled_detector.tools.worlds.rotated_scenes import CLASSES, make_rotated_scene
 
 
 def test_bundled_files_are_small_and_say_what_they_are() -> None:

@@ -1,4 +1,4 @@
-"""tools/obb_training.py, how the bundled rotated-box model is made: one training step on generated rotated crops,
+"""tools/train/obb_training.py, how the bundled rotated-box model is made: one training step on generated rotated crops,
 ProbIoU's symmetries, and the export wrapper's output against a numpy reference of ultralytics' OBB layout."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import torch
 
-from tiled_detector.tools import obb_training as obb
-from tiled_detector.tools import training
-from tiled_detector.tools.rotated_scenes import CLASSES
+from tiled_detector.tools.train import obb_training as obb
+from tiled_detector.tools.train import training
+from tiled_detector.tools.worlds.rotated_scenes import CLASSES
 
 
 def test_training_step_reaches_every_output() -> None:

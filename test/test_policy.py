@@ -30,7 +30,7 @@ from tiled_detector.pipeline.tiling import (
     plan_tiles,
     region_pixels,
 )
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 # --- numpy references -------------------------------------------------------------------------------------------
 
@@ -434,7 +434,7 @@ def test_detect_json_applies_the_same_policy(tmp_path: Path, capsys):
 
 @pytest.mark.gpu
 def test_every_policy_setting_on_cuda_is_one_captured_graph_equal_to_the_cpu(tmp_path: Path):
-    from tiled_detector.devices import cuda_graph
+    from tiled_detector.runtime.devices import cuda_graph
 
     mask = np.zeros((72, 128), np.uint8)
     mask[:, 96:] = 255

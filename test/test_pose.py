@@ -1,4 +1,4 @@
-"""Pose models as exported (`pose_model.py`, the pose layouts of `pipeline/decode.py`): ultralytics pose heads, raw
+"""Pose models as exported (`model_files/pose_model.py`, the pose layouts of `pipeline/decode.py`): ultralytics pose heads, raw
 and end-to-end, ONNX (a batch-1 file run batched), TorchScript and TensorRT (its header's metadata), `kpt_shape` and
 joint names from the file's metadata with their sources, a file of 2 values per joint (score 1), and the files and
 settings refused in one line (fixtures: `support.exports.PoseHead`, written as ultralytics writes them)."""
@@ -17,10 +17,10 @@ from test_detector import _scene
 from tiled_detector.config import DetectorConfig
 from tiled_detector.detector import TiledDetector
 from tiled_detector.engines.metadata import split_engine_file
+from tiled_detector.model_files.pose_model import COCO_KEYPOINTS, skeleton_for
+from tiled_detector.model_files.resolve import ModelView, resolve
 from tiled_detector.pipeline.decode import decode_padded
 from tiled_detector.pipeline.layouts import OutputLayout
-from tiled_detector.pose_model import COCO_KEYPOINTS, skeleton_for
-from tiled_detector.resolve import ModelView, resolve
 
 SETTINGS = dict(tile_size=(64, 64), overlap=0.25, conf_threshold=0.5, backend="onnxruntime")
 NAMES = ["top_left", "top_right", "bottom_right", "bottom_left", "centre"]

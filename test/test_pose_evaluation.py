@@ -1,4 +1,4 @@
-"""`eval --pose` (tools/pose_evaluation.py) with the bundled pose model: what tiles buy for keypoints, and per-joint
+"""`eval --pose` (tools/scores/pose_evaluation.py) with the bundled pose model: what tiles buy for keypoints, and per-joint
 fusion against the keeper's keypoints on the same detections."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from tiled_detector import TiledDetector
 from tiled_detector.cli import main
 from tiled_detector.models import default_model_path, pose_model_path
-from tiled_detector.tools.pose_evaluation import CONFIGS, config_changes, evaluate_pose, markdown_table
+from tiled_detector.tools.scores.pose_evaluation import CONFIGS, config_changes, evaluate_pose, markdown_table
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.tools.pose_scenes import (
+from tiled_detector.tools.worlds.pose_scenes import (
     FLIP,
     JOINTS,
     SKELETON,
@@ -18,7 +18,7 @@ from tiled_detector.tools.pose_scenes import (
     make_pose_crop,
     make_pose_scene,
 )
-from tiled_detector.tools.synthetic import tile_seams
+from tiled_detector.tools.worlds.synthetic import tile_seams
 
 
 @pytest.fixture(scope="module")

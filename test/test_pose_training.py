@@ -1,4 +1,4 @@
-"""tools/pose_training.py, how the bundled pose model is made: one training step on generated crops of figures
+"""tools/train/pose_training.py, how the bundled pose model is made: one training step on generated crops of figures
 reaching every output, the keypoint loss at the truth and away from it, and the export wrapper's output against a
 numpy reference of ultralytics' pose layout, its files' metadata as ultralytics writes it."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 import torch
 
-from tiled_detector.tools import pose_training as pose
-from tiled_detector.tools import training
-from tiled_detector.tools.pose_scenes import CLASSES, JOINTS, SKELETON
+from tiled_detector.tools.train import pose_training as pose
+from tiled_detector.tools.train import training
+from tiled_detector.tools.worlds.pose_scenes import CLASSES, JOINTS, SKELETON
 
 
 def test_training_step_reaches_every_output() -> None:

@@ -1,4 +1,4 @@
-"""Keypoint truth: COCO person keypoints read with their joints, areas and skeleton (`tools/truth.py`), carried by
+"""Keypoint truth: COCO person keypoints read with their joints, areas and skeleton (`tools/scores/truth.py`), carried by
 `make-bag --truth` and `make-bag --pose` on /ground_truth/keypoints, refused in one line with nothing written where
 the joint count is not the category's or the pose model's; `replay` scores the node's keypoints as keypoint AP."""
 
@@ -15,8 +15,8 @@ from tiled_detector.cli import main
 from tiled_detector.harness import bags, recording
 from tiled_detector.harness.replay import _truth_keypoints
 from tiled_detector.models import default_model_path, pose_model_path
-from tiled_detector.tools.pose_scenes import JOINTS, SKELETON, make_pose_scene
-from tiled_detector.tools.truth import TruthError, read_coco
+from tiled_detector.tools.scores.truth import TruthError, read_coco
+from tiled_detector.tools.worlds.pose_scenes import JOINTS, SKELETON, make_pose_scene
 
 
 def _coco_of_scenes(root: Path, count: int = 2, joints: int = len(JOINTS)) -> tuple[Path, Path]:

@@ -10,13 +10,13 @@ import torch
 
 from tiled_detector.config import Applies, DetectorConfig, settings
 from tiled_detector.detector import TiledDetector
-from tiled_detector.devices import cuda_graph
 from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 from tiled_detector.pipeline.merge import MergeRule, merge, merge_padded
 from tiled_detector.pipeline.postprocess import Limits
 from tiled_detector.pipeline.seams import suppress_truncated
 from tiled_detector.pipeline.tiling import batch_plan, make_plan
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.runtime.devices import cuda_graph
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 SIZES = ((640, 480), (1280, 720), (1920, 1080))  # (width, height)
 
@@ -462,8 +462,8 @@ def test_a_model_that_makes_a_host_tensor_is_captured_whole_and_one_that_reads_d
 def test_cuda_graph_is_the_default_where_the_frame_can_be_captured() -> None:
     from types import SimpleNamespace
 
-    from tiled_detector.devices import cuda_graph
-    from tiled_detector.engine_setup import default_capture
+    from tiled_detector.model_files.engine_setup import default_capture
+    from tiled_detector.runtime.devices import cuda_graph
 
     config = DetectorConfig()
     assert config.cuda_graph  # on by default
@@ -519,7 +519,7 @@ def test_update_keeps_engine_buffers_and_learned_limits(bundled, scenes):
 def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
     from types import SimpleNamespace
 
-    import tiled_detector.engine_setup as setup_module
+    import tiled_detector.model_files.engine_setup as setup_module
     from tiled_detector.pipeline.program import fused
 
     cuda = SimpleNamespace(device=torch.device("cuda", 0))
@@ -528,12 +528,12 @@ def test_compile_is_chosen_only_where_it_can_run(monkeypatch, caplog) -> None:
     # triton "installed"
     monkeypatch.setattr(setup_module.importlib.util, "find_spec", lambda name: object())
     assert setup_module.default_compiler(config.replace(compile=True), cuda) is fused
-    with caplog.at_level("WARNING", logger="tiled_detector.engine_setup"):
+    with caplog.at_level("WARNING", logger="tiled_detector.model_files.engine_setup"):
         cpu = SimpleNamespace(device=torch.device("cpu"))
         assert setup_module.default_compiler(config.replace(compile=True), cpu) is None
         monkeypatch.setattr(setup_module.importlib.util, "find_spec", lambda name: None)  # no triton
         assert setup_module.default_compiler(config.replace(compile=True), cuda) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.engine_setup"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiled_detector.model_files.engine_setup"]
     assert len(lines) == 2 and all("compile needs a CUDA device and triton" in line for line in lines)
 
 

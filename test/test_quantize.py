@@ -33,7 +33,7 @@ from tiled_detector.tools.calibration import (
     spread,
 )
 from tiled_detector.tools.scoring import box_iou
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 MODEL = default_model_path()
 

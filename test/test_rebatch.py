@@ -18,7 +18,7 @@ from tiled_detector.engines import tensorrt_build
 from tiled_detector.engines.base import load_engine
 from tiled_detector.engines.rebatch import dynamic_batch_model, fixed_batch_one, rebatched
 from tiled_detector.engines.tensorrt_build import BuildOptions
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 class FlatHead(nn.Module):

@@ -30,7 +30,7 @@ from tiled_detector.harness.report import (
     true_positives,
 )
 from tiled_detector.tools.scoring import box_iou
-from tiled_detector.tools.synthetic import MotionStyle, make_sequence
+from tiled_detector.tools.worlds.synthetic import MotionStyle, make_sequence
 
 ROBOT = MotionStyle(pan=2.0, rotate=0.2, shake=1.0)  # a robot's camera: panning, turning, shaking
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
@@ -159,7 +159,7 @@ def _tilted_bars(count: int) -> list[recording.Frame]:
     is not drawn (no detection can find it)."""
     import cv2
 
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
 
     frames = []
     for index in range(count):
@@ -179,7 +179,7 @@ def _tilted_bars(count: int) -> list[recording.Frame]:
 def test_rotated_truth_scores_rotated_answers_and_ignores_difficult_objects() -> None:
     """The same bar answered by its rotated box scores 1; by its hull (IoU about 0.3) 0; a difficult object
     missed costs nothing, a detection of it is neither right nor wrong."""
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
 
     bar = [100.0, 90.0, 70.0, 12.0, np.radians(35)]
     truth = {1: (np.array([bar, [260, 200, 20, 10, 0]]), np.array([0, 0]), np.array([False, True]))}
@@ -203,7 +203,7 @@ def test_rotated_answers_against_axis_aligned_truth_are_scored_by_their_rotated_
     rad read as centre +- (w, h) / 2 had IoU 0.07 with its true hull)."""
     from std_msgs.msg import Header
 
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
     from tiled_detector.harness.report import to_arrays
     from tiled_detector.messages.detections import detections_to_msg
 
@@ -459,8 +459,8 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
     from tiled_detector.commands.settings import add_settings, default_params_file, parameter_values
     from tiled_detector.harness.recording import frame_stamp
     from tiled_detector.parameters import build_detector
-    from tiled_detector.tools.stream_scores import score_stream
-    from tiled_detector.tools.truth import recording_frames
+    from tiled_detector.tools.scores.stream_scores import score_stream
+    from tiled_detector.tools.scores.truth import recording_frames
 
     truth = ["--truth", str(MOT17_04 / "gt" / "gt.txt"), "--truth-class", "person"]
     source = ["--images", str(MOT17_04 / "img1"), *truth, "--rate", "30"]
@@ -495,9 +495,9 @@ def test_a_real_recording_with_mot_truth_scores_as_in_process(
 
 def test_a_synthetic_rotated_bag_carries_the_scenes_rotated_truth(tmp_path: Path) -> None:
     """`make-bag --obb --motion`: the rotated world's boxes with theta, identities, both marked in the metadata."""
+    from tiled_detector.geometry.polygons import regularized
     from tiled_detector.messages.detections import msg_ids, msg_obb
-    from tiled_detector.polygons import regularized
-    from tiled_detector.tools.rotated_scenes import make_rotated_sequence
+    from tiled_detector.tools.worlds.rotated_scenes import make_rotated_sequence
 
     bag = recording.make_synthetic_bag(tmp_path / "bag", 3, 4, 480, 320, camera=MotionStyle(), rotated=True)
     info = bags.bag_info(bag)

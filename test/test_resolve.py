@@ -1,4 +1,4 @@
-"""How the detector reads a model file (`resolve.py`): the layout from the shapes, the class names and one probe,
+"""How the detector reads a model file (`model_files/resolve.py`): the layout from the shapes, the class names and one probe,
 never a guess between families (each ambiguous shape refused with its candidates and the deciding settings); the
 GFL families by their exporter; the input conventions' precedence and sources; bad files refused in one line
 before anything is loaded or cached."""
@@ -19,9 +19,9 @@ from tiled_detector import TiledDetector
 from tiled_detector.cli import main
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.metadata import ModelMetadata
+from tiled_detector.model_files.resolve import AmbiguousModelError, ModelView, resolve
 from tiled_detector.models import coco_labels, default_model_path
 from tiled_detector.pipeline.layouts import OutputLayout, anchor_points
-from tiled_detector.resolve import AmbiguousModelError, ModelView, resolve
 from tiled_detector.tools.peers import yolox_demo_postprocess
 
 HW_416, HW_640 = (416, 416), (640, 640)

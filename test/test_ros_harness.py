@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiled_detector.fastdds import installed_major
 from tiled_detector.harness.process import (
     FASTDDS_PROFILE,
     NodeProcess,
@@ -21,6 +20,7 @@ from tiled_detector.harness.process import (
     rcl_reads_discovery_range,
     ros_environment,
 )
+from tiled_detector.ros_launch.fastdds import installed_major
 
 ECHO_NODE = (sys.executable, str(Path(__file__).parent / "support" / "echo_node.py"))
 

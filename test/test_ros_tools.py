@@ -38,19 +38,19 @@ DISTRO = pytest.mark.distro  # run again on Kilted (scripts/kilted.sh): launch, 
 rclpy = pytest.importorskip("rclpy")
 
 from tiled_detector.detector import TiledDetector  # noqa: E402
-from tiled_detector.fastdds import (  # noqa: E402
+from tiled_detector.harness.bags import stamp_ns  # noqa: E402
+from tiled_detector.harness.client import DetectorClient  # noqa: E402
+from tiled_detector.harness.process import pick_domain_id, ros_environment  # noqa: E402
+from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
+from tiled_detector.messages.images import array_to_imgmsg  # noqa: E402
+from tiled_detector.ros_launch.fastdds import (  # noqa: E402
     PROFILE_VARIABLES,
     installed_major,
     profile_environment,
     with_profile,
     without_profile,
 )
-from tiled_detector.harness.bags import stamp_ns  # noqa: E402
-from tiled_detector.harness.client import DetectorClient  # noqa: E402
-from tiled_detector.harness.process import pick_domain_id, ros_environment  # noqa: E402
-from tiled_detector.messages.detections import msg_to_detections  # noqa: E402
-from tiled_detector.messages.images import array_to_imgmsg  # noqa: E402
-from tiled_detector.tools.synthetic import CLASSES, make_scene  # noqa: E402
+from tiled_detector.tools.worlds.synthetic import CLASSES, make_scene  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = Path(os.environ.get("TILED_DETECTOR_THIRD_PARTY", ROOT.parent / "shared" / "third_party"))

@@ -1,4 +1,4 @@
-"""Rotated-box geometry (`pipeline.rotated`, over `tiled_detector.polygons`): corners as ultralytics places them,
+"""Rotated-box geometry (`pipeline.rotated`, over `tiled_detector.geometry.polygons`): corners as ultralytics places them,
 exact intersection areas of convex quadrilaterals against an independent clipping, float32 frame coordinates, the
 covering rectangle, hulls, pairwise matrices in chunks, no host read."""
 
@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from support.sync import SyncCounter
-from tiled_detector import polygons
+from tiled_detector.geometry import polygons
 from tiled_detector.pipeline import rotated
 from tiled_detector.pipeline.merge import MatchMetric
 from tiled_detector.pipeline.merge import overlap as aligned_overlap

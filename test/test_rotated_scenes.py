@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiled_detector.tools import rotated_scenes
-from tiled_detector.tools.rotated_scenes import (
+from tiled_detector.tools.worlds import rotated_scenes
+from tiled_detector.tools.worlds.rotated_scenes import (
     CLASSES,
     RotatedScene,
     make_rotated_crop,
     make_rotated_scene,
     make_rotated_sequence,
 )
-from tiled_detector.tools.synthetic import tile_seams
+from tiled_detector.tools.worlds.synthetic import tile_seams
 
 
 def corners(obb: np.ndarray) -> np.ndarray:

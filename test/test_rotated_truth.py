@@ -1,4 +1,4 @@
-"""Rotated truth from label folders (tools/rotated_truth.py): DOTA labelTxt and ultralytics OBB labels matched to a
+"""Rotated truth from label folders (tools/scores/rotated_truth.py): DOTA labelTxt and ultralytics OBB labels matched to a
 folder's images by name, classes to the model's labels, and every bad input refused in one line before any image
 is read."""
 
@@ -11,13 +11,13 @@ import cv2
 import numpy as np
 import pytest
 
-from tiled_detector.tools.rotated_truth import (
+from tiled_detector.tools.scores.rotated_truth import (
     min_area_boxes,
     read_dota,
     read_yolo_obb,
     rotated_recording_frames,
 )
-from tiled_detector.tools.truth import TruthError, TruthFormat
+from tiled_detector.tools.scores.truth import TruthError, TruthFormat
 
 LABELS = ("plane", "ship", "small vehicle", "storage tank")  # ultralytics' DOTAv1 spelling
 SHIP = "1054 1028 1063 1011 1111 1040 1112 1062 ship 0"

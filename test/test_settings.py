@@ -15,7 +15,6 @@ from tiled_detector.cli import COMMANDS
 from tiled_detector.commands.settings import flag, parameter_values
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig, default, settings
 from tiled_detector.engines.base import Backend, Precision
-from tiled_detector.kinds import Kind
 from tiled_detector.parameters import (
     DETECTOR_PARAMETERS,
     as_parameters,
@@ -25,6 +24,7 @@ from tiled_detector.parameters import (
 )
 from tiled_detector.pipeline.frame_settings import FrameSettings
 from tiled_detector.pipeline.merge import MergeMethod
+from tiled_detector.settings.kinds import Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 # subcommands whose work depends on the detector's settings

@@ -11,7 +11,7 @@ import pytest
 from tiled_detector import TiledDetector
 from tiled_detector.pipeline.depth import DepthImage, Intrinsics
 from tiled_detector.stream import Job, Stream, budget_problem, looks
-from tiled_detector.tools.synthetic import make_scene, make_sequence
+from tiled_detector.tools.worlds.synthetic import make_scene, make_sequence
 from tiled_detector.tracking.geometry import inside_any
 from tiled_detector.types import Detections
 
@@ -195,7 +195,7 @@ def test_a_moving_camera_keeps_its_identities_with_motion_compensation(detector)
     objects (IDF1 above, identity switches at most, those without compensation; switches within 2x of the still
     camera's); every frame's motion is estimated."""
     from tiled_detector.tools.scoring import mot_metrics
-    from tiled_detector.tools.synthetic import MotionStyle
+    from tiled_detector.tools.worlds.synthetic import MotionStyle
 
     moving = list(make_sequence(4, 16, 1280, 720, MotionStyle(pan=30.0, rotate=1.0, shake=4.0)))
     still = list(make_sequence(4, 16, 1280, 720))
@@ -487,7 +487,7 @@ def test_a_camera_stamping_every_frame_alike_tells_carried_boxes_from_fresh_ones
 def test_tracked_rotated_boxes_report_hulls_clipped_to_the_frame(monkeypatch):
     """A rotated box reaching past the frame's left edge: tracked, its reported box is its hull clipped to the frame,
     as the detector's own (was: the hull unclipped, x1 -14.3 beside the detector's 0)."""
-    from tiled_detector import polygons
+    from tiled_detector.geometry import polygons
     from tiled_detector.models import obb_model_path
 
     detector = TiledDetector(

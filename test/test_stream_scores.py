@@ -10,10 +10,10 @@ import pytest
 
 from tiled_detector import TiledDetector
 from tiled_detector.config import DetectorConfig
-from tiled_detector.tools.evaluation import FRAME_NS, evaluate
 from tiled_detector.tools.frames import Frame
-from tiled_detector.tools.stream_scores import score_stream
-from tiled_detector.tools.synthetic import CLASSES, MotionStyle, make_sequence
+from tiled_detector.tools.scores.evaluation import FRAME_NS, evaluate
+from tiled_detector.tools.scores.stream_scores import score_stream
+from tiled_detector.tools.worlds.synthetic import CLASSES, MotionStyle, make_sequence
 
 SEED, COUNT, WIDTH, HEIGHT = 7, 4, 640, 360
 STAMPS = [index * FRAME_NS for index in range(COUNT)]  # eval --motion's

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.pipeline.tiling import plan_tiles
-from tiled_detector.tools.synthetic import (
+from tiled_detector.tools.worlds.synthetic import (
     CLASSES,
     Scene,
     SceneStyle,

@@ -1333,8 +1333,8 @@ def test_a_pose_engine_file_resolves_to_its_keypoints(monkeypatch, tmp_path, cpu
     engine reads the header, and the detector's reading of it is the pose layout with its keypoints."""
     from support.exports import ultralytics_engine_file
     from tiled_detector.config import DetectorConfig
+    from tiled_detector.model_files.resolve import engine_view, resolve
     from tiled_detector.pipeline.layouts import OutputLayout
-    from tiled_detector.resolve import engine_view, resolve
 
     engine, _ = named_engine({"output0": (4 + 2 + 15, 16)})
     runtime = strict(trt.Runtime)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiled_detector import threads
+from tiled_detector.runtime import threads
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""tools/training.py, how the bundled model is made: one training step on generated crops, and the export wrapper's
+"""tools/train/training.py, how the bundled model is made: one training step on generated crops, and the export wrapper's
 YOLOv8 output layout."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tiled_detector.tools import training as train
-from tiled_detector.tools.synthetic import CLASSES
+from tiled_detector.tools.train import training as train
+from tiled_detector.tools.worlds.synthetic import CLASSES
 
 
 def test_training_step_and_export_layout() -> None:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiled_detector.tools.frames import Frame
-from tiled_detector.tools.truth import (
+from tiled_detector.tools.scores.truth import (
     Truth,
     TruthError,
     TruthFormat,

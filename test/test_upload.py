@@ -14,7 +14,7 @@ import torch
 from support.transfers import RecordedTransfers
 from tiled_detector import TiledDetector
 from tiled_detector.pipeline.upload import Uploader
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 def _frame(seed: int, height: int = 24, width: int = 32) -> np.ndarray:

@@ -16,7 +16,7 @@ from tiled_detector.ros.share import EngineShare
 from tiled_detector.ros.stats import FrameSlots
 from tiled_detector.ros.worker import Arrival, Worker
 from tiled_detector.stream import Job, Stream, StreamResult
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 
 class Message(NamedTuple):

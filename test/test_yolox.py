@@ -28,7 +28,7 @@ from tiled_detector.pipeline.layouts import AmbiguousLayoutError, OutputLayout, 
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import Letterbox, make_plan
 from tiled_detector.tools.peers import YoloxRunner, yolox_demo_postprocess, yolox_preprocess
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 YOLOX = Path(os.environ.get("TILED_DETECTOR_YOLOX", ROOT.parent / "shared" / "models" / "yolox_nano.onnx"))

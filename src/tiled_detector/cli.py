@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from tiled_detector import __version__
-from tiled_detector.errors import one_line
-from tiled_detector.threads import follow_load, short_spin
+from tiled_detector.runtime.errors import one_line
+from tiled_detector.runtime.threads import follow_load, short_spin
 
 # name -> (module under tiled_detector.commands, one-line help). Each module defines
 # `add_arguments(parser)` and `run(args) -> int`; only the chosen one is imported.

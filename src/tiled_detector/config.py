@@ -1,7 +1,7 @@
 """`DetectorConfig`: every setting of the tiled detection pipeline, validated once on construction, and the
 table (`Setting`, one per field) from which everything else about a setting is derived.
 
-A field's `Setting` says what a user may know of it (help), the kind of its values (`tiled_detector.kinds`: type,
+A field's `Setting` says what a user may know of it (help), the kind of its values (`tiled_detector.settings.kinds`: type,
 range or choices, its ROS parameter(s), its CLI flag) and when a change applies (`Applies`). From the table come
 the node's parameters and their descriptors, config/detector.yaml's documented defaults (a test compares), the CLI
 flags of every subcommand, the runtime/read-only split, and the `FrameSettings` the frame program reads (which is
@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiled_detector.class_kinds import Classes, ClassValues
 from tiled_detector.engines.base import Backend, Precision
 from tiled_detector.engines.metadata import ModelMetadata
-from tiled_detector.kinds import (
+from tiled_detector.pipeline.frame_settings import FrameSettings, KeypointFusion
+from tiled_detector.pipeline.layouts import OutputLayout
+from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
+from tiled_detector.pipeline.policy import read_mask
+from tiled_detector.pipeline.preprocess import InputFormat
+from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
+from tiled_detector.settings.class_kinds import Classes, ClassValues
+from tiled_detector.settings.kinds import (
     CameraFiles,
     Channels,
     Choice,
@@ -35,13 +41,7 @@ from tiled_detector.kinds import (
     Switch,
     Text,
 )
-from tiled_detector.options import ChannelOrder, LetterboxAnchor, Option
-from tiled_detector.pipeline.frame_settings import FrameSettings, KeypointFusion
-from tiled_detector.pipeline.layouts import OutputLayout
-from tiled_detector.pipeline.merge import DEFAULT_RULE, MatchMetric, MergeMethod
-from tiled_detector.pipeline.policy import read_mask
-from tiled_detector.pipeline.preprocess import InputFormat
-from tiled_detector.pipeline.tiling import FULL_FRAME_ROI
+from tiled_detector.settings.options import ChannelOrder, LetterboxAnchor, Option
 from tiled_detector.tracking.bytetrack import TrackerKind, TrackerSettings
 from tiled_detector.tracking.motion import MotionCompensation
 

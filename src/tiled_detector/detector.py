@@ -22,8 +22,9 @@ import numpy as np
 import torch
 
 from tiled_detector.config import ENGINE_FIELDS, Applies, DetectorConfig
-from tiled_detector.engine_setup import default_capture, default_compiler, load_config_engine
 from tiled_detector.engines.base import Engine
+from tiled_detector.model_files.engine_setup import default_capture, default_compiler, load_config_engine
+from tiled_detector.model_files.resolve import Resolved, engine_view, file_view, resolve
 from tiled_detector.pipeline import keypoints as keypoint_stage
 from tiled_detector.pipeline import masks as mask_stage
 from tiled_detector.pipeline.decode import PaddedDecoded
@@ -47,9 +48,8 @@ from tiled_detector.pipeline.tiling import (
 )
 from tiled_detector.pipeline.upload import Uploader
 from tiled_detector.pipeline.zero_copy import as_torch_tensor
-from tiled_detector.resolve import Resolved, engine_view, file_view, resolve
-from tiled_detector.stage_clock import StageClock
-from tiled_detector.threads import fit_to_load
+from tiled_detector.runtime.stage_clock import StageClock
+from tiled_detector.runtime.threads import fit_to_load
 from tiled_detector.types import Detections
 
 LOG = logging.getLogger(__name__)

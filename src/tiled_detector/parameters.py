@@ -15,8 +15,8 @@ from typing import Any
 
 from tiled_detector.config import DetectorConfig, Setting, default, settings
 from tiled_detector.detector import TiledDetector
-from tiled_detector.engine_setup import load_config_engine
-from tiled_detector.kinds import Parameter, parameters_of
+from tiled_detector.model_files.engine_setup import load_config_engine
+from tiled_detector.settings.kinds import Parameter, parameters_of
 
 
 def parameter_base(name: str, setting: Setting) -> str:

@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.frame_parts import merged
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
+from tiled_detector.streaming.frame_parts import merged
 from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.tracking.geometry import (
     frame_hulls,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiled_detector.label_image import label_image
+from tiled_detector.geometry.label_image import label_image
 
 
 @dataclass(frozen=True)

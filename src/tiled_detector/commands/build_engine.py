@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     """Build (or find in the cache) the engine or the Q/DQ model; print its path."""
     import torch
 
-    from tiled_detector.devices import require_cuda
     from tiled_detector.parameters import config_changes
+    from tiled_detector.runtime.devices import require_cuda
     from tiled_detector.tools.calibration import int8_model
 
     config = DetectorConfig(

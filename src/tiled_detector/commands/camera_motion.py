@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.synthetic import MotionStyle
+    from tiled_detector.tools.worlds.synthetic import MotionStyle
 
 
 def add_world_arguments(parser: argparse.ArgumentParser, motion: str, obb: str) -> None:
@@ -53,7 +53,7 @@ def add_camera_arguments(parser: argparse.ArgumentParser) -> None:
 def camera_motion(args: argparse.Namespace) -> MotionStyle | None:
     """The camera's motion the flags give (None: none given); ValueError naming a bad flag, or camera flags
     without --motion."""
-    from tiled_detector.tools.synthetic import MotionStyle, camera_motion_problem
+    from tiled_detector.tools.worlds.synthetic import MotionStyle, camera_motion_problem
 
     moving = args.pan or args.rotate or args.zoom != 1.0 or args.shake
     problem = camera_motion_problem(args.rotate, args.zoom, args.shake)

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     """Make the sample bag, replay it lock-step through the node, report."""
     from tiled_detector.harness.recording import make_synthetic_bag
     from tiled_detector.harness.replay import ReplayError, ReplayOptions, replay_bag
-    from tiled_detector.tools.synthetic import MotionStyle
+    from tiled_detector.tools.worlds.synthetic import MotionStyle
 
     if args.frames < 1:
         raise SystemExit("--frames must be at least 1")
@@ -128,9 +128,9 @@ def _tiling(params_file: Path, overrides: dict[str, Any]) -> tuple[tuple[int, in
     """Tile size and overlap the node runs with: the flags', else the params file's, else the defaults (auto: the
     model's input size)."""
     from tiled_detector.config import DetectorConfig
-    from tiled_detector.engine_setup import load_config_engine
+    from tiled_detector.model_files.engine_setup import load_config_engine
+    from tiled_detector.model_files.resolve import file_view
     from tiled_detector.parameters import DETECTOR_PARAMETERS, config_changes, read_params_file
-    from tiled_detector.resolve import file_view
 
     values = {p.name: p.default for p in DETECTOR_PARAMETERS} | read_params_file(params_file) | overrides
     config = DetectorConfig(**config_changes({n: v for n, v in values.items() if v is not None}))

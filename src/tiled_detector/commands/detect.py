@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Detect in every image; returns 1 when an image could not be read, else 0."""
+    from tiled_detector.geometry.polygons import ANGLE
     from tiled_detector.parameters import build_detector
-    from tiled_detector.polygons import ANGLE
     from tiled_detector.tools.segmentation import detection_rles
 
     depths, camera = _depth_arguments(args)
@@ -160,7 +160,7 @@ def _rotated(dets: Any, k: int) -> dict[str, Any]:
     `corners` [[x, y], ...] (ultralytics' order); nothing for an axis-aligned model (`box` is the hull)."""
     if dets.obb is None:
         return {}
-    from tiled_detector.polygons import corners
+    from tiled_detector.geometry.polygons import corners
 
     obb = dets.obb[k].astype(np.float64)
     return {

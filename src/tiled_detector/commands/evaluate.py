@@ -14,7 +14,13 @@ from typing import Any
 from tiled_detector.commands.camera_motion import add_world_arguments, camera_motion
 from tiled_detector.commands.settings import add_settings, flag_parameters, parameter_values
 from tiled_detector.config import settings
-from tiled_detector.tools.evaluation import CONFIGS, DEFAULT_SEED, evaluate, markdown_table, write_report
+from tiled_detector.tools.scores.evaluation import (
+    CONFIGS,
+    DEFAULT_SEED,
+    evaluate,
+    markdown_table,
+    write_report,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 def _depth_report(args: argparse.Namespace, detector: Any, progress: Callable[[int, int], None]) -> int:
     """`eval --depth`: position errors on synthetic depth scenes (`tools.depth_evaluation`), printed and written to
     OUT/eval_depth.json."""
-    from tiled_detector.tools.depth_evaluation import MIN_SIZE, evaluate_depth
+    from tiled_detector.tools.scores.depth_evaluation import MIN_SIZE, evaluate_depth
 
     start = time.perf_counter()
     found = evaluate_depth(detector, args.frames, args.seed, args.width, args.height, progress)
@@ -217,7 +223,7 @@ def _depth_report(args: argparse.Namespace, detector: Any, progress: Callable[[i
 def _pose_report(args: argparse.Namespace, detector: Any, progress: Callable[[int, int], None]) -> int:
     """`eval --pose`: keypoint AP per configuration (`tools.pose_evaluation`), printed (or JSON) and written to
     OUT/eval_pose.json and OUT/eval_pose.md."""
-    from tiled_detector.tools import pose_evaluation
+    from tiled_detector.tools.scores import pose_evaluation
 
     configs = args.configs if args.configs != list(CONFIGS) else list(pose_evaluation.CONFIGS)
     try:

@@ -48,9 +48,9 @@ def report(config: Any) -> dict[str, Any]:
     readings); errors that stop the node raise as they do there."""
     import math
 
-    from tiled_detector.engine_setup import load_config_engine
+    from tiled_detector.model_files.engine_setup import load_config_engine
+    from tiled_detector.model_files.resolve import AmbiguousModelError, engine_view, resolve
     from tiled_detector.pipeline.tiling import make_plan
-    from tiled_detector.resolve import AmbiguousModelError, engine_view, resolve
 
     engine = load_config_engine(config)
     found: dict[str, Any] = {

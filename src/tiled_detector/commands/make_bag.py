@@ -13,8 +13,8 @@ from tiled_detector.commands.camera_motion import add_world_arguments, camera_mo
 from tiled_detector.commands.settings import add_settings, parameter_values
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.rotated_truth import LabelFolder, RotatedTruthFrames
-    from tiled_detector.tools.truth import Truth, TruthFormat, TruthFrames
+    from tiled_detector.tools.scores.rotated_truth import LabelFolder, RotatedTruthFrames
+    from tiled_detector.tools.scores.truth import Truth, TruthFormat, TruthFrames
 
 # the settings that name the detector's classes: `--truth-class` must be one of them
 LABEL_SETTINGS = ("model", "labels", "layout")
@@ -240,7 +240,7 @@ def _truth_bag(
     a mismatch found while reading the frames leaves nothing written), the frames written (their count of boxes
     left out) and the truth."""
     from tiled_detector.harness import recording
-    from tiled_detector.tools.truth import TruthError, TruthFormat, recording_frames
+    from tiled_detector.tools.scores.truth import TruthError, TruthFormat, recording_frames
 
     kind = TruthFormat.of(args.truth, args.truth_format)
     if kind.rotated:
@@ -286,8 +286,8 @@ def _rotated_truth_bag(
     truth, classes named by the model's labels (every label file read and checked before anything is written)."""
     from tiled_detector.harness import recording
     from tiled_detector.parameters import build_detector
-    from tiled_detector.tools.rotated_truth import rotated_recording_frames
-    from tiled_detector.tools.truth import TruthError
+    from tiled_detector.tools.scores.rotated_truth import rotated_recording_frames
+    from tiled_detector.tools.scores.truth import TruthError
 
     if args.images is None:
         raise TruthError(

@@ -17,9 +17,9 @@ from typing import ClassVar
 
 import torch
 
-from tiled_detector.devices import concrete_device, require_cuda, same_device
 from tiled_detector.engines.metadata import ModelMetadata
-from tiled_detector.options import Option
+from tiled_detector.runtime.devices import concrete_device, require_cuda, same_device
+from tiled_detector.settings.options import Option
 
 LOG = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import onnx
 
 from tiled_detector.engines.cache import EngineCache, entry_name
 from tiled_detector.engines.onnx_model import graph_inputs, has_qdq, image_input
-from tiled_detector.errors import one_line
+from tiled_detector.runtime.errors import one_line
 
 QUANTIZED_OPS = ("Conv",)
 RECIPE = "ort-quantize_static qdq int8 symmetric per-channel conv-inputs float-bias first-last-float minmax-mean v1"

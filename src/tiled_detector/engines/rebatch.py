@@ -28,7 +28,7 @@ from onnx import numpy_helper
 
 from tiled_detector.engines.cache import EngineCache, entry_name, sha256_file
 from tiled_detector.engines.onnx_model import image_input
-from tiled_detector.errors import one_line
+from tiled_detector.runtime.errors import one_line
 
 LOG = logging.getLogger(__name__)
 BATCH = "batch"  # the symbolic batch dimension's name

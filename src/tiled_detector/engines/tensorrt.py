@@ -44,7 +44,6 @@ from typing import Any
 
 import torch
 
-from tiled_detector.devices import made_current
 from tiled_detector.engines.base import Backend, Engine, ModelFormat, Precision, TensorSpec, model_format
 from tiled_detector.engines.metadata import split_engine_file
 from tiled_detector.engines.tensorrt_api import (
@@ -60,6 +59,7 @@ from tiled_detector.engines.tensorrt_api import (
     make_runtime,
     trt_version,
 )
+from tiled_detector.runtime.devices import made_current
 
 # TensorRT DataType member name -> torch dtype
 TORCH_DTYPES: dict[str, torch.dtype] = {

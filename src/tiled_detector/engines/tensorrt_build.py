@@ -30,7 +30,6 @@ from typing import Any
 import onnx
 import torch
 
-from tiled_detector.devices import made_current
 from tiled_detector.engines.base import Precision
 from tiled_detector.engines.cache import EngineCache, EngineKey
 from tiled_detector.engines.onnx_model import INT8_NEEDS_QDQ, has_qdq, onnx_input, onnx_sha256
@@ -43,6 +42,7 @@ from tiled_detector.engines.tensorrt_api import (
     is_lean,
     trt_version,
 )
+from tiled_detector.runtime.devices import made_current
 
 LOG = logging.getLogger(__name__)
 WORKSPACE_BYTES = 2 << 30

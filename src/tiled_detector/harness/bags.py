@@ -29,7 +29,7 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from tiled_detector.messages.images import stamp_ns
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 
 METADATA_VERSION = 8  # newest version Humble's `ros2 bag info/play` can read (see the module docstring)
 HUMBLE_METADATA_VERSION = 5  # the version Humble's rosbag2 itself writes

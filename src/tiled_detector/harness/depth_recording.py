@@ -76,8 +76,8 @@ def make_depth_bag(
 ) -> Path:
     """A deterministic RGB-D bag of `tools.depth_scenes` frames (frame i: seed + i) with 2D and 3D ground truth
     (module docstring); `options`: `write_image_bag`'s (rate, storage, compressed, topic, frame_id, force)."""
-    from tiled_detector.tools.depth_scenes import make_depth_scene
-    from tiled_detector.tools.synthetic import CLASSES
+    from tiled_detector.tools.worlds.depth_scenes import make_depth_scene
+    from tiled_detector.tools.worlds.synthetic import CLASSES
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")

@@ -20,7 +20,7 @@ from tiled_detector.harness import bags
 from tiled_detector.harness.depth_recording import CAMERA_INFO_KEY, DETECTIONS_3D, GROUND_TRUTH_3D_TOPIC
 from tiled_detector.messages.detections import msg_links, msg_to_positions
 from tiled_detector.messages.images import stamp_ns
-from tiled_detector.tools.depth_evaluation import MIN_SIZE, error_percentiles
+from tiled_detector.tools.scores.depth_evaluation import MIN_SIZE, error_percentiles
 from tiled_detector.tools.scoring import Arrays, position_errors
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tiled_detector.fastdds import FASTDDS_PROFILE, ros_library_folders, with_profile
+from tiled_detector.ros_launch.fastdds import FASTDDS_PROFILE, ros_library_folders, with_profile
 
 # the variable Iron's and later rcl read (`rcl/src/rcl/discovery_options.c`); Humble's reads only ROS_LOCALHOST_ONLY,
 # which Jazzy's rcl WARNs is deprecated (in every process that has it set) and Kilted's no longer reads

@@ -30,7 +30,7 @@ from tiled_detector.harness.bags import (
 from tiled_detector.tools.frames import Frame, motion_frames, pose_frames, rotated_frames, synthetic_frames
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.synthetic import MotionStyle
+    from tiled_detector.tools.worlds.synthetic import MotionStyle
 
 # bag metadata key: "true" when the ground truth's Detection2D.id is each object's identity across frames
 IDENTITIES = "ground_truth_ids"
@@ -142,7 +142,7 @@ def make_synthetic_bag(
     and the true camera motion of each frame (`CAMERA_MOTION_TOPIC`). `rotated`: the rotated world
     (`rotated_scenes`) with rotated truth; with `camera` (still: the rotated world's camera does not move) its
     objects drive and turn. `pose`: the pose world (`pose_scenes`: still scenes of figures) with keypoint truth."""
-    from tiled_detector.tools import pose_scenes, rotated_scenes, synthetic
+    from tiled_detector.tools.worlds import pose_scenes, rotated_scenes, synthetic
 
     if frames < 1:
         raise ValueError(f"frames must be at least 1, got {frames}")

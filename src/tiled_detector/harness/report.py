@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 from tiled_detector.tools.scoring import (
     Arrays,
     RotatedTruth,

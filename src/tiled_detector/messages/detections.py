@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.polygons import corners, hulls, regularized
+from tiled_detector.geometry.polygons import corners, hulls, regularized
 
 Labels = Sequence[str] | Mapping[int, str]
 

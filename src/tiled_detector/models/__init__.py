@@ -1,6 +1,6 @@
-"""The bundled default model (trained on `tiled_detector.tools.synthetic` scenes; see MODEL_CARD.md) and its labels;
-the bundled rotated-box model (`obb.onnx` / `obb.ts`, trained on `tiled_detector.tools.rotated_scenes`) and pose
-model (`pose.onnx` / `pose.ts`, trained on `tiled_detector.tools.pose_scenes`).
+"""The bundled default model (trained on `tiled_detector.tools.worlds.synthetic` scenes; see MODEL_CARD.md) and its labels;
+the bundled rotated-box model (`obb.onnx` / `obb.ts`, trained on `tiled_detector.tools.worlds.rotated_scenes`) and pose
+model (`pose.onnx` / `pose.ts`, trained on `tiled_detector.tools.worlds.pose_scenes`).
 
 `default.onnx` / `default.ts` output the YOLOv8 layout (B, 4 + C, A): cx, cy, w, h in input pixels, then class
 scores after a sigmoid, for (B, 3, 640, 640) float32 RGB input in [0, 1]. The same network in both formats: the

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import torch
 
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 
 
 class Encoding(Option):

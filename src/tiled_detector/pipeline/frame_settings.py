@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiled_detector.options import Option
 from tiled_detector.pipeline.merge import MatchMetric, MergeMethod, MergeRule
+from tiled_detector.settings.options import Option
 
 
 class KeypointFusion(Option):

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from tiled_detector.errors import one_line
 from tiled_detector.pipeline import kernels
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import TilePlan
+from tiled_detector.runtime.errors import one_line
 
 LOG = logging.getLogger(__name__)
 TABLES = 32  # plans whose view tables a writer keeps on the device

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tiled_detector.devices import concrete_device
+from tiled_detector.runtime.devices import concrete_device
 
 JPEG_MAGIC = b"\xff\xd8\xff"  # start of image + the first marker
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from tiled_detector.errors import one_line
+from tiled_detector.runtime.errors import one_line
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

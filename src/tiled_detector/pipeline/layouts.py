@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from tiled_detector.options import Option
 from tiled_detector.pipeline import gfl
+from tiled_detector.settings.options import Option
 
 # An end-to-end head (YOLOv10 / YOLO26) emits at most this many detections per image; a (B, K, 6) output with
 # more rows is taken for a raw head with 1 (v5) or 2 (v8) classes.

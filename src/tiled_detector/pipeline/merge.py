@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tiled_detector.options import Option
 from tiled_detector.pipeline import groups
 from tiled_detector.pipeline.groups import Geometry, geometry_of, group_key
+from tiled_detector.settings.options import Option
 
 # rows settled together by the NMS fixed point (see `_nms_keep`): small blocks do the least work (CPU), large
 # ones launch the fewest kernels (GPU: up to 1024 candidates take one block)

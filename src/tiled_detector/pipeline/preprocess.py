@@ -20,12 +20,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from tiled_detector.devices import concrete_device
-from tiled_detector.options import check_channel_order
 from tiled_detector.pipeline import host_tiles, kernels
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
 from tiled_detector.pipeline.resample import bilinear_axis, sampled_bilinear
 from tiled_detector.pipeline.tiling import Letterbox, TilePlan
+from tiled_detector.runtime.devices import concrete_device
+from tiled_detector.settings.options import check_channel_order
 
 PAD_VALUE = 114.0 / 255.0  # YOLO's grey at the default input scale
 DEFAULT_SCALE = 1.0 / 255.0

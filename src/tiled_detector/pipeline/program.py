@@ -19,8 +19,6 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import torch
 
-from tiled_detector.devices import graph_nodes
-from tiled_detector.errors import one_line
 from tiled_detector.pipeline import kernels, keypoints, masks
 from tiled_detector.pipeline import labels as label_images
 from tiled_detector.pipeline.decode import PaddedDecoded, Prototypes, decode_padded, joined
@@ -32,6 +30,8 @@ from tiled_detector.pipeline.layouts import ROTATED_LAYOUTS, OutputLayout
 from tiled_detector.pipeline.postprocess import COLUMNS, OBB_COLUMNS, Limits, postprocess, postprocess_rows
 from tiled_detector.pipeline.preprocess import Preprocessor
 from tiled_detector.pipeline.tiling import BatchPlan, ViewSelection, pieces
+from tiled_detector.runtime.devices import graph_nodes
+from tiled_detector.runtime.errors import one_line
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -5,7 +5,7 @@ Boxes are (..., 5) cx, cy, w, h, angle (ultralytics' xywhr; the angle in radians
 coordinates, i.e. clockwise on screen); polygons are (..., K, 2) vertices of convex polygons in either orientation
 (a rectangle's `corners`, DOTA's four label points). Everything is torch, batched, with fixed shapes, no host read
 and no per-box Python loop; areas are computed about local origins, so float32 frame coordinates are safe.
-The math itself lives in `tiled_detector.polygons` (one implementation for torch here and numpy in the tracker);
+The math itself lives in `tiled_detector.geometry.polygons` (one implementation for torch here and numpy in the tracker);
 this module's names:
 
 - `corners(obb) -> (..., 4, 2)`: centre + R(angle)(+-w/2, +-h/2), in ultralytics' order (`xywhr2xyxyxyxy`);
@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from tiled_detector.polygons import (
+from tiled_detector.geometry.polygons import (
     corners,
     covering,
     degenerate,

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from tiled_detector.devices import concrete_device
 from tiled_detector.pipeline.encodings import Encoding, as_frame_tensor
+from tiled_detector.runtime.devices import concrete_device
 
 LOG = logging.getLogger(__name__)
 RING = 2  # staging entries per slot: the frame being copied ahead and the one its program reads

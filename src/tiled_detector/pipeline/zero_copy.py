@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tiled_detector.devices import same_device
+from tiled_detector.runtime.devices import same_device
 
 
 class ZeroCopyError(ValueError):

@@ -24,12 +24,12 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 from vision_msgs.msg import Detection3DArray
 
-from tiled_detector.depth_sync import DepthSync
 from tiled_detector.messages.depth import camera_info_intrinsics, depth_to_array
 from tiled_detector.messages.detections import detections_3d_to_msg
 from tiled_detector.messages.images import ImageConversionError, stamp_ns
 from tiled_detector.pipeline.depth import DepthError, DepthImage, aligned
 from tiled_detector.ros.cameras import CameraTopics
+from tiled_detector.streaming.depth_sync import DepthSync
 
 # the longest a colour frame waits for a depth image that comes after it (the worker goes on without one then;
 # a camera whose wait ran out waits no more until it pairs again: `depth_sync`)

@@ -9,7 +9,12 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
-from tiled_detector.fastdds import FASTDDS_PROFILE, profile_in_use, profile_variables, running_major
+from tiled_detector.ros_launch.fastdds import (
+    FASTDDS_PROFILE,
+    profile_in_use,
+    profile_variables,
+    running_major,
+)
 
 SILENT_AFTER_S = 3.0  # no frame for this long while the input has publishers: WARN (and /diagnostics)
 

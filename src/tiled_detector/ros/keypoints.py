@@ -12,7 +12,7 @@ from typing import Any
 from rclpy.qos_overriding_options import QoSOverridingOptions
 
 from tiled_detector.messages.keypoints import keypoint_info, keypoints_to_msg
-from tiled_detector.pose_model import skeleton_for
+from tiled_detector.model_files.pose_model import skeleton_for
 from tiled_detector.ros.cameras import CameraTopics
 
 

@@ -22,10 +22,10 @@ from typing import Any
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
-from tiled_detector.errors import one_line
 from tiled_detector.ros.bond import HEARTBEAT_PERIOD_S, PERIOD_PARAMETER, ManagerBond
 from tiled_detector.ros.node import NODE_NAME, DetectorNodeBase
 from tiled_detector.ros.run import run_node
+from tiled_detector.runtime.errors import one_line
 
 PERIOD_DESCRIPTOR = ParameterDescriptor(
     description="seconds between the heartbeats of the bond formed with a lifecycle manager on activate "

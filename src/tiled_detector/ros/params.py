@@ -12,9 +12,9 @@ from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType
 
-from tiled_detector.kinds import Choice, Names, Number, Parameter, ParamType
-from tiled_detector.options import Option
 from tiled_detector.parameters import DETECTOR_PARAMETERS
+from tiled_detector.settings.kinds import Choice, Names, Number, Parameter, ParamType
+from tiled_detector.settings.options import Option
 
 _TYPES = {
     ParamType.BOOL: ParameterType.PARAMETER_BOOL,

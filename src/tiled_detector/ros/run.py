@@ -13,9 +13,9 @@ import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
-from tiled_detector.errors import one_line
 from tiled_detector.ros.params import USAGE
-from tiled_detector.threads import follow_load
+from tiled_detector.runtime.errors import one_line
+from tiled_detector.runtime.threads import follow_load
 
 SPIN_WAKE_S = 0.25  # the executor wakes at least this often (wall clock), so Ctrl-C never waits on sim time
 

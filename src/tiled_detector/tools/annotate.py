@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from tiled_detector.geometry.polygons import corners
+from tiled_detector.model_files.pose_model import skeleton_for
 from tiled_detector.pipeline.tiling import FULL_FRAME_ROI, TilePlan, region_pixels
-from tiled_detector.polygons import corners
-from tiled_detector.pose_model import skeleton_for
 from tiled_detector.types import Detections
 
 _PALETTE = np.array(

@@ -28,15 +28,15 @@ import numpy as np
 import torch
 
 from tiled_detector.detector import TiledDetector
-from tiled_detector.devices import cuda_graph, graph_nodes
 from tiled_detector.engines.cache import atomic_write
-from tiled_detector.errors import one_line
 from tiled_detector.models import coco_labels
 from tiled_detector.pipeline.encodings import Encoding
 from tiled_detector.pipeline.tiling import batch_plan
+from tiled_detector.runtime.devices import cuda_graph, graph_nodes
+from tiled_detector.runtime.errors import one_line
 from tiled_detector.stream import Job, Stream
 from tiled_detector.tools.peers import FAMILIES, model_family, sahi_model
-from tiled_detector.tools.synthetic import make_scene
+from tiled_detector.tools.worlds.synthetic import make_scene
 from tiled_detector.tracking.bytetrack import TrackerKind
 from tiled_detector.types import Detections
 
@@ -359,7 +359,7 @@ def frame_for(width: int, height: int, rotated: bool = False) -> np.ndarray:
     """The benchmark frame of a size: a synthetic scene (objects of the bundled model's classes; `rotated`: of the
     bundled rotated-box model's, `rotated_scenes`)."""
     if rotated:
-        from tiled_detector.tools.rotated_scenes import make_rotated_scene
+        from tiled_detector.tools.worlds.rotated_scenes import make_rotated_scene
 
         return make_rotated_scene(1, width, height).image
     return make_scene(1, width, height).image

@@ -27,9 +27,9 @@ from tiled_detector.engines.onnx_model import (
     onnx_sha256,
 )
 from tiled_detector.engines.quantize import QuantizedKey, cached_quantized, quantize_onnx
+from tiled_detector.model_files.resolve import file_view, resolve
 from tiled_detector.pipeline.preprocess import InputFormat, Preprocessor
 from tiled_detector.pipeline.tiling import make_plan
-from tiled_detector.resolve import file_view, resolve
 from tiled_detector.tools.frames import (
     Frame,
     bag_frames,

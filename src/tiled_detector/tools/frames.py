@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from tiled_detector.tools.synthetic import MotionStyle
+    from tiled_detector.tools.worlds.synthetic import MotionStyle
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
 
@@ -44,8 +44,8 @@ class Frame:
 
 
 def synthetic_frames(frames: int, seed: int, width: int, height: int) -> Iterator[Frame]:
-    """Frames of `tiled_detector.tools.synthetic` (frame i uses seed + i) with their ground truth."""
-    from tiled_detector.tools.synthetic import make_scene
+    """Frames of `tiled_detector.tools.worlds.synthetic` (frame i uses seed + i) with their ground truth."""
+    from tiled_detector.tools.worlds.synthetic import make_scene
 
     for index in range(frames):
         scene = make_scene(seed + index, width, height)
@@ -57,7 +57,7 @@ def motion_frames(
 ) -> Iterator[Frame]:
     """Frames of a moving synthetic scene (`synthetic.make_sequence`, the camera moving as `camera` says) with
     ground truth, object identities and the true camera motion."""
-    from tiled_detector.tools.synthetic import make_sequence
+    from tiled_detector.tools.worlds.synthetic import make_sequence
 
     for scene in make_sequence(seed, frames, width, height, camera):
         yield Frame(scene.image, scene.boxes, scene.class_ids, ids=scene.ids, camera=scene.camera)
@@ -74,8 +74,8 @@ def rotated_frames(frames: int, seed: int, width: int, height: int, moving: bool
     """Frames of the rotated world (`rotated_scenes`: frame i of `make_rotated_scene` uses seed + i; `moving`: one
     `make_rotated_sequence` whose objects drive and turn, with their identities) with rotated truth and its
     axis-aligned hulls."""
-    from tiled_detector import polygons
-    from tiled_detector.tools.rotated_scenes import make_rotated_scene, make_rotated_sequence
+    from tiled_detector.geometry import polygons
+    from tiled_detector.tools.worlds.rotated_scenes import make_rotated_scene, make_rotated_sequence
 
     scenes = (
         make_rotated_sequence(seed, frames, width, height)
@@ -93,7 +93,7 @@ def rotated_frames(frames: int, seed: int, width: int, height: int, moving: bool
 def pose_frames(frames: int, seed: int, width: int, height: int) -> Iterator[Frame]:
     """Frames of the pose world (`pose_scenes`: frame i of `make_pose_scene` uses seed + i) with their figures' boxes,
     keypoints and the areas OKS scales by."""
-    from tiled_detector.tools.pose_scenes import make_pose_scene
+    from tiled_detector.tools.worlds.pose_scenes import make_pose_scene
 
     for index in range(frames):
         scene = make_pose_scene(seed + index, width, height)

@@ -33,11 +33,11 @@ import numpy as np
 import torch
 
 from tiled_detector.config import DetectorConfig
-from tiled_detector.engine_setup import load_config_engine
 from tiled_detector.engines.base import Engine, ModelFormat, load_engine, model_format
 from tiled_detector.engines.rebatch import dynamic_batch_model
+from tiled_detector.model_files.engine_setup import load_config_engine
+from tiled_detector.model_files.resolve import engine_view, resolve
 from tiled_detector.pipeline.layouts import YOLOX_STRIDES
-from tiled_detector.resolve import engine_view, resolve
 
 YOLOX_NMS = 0.45  # YOLOX's demo: nms_thr
 

@@ -408,7 +408,7 @@ def polygons(shapes: np.ndarray) -> np.ndarray:
     """(N, 4, 2) convex corners of rotated boxes (N, 5: cx, cy, w, h, angle, ultralytics' xywhr) or of
     quadrilaterals given as (N, 4, 2) or (N, 8) (x1, y1, ..., x4, y4); a quadrilateral that is not convex (a few
     DOTA labels) is replaced by its convex hull (a vertex repeated where the hull has three)."""
-    from tiled_detector.polygons import corners
+    from tiled_detector.geometry.polygons import corners
 
     shapes = np.asarray(shapes, np.float64)
     if shapes.ndim == 2 and shapes.shape[1] == 5:

@@ -41,8 +41,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from tiled_detector import polygons
-from tiled_detector.options import Option
+from tiled_detector.geometry import polygons
+from tiled_detector.settings.options import Option
 from tiled_detector.tracking.geometry import (
     grown,
     overlapping,

@@ -1,7 +1,7 @@
 """Box and frame geometry on numpy arrays, shared by the tracker, the schedule, the camera motion and the stream
 (numpy only: the tracker and the schedule import no torch).
 
-Boxes are (N, 4) x1, y1, x2, y2 in frame pixels (rotated ones (N, 5) cx, cy, w, h, angle: `tiled_detector.polygons`,
+Boxes are (N, 4) x1, y1, x2, y2 in frame pixels (rotated ones (N, 5) cx, cy, w, h, angle: `tiled_detector.geometry.polygons`,
 the same code as the frame program's rotated geometry); a camera motion is a (2, 3) similarity (scale, rotation,
 translation) from the previous frame's pixels to the current one's.
 """
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from tiled_detector import polygons
+from tiled_detector.geometry import polygons
 
 
 def overlapping(

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tiled_detector.devices import cuda_graph
-from tiled_detector.options import Option
+from tiled_detector.runtime.devices import cuda_graph
+from tiled_detector.settings.options import Option
 from tiled_detector.tracking.geometry import corner_error
 
 THUMB_PX = 480  # the thumbnail's long side, about

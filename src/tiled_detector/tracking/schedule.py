@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 
 CLAIM_MARGIN = 0.5  # a claiming box grows by this fraction of its width / height on every side
 MIN_MARGIN_PX = 8.0

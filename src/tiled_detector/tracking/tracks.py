@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiled_detector import polygons
+from tiled_detector.geometry import polygons
 from tiled_detector.tracking.bytetrack import ByteTrack, TrackerSettings
 from tiled_detector.tracking.geometry import frame_hulls
 from tiled_detector.tracking.looks import Looks

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 
 QUEUE = 10  # depth images kept per camera (message_filters' usual queue size)
 

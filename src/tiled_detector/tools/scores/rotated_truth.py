@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from tiled_detector.tools.frames import Frame, image_folder_frames, image_paths
-from tiled_detector.tools.truth import TruthError, TruthFormat
+from tiled_detector.tools.scores.truth import TruthError, TruthFormat
 
 COORDINATES = 8
 _HEADER = re.compile(r"^[A-Za-z][A-Za-z ]*:")  # imagesource:..., gsd:..., acquisition dates:...

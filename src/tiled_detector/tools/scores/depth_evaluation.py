@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from tiled_detector.pipeline.depth import DepthImage
-from tiled_detector.tools.depth_scenes import make_depth_scene
 from tiled_detector.tools.scoring import position_errors
+from tiled_detector.tools.worlds.depth_scenes import make_depth_scene
 
 MIN_SIZE = 12.0  # px: the objects the position targets are stated for
 

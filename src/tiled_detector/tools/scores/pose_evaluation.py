@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.tools.pose_scenes import CLASSES, cut_by_seams, make_pose_scene
 from tiled_detector.tools.scoring import coco_ground_truth, coco_keypoint_stats, coco_stats
+from tiled_detector.tools.worlds.pose_scenes import CLASSES, cut_by_seams, make_pose_scene
 
 CONFIGS: tuple[str, ...] = ("full", "tiles", "tiles+full", "tiles+full/keeper")
 METRICS = (
@@ -67,7 +67,7 @@ def evaluate_pose(
 ) -> dict[str, dict[str, float | None]]:
     """Metrics per configuration (module docstring) of `detector` (a `TiledDetector` of a pose model) on `frames`
     scenes of `make_pose_scene` (frame i of set `seed`: `evaluation.scene_seed`)."""
-    from tiled_detector.tools.evaluation import scene_seed
+    from tiled_detector.tools.scores.evaluation import scene_seed
 
     variants = {name: detector.with_config(**config_changes(name, width, height)) for name in configs}
     tiles = detector.with_config(**config_changes("tiles", width, height)).plan_for(height, width).tiles

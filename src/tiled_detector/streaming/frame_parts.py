@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from tiled_detector.geometry.polygons import corners, hulls
 from tiled_detector.pipeline.merge import MergeRule, merge_padded
-from tiled_detector.polygons import corners, hulls
 from tiled_detector.tracking.looks import across_parts
 from tiled_detector.types import Detections, InstanceMasks
 

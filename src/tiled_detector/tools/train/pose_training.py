@@ -17,7 +17,7 @@ learns to say where it cannot see). Samples are `pose_scenes.make_pose_crop` cro
 3x-downscaled larger crops as the full-frame view sees them (figures shorter than `MIN_FULL_FRAME_HEIGHT` input
 pixels left unlabelled: the tiles find those).
 
-    .venv/bin/python -m tiled_detector.tools.pose_training --device cuda --workers 7 --out OUT_DIR
+    .venv/bin/python -m tiled_detector.tools.train.pose_training --device cuda --workers 7 --out OUT_DIR
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from tiled_detector.tools import training
-from tiled_detector.tools.pose_scenes import CLASSES, JOINTS, SKELETON, make_pose_crop
-from tiled_detector.tools.training import (
+from tiled_detector.tools.train import training
+from tiled_detector.tools.train.training import (
     EXPORT_SIZE,
     FULL_FRAME_SCALE,
     STRIDE,
@@ -45,6 +44,7 @@ from tiled_detector.tools.training import (
     detection_loss,
     ltrb_to_xyxy,
 )
+from tiled_detector.tools.worlds.pose_scenes import CLASSES, JOINTS, SKELETON, make_pose_crop
 
 STEM = "pose"  # pose.onnx, pose.ts, pose.labels.txt
 MIN_FULL_FRAME_HEIGHT = 12.0  # downscaled samples label figures at least this tall in input pixels
@@ -239,7 +239,7 @@ POSE = Recipe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tiled_detector.tools.pose_training`: `training.main`'s options, this recipe."""
+    """`python -m tiled_detector.tools.train.pose_training`: `training.main`'s options, this recipe."""
     return training.main(argv, POSE, __doc__)
 
 

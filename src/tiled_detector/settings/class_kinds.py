@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tiled_detector.kinds import Kind, ParamType, array_items, is_array, is_list, is_number
-from tiled_detector.options import out_of_range
+from tiled_detector.settings.kinds import Kind, ParamType, array_items, is_array, is_list, is_number
+from tiled_detector.settings.options import out_of_range
 
 
 def class_key(item: Any, name: str) -> int | str:

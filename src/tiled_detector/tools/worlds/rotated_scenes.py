@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from tiled_detector.tools.synthetic import background, finish, rgb, tile_seams
+from tiled_detector.tools.worlds.synthetic import background, finish, rgb, tile_seams
 
 CLASSES: tuple[str, ...] = ("red_boat", "blue_car", "yellow_truck")
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from tiled_detector.pose_model import COCO_KEYPOINTS
-from tiled_detector.tools.synthetic import background, finish, rgb, tile_seams
+from tiled_detector.model_files.pose_model import COCO_KEYPOINTS
+from tiled_detector.tools.worlds.synthetic import background, finish, rgb, tile_seams
 
 CLASSES: tuple[str, ...] = ("person",)
 # COCO's person keypoints with the face (nose, eyes, ears) as one joint, the head's centre

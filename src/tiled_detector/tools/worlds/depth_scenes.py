@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from tiled_detector.pipeline.depth import Intrinsics
-from tiled_detector.tools.synthetic import Scene, SceneStyle, make_scene
+from tiled_detector.tools.worlds.synthetic import Scene, SceneStyle, make_scene
 
 DEPTH_STYLE = SceneStyle(min_size=8.0, max_size=80.0)
 NEAR, FAR = 3.0, 60.0  # metres: the ground at the bottom and the top row

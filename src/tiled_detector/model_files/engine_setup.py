@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 
 from tiled_detector.config import DetectorConfig
-from tiled_detector.devices import cuda_graph
 from tiled_detector.engines.base import Engine, load_engine
 from tiled_detector.pipeline.program import Capture, Compiler, fused
+from tiled_detector.runtime.devices import cuda_graph
 
 LOG = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ centre (or that holds the centre) is a positive for that box (the smallest box w
 quality focal loss whose target is the IoU of the predicted box, boxes a GIoU loss. Samples are pure functions of
 (seed, index) so the data order does not depend on the number of workers.
 
-    .venv/bin/python -m tiled_detector.tools.training --device cuda --out OUT_DIR
+    .venv/bin/python -m tiled_detector.tools.train.training --device cuda --out OUT_DIR
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from tiled_detector.tools.synthetic import CLASSES, Scene, make_crop
+from tiled_detector.tools.worlds.synthetic import CLASSES, Scene, make_crop
 
 STRIDE = 8
 EXPORT_SIZE = 640

@@ -4,7 +4,7 @@
 One `Kind` per shape of value. `config.Setting` names the kind of each `DetectorConfig` field (and `ros/params.py`
 of each node parameter); the parameter table, its checks, its encoding and the CLI flags are all derived from it,
 so adding a setting of an existing kind is one field in `config.py` (and its line in config/detector.yaml).
-The kinds that name the model's classes (`Classes`, `ClassValues`) are in `class_kinds.py`.
+The kinds that name the model's classes (`Classes`, `ClassValues`) are in `settings/class_kinds.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from tiled_detector.options import Option, out_of_range
+from tiled_detector.settings.options import Option, out_of_range
 
 
 class ParamType(Option):

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from tiled_detector.options import Option
+from tiled_detector.settings.options import Option
 from tiled_detector.tools.frames import Frame, image_folder_frames, image_paths, video_frames
 from tiled_detector.tools.scoring import BOX_AREA_SHARE
 from tiled_detector.tools.segmentation import SegmentationError, truth_rle

@@ -15,7 +15,7 @@ between the rectangles' Gaussians, which does not care which side is called w no
 `rotated_scenes.make_rotated_crop` crops (objects cut by the crop border labelled with the minimum-area rectangle
 of their part inside) and, with `--full-frame-prob`, 3x-downscaled larger crops as the full-frame view sees them.
 
-    .venv/bin/python -m tiled_detector.tools.obb_training --device cuda --workers 7 --out OUT_DIR
+    .venv/bin/python -m tiled_detector.tools.train.obb_training --device cuda --workers 7 --out OUT_DIR
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from tiled_detector.tools import training
-from tiled_detector.tools.rotated_scenes import CLASSES, make_rotated_crop
-from tiled_detector.tools.training import (
+from tiled_detector.tools.train import training
+from tiled_detector.tools.train.training import (
     EXPORT_SIZE,
     FULL_FRAME_SCALE,
     STRIDE,
@@ -40,6 +39,7 @@ from tiled_detector.tools.training import (
     TinyDetector,
     anchor_centres,
 )
+from tiled_detector.tools.worlds.rotated_scenes import CLASSES, make_rotated_crop
 
 STEM = "obb"  # obb.onnx, obb.ts, obb.labels.txt
 MIN_FULL_FRAME_LENGTH = (
@@ -263,7 +263,7 @@ ROTATED = Recipe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tiled_detector.tools.obb_training`: `training.main`'s options, this recipe."""
+    """`python -m tiled_detector.tools.train.obb_training`: `training.main`'s options, this recipe."""
     return training.main(argv, ROTATED, __doc__)
 
 

@@ -43,9 +43,9 @@ import numpy as np
 
 from tiled_detector.pipeline.merge import MergeMethod
 from tiled_detector.stream import Stream
-from tiled_detector.tools.rotated_scenes import make_rotated_scene, make_rotated_sequence
 from tiled_detector.tools.scoring import box_iou, coco_stats, dota_ap50, mot_metrics, rotated_iou
-from tiled_detector.tools.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
+from tiled_detector.tools.worlds.rotated_scenes import make_rotated_scene, make_rotated_sequence
+from tiled_detector.tools.worlds.synthetic import MotionStyle, coco_ground_truth, make_scene, make_sequence
 from tiled_detector.tracking.geometry import corner_error
 from tiled_detector.tracking.schedule import ScheduleKind
 from tiled_detector.types import Detections

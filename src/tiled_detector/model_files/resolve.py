@@ -34,6 +34,7 @@ import torch
 from tiled_detector.config import DetectorConfig
 from tiled_detector.engines.base import Engine, ModelFormat, model_format
 from tiled_detector.engines.metadata import ModelMetadata
+from tiled_detector.model_files.pose_model import Keypoints, check_pose_layout, read_keypoints
 from tiled_detector.models import COCO, coco_labels, load_labels
 from tiled_detector.pipeline import gfl
 from tiled_detector.pipeline.decode import yolox_decoded
@@ -50,7 +51,6 @@ from tiled_detector.pipeline.layouts import (
     mask_output,
 )
 from tiled_detector.pipeline.preprocess import InputFormat
-from tiled_detector.pose_model import Keypoints, check_pose_layout, read_keypoints
 
 COCO_FAMILIES = frozenset({"yolox", "picodet", "nanodet"})  # released with COCO's 80 classes and no names
 # what a GFL head of no known family must be told: its pre-processing differs between the families

@@ -1,0 +1,1 @@
+"""Training the bundled models (detector, rotated boxes, pose) on the synthetic worlds and exporting them."""
