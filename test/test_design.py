@@ -1,8 +1,9 @@
 """docs/DESIGN.md against the code: its module map names every module and only modules that exist, and its layer
-diagrams are the import contracts' layers."""
+diagrams are the import contracts' layers; the house stays small (module sizes, the root and tools/ counts)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -143,3 +144,31 @@ def test_the_numpy1_pass_names_only_test_files_that_exist() -> None:
     named = re.findall(r"test/test_\w+\.py", (ROOT / "scripts" / "numpy1.sh").read_text())
     assert named, "scripts/numpy1.sh names no test file"
     assert [name for name in named if not (ROOT / name).is_file()] == []
+
+
+MAX_LINES = 600  # a module a reader takes in at once (docs/DESIGN.md's conventions)
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    """Every module of the package, the benchmarks, the scripts and the launch file: <= MAX_LINES lines."""
+    roots = [PACKAGE, ROOT / "benchmarks", ROOT / "scripts", ROOT / "launch"]
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for root in roots
+        for path in root.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"modules over {MAX_LINES} lines: split them by what they do"
+
+
+def test_the_package_root_and_tools_hold_few_modules() -> None:
+    """The package root keeps the entry points only (<= 10 .py files, __init__.py counted); tools/ keeps <= 8
+    modules itself, its concerns in sub-packages each with a docstring."""
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 10, root
+    tools = sorted(p.name for p in (PACKAGE / "tools").glob("*.py"))
+    assert len(tools) <= 8, tools
+    for package in PACKAGE.rglob("__init__.py"):
+        assert ast.get_docstring(ast.parse(package.read_text())), (
+            f"{package.relative_to(ROOT)} has no docstring"
+        )

@@ -473,14 +473,22 @@ def test_autostart_configures_then_activates_the_managed_node_once(launch_descri
         _actions_for(launch_description, lifecycle="true", autostart="on")
 
 
-def test_the_launch_table_is_the_node_parameter_table() -> None:
-    """tiled_detector.ros_launch.arguments writes out ros/params.PARAMS (the launch file imports it, not torch)."""
-    from tiled_detector.ros.params import PARAMS
+def test_the_launch_table_is_generated_from_the_node_parameter_table(tmp_path: Path) -> None:
+    """The launch file's table (`resources/launch_arguments.json`, read by `ros_launch.arguments` without torch) is
+    what `python -m tiled_detector.ros.params` generates from ros/params.PARAMS: no written copy to keep in step."""
+    import json
+
+    from tiled_detector.ros.params import PARAMS, launch_table, write_launch_table
+    from tiled_detector.ros_launch import LAUNCH_TABLE
     from tiled_detector.ros_launch.arguments import PARAMETERS
 
-    expected = tuple((p.name, p.param_type.value, p.description) for p in PARAMS)
-    rows = "".join(f"    ({name!r}, {kind!r}, {text!r}),\n" for name, kind, text in expected)
-    assert expected == PARAMETERS, f"launch_arguments.PARAMETERS should read:\n{rows}"
+    assert json.loads(LAUNCH_TABLE.read_text()) == launch_table(), (
+        "resources/launch_arguments.json is stale: run `.venv/bin/python -m tiled_detector.ros.params`"
+    )
+    assert tuple((p.name, p.param_type.value, p.description) for p in PARAMS) == PARAMETERS
+    written = write_launch_table(tmp_path / "table.json")
+    assert written.read_text() == LAUNCH_TABLE.read_text()  # the command writes exactly the shipped file
+    assert [p.name for p in tmp_path.iterdir()] == ["table.json"]  # no temporary file left
 
 
 def test_the_launch_file_imports_no_torch() -> None:

@@ -14,6 +14,7 @@ On the CPU the exact path is used directly (host syncs cost nothing there).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,18 +57,6 @@ LOG = logging.getLogger(__name__)
 # batches taking the exact path directly after one exceeded a sync-free limit at its maximum
 _RETRY_AFTER = 30
 _VIEW_BUFFERS = 64  # chosen-view buffers kept (one per batch plan and count of chosen tiles per frame)
-
-
-class _Once:
-    """A callback (or None) that runs at most once, however often it is called."""
-
-    def __init__(self, callback: Callable[[], None] | None) -> None:
-        self._callback = callback
-
-    def __call__(self) -> None:
-        callback, self._callback = self._callback, None
-        if callback is not None:
-            callback()
 
 
 class TiledDetector:
@@ -355,7 +344,7 @@ class TiledDetector:
         if on_device is not None:
             on_device(uploaded)
             clock.mark("motion")
-        running = _Once(while_running)
+        running = functools.cache(while_running or (lambda: None))  # runs at most once
         found = self._detect(uploaded, encodings, cameras, clock, tiles, checked, running)
         running()  # (a batch with no view to run calls it here)
         return found

@@ -7,12 +7,17 @@ apply from the next frame. `config/detector.yaml` documents the same table (a te
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType
 
 from tiled_detector.parameters import DETECTOR_PARAMETERS
+from tiled_detector.ros_launch import LAUNCH_TABLE
 from tiled_detector.settings.kinds import Choice, Names, Number, Parameter, ParamType
 from tiled_detector.settings.options import Option
 
@@ -84,6 +89,28 @@ PARAMS: tuple[Parameter, ...] = DETECTOR_PARAMETERS + NODE_PARAMETERS
 BY_NAME: Mapping[str, Parameter] = {p.name: p for p in PARAMS}
 
 
+def launch_table() -> dict[str, Any]:
+    """What `ros_launch.arguments` reads (`resources/launch_arguments.json`, generated from `PARAMS` by
+    `python -m tiled_detector.ros.params`): every parameter's name, ROS type and description, in order."""
+    return {
+        "generated_by": "python -m tiled_detector.ros.params (from ros/params.PARAMS; do not edit)",
+        "parameters": [[p.name, p.param_type.value, p.description] for p in PARAMS],
+    }
+
+
+def write_launch_table(path: Path = LAUNCH_TABLE) -> Path:
+    """Write `launch_table()` to `path` (a temporary file renamed over it: never half-written)."""
+    table = launch_table()
+    rows = ",\n".join(f"  {json.dumps(row, ensure_ascii=False)}" for row in table["parameters"])
+    text = f'{{\n "generated_by": {json.dumps(table["generated_by"])},\n "parameters": [\n{rows}\n ]\n}}\n'
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8"
+    ) as out:
+        out.write(text)
+    os.replace(out.name, path)
+    return path
+
+
 def descriptor(param: Parameter) -> ParameterDescriptor:
     """The rcl descriptor: type, description, choices in the constraints text, numeric range, read-only."""
     kind = param.value_type
@@ -125,3 +152,7 @@ parameters (ro = read-only, fixed at start; the others change at runtime with `r
     f"{p.description}"
     for p in PARAMS
 )
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_launch_table()}")

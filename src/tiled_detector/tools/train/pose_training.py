@@ -44,6 +44,7 @@ from tiled_detector.tools.train.training import (
     detection_loss,
     ltrb_to_xyxy,
 )
+from tiled_detector.tools.train.validation import nms
 from tiled_detector.tools.worlds.pose_scenes import CLASSES, JOINTS, SKELETON, make_pose_crop
 
 STEM = "pose"  # pose.onnx, pose.ts, pose.labels.txt
@@ -186,7 +187,7 @@ def validate_pose(
         points = keypoints(raw.float(), centres)[0].cpu()
         scores = cls.flatten(2)[0].T.sigmoid().max(dim=1).values.float().cpu()
         chosen = (scores > 0.01).nonzero().squeeze(1)
-        chosen = chosen[training._nms(boxes[chosen], scores[chosen], 0.5)][:100]
+        chosen = chosen[nms(boxes[chosen], scores[chosen], 0.5)][:100]
         found = points[chosen]
         found[..., 2] = found[..., 2].sigmoid()
         predictions.append(

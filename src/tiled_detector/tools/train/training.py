@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from tiled_detector.tools.train.validation import average_precision, box_iou, nms
 from tiled_detector.tools.worlds.synthetic import CLASSES, Scene, make_crop
 
 STRIDE = 8
@@ -308,43 +309,6 @@ def detection_loss(
 # validation (tile level, quick): AP50 over a fixed set of crops, class-aware, greedy NMS
 
 
-def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    order = scores.argsort(descending=True)
-    keep = []
-    suppressed = torch.zeros(len(order), dtype=torch.bool)
-    ious = box_iou(boxes[order], boxes[order])
-    for i in range(len(order)):
-        if suppressed[i]:
-            continue
-        keep.append(order[i])
-        suppressed |= ious[i] > iou_threshold
-    return torch.stack(keep) if keep else torch.zeros(0, dtype=torch.long)
-
-
-def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(N, M) IoU of xyxy boxes."""
-    lt = torch.maximum(a[:, None, :2], b[None, :, :2])
-    rb = torch.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = (rb - lt).clamp(min=0).prod(dim=2)
-    area_a = (a[:, 2:] - a[:, :2]).prod(dim=1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(dim=1)
-    return inter / (area_a[:, None] + area_b[None, :] - inter + 1e-7)
-
-
-def average_precision(matches: list[tuple[float, bool]], n_gt: int) -> float:
-    """All-point interpolated AP from (score, is_true_positive) pairs."""
-    if n_gt == 0:
-        return float("nan")
-    matches.sort(key=lambda m: -m[0])
-    tp = np.cumsum([m[1] for m in matches]) if matches else np.zeros(0)
-    recall = tp / n_gt
-    precision = tp / np.arange(1, len(tp) + 1)
-    mrec = np.concatenate([[0.0], recall, [1.0]])
-    mpre = np.concatenate([[1.0], precision, [0.0]])
-    mpre = np.maximum.accumulate(mpre[::-1])[::-1]
-    return float(np.sum((mrec[1:] - mrec[:-1]) * mpre[1:]))
-
-
 @torch.no_grad()
 def validate(
     model: TinyDetector, data: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device
@@ -363,7 +327,7 @@ def validate(
             n_gt[k] += len(gt)
             sel = scores[:, k] > 0.01
             kb, ks = boxes[sel], scores[sel, k]
-            keep = _nms(kb, ks, 0.5)
+            keep = nms(kb, ks, 0.5)
             kb, ks = kb[keep], ks[keep]
             taken = torch.zeros(len(gt), dtype=torch.bool)
             ious = box_iou(kb, gt) if len(gt) else torch.zeros(len(kb), 0)
