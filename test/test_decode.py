@@ -153,17 +153,17 @@ def assert_rows(got: list[tuple], want: list[tuple]) -> None:
         np.testing.assert_allclose(g[1:-1], w[1:-1], rtol=1e-5, atol=1e-4)
 
 
-# YOLOX's and GFL heads place their boxes by the input size: test_yolox.py and test_gfl.py decode them; pose heads
-# are told by their metadata (`task: pose`): test_pose.py
-@pytest.mark.parametrize(
-    "layout",
-    [
-        x
-        for x in OutputLayout
-        if x
-        not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS, *KEYPOINT_LAYOUTS)
-    ],
-)
+# the layouts the `exported` fixture writes: YOLOX's and GFL heads place their boxes by the input size
+# (test_yolox.py and test_gfl.py decode them), rotated heads are test_obb.py's, pose heads are told by their metadata
+# (`task: pose`: test_pose.py, test_keypoints.py on CUDA)
+EXPORTED_LAYOUTS = [
+    x
+    for x in OutputLayout
+    if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS, *KEYPOINT_LAYOUTS)
+]
+
+
+@pytest.mark.parametrize("layout", EXPORTED_LAYOUTS)
 def test_each_exported_layout_detected_and_decoded(exported, layout):
     outputs = exported[layout]
     assert detect_layout(outputs, NUM_CLASSES) is layout
@@ -229,14 +229,9 @@ def test_nothing_above_threshold_gives_empty_tensors(exported):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(  # YOLOX's and GFL heads on CUDA: test_yolox.py and test_gfl.py
-    "layout",
-    [
-        x
-        for x in OutputLayout
-        if x not in (OutputLayout.AUTO, OutputLayout.YOLOX, OutputLayout.GFL, *ROTATED_LAYOUTS)
-    ],
-)
+@pytest.mark.parametrize(
+    "layout", EXPORTED_LAYOUTS
+)  # the others on CUDA: test_yolox, test_gfl, test_obb, test_keypoints
 def test_cuda_matches_cpu(exported, layout):
     outputs = {name: t.cuda() for name, t in exported[layout].items()}
     decoded = decode_outputs(outputs, layout, 0.25, 100, class_filter=[0, 1, 2])
