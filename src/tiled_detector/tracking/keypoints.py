@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiled_detector.tracking.positions import carried_at, found_again
+from tiled_detector.tracking.positions import carried_at, detected_again
 from tiled_detector.types import Detections
 
 
@@ -41,8 +41,8 @@ def moved(keypoints: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.nd
 
 
 class CarriedKeypoints:
-    """The keypoints of one camera's reported boxes (module docstring); the stream keeps one per camera and starts
-    it over with the camera's other state over time."""
+    """Keypoints carried with one camera's reported boxes (module docstring), beside its `Positions`: the same
+    `attach` protocol, one per camera in the stream, started over with the camera's other state."""
 
     def __init__(self) -> None:
         self._last: _Report | None = None
@@ -66,14 +66,7 @@ class CarriedKeypoints:
         located = measured.keypoint_positions
         where = None if located is None else np.full((len(reported), joints, 3), np.nan, np.float32)
         if fresh.any():
-            at = found_again(
-                reported.boxes[fresh],
-                reported.class_ids[fresh],
-                reported.scores[fresh],
-                measured.boxes,
-                measured.class_ids,
-                measured.scores,
-            )
+            at = detected_again(reported, measured, fresh)
             found[fresh] = _taken(measured.keypoints, at, joints)
             if where is not None and located is not None:
                 where[fresh] = _taken(located, at, joints, np.nan)

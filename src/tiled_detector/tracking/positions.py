@@ -54,6 +54,19 @@ def found_again(
     return found
 
 
+def detected_again(reported: Detections, measured: Detections, rows: np.ndarray) -> np.ndarray:
+    """For the `rows` (bool) of the boxes a stream reports, the index of the frame's detection in `measured` each
+    one is (-1: none; `found_again` by class, overlap and score)."""
+    return found_again(
+        reported.boxes[rows],
+        reported.class_ids[rows],
+        reported.scores[rows],
+        measured.boxes,
+        measured.class_ids,
+        measured.scores,
+    )
+
+
 def _nan(count: int) -> np.ndarray:
     return np.full((count, 3), np.nan, np.float32)
 
@@ -80,14 +93,7 @@ class Positions:
         positions, sizes = _nan(count), _nan(count)
         if measured.positions is not None:
             if fresh.any():
-                at = found_again(
-                    reported.boxes[fresh],
-                    reported.class_ids[fresh],
-                    reported.scores[fresh],
-                    measured.boxes,
-                    measured.class_ids,
-                    measured.scores,
-                )
+                at = detected_again(reported, measured, fresh)
                 positions[fresh] = _taken(measured.positions, at)
                 sizes[fresh] = _taken(measured.sizes, at)
             last = self._last
@@ -169,12 +175,5 @@ def with_masks(stamp_ns: int, measured: Detections, reported: Detections, seen_n
     at = np.full(len(reported), -1, np.int64)
     fresh = seen_ns == stamp_ns
     if fresh.any():
-        at[fresh] = found_again(
-            reported.boxes[fresh],
-            reported.class_ids[fresh],
-            reported.scores[fresh],
-            measured.boxes,
-            measured.class_ids,
-            measured.scores,
-        )
+        at[fresh] = detected_again(reported, measured, fresh)
     return dataclasses.replace(reported, masks=measured.masks.select(at))
