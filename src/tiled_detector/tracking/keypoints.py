@@ -44,8 +44,7 @@ class CarriedKeypoints:
     """Keypoints carried with one camera's reported boxes (module docstring), beside its `Positions`: the same
     `attach` protocol, one per camera in the stream, started over with the camera's other state."""
 
-    def __init__(self) -> None:
-        self._last: _Report | None = None
+    _last: _Report | None = None  # the camera's last report (set per instance by `attach`)
 
     def attach(
         self,
