@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -96,44 +97,35 @@ class Geometry:
         return torch.zeros((), dtype=torch.int64, device=boxes.device)
 
     def meeting(self, boxes: Tensor, key: Tensor | None) -> tuple[Tensor, Tensor] | None:
-        """The pairs (i, j), i < j, each (P,) int64, of rows of `boxes` with the same `key` (None: any) whose
+        """The pairs (i, j), i < j, each (P,) int64, of rows of host `boxes` with the same `key` (None: any) whose
         intersection is positive; every other pair's is 0 (`intersection`'s float operations), or NaN. A sweep
-        along x in (key, x1) order (a host read: the pair count), for the exact path where the (N, N) matrices
-        would compare mostly boxes far apart. None where it cannot tell (non-finite coordinates): compare every
-        pair."""
-        if not bool(torch.isfinite(boxes).all()):
+        along x in (key, x1) order in numpy (a few dozen small operations: torch's per-op cost would double the
+        merge's), for the CPU's exact path, where (N, N) matrices would compare mostly boxes far apart. None where
+        it cannot tell (non-finite coordinates, boxes off the host): compare every pair."""
+        if boxes.device.type != "cpu" or not bool(torch.isfinite(boxes).all()):
             return None
-        if len(boxes) == 0:
-            none = torch.zeros(0, dtype=torch.int64, device=boxes.device)
-            return none, none
-        order = torch.sort(boxes[:, 0], stable=True).indices
-        if key is not None:
-            order = order.index_select(0, torch.sort(key.index_select(0, order), stable=True).indices)
-        ranked = boxes.index_select(0, order)
-        # a monotone float64 line through the (key, x) order: each key's span after the one before (rounding
-        # can tie two values, never swap them: the search counts ties in, the exact test below drops them)
-        x = ranked[:, 0::2].double()
-        lowest, span = x.min(), 2.0 * (x.max() - x.min()) + 1.0
-        segment = torch.zeros_like(order)
-        if key is not None:
-            segment[1:] = (key.index_select(0, order).diff() != 0).cumsum(0)
-        line = segment[:, None] * span + (x - lowest)
-        ends = torch.searchsorted(line[:, 0].contiguous(), line[:, 1].contiguous(), right=True)
-        counts = (ends - torch.arange(1, len(order) + 1, device=boxes.device)).clamp_min_(0)
-        first = torch.repeat_interleave(counts)  # each sorted row once per later row starting before it ends
-        starts = (counts.cumsum(0) - counts).index_select(0, first)
-        second = first + 1 + torch.arange(len(first), device=boxes.device) - starts
-        a, b = ranked.index_select(0, first), ranked.index_select(0, second)
-        meet = (torch.minimum(a[:, 2:], b[:, 2:]) > torch.maximum(a[:, :2], b[:, :2])).all(1)
-        if key is not None:
-            sorted_key = key.index_select(0, order)
-            meet &= sorted_key.index_select(0, first) == sorted_key.index_select(0, second)
-        meet = meet.nonzero().squeeze(1)
-        i, j = (
-            order.index_select(0, first.index_select(0, meet)),
-            order.index_select(0, second.index_select(0, meet)),
-        )
-        return torch.minimum(i, j), torch.maximum(i, j)
+        xyxy = boxes.numpy()
+        group = np.zeros(len(xyxy), np.int64) if key is None else key.numpy()
+        order = np.lexsort((xyxy[:, 0], group))  # by key, then x1 (stable)
+        columns, sorted_group = np.ascontiguousarray(xyxy[order].T), group[order]  # (4, N): 1-D gathers below
+        # a monotone float64 line through the (key, x) order: each key's span after the one before (rounding can
+        # tie two values, never swap them: the search counts ties in, the exact test below drops them)
+        x = columns[0::2].astype(np.float64)
+        lowest = x.min(initial=0.0)
+        span = 2.0 * (x.max(initial=0.0) - lowest) + 1.0
+        segment = np.concatenate([[0], np.cumsum(sorted_group[1:] != sorted_group[:-1])])
+        line = segment * span + (x - lowest)
+        ends = np.searchsorted(line[0], line[1], side="right")
+        counts = np.maximum(ends - np.arange(1, len(order) + 1), 0)
+        first = np.repeat(
+            np.arange(len(order)), counts
+        )  # each sorted row once per later row starting before its end
+        second = first + 1 + np.arange(len(first)) - (np.cumsum(counts) - counts)[first]
+        meet = sorted_group[first] == sorted_group[second]
+        for start, end in ((columns[0], columns[2]), (columns[1], columns[3])):
+            meet &= np.minimum(end[first], end[second]) > np.maximum(start[first], start[second])
+        i, j = order[first[meet]], order[second[meet]]
+        return torch.from_numpy(np.minimum(i, j)), torch.from_numpy(np.maximum(i, j))
 
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         """The boxes covering `merged` and `member` row by row (SAHI's union)."""
