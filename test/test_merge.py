@@ -509,3 +509,57 @@ def test_meeting_pairs_are_every_pair_of_a_key_with_a_positive_intersection(rows
         assert sorted(zip(first.tolist(), second.tolist(), strict=True)) == sorted(
             map(tuple, expected.tolist())
         )
+
+
+def _seam_scene(seed: int, n: int) -> tuple[torch.Tensor, ...]:
+    """Candidates of a 1080p plan's 9 views, in frame pixels: objects seen by every view that holds them, each
+    view's box clipped to it (a cut box touches its inner seam), jittered, in 3 classes."""
+    rng = np.random.default_rng(seed)
+    plan = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)
+    windows = np.concatenate([plan.tiles, [[0, 0, 1920, 1080]]]).astype(np.float32)
+    centre, size = rng.uniform([0, 0], [1920, 1080], (n, 2)), rng.uniform(8, 90, (n, 2))
+    objects = np.concatenate([centre - size / 2, centre + size / 2], 1).astype(np.float32)
+    rows, views, classes = [], [], []
+    for k, window in enumerate(windows):  # (nine views: a loop over the test's views, not the pipeline's)
+        seen = (objects[:, :2] < window[2:]).all(1) & (objects[:, 2:] > window[:2]).all(1)
+        clipped = np.concatenate(
+            [np.maximum(objects[:, :2], window[:2]), np.minimum(objects[:, 2:], window[2:])], 1
+        )
+        rows.append(clipped[seen] + rng.normal(0, 1.5, (int(seen.sum()), 4)).astype(np.float32))
+        views.append(np.full(int(seen.sum()), k))
+        classes.append(np.arange(n)[seen] % 3)
+    boxes, index, class_ids = (torch.as_tensor(np.concatenate(a)) for a in (rows, views, classes))
+    return (
+        boxes,
+        torch.as_tensor(rng.uniform(0.3, 1.0, len(boxes)).astype(np.float32)),
+        class_ids,
+        index,
+        plan,
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_cpu_exact_seam_rule_from_meeting_pairs_equals_the_matrix_path(seed, agnostic, monkeypatch):
+    """The CPU's exact seam rule measures the pairs whose boxes meet, never a matrix (issue 57): the keep mask of the
+    fixed-shape (M, M) path on a 1080p plan's views."""
+    from tiled_detector.pipeline import groups
+
+    boxes, scores, class_ids, index, plan = _seam_scene(seed, 120)
+    matrix = suppress_truncated(
+        boxes,
+        scores,
+        class_ids,
+        index,
+        plan,
+        class_agnostic=agnostic,
+        valid=torch.ones_like(scores, dtype=torch.bool),
+    )
+
+    def no_matrix(*args, **kwargs):
+        raise AssertionError("the CPU's exact seam rule built a coverage matrix")
+
+    monkeypatch.setattr(groups.Geometry, "covers", no_matrix)
+    listed = suppress_truncated(boxes, scores, class_ids, index, plan, class_agnostic=agnostic)
+    assert torch.equal(listed, matrix)
+    assert 0 < int((~listed).sum()) < len(listed) // 2
