@@ -96,14 +96,17 @@ def _listed_keep(
     min_score_ratio: float,
 ) -> torch.Tensor:
     """`suppress_truncated`'s keep mask of all-valid (N, 4) boxes from the pairs of the same key whose boxes meet
-    (`Geometry.meeting`: every other pair's intersection is 0, which covers nothing), each pair both ways: the
-    matrix path's float operations pair by pair."""
+    (`Geometry.meeting`: every other pair's intersection is 0, which covers nothing): the matrix path's float
+    operations pair by pair."""
     first, second = listed
-    part, whole = torch.cat([first, second]), torch.cat([second, first])
-    on = truncated[part] & ~truncated[whole] & (image_index[part] != image_index[whole])
-    on &= scores[whole] >= min_score_ratio * scores[part]
+    # a pair counts one way at most: its truncated box yielding to its whole one from another view
+    first_cut = truncated.index_select(0, first)
+    on = first_cut != truncated.index_select(0, second)
+    on &= image_index.index_select(0, first) != image_index.index_select(0, second)
     on = on.nonzero().squeeze(1)
-    part, whole = part.index_select(0, on), whole.index_select(0, on)
+    first, second, first_cut = (t.index_select(0, on) for t in (first, second, first_cut))
+    part, whole = torch.where(first_cut, first, second), torch.where(first_cut, second, first)
     cut = boxes.index_select(0, part)
     inside = intersection(cut, boxes.index_select(0, whole)) >= min_cover * area(cut).clamp_min(1e-9)
-    return torch.ones_like(truncated).index_fill_(0, part[inside], False)
+    inside &= scores.index_select(0, whole) >= min_score_ratio * scores.index_select(0, part)
+    return torch.ones_like(truncated).index_fill_(0, part.masked_select(inside), False)
