@@ -102,10 +102,10 @@ class Geometry:
         along x in (key, x1) order in numpy (a few dozen small operations: torch's per-op cost would double the
         merge's), for the CPU's exact path, where (N, N) matrices would compare mostly boxes far apart. None where
         it cannot tell (non-finite coordinates, boxes off the host): compare every pair."""
-        xyxy = boxes.numpy() if boxes.device.type == "cpu" else None
+        xyxy = boxes.detach().numpy() if boxes.device.type == "cpu" else None
         if xyxy is None or not np.isfinite(xyxy).all():
             return None
-        group = np.zeros(len(xyxy), np.int64) if key is None else key.numpy()
+        group = np.zeros(len(xyxy), np.int64) if key is None else key.detach().numpy()
         order = np.lexsort((xyxy[:, 0], group))  # by key, then x1 (stable)
         columns, sorted_group = np.ascontiguousarray(xyxy[order].T), group[order]  # (4, N): 1-D gathers below
         # a monotone float64 line through the (key, x) order: each key's span after the one before (rounding can
