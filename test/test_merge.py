@@ -427,3 +427,139 @@ def test_pairwise_intersections_equal_the_broadcast_ones(a, b):
     assert torch.equal(
         groups.pairwise_intersection(first, second), groups.intersection(first[:, None], second[None])
     )
+
+
+def _frame_scene(seed: int, n: int, classes: int) -> tuple[torch.Tensor, ...]:
+    """`random_scene`'s clusters spread over a 1080p frame, in three frames, a tenth of the rows invalid."""
+    rng = np.random.default_rng(seed)
+    boxes, scores, class_ids = random_scene(rng, n, classes, tied_scores=seed % 2 == 0)
+    boxes = boxes * np.float32([9, 5, 9, 5])  # clusters across 1920 x 1080
+    frames = rng.integers(0, 3, n)
+    valid = rng.random(n) > 0.1
+    return tuple(torch.as_tensor(a) for a in (boxes, scores, class_ids, valid, frames))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("metric", list(MatchMetric))
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_cpu_exact_nms_from_meeting_pairs_equals_the_match_matrix(seed, metric, agnostic):
+    """The CPU's exact nms settles the pairs whose boxes meet (issue 57): the same rows as the (N, N) match
+    matrix's fixed point (the sync-free path with rounds to spare), frames, classes and invalid rows included."""
+    boxes, scores, class_ids, valid, frames = _frame_scene(seed, 300, 4)
+    rule = MergeRule("nms", metric, (0.1, 0.5, 0.8)[seed % 3], agnostic)
+    listed = merge_padded(
+        boxes, scores, class_ids, valid, rule, nms_rounds=None, slots=None, frame_index=frames
+    )
+    matrix = merge_padded(boxes, scores, class_ids, valid, rule, nms_rounds=301, slots=1, frame_index=frames)
+    assert bool(matrix.exact)
+    assert torch.equal(listed.valid, matrix.valid) and torch.equal(listed.index, matrix.index)
+    assert 0 < int(listed.valid.sum()) < int(valid.sum())
+
+
+def test_cpu_exact_nms_measures_only_the_pairs_that_meet(monkeypatch):
+    """Work done, not time: a frame's 800 candidates in 4 classes are measured pair by pair on the boxes that meet
+    (a few thousand overlaps), never as (N, N) matrices (320,000 pairs per matrix; issue 57)."""
+    from tiled_detector.pipeline import groups
+
+    measured = []
+    overlap_rows = groups.Geometry.overlap
+
+    def counted(self, a, b, metric):
+        measured.append(a.shape[0] if a.dim() == 2 else a.numel() // 4)
+        return overlap_rows(self, a, b, metric)
+
+    def no_matrix(*args, **kwargs):
+        raise AssertionError("the CPU's exact nms built a pairwise matrix")
+
+    monkeypatch.setattr(groups.Geometry, "overlap", counted)
+    monkeypatch.setattr(groups.Geometry, "pairwise", no_matrix)
+    boxes, scores, class_ids, _, _ = _frame_scene(1, 800, 4)
+    kept = merge(boxes, scores, class_ids, "nms", "ios", 0.5)
+    assert 0 < len(kept[0]) < 800
+    assert len(measured) == 1 and measured[0] < 800 * 800 // 20
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 60),
+            st.integers(0, 60),
+            st.integers(-2, 25),
+            st.integers(-2, 25),
+            st.integers(0, 2),
+        ),
+        max_size=40,
+    )
+)
+def test_meeting_pairs_are_every_pair_of_a_key_with_a_positive_intersection(rows):
+    """`Geometry.meeting` lists each pair (i < j) of the same key whose intersection is positive exactly once, and
+    no other: the pairs left out would measure 0 (touching, apart, empty or inverted boxes included)."""
+    from tiled_detector.pipeline import groups
+
+    table = torch.tensor(rows, dtype=torch.float32).reshape(-1, 5)
+    boxes = torch.cat([table[:, :2], table[:, :2] + table[:, 2:4]], 1) / 4  # quarter pixels: many ties
+    key = table[:, 4].long()
+    for k in (key, None):
+        first, second = groups.AXIS_ALIGNED.meeting(boxes, k)
+        inter = groups.intersection(boxes[:, None], boxes[None]) > 0
+        same = torch.ones_like(inter) if k is None else k[:, None] == k[None]
+        expected = (inter & same).triu(1).nonzero()
+        assert (first < second).all()
+        assert sorted(zip(first.tolist(), second.tolist(), strict=True)) == sorted(
+            map(tuple, expected.tolist())
+        )
+
+
+def _seam_scene(seed: int, n: int) -> tuple[torch.Tensor, ...]:
+    """Candidates of a 1080p plan's 9 views, in frame pixels: objects seen by every view that holds them, each
+    view's box clipped to it (a cut box touches its inner seam), jittered, in 3 classes."""
+    rng = np.random.default_rng(seed)
+    plan = make_plan((1080, 1920), (640, 640), 0.2, (640, 640), True)
+    windows = np.concatenate([plan.tiles, [[0, 0, 1920, 1080]]]).astype(np.float32)
+    centre, size = rng.uniform([0, 0], [1920, 1080], (n, 2)), rng.uniform(8, 90, (n, 2))
+    objects = np.concatenate([centre - size / 2, centre + size / 2], 1).astype(np.float32)
+    rows, views, classes = [], [], []
+    for k, window in enumerate(windows):  # (nine views: a loop over the test's views, not the pipeline's)
+        seen = (objects[:, :2] < window[2:]).all(1) & (objects[:, 2:] > window[:2]).all(1)
+        clipped = np.concatenate(
+            [np.maximum(objects[:, :2], window[:2]), np.minimum(objects[:, 2:], window[2:])], 1
+        )
+        rows.append(clipped[seen] + rng.normal(0, 1.5, (int(seen.sum()), 4)).astype(np.float32))
+        views.append(np.full(int(seen.sum()), k))
+        classes.append(np.arange(n)[seen] % 3)
+    boxes, index, class_ids = (torch.as_tensor(np.concatenate(a)) for a in (rows, views, classes))
+    return (
+        boxes,
+        torch.as_tensor(rng.uniform(0.3, 1.0, len(boxes)).astype(np.float32)),
+        class_ids,
+        index,
+        plan,
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_cpu_exact_seam_rule_from_meeting_pairs_equals_the_matrix_path(seed, agnostic, monkeypatch):
+    """The CPU's exact seam rule measures the pairs whose boxes meet, never a matrix (issue 57): the keep mask of the
+    fixed-shape (M, M) path on a 1080p plan's views."""
+    from tiled_detector.pipeline import groups
+
+    boxes, scores, class_ids, index, plan = _seam_scene(seed, 120)
+    matrix = suppress_truncated(
+        boxes,
+        scores,
+        class_ids,
+        index,
+        plan,
+        class_agnostic=agnostic,
+        valid=torch.ones_like(scores, dtype=torch.bool),
+    )
+
+    def no_matrix(*args, **kwargs):
+        raise AssertionError("the CPU's exact seam rule built a coverage matrix")
+
+    monkeypatch.setattr(groups.Geometry, "covers", no_matrix)
+    listed = suppress_truncated(boxes, scores, class_ids, index, plan, class_agnostic=agnostic)
+    assert torch.equal(listed, matrix)
+    assert 0 < int((~listed).sum()) < len(listed) // 2

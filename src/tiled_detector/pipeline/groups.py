@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -95,6 +96,37 @@ class Geometry:
         measures (the bound `pairwise` and `covers` need); 0 where every pair is measured anyway."""
         return torch.zeros((), dtype=torch.int64, device=boxes.device)
 
+    def meeting(self, boxes: Tensor, key: Tensor | None) -> tuple[Tensor, Tensor] | None:
+        """The pairs (i, j), i < j, each (P,) int64, of rows of host `boxes` with the same `key` (None: any) whose
+        intersection is positive; every other pair's is 0 (`intersection`'s float operations), or NaN. A sweep
+        along x in (key, x1) order in numpy (a few dozen small operations: torch's per-op cost would double the
+        merge's), for the CPU's exact path, where (N, N) matrices would compare mostly boxes far apart. None where
+        it cannot tell (non-finite coordinates, boxes off the host): compare every pair."""
+        xyxy = boxes.detach().numpy() if boxes.device.type == "cpu" else None
+        if xyxy is None or not np.isfinite(xyxy).all():
+            return None
+        group = np.zeros(len(xyxy), np.int64) if key is None else key.detach().numpy()
+        order = np.lexsort((xyxy[:, 0], group))  # by key, then x1 (stable)
+        columns, sorted_group = np.ascontiguousarray(xyxy[order].T), group[order]  # (4, N): 1-D gathers below
+        # a monotone float64 line through the (key, x) order: each key's span after the one before (rounding can
+        # tie two values, never swap them: the search counts ties in, the exact test below drops them)
+        x = columns[0::2].astype(np.float64)
+        lowest = x.min(initial=0.0)
+        span = 2.0 * (x.max(initial=0.0) - lowest) + 1.0
+        segment = np.concatenate([[0], np.cumsum(sorted_group[1:] != sorted_group[:-1])])
+        line = segment * span + (x - lowest)
+        ends = np.searchsorted(line[0], line[1], side="right")
+        counts = np.maximum(ends - np.arange(1, len(order) + 1), 0)
+        first = np.repeat(
+            np.arange(len(order)), counts
+        )  # each sorted row once per later row starting before its end
+        second = first + 1 + np.arange(len(first)) - (np.cumsum(counts) - counts)[first]
+        meet = sorted_group[first] == sorted_group[second]
+        for start, end in ((columns[0], columns[2]), (columns[1], columns[3])):
+            meet &= np.minimum(end[first], end[second]) > np.maximum(start[first], start[second])
+        i, j = order[first[meet]], order[second[meet]]
+        return torch.from_numpy(np.minimum(i, j)), torch.from_numpy(np.maximum(i, j))
+
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         """The boxes covering `merged` and `member` row by row (SAHI's union)."""
         return torch.cat(
@@ -154,6 +186,10 @@ class RotatedGeometry(Geometry):
     def pairs_needed(self, boxes: Tensor, on: Tensor) -> Tensor:
         corners = rotated.corners(boxes)
         return rotated.meeting_pairs(corners, corners, on, on)
+
+    def meeting(self, boxes: Tensor, key: Tensor | None) -> tuple[Tensor, Tensor] | None:
+        """None: rotated boxes compare every pair (or their bounded pair list)."""
+        return None
 
     def grown(self, merged: Tensor, member: Tensor) -> Tensor:
         return rotated.covering(merged, rotated.corners(member))

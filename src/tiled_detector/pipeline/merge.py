@@ -195,18 +195,28 @@ def _nms_round(alive: Tensor, across: Tensor, settled: Tensor) -> Tensor:
     return torch.addmv(alive, across, settled, alpha=-1).clamp_min_(0)
 
 
-def _grouped_nms_keep(
-    boxes: Tensor, class_ids: Tensor, frames: Tensor, valid: Tensor, metric: MatchMetric, threshold: float
-) -> Tensor:
-    """Class-aware NMS keep mask of the valid rows (rank order), each (frame, class) group on its own matrix:
-    equal to one (N, N) matrix (groups never match) for a fraction of the pairs (the CPU's exact path)."""
-    group = frames * (int(class_ids.max()) + 1) + class_ids
-    keep = torch.zeros_like(valid)
-    for value in torch.unique(group[valid]).tolist():
-        rows = ((group == value) & valid).nonzero().squeeze(1)  # ascending: still in rank order
-        match = _match_matrix(boxes[rows], class_ids[rows], None, None, metric, threshold, True)
-        keep[rows] = _nms_keep(match, None)[0]
-    return keep
+def _listed_nms_keep(rows: _Ranked, rule: MergeRule) -> Tensor | None:
+    """The CPU's exact path: the NMS keep mask of the ranked rows from the pairs whose boxes meet
+    (`Geometry.meeting`), the overlaps and fixed point of the (N, N) match matrix on the few pairs that can match
+    (threshold > 0). None elsewhere, or where the geometry cannot list them."""
+    if not rows.exact_path or rows.boxes.device.type != "cpu" or rule.threshold <= 0:
+        return None
+    boxes, geometry, numbers = rows.boxes, geometry_of(rows.boxes), torch.arange(len(rows.boxes))
+    key = group_key(None if rule.class_agnostic else rows.class_ids, rows.frames)
+    listed = geometry.meeting(boxes, torch.where(rows.valid, key, -1 - numbers))  # invalid rows: no pair
+    if listed is None:
+        return None
+    first, second = listed  # first ranked before second
+    pair = (boxes.index_select(0, first), boxes.index_select(0, second))
+    match = (geometry.overlap(*pair, rule.metric.value) >= rule.threshold).numpy()
+    first, second, keep = first.numpy()[match], second.numpy()[match], np.ones(len(boxes), bool)
+    for _ in range(len(boxes) + 1):  # each round settles the next row of the longest chain (numpy: a few µs)
+        settled = np.ones_like(keep)
+        settled[second[keep[first]]] = False
+        if np.array_equal(settled, keep):
+            break
+        keep = settled
+    return torch.from_numpy(keep)
 
 
 def _nms_keep_torchvision(
@@ -424,8 +434,8 @@ class _Ranked(NamedTuple):
 
 
 def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge:
-    """Keep a box unless a kept higher-ranked box matches it: torchvision's kernel (exact path, IoU), each
-    (frame, class) group on its own matrix (the CPU's exact path), else one fixed-point over the match matrix."""
+    """Keep a box unless a kept higher-ranked box matches it: torchvision's kernel (exact path, IoU), the pairs whose
+    boxes meet (the CPU's exact path), else one fixed-point over the match matrix."""
     exact = torch.ones((), dtype=torch.bool, device=rows.boxes.device)
     aligned = rows.boxes.shape[1] == groups.AXIS_ALIGNED.columns
     if rule.rounds:  # the rule's own rounds: its result, on both paths
@@ -435,10 +445,8 @@ def _nms(rows: _Ranked, rule: MergeRule, torchvision: Any | None) -> PaddedMerge
         keep = _nms_keep_torchvision(
             torchvision, rows.boxes, rows.class_ids, rows.frames, rule.threshold, rule.class_agnostic
         )
-    elif rows.exact_path and not rule.class_agnostic and rows.boxes.device.type == "cpu":
-        keep = _grouped_nms_keep(
-            rows.boxes, rows.class_ids, rows.frames, rows.valid, rule.metric, rule.threshold
-        )
+    elif (listed := _listed_nms_keep(rows, rule)) is not None:
+        keep = listed
     else:
         keep, exact = _nms_keep(rows.matches(rule), rows.rounds)
     return rows.kept(keep, exact)

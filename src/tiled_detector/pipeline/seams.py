@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from tiled_detector.pipeline.groups import geometry_of, group_key
+from tiled_detector.pipeline.groups import area, geometry_of, group_key, intersection
 from tiled_detector.pipeline.tiling import BatchPlan, TilePlan, batch_plan
 
 
@@ -66,11 +66,16 @@ def suppress_truncated(
     valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid.bool()
     frame = batch.tensors(boxes_in_frame.device).frame[image_index]
     truncated = truncated_sides(boxes_in_frame, image_index, batch, margin_px).any(1)
+    key = group_key(None if class_agnostic else class_ids, frame)
+    listed = geometry_of(boxes_in_frame).meeting(boxes_in_frame, key) if exact and min_cover > 0 else None
+    if listed is not None:  # the CPU's exact path: only the pairs whose boxes meet can cover
+        return _listed_keep(
+            boxes_in_frame, scores, image_index, truncated, listed, min_cover, min_score_ratio
+        )
     # the rows that may yield: every row (fixed shape), or on the exact path only the truncated ones (fewer)
     cut = truncated.nonzero().squeeze(1) if exact else torch.arange(len(scores), device=scores.device)
     # one (M, N) comparison for "same frame, same class, and the column may cover": -1 (no row's key) for every
     # column that may not cover
-    key = group_key(None if class_agnostic else class_ids, frame)
     on = (valid[cut] & truncated[cut], valid & ~truncated)
     covered = geometry_of(boxes_in_frame).covers(boxes_in_frame[cut], boxes_in_frame, min_cover, pairs, on)
     covered &= key[cut, None] == torch.where(valid & ~truncated, key, -1)[None]
@@ -79,3 +84,29 @@ def suppress_truncated(
     keep = valid.clone()
     keep[cut] &= ~(truncated[cut] & covered.any(1))
     return keep
+
+
+def _listed_keep(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    image_index: torch.Tensor,
+    truncated: torch.Tensor,
+    listed: tuple[torch.Tensor, torch.Tensor],
+    min_cover: float,
+    min_score_ratio: float,
+) -> torch.Tensor:
+    """`suppress_truncated`'s keep mask of all-valid (N, 4) boxes from the pairs of the same key whose boxes meet
+    (`Geometry.meeting`: every other pair's intersection is 0, which covers nothing): the matrix path's float
+    operations pair by pair."""
+    first, second = listed
+    # a pair counts one way at most: its truncated box yielding to its whole one from another view
+    first_cut = truncated.index_select(0, first)
+    on = first_cut != truncated.index_select(0, second)
+    on &= image_index.index_select(0, first) != image_index.index_select(0, second)
+    on = on.nonzero().squeeze(1)
+    first, second, first_cut = (t.index_select(0, on) for t in (first, second, first_cut))
+    part, whole = torch.where(first_cut, first, second), torch.where(first_cut, second, first)
+    cut = boxes.index_select(0, part)
+    inside = intersection(cut, boxes.index_select(0, whole)) >= min_cover * area(cut).clamp_min(1e-9)
+    inside &= scores.index_select(0, whole) >= min_score_ratio * scores.index_select(0, part)
+    return torch.ones_like(truncated).index_fill_(0, part.masked_select(inside), False)
