@@ -214,8 +214,15 @@ def save_pose_torchscript(model: nn.Module, path: Path, input_hw: tuple[int, int
     import json
 
     traced = torch.jit.trace(model.eval(), torch.zeros(2, 3, *input_hw))
-    meta = {"task": "pose", "kpt_shape": [17, 3], "names": {0: "person"}, "imgsz": list(input_hw), "batch": 1,
-            "stride": 32, "args": {"batch": 1, "nms": False, "dynamic": False}}  # fmt: skip
+    meta = {
+        "task": "pose",
+        "kpt_shape": [17, 3],
+        "names": {0: "person"},
+        "imgsz": list(input_hw),
+        "batch": 1,
+        "stride": 32,
+        "args": {"batch": 1, "nms": False, "dynamic": False},
+    }
     extra = {"config.txt": json.dumps(meta), "input_shape": f"-1,3,{input_hw[0]},{input_hw[1]}"}
     torch.jit.save(traced, str(path), _extra_files=extra)
     return path

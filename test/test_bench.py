@@ -339,8 +339,25 @@ def test_the_plot_shows_each_rows_device_stages_and_kernels(tmp_path) -> None:
 def test_bench_on_cuda_reports_device_stages_and_kernels(tmp_path) -> None:
     """The bundled model at 1080p fp16, frames on the device: every stage's device milliseconds and the captured
     graph's kernels; our kernels (the frame graph's less the engine's) within issue 59's 40."""
-    argv = ["bench", "--size", "1920x1080", "--runs", "3", "--warmup", "2", "--backend", "torch", "--precision",
-            "fp16", "--device", "cuda", "--input", "device", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "bench",
+        "--size",
+        "1920x1080",
+        "--runs",
+        "3",
+        "--warmup",
+        "2",
+        "--backend",
+        "torch",
+        "--precision",
+        "fp16",
+        "--device",
+        "cuda",
+        "--input",
+        "device",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     (row,) = csv.DictReader((tmp_path / "bench.csv").open())
     for stage in ("preprocess", "model", "decode", "merge", "download"):

@@ -172,3 +172,18 @@ def test_the_package_root_and_tools_hold_few_modules() -> None:
         assert ast.get_docstring(ast.parse(package.read_text())), (
             f"{package.relative_to(ROOT)} has no docstring"
         )
+
+
+def test_no_formatter_escapes() -> None:
+    """ruff formats everything: no escape comment for the formatter (skip or off) in the package, the tests, the
+    benchmarks, the scripts or the launch file."""
+    marks = ("fmt: " + "skip", "fmt: " + "off")  # (spelt apart: this file is checked too)
+    roots = [PACKAGE, ROOT / "test", ROOT / "benchmarks", ROOT / "scripts", ROOT / "launch"]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for root in roots
+        for path in root.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(mark in line for mark in marks)
+    ]
+    assert found == []

@@ -115,8 +115,9 @@ def test_a_joint_no_view_saw_whole_comes_from_every_view_and_leaves_the_frame_cl
 
 
 def _fast(detector: TiledDetector, log: list[str]) -> TiledDetector:
-    fast = TiledDetector.from_config(detector.config.replace(cuda_graph=True), engine=detector.engine,
-                                     capture=_replaying_capture(log))  # fmt: skip
+    fast = TiledDetector.from_config(
+        detector.config.replace(cuda_graph=True), engine=detector.engine, capture=_replaying_capture(log)
+    )
     fast._sync_free = True
     return fast
 

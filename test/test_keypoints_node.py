@@ -36,8 +36,14 @@ INFO_QOS = QoSProfile(
 
 
 def test_the_node_publishes_keypoints_linked_to_its_detections(tmp_path: Path) -> None:
-    model = exports.ultralytics_onnx(tmp_path / "pose.onnx", exports.PoseHead(), dynamic=True, task="pose",
-                                     kpt_shape=[5, 3], kpt_names={0: NAMES})  # fmt: skip
+    model = exports.ultralytics_onnx(
+        tmp_path / "pose.onnx",
+        exports.PoseHead(),
+        dynamic=True,
+        task="pose",
+        kpt_shape=[5, 3],
+        kpt_names={0: NAMES},
+    )
     settings = dict(tile_width=64, tile_height=64, overlap=0.25, conf_threshold=0.5)
     params = _write_params(tmp_path / "params.yaml", model=str(model), tracker="bytetrack", **settings)
     frames = [_scene(6)[0], _scene(6)[0]]

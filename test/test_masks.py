@@ -197,9 +197,14 @@ def test_the_device_label_image_follows_the_same_rank_rule(seed):
         count = 9
         x0, y0 = rng.integers(0, shape[1], count), rng.integers(0, shape[0], count)
         boxes = np.stack(
-            [x0, y0, (x0 + rng.integers(0, 25, count)).clip(max=shape[1]),
-             (y0 + rng.integers(0, 20, count)).clip(max=shape[0])], 1,
-        )  # fmt: skip
+            [
+                x0,
+                y0,
+                (x0 + rng.integers(0, 25, count)).clip(max=shape[1]),
+                (y0 + rng.integers(0, 20, count)).clip(max=shape[0]),
+            ],
+            1,
+        )
         areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
         bits = rng.random(int(areas.sum())) < 0.7
         rank = rng.permutation(count)
@@ -211,9 +216,13 @@ def test_the_device_label_image_follows_the_same_rank_rule(seed):
     values = np.concatenate([np.arange(len(p[0])) + 1 for p in parts])
     spare = np.concatenate([bits, rng.random(40) < 0.5])  # bits past the rows' are never read
     got = label_images.compose(
-        torch.from_numpy(boxes), torch.from_numpy(rank), torch.from_numpy(values), torch.from_numpy(spare),
-        torch.from_numpy(frame), shapes,
-    )  # fmt: skip
+        torch.from_numpy(boxes),
+        torch.from_numpy(rank),
+        torch.from_numpy(values),
+        torch.from_numpy(spare),
+        torch.from_numpy(frame),
+        shapes,
+    )
     split = shapes[0][0] * shapes[0][1]
     np.testing.assert_array_equal(got[:split].numpy().reshape(shapes[0]), images[0])
     np.testing.assert_array_equal(got[split:].numpy().reshape(shapes[1]), images[1])
@@ -225,8 +234,9 @@ def test_label_images_composed_on_the_device_equal_the_hosts(segmenter):
     turned off, the label image is composed on the host again."""
     exact = _detector(segmenter)
     log: list[str] = []
-    fast = TiledDetector.from_config(exact.config.replace(cuda_graph=True), engine=exact.engine,
-                                     capture=_replaying_capture(log))  # fmt: skip
+    fast = TiledDetector.from_config(
+        exact.config.replace(cuda_graph=True), engine=exact.engine, capture=_replaying_capture(log)
+    )
     fast._sync_free = True
     fast.label_images = True
     for seed in (3, 4):

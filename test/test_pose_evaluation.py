@@ -34,8 +34,24 @@ def test_the_keeper_row_has_the_same_detections_and_other_keypoints(results: dic
 
 def test_eval_pose_writes_its_report_and_refuses_what_does_not_fit(tmp_path, capsys) -> None:
     out = tmp_path / "eval"
-    code = main(["eval", "--pose", "--frames", "1", "--width", "960", "--height", "540", "--json", "--out", str(out),
-                 "--configs", "full", "tiles+full"])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            "--pose",
+            "--frames",
+            "1",
+            "--width",
+            "960",
+            "--height",
+            "540",
+            "--json",
+            "--out",
+            str(out),
+            "--configs",
+            "full",
+            "tiles+full",
+        ]
+    )
     assert code == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(printed["configs"]) == {"full", "tiles+full"} and printed["model"].endswith("pose.onnx")
@@ -45,8 +61,22 @@ def test_eval_pose_writes_its_report_and_refuses_what_does_not_fit(tmp_path, cap
     assert "not with --obb" in capsys.readouterr().err
     assert main(["eval", "--pose", "--frames", "1", "--configs", "tiles+full/nmm", "--out", str(out)]) == 1
     assert "unknown pose evaluation config" in capsys.readouterr().err
-    code = main(["eval", "--pose", "--frames", "1", "--width", "640", "--height", "360", "--out", str(out),
-                 "--model", str(default_model_path())])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            "--pose",
+            "--frames",
+            "1",
+            "--width",
+            "640",
+            "--height",
+            "360",
+            "--out",
+            str(out),
+            "--model",
+            str(default_model_path()),
+        ]
+    )
     assert code == 1 and "eval --pose needs a pose model" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown pose evaluation config"):
         config_changes("tiles+full/greedy_nmm", 640, 360)

@@ -113,8 +113,20 @@ def test_make_bag_carries_coco_keypoints_and_refuses_a_pose_model_of_other_joint
         for annotation in data["annotations"]:
             annotation["keypoints"] = [0.0] * 51
         bad.write_text(json.dumps(data))
-        code = main(["make-bag", str(tmp_path / "bad"), "--images", str(folder), "--truth", str(bad),
-                     "--truth-class", "person", "--model", str(model)])  # fmt: skip
+        code = main(
+            [
+                "make-bag",
+                str(tmp_path / "bad"),
+                "--images",
+                str(folder),
+                "--truth",
+                str(bad),
+                "--truth-class",
+                "person",
+                "--model",
+                str(model),
+            ]
+        )
         error = capsys.readouterr().err.strip()
         if model == default_model_path():  # a detect model: any joints are kept (the class is what fails)
             assert code == 1 and "--truth-class person: not a class of" in error

@@ -394,8 +394,9 @@ def test_the_rotated_merge_by_the_pair_list_equals_every_pair(seed: int, method:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 40))
     centres = rng.uniform(20, 200, (max(1, n // 3), 2))[rng.integers(0, max(1, n // 3), n)]
-    obb = np.concatenate([centres + rng.normal(0, 4, (n, 2)), rng.uniform(4, 60, (n, 2)),
-                          rng.uniform(0, 1.5, (n, 1))], 1).astype(np.float32)  # fmt: skip
+    obb = np.concatenate(
+        [centres + rng.normal(0, 4, (n, 2)), rng.uniform(4, 60, (n, 2)), rng.uniform(0, 1.5, (n, 1))], 1
+    ).astype(np.float32)
     boxes, scores = torch.from_numpy(obb), torch.from_numpy(rng.uniform(0, 1, n).astype(np.float32))
     classes, valid = torch.from_numpy(rng.integers(0, 2, n)), torch.from_numpy(rng.random(n) < 0.8)
     rule = MergeRule(method, metric, 0.3)

@@ -1346,8 +1346,14 @@ def test_a_pose_engine_file_resolves_to_its_keypoints(monkeypatch, tmp_path, cpu
         trt_mod, "import_tensorrt", lambda: types.SimpleNamespace(**{**vars(trt), "Runtime": runtime_cls})
     )
     names = ["a", "b", "c", "d", "e"]
-    path = ultralytics_engine_file(tmp_path / "pose.engine", b"serialized", task="pose", kpt_shape=[5, 3],
-                                   kpt_names={0: names}, imgsz=[H, W])  # fmt: skip
+    path = ultralytics_engine_file(
+        tmp_path / "pose.engine",
+        b"serialized",
+        task="pose",
+        kpt_shape=[5, 3],
+        kpt_names={0: names},
+        imgsz=[H, W],
+    )
     loaded = TensorRTEngine(path, device=torch.device("cuda"), max_batch=MAX_BATCH)
     runtime.deserialize_cuda_engine.assert_called_once_with(b"serialized")  # the header split off
     assert loaded.metadata.keypoint_shape == (5, 3) and loaded.metadata.task == "pose"

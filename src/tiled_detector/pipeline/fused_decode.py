@@ -41,9 +41,21 @@ if _found is not None:
 
     @triton.jit
     def _best_kernel(
-        head_ptr, allowed_ptr, conf_ptr, best_ptr, A, C, stride_b, stride_c, stride_a, first, objectness_at,
-        FILTER: tl.constexpr, OBJECTNESS: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
+        head_ptr,
+        allowed_ptr,
+        conf_ptr,
+        best_ptr,
+        A,
+        C,
+        stride_b,
+        stride_c,
+        stride_a,
+        first,
+        objectness_at,
+        FILTER: tl.constexpr,
+        OBJECTNESS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         b = tl.program_id(0)
         a = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = a < A
@@ -77,11 +89,35 @@ if _found is not None:
 
     @triton.jit
     def _gather_kernel(
-        head_ptr, values_ptr, anchors_ptr, best_ptr, boxes_ptr, scores_ptr, classes_ptr, image_ptr, valid_ptr,
-        extra_ptr, total, K, A, stride_b, stride_c, stride_a, threshold, extra_first, P,
-        grid_w0, grid_n0, grid_w1, grid_n1, grid_w2,
-        BOX_COLUMNS: tl.constexpr, ROTATED: tl.constexpr, YOLOX: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
+        head_ptr,
+        values_ptr,
+        anchors_ptr,
+        best_ptr,
+        boxes_ptr,
+        scores_ptr,
+        classes_ptr,
+        image_ptr,
+        valid_ptr,
+        extra_ptr,
+        total,
+        K,
+        A,
+        stride_b,
+        stride_c,
+        stride_a,
+        threshold,
+        extra_first,
+        P,
+        grid_w0,
+        grid_n0,
+        grid_w1,
+        grid_n1,
+        grid_w2,
+        BOX_COLUMNS: tl.constexpr,
+        ROTATED: tl.constexpr,
+        YOLOX: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         inside = r < total
         b = r // K

@@ -73,10 +73,25 @@ if _found is not None:
 
     @triton.jit
     def _compact_kernel(
-        boxes_ptr, scores_ptr, classes_ptr, image_ptr, valid_ptr, M,
-        to_frame_ptr, views_ptr, inner_ptr, view_frame_ptr, f32, i32, i8, n, capacity, margin_px,
-        SEAMS: tl.constexpr, ROWS: tl.constexpr,
-    ):  # fmt: skip
+        boxes_ptr,
+        scores_ptr,
+        classes_ptr,
+        image_ptr,
+        valid_ptr,
+        M,
+        to_frame_ptr,
+        views_ptr,
+        inner_ptr,
+        view_frame_ptr,
+        f32,
+        i32,
+        i8,
+        n,
+        capacity,
+        margin_px,
+        SEAMS: tl.constexpr,
+        ROWS: tl.constexpr,
+    ):
         """Phase 1: the valid rows compacted (index order), in frame pixels, with their seam flags (1: cut by an
         inner seam); their count and how many are taken (0 past the capacity)."""
         lanes = tl.arange(0, ROWS)
@@ -130,9 +145,7 @@ if _found is not None:
         tl.store(i32 + 7 * n + lanes, counts, mask=lanes < 3)
 
     @triton.jit
-    def _seam_kernel(
-        f32, i32, i8, n, min_cover, min_ratio, AGNOSTIC: tl.constexpr, BLOCK: tl.constexpr
-    ):  # fmt: skip
+    def _seam_kernel(f32, i32, i8, n, min_cover, min_ratio, AGNOSTIC: tl.constexpr, BLOCK: tl.constexpr):
         """Phase 2, 64 rows a program: a cut row (flag 1) that a whole row (flag 0) of the same frame (and class),
         another image and at least `min_ratio` of its score covers by `min_cover` of its area becomes flag 2."""
         rows = tl.load(i32 + 7 * n + 1)
@@ -227,7 +240,7 @@ if _found is not None:
     @triton.jit
     def _match_kernel(
         f32, i32, words, n, blocks, threshold, IOU: tl.constexpr, AGNOSTIC: tl.constexpr, BLOCK: tl.constexpr
-    ):  # fmt: skip
+    ):
         """Phase 4, one program per (row block, column block at or after it): the columns each ranked row would
         suppress (a match of a later row, same frame and class), as one 64-bit word per row and column block."""
         ranked = tl.load(i32 + 7 * n + 2)
@@ -271,10 +284,26 @@ if _found is not None:
 
     @triton.jit
     def _keep_kernel(
-        f32, i32, i8, words, n, blocks, roi_ptr, packed_ptr, members_ptr, R, num_frames, max_detections,
-        needed_cap, min_box, max_box, ROI: tl.constexpr, SIZES: tl.constexpr, BLOCK: tl.constexpr,
+        f32,
+        i32,
+        i8,
+        words,
+        n,
+        blocks,
+        roi_ptr,
+        packed_ptr,
+        members_ptr,
+        R,
+        num_frames,
+        max_detections,
+        needed_cap,
+        min_box,
+        max_box,
+        ROI: tl.constexpr,
+        SIZES: tl.constexpr,
+        BLOCK: tl.constexpr,
         ROWS: tl.constexpr,
-    ):  # fmt: skip
+    ):
         """Phase 5 (one program): NMS a block at a time, then the policy, the per-frame cut and the status row."""
         ranked = tl.load(i32 + 7 * n + 2)
         lanes = tl.arange(0, ROWS)

@@ -46,11 +46,39 @@ if _found is not None:
 
     @triton.jit
     def _views_kernel(
-        frame_ptr, table_ptr, index_ptr, out_ptr, height, width, s_y, s_x, s_c, out_h, out_w,
-        o_b, o_c, o_y, o_x, first, count, full_view, factor, pad,
-        c0, c1, c2, shift0, shift1, shift2, inverse0, inverse1, inverse2,
-        INDEXED: tl.constexpr, NORMALIZE: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
+        frame_ptr,
+        table_ptr,
+        index_ptr,
+        out_ptr,
+        height,
+        width,
+        s_y,
+        s_x,
+        s_c,
+        out_h,
+        out_w,
+        o_b,
+        o_c,
+        o_y,
+        o_x,
+        first,
+        count,
+        full_view,
+        factor,
+        pad,
+        c0,
+        c1,
+        c2,
+        shift0,
+        shift1,
+        shift2,
+        inverse0,
+        inverse1,
+        inverse2,
+        INDEXED: tl.constexpr,
+        NORMALIZE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         image = tl.program_id(0)
         if INDEXED:  # a tile budget: the chosen tiles (device indices), then the full-frame view
             view = tl.where(image < count, tl.load(index_ptr + tl.minimum(image, count - 1)), full_view)

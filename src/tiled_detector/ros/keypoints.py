@@ -80,5 +80,12 @@ def keypoint_outputs(
         )
         return None
     overridable = QoSOverridingOptions.with_default_policies()
-    return KeypointOutputs(cameras, resolved.keypoint_names, resolved.skeleton, node.output_publisher,
-                           node.destroy_output, info_qos, overridable)  # fmt: skip
+    return KeypointOutputs(
+        cameras,
+        resolved.keypoint_names,
+        resolved.skeleton,
+        node.output_publisher,
+        node.destroy_output,
+        info_qos,
+        overridable,
+    )
