@@ -172,3 +172,40 @@ def test_the_package_root_and_tools_hold_few_modules() -> None:
         assert ast.get_docstring(ast.parse(package.read_text())), (
             f"{package.relative_to(ROOT)} has no docstring"
         )
+
+
+def test_a_test_over_60_s_is_listed_with_its_reason_or_without_one() -> None:
+    """The time rule (test/support/slow.py, conftest's terminal summary): a test over 60 s is listed with the
+    "Slow: ..." reason of its docstring or of a fixture's, or as having none; faster tests are not listed."""
+    import conftest
+    from support import slow
+
+    assert slow.reason([None, "Shared.\n\n    Slow: one colcon build of   the tools. Then more."]) == (
+        "Slow: one colcon build of the tools"
+    )
+    assert slow.reason(["Quick.", None]) is None
+    seconds = {"a::fast": 59.0, "a::told": 61.0, "a::untold": 90.0}
+    reasons = {"a::told": "Slow: a real 4K burst", "a::untold": None}
+    assert slow.report(seconds, reasons) == [
+        "   90.0s a::untold: NO REASON (docstring has no Slow:)",
+        "   61.0s a::told: Slow: a real 4K burst",
+    ]
+
+    written: list[str] = []
+
+    class Terminal:
+        def write_sep(self, sep: str, title: str) -> None:
+            written.append(title)
+
+        def write_line(self, line: str) -> None:
+            written.append(line)
+
+    saved = dict(conftest._SECONDS), dict(conftest._REASONS)
+    try:
+        conftest._SECONDS.clear(), conftest._REASONS.clear()
+        conftest._SECONDS.update(seconds), conftest._REASONS.update(reasons)
+        conftest.pytest_terminal_summary(Terminal(), 0, None)
+    finally:
+        conftest._SECONDS.clear(), conftest._REASONS.clear()
+        conftest._SECONDS.update(saved[0]), conftest._REASONS.update(saved[1])
+    assert written == ["tests over 60 s (test/support/slow.py)", *slow.report(seconds, reasons)]
