@@ -99,32 +99,36 @@ def square_torchscript(export_torchscript: ExportTorchScript) -> Path:
     return export_torchscript(SquareDetector(SQUARE_INPUT_HW, SQUARE_CELL), SQUARE_INPUT_HW, SQUARE_LABELS)
 
 
-def _docstrings(item: pytest.Item) -> list[str | None]:
-    """The test function's docstring, then those of the fixtures it uses."""
-    function = getattr(item, "function", None)
+def _fixture_docstrings(item: pytest.Item) -> list[str | None]:
+    """The docstrings of the fixtures a test uses."""
     fixtures = getattr(item, "_fixtureinfo", None)
     definitions = fixtures.name2fixturedefs.values() if fixtures is not None else ()
-    return [getattr(function, "__doc__", None)] + [chain[-1].func.__doc__ for chain in definitions if chain]
+    return [chain[-1].func.__doc__ for chain in definitions if chain]
 
 
-_SECONDS: dict[str, float] = {}
-_REASONS: dict[str, str | None] = {}
+_SECONDS: dict[str, float] = {}  # setup + call + teardown, by test
+_SETUP: dict[str, float] = {}  # setup + teardown, by test
+_REASONS: dict[str, tuple[str | None, str | None]] = {}  # ("Slow:" of the test's docstring, of its fixtures')
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Adds up each test's setup, call and teardown time (the time rule's input)."""
     _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+    if report.when != "call":
+        _SETUP[report.nodeid] = _SETUP.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Records the reason a test's (or its fixtures') docstring gives for being slow."""
-    _REASONS[item.nodeid] = slow.reason(_docstrings(item))
+    """Records the reasons a test's docstring and its fixtures' give for being slow."""
+    own = getattr(getattr(item, "function", None), "__doc__", None)
+    _REASONS[item.nodeid] = (slow.reason([own]), slow.reason(_fixture_docstrings(item)))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Every test over the time rule's limit, with its reason or "NO REASON" (never a failure: timing decides no
     test's outcome)."""
-    lines = slow.report(_SECONDS, _REASONS)
+    reasons = {test: slow.explained(*why, _SETUP.get(test, 0.0)) for test, why in _REASONS.items()}
+    lines = slow.report(_SECONDS, reasons)
     if lines:
         terminalreporter.write_sep("=", f"tests over {slow.LIMIT_S:.0f} s (test/support/slow.py)")
         for line in lines:

@@ -176,7 +176,8 @@ def test_the_package_root_and_tools_hold_few_modules() -> None:
 
 def test_a_test_over_60_s_is_listed_with_its_reason_or_without_one() -> None:
     """The time rule (test/support/slow.py, conftest's terminal summary): a test over 60 s is listed with the
-    "Slow: ..." reason of its docstring or of a fixture's, or as having none; faster tests are not listed."""
+    "Slow: ..." reason of its docstring (or of a fixture's where its setup alone took over 60 s), or as having none;
+    faster tests are not listed."""
     import conftest
     from support import slow
 
@@ -184,6 +185,11 @@ def test_a_test_over_60_s_is_listed_with_its_reason_or_without_one() -> None:
         "Slow: one colcon build of the tools"
     )
     assert slow.reason(["Quick.", None]) is None
+    assert slow.explained(None, "Slow: a colcon build", setup_s=61.0) == "Slow: a colcon build"
+    assert (
+        slow.explained(None, "Slow: a colcon build", setup_s=5.0) is None
+    )  # the test's own time is unexplained
+    assert slow.explained("Slow: a 4K burst", None, setup_s=0.0) == "Slow: a 4K burst"
     seconds = {"a::fast": 59.0, "a::told": 61.0, "a::untold": 90.0}
     reasons = {"a::told": "Slow: a real 4K burst", "a::untold": None}
     assert slow.report(seconds, reasons) == [
@@ -200,12 +206,20 @@ def test_a_test_over_60_s_is_listed_with_its_reason_or_without_one() -> None:
         def write_line(self, line: str) -> None:
             written.append(line)
 
-    saved = dict(conftest._SECONDS), dict(conftest._REASONS)
+    state = (conftest._SECONDS, conftest._SETUP, conftest._REASONS)
+    saved = [dict(table) for table in state]
+    fake = (
+        seconds,
+        {"a::untold": 80.0},
+        {"a::told": ("Slow: a real 4K burst", None), "a::untold": (None, None)},
+    )
     try:
-        conftest._SECONDS.clear(), conftest._REASONS.clear()
-        conftest._SECONDS.update(seconds), conftest._REASONS.update(reasons)
+        for table, values in zip(state, fake, strict=True):
+            table.clear()
+            table.update(values)
         conftest.pytest_terminal_summary(Terminal(), 0, None)
     finally:
-        conftest._SECONDS.clear(), conftest._REASONS.clear()
-        conftest._SECONDS.update(saved[0]), conftest._REASONS.update(saved[1])
+        for table, values in zip(state, saved, strict=True):
+            table.clear()
+            table.update(values)
     assert written == ["tests over 60 s (test/support/slow.py)", *slow.report(seconds, reasons)]

@@ -1,6 +1,7 @@
-"""The suite's time rule: no test slower than `LIMIT_S` seconds without a reason in its docstring (or in the docstring
-of a fixture it uses, for a slow shared setup). conftest.py lists, at the end of every run, each test over the limit
-and its reason, or that it has none: a terminal summary section, never a failure (timing must not decide a test)."""
+"""The suite's time rule: no test slower than `LIMIT_S` seconds without a reason in its docstring (or, where its
+setup alone takes that long, in the docstring of a fixture it uses: a slow shared setup). conftest.py lists, at the
+end of every run, each test over the limit and its reason, or that it has none: a terminal summary section, never a
+failure (timing must not decide a test)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def reason(docstrings: Iterable[str | None]) -> str | None:
         if start >= 0:
             return text[start:].split(". ")[0].rstrip(".")
     return None
+
+
+def explained(own: str | None, fixtures: str | None, setup_s: float, limit: float = LIMIT_S) -> str | None:
+    """A test's reason: its own docstring's, else its fixtures' where its setup and teardown alone exceed `limit`
+    (a fixture explains the time it takes, not the test's own)."""
+    return own or (fixtures if setup_s > limit else None)
 
 
 def report(
