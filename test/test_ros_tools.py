@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -75,9 +74,10 @@ PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
 LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
 # `ros2 lifecycle` waits the spin time on every call: short, and called again while the node is not found yet
 LIFECYCLE_OPTIONS = ("--no-daemon", "--spin-time", "1")
-# with a `ros2 daemon` running (`ros2_daemon`), the tool asks it for the graph: no fresh discovery per call, where
+# with a `ros2 daemon` running (`daemon_domain`), the tool asks it for the graph: no fresh discovery per call, where
 # without it a 1 s spin finds the node one call in two or three on this loaded machine (two retries, 2 s each)
 DAEMON_LIFECYCLE_OPTIONS = ("--spin-time", "1")
+DAEMON_PARAM_OPTIONS = ("--timeout", "20")
 # the bundled network's class names in the copy `ros2 param set model` gives the managed node
 OTHER_LABELS = ("disc", "square", "triangle", "cross")
 
@@ -190,23 +190,22 @@ def ros2(ws: SimpleNamespace, domain: int, *args: str, timeout: float = 60.0) ->
     )
 
 
-@contextmanager
-def ros2_daemon(ws: SimpleNamespace, domain: int) -> Iterator[None]:
-    """The `ros2 daemon` of `domain` (as a user's shell has it: the tools ask it for the nodes instead of
-    discovering them anew in every call), stopped at the end (none left behind)."""
-    started = ros2(ws, domain, "daemon", "start")
+@pytest.fixture
+def daemon_domain(workspace: SimpleNamespace) -> Iterator[int]:
+    """A ROS domain of its own with a `ros2 daemon` running on it during the test (as a user's shell has it: the
+    tools ask it for the nodes instead of discovering them anew in every call), stopped after (none left behind)."""
+    domain = pick_domain_id()
+    started = ros2(workspace, domain, "daemon", "start")
     assert started.returncode == 0, started
-    try:
-        yield
-    finally:
-        stopped = ros2(ws, domain, "daemon", "stop")
-        assert stopped.returncode == 0, stopped
+    yield domain
+    stopped = ros2(workspace, domain, "daemon", "stop")
+    assert stopped.returncode == 0, stopped
 
 
 def ros2_lifecycle(
     ws: SimpleNamespace, domain: int, node: str, *args: str, daemon: bool = False
 ) -> subprocess.CompletedProcess:
-    """`ros2 lifecycle VERB NODE ARGS...` (through the domain's daemon where `daemon`: `ros2_daemon`), again while
+    """`ros2 lifecycle VERB NODE ARGS...` (through the domain's daemon where `daemon`: `daemon_domain`), again while
     the node is not found (a fresh ros2 process, or the daemon, may not have discovered it yet)."""
     deadline = time.monotonic() + 60
     options = DAEMON_LIFECYCLE_OPTIONS if daemon else LIFECYCLE_OPTIONS
@@ -580,12 +579,17 @@ def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None
     assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
 
 
-def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_path: Path) -> None:
+def test_ros2_lifecycle_drives_the_managed_node(
+    workspace: SimpleNamespace, daemon_domain: int, tmp_path: Path
+) -> None:
     """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` (through a `ros2 daemon`, as a
     user's shell runs it) configures, activates, deactivates, cleans up and shuts it down, and it detects only
     while active; cleanup -> `ros2 param set model` -> configure -> activate answers frames with the new model
-    (refused while configured)."""
-    domain, node = pick_domain_id(), "/managed/tiled_detector"
+    (refused while configured).
+
+    Slow: about 60 s on this loaded 2-core machine (a launch, two model loads and 19 ros2 CLI processes, each a
+    Python start-up, a 1 s spin and a service call)."""
+    domain, node = daemon_domain, "/managed/tiled_detector"
     other = tmp_path / "other.onnx"  # the bundled network under other class names (a labels file beside it)
     shutil.copy(next(workspace.path.glob("install/**/models/default.onnx")), other)
     (tmp_path / "other.labels.txt").write_text("".join(f"{name}\n" for name in OTHER_LABELS))
@@ -610,41 +614,40 @@ def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_
     def lifecycle(*args: str) -> subprocess.CompletedProcess:
         return ros2_lifecycle(workspace, domain, node, *args, daemon=True)
 
-    with ros2_daemon(workspace, domain):
-        try:
-            assert lifecycle("get").stdout.strip() == "unconfigured [1]", (lifecycle("get"), launch.text())
-            for transition in ("configure", "activate"):
-                done = lifecycle("set", transition)
-                assert "Transitioning successful" in done.stdout, (done, launch.text())
-            assert lifecycle("get").stdout.strip() == "active [3]"
-            scene, msg = _frame(7, "managed_optical")
-            _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
-            refused = ros2(workspace, domain, "param", "set", *PARAM_OPTIONS, node, "model", str(other))
-            assert "set while it is unconfigured" in refused.stdout + refused.stderr, refused  # configured
-            for transition in ("deactivate", "cleanup"):
-                assert "Transitioning successful" in lifecycle("set", transition).stdout
-            assert lifecycle("get").stdout.strip() == "unconfigured [1]"
-            # another model while unconfigured: configure loads it, with its own class names
-            shown = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, "labels")
-            assert "red_disc" not in shown.stdout, shown  # the first model's names are not kept for the next
-            done = ros2(workspace, domain, "param", "set", *PARAM_OPTIONS, node, "model", str(other))
-            assert "Set parameter successful" in done.stdout, done
-            for transition in ("configure", "activate"):
-                assert "Transitioning successful" in lifecycle("set", transition).stdout, launch.text()
-            scene, msg = _frame(8, "managed_optical")
-            reply = _answer(client, msg)
-            expected = TiledDetector(model=other).detect(scene.image, "rgb8")
-            names = sorted(d.results[0].hypothesis.class_id for d in reply.detections)
-            assert names == sorted(OTHER_LABELS[i] for i in expected.class_ids.tolist()) and names, reply
-            for transition in ("deactivate", "cleanup"):
-                assert "Transitioning successful" in lifecycle("set", transition).stdout
-            assert "Transitioning successful" in lifecycle("set", "shutdown").stdout
-            code, _ = launch.interrupt()  # (already ended by the shutdown transition, or ends now)
-            assert code == 0, launch.text()
-            assert "Traceback" not in launch.text()
-        finally:
-            client.close()
-            launch.interrupt()
+    try:
+        assert lifecycle("get").stdout.strip() == "unconfigured [1]", (lifecycle("get"), launch.text())
+        for transition in ("configure", "activate"):
+            done = lifecycle("set", transition)
+            assert "Transitioning successful" in done.stdout, (done, launch.text())
+        assert lifecycle("get").stdout.strip() == "active [3]"
+        scene, msg = _frame(7, "managed_optical")
+        _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
+        refused = ros2(workspace, domain, "param", "set", *DAEMON_PARAM_OPTIONS, node, "model", str(other))
+        assert "set while it is unconfigured" in refused.stdout + refused.stderr, refused  # configured
+        for transition in ("deactivate", "cleanup"):
+            assert "Transitioning successful" in lifecycle("set", transition).stdout
+        assert lifecycle("get").stdout.strip() == "unconfigured [1]"
+        # another model while unconfigured: configure loads it, with its own class names
+        shown = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, "labels")
+        assert "red_disc" not in shown.stdout, shown  # the first model's names are not kept for the next
+        done = ros2(workspace, domain, "param", "set", *DAEMON_PARAM_OPTIONS, node, "model", str(other))
+        assert "Set parameter successful" in done.stdout, done
+        for transition in ("configure", "activate"):
+            assert "Transitioning successful" in lifecycle("set", transition).stdout, launch.text()
+        scene, msg = _frame(8, "managed_optical")
+        reply = _answer(client, msg)
+        expected = TiledDetector(model=other).detect(scene.image, "rgb8")
+        names = sorted(d.results[0].hypothesis.class_id for d in reply.detections)
+        assert names == sorted(OTHER_LABELS[i] for i in expected.class_ids.tolist()) and names, reply
+        for transition in ("deactivate", "cleanup"):
+            assert "Transitioning successful" in lifecycle("set", transition).stdout
+        assert "Transitioning successful" in lifecycle("set", "shutdown").stdout
+        code, _ = launch.interrupt()  # (already ended by the shutdown transition, or ends now)
+        assert code == 0, launch.text()
+        assert "Traceback" not in launch.text()
+    finally:
+        client.close()
+        launch.interrupt()
 
 
 PARENT_LAUNCH = """
@@ -804,7 +807,7 @@ def _four_k_burst(
 
 @DISTRO
 def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
-    workspace: SimpleNamespace, tmp_path: Path
+    workspace: SimpleNamespace, daemon_domain: int, tmp_path: Path
 ) -> None:
     """The real `ros2 launch` of a bringup that declares what Nav2's does (`autostart:=true`, `params_file` of its
     own, `use_sim_time:=true`) and a `model` of its own, and includes ours in a `PushRosNamespace` group with
@@ -812,14 +815,15 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
     (its model, params file, sim time); `ros2 lifecycle` configures and activates it; a bondpy peer (as
     nav2_lifecycle_manager) forms the bond on /robot/bond; it answers frames with its own model; 4K frames over the
     shipped profile arrive 10 of 10 reliable and best-effort at 2 Hz, frames_skipped counted (rclpy's message info).
-    About 90 s on this 2-core machine: a launch, five ros2 CLI calls, a bond and two 4K streams."""
+    Slow: about 60 s on this loaded 2-core machine (a launch, five ros2 CLI calls, a bond and two 4K streams; its
+    `ros2 lifecycle` calls go through the domain's daemon)."""
     from diagnostic_msgs.msg import DiagnosticArray
 
     params = tmp_path / "nav2_params.yaml"
     params.write_text(NAV2_PARAMS)
     parent = tmp_path / "bringup_launch.py"
     parent.write_text(NAV2_BRINGUP.replace("PARAMS", repr(str(params))))
-    domain, node = pick_domain_id(), "/robot/tiled_detector"
+    domain, node = daemon_domain, "/robot/tiled_detector"
     launch = Background(workspace, domain, "launch", str(parent), log=tmp_path / "bringup.log")
     client = DetectorClient(
         domain_id=domain,
@@ -830,13 +834,13 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
     diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
     manager = None
     try:
-        state = ros2_lifecycle(workspace, domain, node, "get")
+        state = ros2_lifecycle(workspace, domain, node, "get", daemon=True)
         assert state.stdout.strip() == "unconfigured [1]", (
             state,
             launch.text(),
         )  # no autostart from the parent
         for name, value in (("use_sim_time", "False"), ("conf_threshold", "0.25")):
-            got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, name)
+            got = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, name)
             assert got.stdout.strip().endswith(value), (name, got, launch.text())
         # the bondpy peer waits for the node's side, which activate starts
         manager = subprocess.Popen(
@@ -847,14 +851,14 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
             text=True,
         )
         for transition in ("configure", "activate"):
-            done = ros2_lifecycle(workspace, domain, node, "set", transition)
+            done = ros2_lifecycle(workspace, domain, node, "set", transition, daemon=True)
             assert "Transitioning successful" in done.stdout, (done, launch.text())
         out, err = manager.communicate(timeout=90)
         assert [json.loads(line)["ok"] for line in out.splitlines()] == [True, True], (out, err[-3000:])
         assert launch.wait_for("bond formed with the lifecycle manager (topic bond", timeout=10), (
             launch.text()
         )
-        got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, "model")
+        got = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, "model")
         assert got.stdout.strip().endswith("default.onnx"), got  # its own model, not the bringup's
         scene, msg = _frame(21, "robot_optical")
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
