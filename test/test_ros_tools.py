@@ -69,15 +69,14 @@ def third_party_sources(root: Path = THIRD_PARTY, prefix: Path = VENV) -> Path:
     return (root / SOURCES_BY_FASTDDS[major]).resolve()
 
 
-# no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
-PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
-LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
+# `ros2 param` and `ros2 node/topic list` run where a `ros2 daemon` of the domain runs (`two_cameras`,
+# `daemon_domain`; stopped after, none left behind): the tool asks it for the graph instead of discovering it anew
+# in every call (a fresh participant needs seconds on a busy machine); the service wait is still the tool's own
+PARAM_OPTIONS = ("--timeout", "20")
 # `ros2 lifecycle` waits the spin time on every call: short, and called again while the node is not found yet
+# (without a daemon a 1 s spin found the node one call in two or three on this loaded machine)
 LIFECYCLE_OPTIONS = ("--no-daemon", "--spin-time", "1")
-# with a `ros2 daemon` running (`daemon_domain`), the tool asks it for the graph: no fresh discovery per call, where
-# without it a 1 s spin finds the node one call in two or three on this loaded machine (two retries, 2 s each)
 DAEMON_LIFECYCLE_OPTIONS = ("--spin-time", "1")
-DAEMON_PARAM_OPTIONS = ("--timeout", "20")
 # the bundled network's class names in the copy `ros2 param set model` gives the managed node
 OTHER_LABELS = ("disc", "square", "triangle", "cross")
 
@@ -190,16 +189,20 @@ def ros2(ws: SimpleNamespace, domain: int, *args: str, timeout: float = 60.0) ->
     )
 
 
+def ros2_daemon(ws: SimpleNamespace, domain: int, verb: str) -> None:
+    """`ros2 daemon start` or `stop` on `domain` (as a user's shell has it running: the tools ask it for the graph
+    instead of discovering it anew in every call)."""
+    done = ros2(ws, domain, "daemon", verb)
+    assert done.returncode == 0, done
+
+
 @pytest.fixture
 def daemon_domain(workspace: SimpleNamespace) -> Iterator[int]:
-    """A ROS domain of its own with a `ros2 daemon` running on it during the test (as a user's shell has it: the
-    tools ask it for the nodes instead of discovering them anew in every call), stopped after (none left behind)."""
+    """A ROS domain of its own with a `ros2 daemon` running on it during the test, stopped after (none left)."""
     domain = pick_domain_id()
-    started = ros2(workspace, domain, "daemon", "start")
-    assert started.returncode == 0, started
+    ros2_daemon(workspace, domain, "start")
     yield domain
-    stopped = ros2(workspace, domain, "daemon", "stop")
-    assert stopped.returncode == 0, stopped
+    ros2_daemon(workspace, domain, "stop")
 
 
 def ros2_lifecycle(
@@ -357,13 +360,15 @@ def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
 def two_cameras(
     workspace: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SimpleNamespace]:
-    """Two launches side by side: `front` (params file, model, reliable images, debug log) and `rear`."""
+    """Two launches side by side: `front` (params file, model, reliable images, debug log) and `rear`, and a
+    `ros2 daemon` of their domain that the module's ros2 CLI calls ask for the graph (stopped at the end)."""
     tmp = tmp_path_factory.mktemp("launch")
     params = tmp / "front.yaml"
     params.write_text("/**:\n  ros__parameters:\n    conf_threshold: 0.3\n    max_detections: 40\n")
     model = workspace.path / "install/tiled_detector/lib/python3.11/site-packages/tiled_detector/models"
     model = next(model.glob("default.onnx"), None) or next(workspace.path.glob("install/**/default.onnx"))
     domain = pick_domain_id()
+    ros2_daemon(workspace, domain, "start")
     front = Background(
         workspace,
         domain,
@@ -410,6 +415,7 @@ def two_cameras(
             client.close()
         front.interrupt()
         rear.interrupt()
+        ros2_daemon(workspace, domain, "stop")
 
 
 def test_two_launches_answer_on_their_namespaces(two_cameras: SimpleNamespace) -> None:
@@ -483,7 +489,7 @@ def _listed(
     """`ros2 <what> list`, again until it shows `wanted` (discovery on a loaded machine can take a while)."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = ros2(ws, domain, what, "list", *LIST_OPTIONS).stdout.split()
+        listed = ros2(ws, domain, what, "list").stdout.split()
         if wanted <= set(listed) or time.monotonic() > deadline:
             return listed
 
@@ -622,15 +628,15 @@ def test_ros2_lifecycle_drives_the_managed_node(
         assert lifecycle("get").stdout.strip() == "active [3]"
         scene, msg = _frame(7, "managed_optical")
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
-        refused = ros2(workspace, domain, "param", "set", *DAEMON_PARAM_OPTIONS, node, "model", str(other))
+        refused = ros2(workspace, domain, "param", "set", *PARAM_OPTIONS, node, "model", str(other))
         assert "set while it is unconfigured" in refused.stdout + refused.stderr, refused  # configured
         for transition in ("deactivate", "cleanup"):
             assert "Transitioning successful" in lifecycle("set", transition).stdout
         assert lifecycle("get").stdout.strip() == "unconfigured [1]"
         # another model while unconfigured: configure loads it, with its own class names
-        shown = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, "labels")
+        shown = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, "labels")
         assert "red_disc" not in shown.stdout, shown  # the first model's names are not kept for the next
-        done = ros2(workspace, domain, "param", "set", *DAEMON_PARAM_OPTIONS, node, "model", str(other))
+        done = ros2(workspace, domain, "param", "set", *PARAM_OPTIONS, node, "model", str(other))
         assert "Set parameter successful" in done.stdout, done
         for transition in ("configure", "activate"):
             assert "Transitioning successful" in lifecycle("set", transition).stdout, launch.text()
@@ -840,7 +846,7 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
             launch.text(),
         )  # no autostart from the parent
         for name, value in (("use_sim_time", "False"), ("conf_threshold", "0.25")):
-            got = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, name)
+            got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, name)
             assert got.stdout.strip().endswith(value), (name, got, launch.text())
         # the bondpy peer waits for the node's side, which activate starts
         manager = subprocess.Popen(
@@ -858,7 +864,7 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
         assert launch.wait_for("bond formed with the lifecycle manager (topic bond", timeout=10), (
             launch.text()
         )
-        got = ros2(workspace, domain, "param", "get", *DAEMON_PARAM_OPTIONS, node, "model")
+        got = ros2(workspace, domain, "param", "get", *PARAM_OPTIONS, node, "model")
         assert got.stdout.strip().endswith("default.onnx"), got  # its own model, not the bringup's
         scene, msg = _frame(21, "robot_optical")
         _same(_answer(client, msg), TiledDetector().detect(scene.image, "rgb8"))
