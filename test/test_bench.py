@@ -21,9 +21,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         "bench",
         "--size",
         "640x480",
-        "1280x720",
+        "960x540",
         "--runs",
-        "3",
+        "2",
         "--warmup",
         "1",
         "--backend",
@@ -58,7 +58,7 @@ def test_bench_writes_csv_plot_and_env_with_a_row_per_configuration(
         (backend, precision, size)
         for backend in ("onnxruntime", "torch")
         for precision in ("fp32", "int8")
-        for size in ("640x480", "1280x720")
+        for size in ("640x480", "960x540")
     ]
     measured = [r for r in ours if r["status"] == "ok"]
     # the bundled model follows the backend: its ONNX file for ONNX Runtime, its TorchScript file for torch

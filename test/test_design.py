@@ -187,3 +187,54 @@ def test_no_formatter_escapes() -> None:
         if any(mark in line for mark in marks)
     ]
     assert found == []
+
+
+def test_a_test_over_60_s_is_listed_with_its_reason_or_without_one() -> None:
+    """The time rule (test/support/slow.py, conftest's terminal summary): a test over 60 s is listed with the
+    "Slow: ..." reason of its docstring (or of a fixture's where its setup alone took over 60 s), or as having none;
+    faster tests are not listed."""
+    import conftest
+    from support import slow
+
+    assert slow.reason([None, "Shared.\n\n    Slow: one colcon build of   the tools. Then more."]) == (
+        "Slow: one colcon build of the tools"
+    )
+    assert slow.reason(["Quick.", None]) is None
+    assert slow.explained(None, "Slow: a colcon build", setup_s=61.0) == "Slow: a colcon build"
+    assert (
+        slow.explained(None, "Slow: a colcon build", setup_s=5.0) is None
+    )  # the test's own time is unexplained
+    assert slow.explained("Slow: a 4K burst", None, setup_s=0.0) == "Slow: a 4K burst"
+    seconds = {"a::fast": 59.0, "a::told": 61.0, "a::untold": 90.0}
+    reasons = {"a::told": "Slow: a real 4K burst", "a::untold": None}
+    assert slow.report(seconds, reasons) == [
+        "   90.0s a::untold: NO REASON (docstring has no Slow:)",
+        "   61.0s a::told: Slow: a real 4K burst",
+    ]
+
+    written: list[str] = []
+
+    class Terminal:
+        def write_sep(self, sep: str, title: str) -> None:
+            written.append(title)
+
+        def write_line(self, line: str) -> None:
+            written.append(line)
+
+    state = (conftest._SECONDS, conftest._SETUP, conftest._REASONS)
+    saved = [dict(table) for table in state]
+    fake = (
+        seconds,
+        {"a::untold": 80.0},
+        {"a::told": ("Slow: a real 4K burst", None), "a::untold": (None, None)},
+    )
+    try:
+        for table, values in zip(state, fake, strict=True):
+            table.clear()
+            table.update(values)
+        conftest.pytest_terminal_summary(Terminal(), 0, None)
+    finally:
+        for table, values in zip(state, saved, strict=True):
+            table.clear()
+            table.update(values)
+    assert written == ["tests over 60 s (test/support/slow.py)", *slow.report(seconds, reasons)]

@@ -68,12 +68,10 @@ def _stamp(index: int) -> int:
     return (1000 + index) * SECOND + 250
 
 
-@pytest.fixture
-def node_and_client(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[NodeProcess, DetectorClient]]:
-    params = getattr(request, "param", {})
-    params_file = _write_params(tmp_path / "params.yaml", **params)
+def _running(params_file: Path, params: dict[str, Any]) -> Iterator[tuple[NodeProcess, DetectorClient]]:
+    """A node started with `params` (written to `params_file`) and a client that has found it; afterwards the node
+    exited cleanly, with no traceback."""
+    _write_params(params_file, **params)
     domain = pick_domain_id()
     with NodeProcess(params_file, domain_id=domain) as node:
         client = DetectorClient(
@@ -86,6 +84,24 @@ def node_and_client(
             client.close()
     assert node.returncode == 0, node.log_text()
     assert "Traceback" not in node.log_text()
+
+
+@pytest.fixture
+def node_and_client(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[NodeProcess, DetectorClient]]:
+    """A node of the test's own (its parameters from `indirect` parametrization), for tests that change it."""
+    yield from _running(tmp_path / "params.yaml", getattr(request, "param", {}))
+
+
+READING_PARAMS = {"conf_threshold": 0.4, "overlap": 0.25, "max_detections": 50}
+
+
+@pytest.fixture(scope="module")
+def reading_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess, DetectorClient]]:
+    """One node (READING_PARAMS) shared by the module's tests that only read it: they send frames and read the
+    answers, or ask for changes it refuses (and check that none stuck)."""
+    yield from _running(tmp_path_factory.mktemp("reading") / "params.yaml", READING_PARAMS)
 
 
 def _send(client: DetectorClient, msg: Image, stamp: int, timeout: float = 30.0) -> Any:
@@ -109,12 +125,9 @@ def _assert_same(reply: Any, expected: Any) -> None:
     np.testing.assert_array_equal(class_ids[order], expected.class_ids[ref])
 
 
-@pytest.mark.parametrize(
-    "node_and_client", [{"conf_threshold": 0.4, "overlap": 0.25, "max_detections": 50}], indirect=True
-)
-def test_node_publishes_what_the_pipeline_computes(node_and_client: Any, scenes: list[Any]) -> None:
-    _, client = node_and_client
-    reference = TiledDetector(conf_threshold=0.4, overlap=0.25, max_detections=50)
+def test_node_publishes_what_the_pipeline_computes(reading_node: Any, scenes: list[Any]) -> None:
+    _, client = reading_node
+    reference = TiledDetector(**READING_PARAMS)
     for i, scene in enumerate(scenes):
         reply = _send(client, _image(scene.image, i), _stamp(i))
         assert reply.header.frame_id == "cam_optical"
@@ -197,8 +210,10 @@ def test_runtime_parameter_change_applies_from_next_frame(node_and_client: Any, 
     _assert_same(after, TiledDetector(conf_threshold=0.7, full_frame=False).detect(scene.image, "rgb8"))
 
 
-def test_invalid_parameter_values_are_rejected_with_a_reason(node_and_client: Any) -> None:
-    _, client = node_and_client
+def test_invalid_parameter_values_are_rejected_with_a_reason(reading_node: Any) -> None:
+    _, client = reading_node
+    names = ["merge", "overlap", "model", "classes"]
+    kept = client.get_parameters(NODE, names)
     (bad_choice,) = client.set_parameters(NODE, {"merge": "average"})
     assert not bad_choice.successful
     assert "merge must be one of nms, nmm, greedy_nmm" in bad_choice.reason
@@ -208,6 +223,7 @@ def test_invalid_parameter_values_are_rejected_with_a_reason(node_and_client: An
     assert not read_only.successful and "read-only" in read_only.reason
     (unknown_class,) = client.set_parameters(NODE, {"classes": ["unicorn"]})
     assert not unknown_class.successful and "unicorn" in unknown_class.reason
+    assert client.get_parameters(NODE, names) == kept  # refused: every value as it was
 
 
 def test_policy_parameters_apply_from_the_next_frame_and_vision_info_reaches_a_late_subscriber(

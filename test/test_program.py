@@ -172,7 +172,7 @@ def test_the_same_frame_program_runs_eagerly_and_captured(square_torchscript):
 # below, so that a replay with a stale setting could not pass unseen).
 ALTERNATES = {
     "tile_size": (512, 512),
-    "overlap": 0.4,
+    "overlap": 0.6,  # 3 views -> 4 (0.4 and 0.5 keep the two tiles that already overlap by a third)
     "full_frame": False,
     "conf_threshold": 0.5,
     "merge": "greedy_nmm",
@@ -202,9 +202,9 @@ ALTERNATES = {
     "depth_min": 20.0,
     "depth_max": 5.0,
 }
-SETTINGS_SCENE = (0, 1280, 720)  # make_scene seed, width, height
+SETTINGS_SCENE = (1, 960, 540)  # make_scene seed, width, height: 2 tiles and the full view
 # the scene's depth (every frame of the settings test has it): 10 m in millimetres, a half-size 16UC1 image
-SETTINGS_DEPTH = DepthImage(np.full((360, 640), 10000, np.uint16), Intrinsics(900.0, 900.0, 639.5, 359.5))
+SETTINGS_DEPTH = DepthImage(np.full((270, 480), 10000, np.uint16), Intrinsics(675.0, 675.0, 479.5, 269.5))
 
 
 def _equal(a, b) -> bool:
@@ -237,7 +237,6 @@ def test_every_runtime_setting_reaches_the_captured_frame_program(device, tmp_pa
     captured._sync_free = True  # the fixed-size path a capture runs (the CPU's default is the exact path)
     frame = make_scene(*SETTINGS_SCENE).image
     before = captured.detect(frame, depth=SETTINGS_DEPTH)
-    _same(before, eager.detect(frame, depth=SETTINGS_DEPTH))
     assert _equal(before, eager.detect(frame, depth=SETTINGS_DEPTH)) and np.isfinite(before.positions).all()
     for name, value in alternates.items():
         captures, read = log.count("capture"), (captured.frame_settings, captured.plan_for(*frame.shape[:2]))

@@ -69,11 +69,14 @@ def third_party_sources(root: Path = THIRD_PARTY, prefix: Path = VENV) -> Path:
     return (root / SOURCES_BY_FASTDDS[major]).resolve()
 
 
-# no ros2 daemon left behind; a fresh participant needs time to discover the nodes on a busy machine
-PARAM_OPTIONS = ("--no-daemon", "--timeout", "20")
-LIST_OPTIONS = ("--no-daemon", "--spin-time", "5")
+# `ros2 param` and `ros2 node/topic list` run where a `ros2 daemon` of the domain runs (`two_cameras`,
+# `daemon_domain`; stopped after, none left behind): the tool asks it for the graph instead of discovering it anew
+# in every call (a fresh participant needs seconds on a busy machine); the service wait is still the tool's own
+PARAM_OPTIONS = ("--timeout", "20")
 # `ros2 lifecycle` waits the spin time on every call: short, and called again while the node is not found yet
+# (without a daemon a 1 s spin found the node one call in two or three on this loaded machine)
 LIFECYCLE_OPTIONS = ("--no-daemon", "--spin-time", "1")
+DAEMON_LIFECYCLE_OPTIONS = ("--spin-time", "1")
 # the bundled network's class names in the copy `ros2 param set model` gives the managed node
 OTHER_LABELS = ("disc", "square", "triangle", "cross")
 
@@ -126,7 +129,10 @@ def workspace() -> SimpleNamespace:
 
     The upstream tools are built once per venv and set of sources and kept in the venv (`TOOLS_CACHE`, git-ignored
     with it; a few minutes on 2 cores); every session copies this package in again and rebuilds it alone, from a
-    clean build and install folder (nothing of an earlier copy left), under a lock."""
+    clean build and install folder (nothing of an earlier copy left), under a lock.
+
+    Slow: the first session in a venv builds the upstream tools (about 150 s on 2 cores; then kept in the venv, and
+    a later session's setup rebuilds this package alone in about 5 s)."""
     sources = third_party_sources()
     archives = sorted(sources.glob("*.tar.gz"))
     if not archives:
@@ -183,12 +189,31 @@ def ros2(ws: SimpleNamespace, domain: int, *args: str, timeout: float = 60.0) ->
     )
 
 
-def ros2_lifecycle(ws: SimpleNamespace, domain: int, node: str, *args: str) -> subprocess.CompletedProcess:
-    """`ros2 lifecycle VERB NODE ARGS...`, again while the node is not found (a fresh ros2 process may not have
-    discovered it yet)."""
+def ros2_daemon(ws: SimpleNamespace, domain: int, verb: str) -> None:
+    """`ros2 daemon start` or `stop` on `domain` (as a user's shell has it running: the tools ask it for the graph
+    instead of discovering it anew in every call)."""
+    done = ros2(ws, domain, "daemon", verb)
+    assert done.returncode == 0, done
+
+
+@pytest.fixture
+def daemon_domain(workspace: SimpleNamespace) -> Iterator[int]:
+    """A ROS domain of its own with a `ros2 daemon` running on it during the test, stopped after (none left)."""
+    domain = pick_domain_id()
+    ros2_daemon(workspace, domain, "start")
+    yield domain
+    ros2_daemon(workspace, domain, "stop")
+
+
+def ros2_lifecycle(
+    ws: SimpleNamespace, domain: int, node: str, *args: str, daemon: bool = False
+) -> subprocess.CompletedProcess:
+    """`ros2 lifecycle VERB NODE ARGS...` (through the domain's daemon where `daemon`: `daemon_domain`), again while
+    the node is not found (a fresh ros2 process, or the daemon, may not have discovered it yet)."""
     deadline = time.monotonic() + 60
+    options = DAEMON_LIFECYCLE_OPTIONS if daemon else LIFECYCLE_OPTIONS
     while True:
-        done = ros2(ws, domain, "lifecycle", *args[:1], *LIFECYCLE_OPTIONS, node, *args[1:])
+        done = ros2(ws, domain, "lifecycle", *args[:1], *options, node, *args[1:])
         if "Node not found" not in done.stdout + done.stderr or time.monotonic() > deadline:
             return done
 
@@ -335,13 +360,15 @@ def test_colcon_install_layout(workspace: SimpleNamespace) -> None:
 def two_cameras(
     workspace: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SimpleNamespace]:
-    """Two launches side by side: `front` (params file, model, reliable images, debug log) and `rear`."""
+    """Two launches side by side: `front` (params file, model, reliable images, debug log) and `rear`, and a
+    `ros2 daemon` of their domain that the module's ros2 CLI calls ask for the graph (stopped at the end)."""
     tmp = tmp_path_factory.mktemp("launch")
     params = tmp / "front.yaml"
     params.write_text("/**:\n  ros__parameters:\n    conf_threshold: 0.3\n    max_detections: 40\n")
     model = workspace.path / "install/tiled_detector/lib/python3.11/site-packages/tiled_detector/models"
     model = next(model.glob("default.onnx"), None) or next(workspace.path.glob("install/**/default.onnx"))
     domain = pick_domain_id()
+    ros2_daemon(workspace, domain, "start")
     front = Background(
         workspace,
         domain,
@@ -388,6 +415,7 @@ def two_cameras(
             client.close()
         front.interrupt()
         rear.interrupt()
+        ros2_daemon(workspace, domain, "stop")
 
 
 def test_two_launches_answer_on_their_namespaces(two_cameras: SimpleNamespace) -> None:
@@ -461,7 +489,7 @@ def _listed(
     """`ros2 <what> list`, again until it shows `wanted` (discovery on a loaded machine can take a while)."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = ros2(ws, domain, what, "list", *LIST_OPTIONS).stdout.split()
+        listed = ros2(ws, domain, what, "list").stdout.split()
         if wanted <= set(listed) or time.monotonic() > deadline:
             return listed
 
@@ -557,11 +585,17 @@ def test_misspelt_launch_argument_is_refused(workspace: SimpleNamespace) -> None
     assert "did you mean 'conf_threshold'" in refused.stdout + refused.stderr, refused
 
 
-def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_path: Path) -> None:
-    """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` configures, activates,
-    deactivates, cleans up and shuts it down, and it detects only while active; cleanup -> `ros2 param set model`
-    -> configure -> activate answers frames with the new model (refused while configured)."""
-    domain, node = pick_domain_id(), "/managed/tiled_detector"
+def test_ros2_lifecycle_drives_the_managed_node(
+    workspace: SimpleNamespace, daemon_domain: int, tmp_path: Path
+) -> None:
+    """`lifecycle:=true` launches detector_lifecycle_node; the real `ros2 lifecycle` (through a `ros2 daemon`, as a
+    user's shell runs it) configures, activates, deactivates, cleans up and shuts it down, and it detects only
+    while active; cleanup -> `ros2 param set model` -> configure -> activate answers frames with the new model
+    (refused while configured).
+
+    Slow: about 60 s on this loaded 2-core machine (a launch, two model loads and 19 ros2 CLI processes, each a
+    Python start-up, a 1 s spin and a service call)."""
+    domain, node = daemon_domain, "/managed/tiled_detector"
     other = tmp_path / "other.onnx"  # the bundled network under other class names (a labels file beside it)
     shutil.copy(next(workspace.path.glob("install/**/models/default.onnx")), other)
     (tmp_path / "other.labels.txt").write_text("".join(f"{name}\n" for name in OTHER_LABELS))
@@ -584,7 +618,7 @@ def test_ros2_lifecycle_drives_the_managed_node(workspace: SimpleNamespace, tmp_
     )
 
     def lifecycle(*args: str) -> subprocess.CompletedProcess:
-        return ros2_lifecycle(workspace, domain, node, *args)
+        return ros2_lifecycle(workspace, domain, node, *args, daemon=True)
 
     try:
         assert lifecycle("get").stdout.strip() == "unconfigured [1]", (lifecycle("get"), launch.text())
@@ -779,7 +813,7 @@ def _four_k_burst(
 
 @DISTRO
 def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
-    workspace: SimpleNamespace, tmp_path: Path
+    workspace: SimpleNamespace, daemon_domain: int, tmp_path: Path
 ) -> None:
     """The real `ros2 launch` of a bringup that declares what Nav2's does (`autostart:=true`, `params_file` of its
     own, `use_sim_time:=true`) and a `model` of its own, and includes ours in a `PushRosNamespace` group with
@@ -787,14 +821,15 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
     (its model, params file, sim time); `ros2 lifecycle` configures and activates it; a bondpy peer (as
     nav2_lifecycle_manager) forms the bond on /robot/bond; it answers frames with its own model; 4K frames over the
     shipped profile arrive 10 of 10 reliable and best-effort at 2 Hz, frames_skipped counted (rclpy's message info).
-    About 90 s on this 2-core machine: a launch, five ros2 CLI calls, a bond and two 4K streams."""
+    Slow: about 60 s on this loaded 2-core machine (a launch, five ros2 CLI calls, a bond and two 4K streams; its
+    `ros2 lifecycle` calls go through the domain's daemon)."""
     from diagnostic_msgs.msg import DiagnosticArray
 
     params = tmp_path / "nav2_params.yaml"
     params.write_text(NAV2_PARAMS)
     parent = tmp_path / "bringup_launch.py"
     parent.write_text(NAV2_BRINGUP.replace("PARAMS", repr(str(params))))
-    domain, node = pick_domain_id(), "/robot/tiled_detector"
+    domain, node = daemon_domain, "/robot/tiled_detector"
     launch = Background(workspace, domain, "launch", str(parent), log=tmp_path / "bringup.log")
     client = DetectorClient(
         domain_id=domain,
@@ -805,7 +840,7 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
     diagnostics = client.subscribe(DiagnosticArray, "/diagnostics")
     manager = None
     try:
-        state = ros2_lifecycle(workspace, domain, node, "get")
+        state = ros2_lifecycle(workspace, domain, node, "get", daemon=True)
         assert state.stdout.strip() == "unconfigured [1]", (
             state,
             launch.text(),
@@ -822,7 +857,7 @@ def test_a_nav2_style_bringup_includes_the_managed_node_with_its_own_arguments(
             text=True,
         )
         for transition in ("configure", "activate"):
-            done = ros2_lifecycle(workspace, domain, node, "set", transition)
+            done = ros2_lifecycle(workspace, domain, node, "set", transition, daemon=True)
             assert "Transitioning successful" in done.stdout, (done, launch.text())
         out, err = manager.communicate(timeout=90)
         assert [json.loads(line)["ok"] for line in out.splitlines()] == [True, True], (out, err[-3000:])
