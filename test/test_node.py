@@ -687,8 +687,8 @@ def test_frames_lost_in_transport_are_counted(tmp_path: Path) -> None:
 def test_frames_a_publisher_sent_that_the_node_never_took_are_counted(tmp_path: Path) -> None:
     """A camera publishes at 30 Hz (reliable, keep-last 1 as the node subscribes) and the node's process is stopped
     for a second (a host too busy to run it): the frames replaced in the keep-last queues meanwhile, which no
-    message-lost event reports, are counted as frames_skipped (from the publication sequence numbers), so
-    received + lost + skipped is every frame sent."""
+    message-lost event reports, are counted as frames_skipped (from the publication sequence numbers), those the
+    middleware reports lost as frames_lost, none twice: received + lost + skipped is every frame sent."""
     domain = pick_domain_id()
     with _watched_node(tmp_path, domain, image_reliability="reliable") as (node, client, diagnostics):
         # small frames (one fragment each): none is lost in transport while the node is stopped
@@ -718,10 +718,14 @@ def test_frames_a_publisher_sent_that_the_node_never_took_are_counted(tmp_path: 
 
         client.wait_until(lambda: counted() >= sent, timeout=10)
         status = _status(diagnostics)
-    skipped = int(status["frames_skipped"])
-    assert skipped > 0, (status, err)
+    skipped, lost = int(status["frames_skipped"]), int(status["frames_lost"])
+    # the frames missed while stopped are reported: replaced in the node's keep-last queue (skipped, from the
+    # sequence numbers) or, where the middleware reports them itself, lost (Fast DDS 3 under load: the writer's
+    # keep-last history replaced them before delivery; seen on kilted with two test runs on the 2 cores)
+    assert skipped + lost > 0, (status, err)
     assert counted() == sent, (status, sent)
-    assert "replaced in the input queue" in " ".join(d.status[0].message for d in diagnostics)
+    if skipped:
+        assert "replaced in the input queue" in " ".join(d.status[0].message for d in diagnostics)
 
 
 @pytest.mark.parametrize(
