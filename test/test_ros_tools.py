@@ -954,6 +954,7 @@ def test_a_lifecycle_manager_bonds_on_activate_and_the_node_outlives_it(
         done = [json.loads(line) for line in manager.stdout.splitlines()]
         # activate: and the bond formed within bond_timeout / 2; deactivate, break: and the bond broke
         assert [(s["step"], s["ok"]) for s in done] == [(step, True) for step in steps], (
+            done,
             manager.stderr[-3000:],
             launch.text(),
         )
